@@ -1,0 +1,1 @@
+"""rafka.actors: see DESIGN.md section 1."""

@@ -1,0 +1,1 @@
+"""rafka.client: see DESIGN.md section 1."""

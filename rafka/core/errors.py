@@ -1,0 +1,114 @@
+"""Typed errors, one class per Kafka error code.
+
+Each class knows its Kafka code, its Kafka name and whether a client may retry the
+request that produced it. Errors cross Ray actor boundaries by pickling, so they
+carry only a message string. Programmer bugs are not KafkaErrors: they fail loudly
+as ordinary exceptions.
+"""
+
+from __future__ import annotations
+
+
+class KafkaError(Exception):
+    """Base of every error that names a Kafka error code."""
+
+    code: int = -1
+    kafka_name: str = "UNKNOWN_SERVER_ERROR"
+    retriable: bool = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.kafka_name)
+        self.message = message or self.kafka_name
+
+    def __reduce__(self):
+        return (type(self), (self.message,))
+
+    def __str__(self) -> str:
+        return f"{self.kafka_name}: {self.message}" if self.message != self.kafka_name else self.kafka_name
+
+
+def _error(name: str, code: int, kafka_name: str, retriable: bool, doc: str) -> type[KafkaError]:
+    return type(name, (KafkaError,), {"code": code, "kafka_name": kafka_name,
+                                      "retriable": retriable, "__doc__": doc})
+
+
+UnknownServerError = _error("UnknownServerError", -1, "UNKNOWN_SERVER_ERROR", False,
+                            "An unexpected error on the server side.")
+OffsetOutOfRange = _error("OffsetOutOfRange", 1, "OFFSET_OUT_OF_RANGE", False,
+                          "The offset is below the log start offset or above the log end offset.")
+CorruptRecord = _error("CorruptRecord", 2, "CORRUPT_MESSAGE", True,
+                       "A record batch failed its CRC or framing check.")
+UnknownTopicOrPartition = _error("UnknownTopicOrPartition", 3, "UNKNOWN_TOPIC_OR_PARTITION", True,
+                                 "The topic or partition does not exist.")
+LeaderNotAvailable = _error("LeaderNotAvailable", 5, "LEADER_NOT_AVAILABLE", True,
+                            "The partition has no leader right now (election in progress).")
+NotLeaderOrFollower = _error("NotLeaderOrFollower", 6, "NOT_LEADER_OR_FOLLOWER", True,
+                             "This replica is not the leader (or a follower) of the partition.")
+RequestTimedOut = _error("RequestTimedOut", 7, "REQUEST_TIMED_OUT", True,
+                         "The request did not complete in time.")
+RecordTooLarge = _error("RecordTooLarge", 10, "MESSAGE_TOO_LARGE", False,
+                        "A record batch is larger than max.message.bytes.")
+OffsetMetadataTooLarge = _error("OffsetMetadataTooLarge", 12, "OFFSET_METADATA_TOO_LARGE", False,
+                                "Offset commit metadata is longer than offset.metadata.max.bytes.")
+CoordinatorLoadInProgress = _error("CoordinatorLoadInProgress", 14, "COORDINATOR_LOAD_IN_PROGRESS", True,
+                                   "The coordinator is still loading its offsets partition.")
+CoordinatorNotAvailable = _error("CoordinatorNotAvailable", 15, "COORDINATOR_NOT_AVAILABLE", True,
+                                 "The group coordinator is not available.")
+NotCoordinator = _error("NotCoordinator", 16, "NOT_COORDINATOR", True,
+                        "This coordinator does not own the group.")
+InvalidTopic = _error("InvalidTopic", 17, "INVALID_TOPIC_EXCEPTION", False,
+                      "The topic name is not valid.")
+RecordListTooLarge = _error("RecordListTooLarge", 18, "RECORD_LIST_TOO_LARGE", False,
+                            "The request holds more record bytes than the segment size.")
+NotEnoughReplicas = _error("NotEnoughReplicas", 19, "NOT_ENOUGH_REPLICAS", True,
+                           "The ISR is smaller than min.insync.replicas.")
+NotEnoughReplicasAfterAppend = _error("NotEnoughReplicasAfterAppend", 20,
+                                      "NOT_ENOUGH_REPLICAS_AFTER_APPEND", True,
+                                      "Appended, but the ISR shrank below min.insync.replicas.")
+InvalidRequiredAcks = _error("InvalidRequiredAcks", 21, "INVALID_REQUIRED_ACKS", False,
+                             "acks must be 0, 1 or all (-1).")
+IllegalGeneration = _error("IllegalGeneration", 22, "ILLEGAL_GENERATION", False,
+                           "The member's generation is not the group's current one.")
+UnknownMemberId = _error("UnknownMemberId", 25, "UNKNOWN_MEMBER_ID", False,
+                         "The member id is not in the group.")
+RebalanceInProgress = _error("RebalanceInProgress", 27, "REBALANCE_IN_PROGRESS", False,
+                             "The group is rebalancing.")
+TopicAlreadyExists = _error("TopicAlreadyExists", 36, "TOPIC_ALREADY_EXISTS", False,
+                            "A topic with this name exists.")
+InvalidPartitions = _error("InvalidPartitions", 37, "INVALID_PARTITIONS", False,
+                           "The number of partitions is not valid.")
+InvalidReplicationFactor = _error("InvalidReplicationFactor", 38, "INVALID_REPLICATION_FACTOR", False,
+                                  "The replication factor is not valid (or above the live nodes).")
+InvalidConfig = _error("InvalidConfig", 40, "INVALID_CONFIG", False,
+                       "A config name is unknown or its value is not valid.")
+OutOfOrderSequence = _error("OutOfOrderSequence", 45, "OUT_OF_ORDER_SEQUENCE_NUMBER", False,
+                            "An idempotent producer's sequence number skipped ahead.")
+DuplicateSequence = _error("DuplicateSequence", 46, "DUPLICATE_SEQUENCE_NUMBER", False,
+                           "An idempotent producer's batch was already written.")
+KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", True,
+                           "The replica's disk failed.")
+NonEmptyGroup = _error("NonEmptyGroup", 68, "NON_EMPTY_GROUP", False,
+                       "The group still has members.")
+GroupIdNotFound = _error("GroupIdNotFound", 69, "GROUP_ID_NOT_FOUND", False,
+                         "The group does not exist.")
+FencedLeaderEpoch = _error("FencedLeaderEpoch", 74, "FENCED_LEADER_EPOCH", True,
+                           "The request's leader epoch is older than the replica's.")
+UnknownLeaderEpoch = _error("UnknownLeaderEpoch", 75, "UNKNOWN_LEADER_EPOCH", True,
+                            "The request's leader epoch is newer than the replica's.")
+OffsetNotAvailable = _error("OffsetNotAvailable", 78, "OFFSET_NOT_AVAILABLE", True,
+                            "The offset is not available yet (e.g. above the HW after an election).")
+InvalidRecord = _error("InvalidRecord", 87, "INVALID_RECORD", False,
+                       "A record is not valid for this topic (e.g. no key on a compacted topic).")
+
+
+class NoOffsetForPartitionError(KafkaError):
+    """Client side: no committed offset and auto_offset_reset='none'."""
+
+    code = -1
+    kafka_name = "NO_OFFSET_FOR_PARTITION"
+    retriable = False
+
+
+ERRORS_BY_CODE: dict[int, type[KafkaError]] = {
+    cls.code: cls for cls in KafkaError.__subclasses__() if cls.code >= 0
+}

@@ -1,0 +1,482 @@
+"""A partition replica's log on disk: segments, offsets, HW, recovery, retention,
+compaction.
+
+Invariants (checked where they are written):
+  log_start_offset <= high_watermark <= log_end_offset
+  recovery_point <= log_end_offset; everything below it is fsynced
+  segment base offsets increase; only the last segment (the active one) is written
+  offsets are dense from log_start_offset for `delete` topics; batches keep their
+  offsets forever, compaction only removes records
+  the leader-epoch cache never names an offset >= log_end_offset
+
+Directory layout: `<base:020d>.log/.index/.timeindex` per segment, the
+`leader-epoch-checkpoint`, and `recovery-point-checkpoint` holding the HW, the
+recovery point and the log start offset. Compaction writes `<base>.log.cleaned`,
+renames it to `.log.swap` once complete, then over `.log`; recovery at open
+finishes or discards those.
+
+Durability comes from replication, as in Kafka: appends are not fsynced; a
+segment is fsynced when it rolls and the log when it closes. A crash can lose the
+unflushed tail, which recovery at open cuts at the first torn or corrupt batch.
+
+Hot path: appends and reads move whole batches as bytes. The leader rewrites only
+each batch's first 16 bytes (base offset, leader epoch); no record is decoded
+except on compacted topics, whose records must each carry a key.
+Caller: the partition replica actor, from one thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+from pathlib import Path
+
+from rafka.core import checkpoint
+from rafka.core.clock import SystemClock
+from rafka.core.config import TopicConfig
+from rafka.core.errors import (CorruptRecord, InvalidRecord, OffsetOutOfRange, RecordListTooLarge,
+                               RecordTooLarge)
+from rafka.core.leader_epoch import LeaderEpochCache
+from rafka.core.records import (ATTR_COMPRESSION_MASK, RecordInput, BatchHeader, decode_batches,
+                                encode_batch, iter_batches, read_header, restamp,
+                                with_log_append_time)
+from rafka.core.segment import Segment, segment_file_name
+
+CHECKPOINT_FILE = "recovery-point-checkpoint"
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendResult:
+    base_offset: int          # offset of the first record appended
+    last_offset: int          # offset of the last record appended
+    max_timestamp: int
+    batch_count: int
+    size_bytes: int
+    log_append_time_ms: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionResult:
+    segments_cleaned: int
+    records_removed: int
+    bytes_before: int
+    bytes_after: int
+
+
+class PartitionLog:
+    def __init__(self, directory: str | os.PathLike, config: TopicConfig | None = None,
+                 clock=None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.config = config or TopicConfig.from_dict({})
+        self.clock = clock or SystemClock()
+        self.epochs = LeaderEpochCache(self.directory)
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self.recovery_point = 0
+        self.bytes_cut_at_recovery = 0
+        self._open()
+
+    # --- state --------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """KIP-101: (epoch, end offset) for a follower's OffsetsForLeaderEpoch."""
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Set the HW (clamped into [log start, LEO]); True if it changed. The replica
+        decides the value (leader and follower rules live there)."""
+        offset = min(max(offset, self.log_start_offset), self.log_end_offset)
+        if offset == self.high_watermark:
+            return False
+        self.high_watermark = offset
+        return True
+
+    # --- opening and recovery -----------------------------------------------------
+
+    def _open(self) -> None:
+        self._finish_interrupted_compaction()
+        entries = checkpoint.read_entries(self.directory / CHECKPOINT_FILE) or []
+        saved = {name: int(value) for name, value in entries}
+        bases = sorted(int(p.name[:20]) for p in self.directory.glob("*.log")
+                       if len(p.name) == 24 and p.name[:20].isdigit())
+        if not bases:
+            start = saved.get("log_start_offset", 0)
+            self._add_segment(Segment.create(self.directory, start, **self._segment_args()))
+            self.log_start_offset = self.high_watermark = self.recovery_point = start
+            self._write_checkpoint()
+            return
+        recovery_point = saved.get("recovery_point", 0)
+        first_to_recover = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        for i, base in enumerate(bases):
+            if i < first_to_recover:
+                self._add_segment(Segment.open_trusted(self.directory, base, **self._segment_args()))
+                continue
+            segment, cut_bytes = Segment.open_recovering(self.directory, base, **self._segment_args())
+            self._add_segment(segment)
+            self.bytes_cut_at_recovery += cut_bytes
+            if cut_bytes:  # everything after a cut is unreachable: drop later segments
+                for later in bases[i + 1:]:
+                    Segment(self.directory, later, **self._segment_args()).delete()
+                break
+        self.log_start_offset = min(max(saved.get("log_start_offset", 0), self._bases[0]),
+                                    self.log_end_offset)
+        self.high_watermark = min(max(saved.get("high_watermark", 0), self.log_start_offset),
+                                  self.log_end_offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self.active_segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._write_checkpoint()
+
+    def _finish_interrupted_compaction(self) -> None:
+        for leftover in self.directory.glob("*.cleaned"):
+            leftover.unlink()
+        for leftover in self.directory.glob("*.tmp"):
+            leftover.unlink()
+        for swap in self.directory.glob("*.log.swap"):  # complete: cleaned data replaces the old
+            base = int(swap.name[:20])
+            for suffix in (".index", ".timeindex"):
+                (self.directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
+            os.replace(swap, self.directory / segment_file_name(base, ".log"))
+
+    def _segment_args(self) -> dict:
+        return {"index_interval_bytes": self.config.index_interval_bytes,
+                "created_ms": self.clock.now_ms()}
+
+    def _add_segment(self, segment: Segment) -> None:
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    def _write_checkpoint(self) -> None:
+        if not (self.log_start_offset <= self.high_watermark <= self.log_end_offset):
+            raise RuntimeError(f"invariant broken: log start {self.log_start_offset} <= HW "
+                               f"{self.high_watermark} <= LEO {self.log_end_offset}")
+        checkpoint.write_entries(self.directory / CHECKPOINT_FILE, [
+            ("high_watermark", self.high_watermark),
+            ("recovery_point", self.recovery_point),
+            ("log_start_offset", self.log_start_offset),
+        ])
+
+    def checkpoint(self) -> None:
+        """Persist HW, recovery point and log start offset (the replica calls this
+        periodically, as Kafka's checkpoint threads do)."""
+        self._write_checkpoint()
+
+    # --- appending ----------------------------------------------------------------
+
+    def append_as_leader(self, records, leader_epoch: int) -> AppendResult:
+        """Append the batches in `records`, giving them offsets from the LEO and the
+        leader's epoch. All batches are validated before any is written: bad input
+        raises and changes nothing."""
+        view = memoryview(records)
+        batches = self._validate(view)
+        now_ms = self.clock.now_ms()
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        if leader_epoch > self.epochs.latest_epoch:
+            self.epochs.assign(leader_epoch, self.log_end_offset)
+        total_bytes = sum(h.size_bytes for _, h in batches)
+        next_offset = self.log_end_offset
+        pieces: list = []
+        headers: list[BatchHeader] = []
+        for position, header in batches:
+            batch = view[position:position + header.size_bytes]
+            if log_append_time:
+                batch = memoryview(with_log_append_time(batch, now_ms))
+                header = read_header(batch)
+            pieces.append(restamp(batch, next_offset, leader_epoch))
+            pieces.append(batch[16:])
+            headers.append(header._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch))
+            next_offset += header.last_offset_delta + 1
+        self._maybe_roll(total_bytes, headers)
+        self.active_segment.append(pieces, headers)
+        return AppendResult(headers[0].base_offset, headers[-1].last_offset,
+                            max(h.max_timestamp for h in headers), len(headers), total_bytes,
+                            now_ms if log_append_time else -1)
+
+    def append_as_follower(self, records) -> AppendResult:
+        """Append batches fetched from the leader, offsets and epochs as they are.
+        They must start at or after the LEO (compacted logs have gaps) and increase."""
+        view = memoryview(records)
+        batches = self._validate(view, from_leader=True)
+        previous_next = self.log_end_offset
+        for _, header in batches:
+            if header.base_offset < previous_next:
+                raise OffsetOutOfRange(f"fetched batch at {header.base_offset} is below the log "
+                                       f"end offset {previous_next}")
+            previous_next = header.next_offset
+        headers = [h for _, h in batches]
+        self._maybe_roll(sum(h.size_bytes for h in headers), headers)
+        for header in headers:
+            if header.partition_leader_epoch > self.epochs.latest_epoch:
+                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+        self.active_segment.append([view], headers)
+        return AppendResult(headers[0].base_offset, headers[-1].last_offset,
+                            max(h.max_timestamp for h in headers), len(headers), len(view))
+
+    def _validate(self, view: memoryview, from_leader: bool = False) -> list[tuple[int, BatchHeader]]:
+        if len(view) == 0:
+            raise InvalidRecord("no record batch to append")
+        if len(view) > self.config.segment_bytes:
+            raise RecordListTooLarge(f"{len(view)} bytes is more than segment.bytes "
+                                     f"({self.config.segment_bytes})")
+        batches = list(iter_batches(view, verify_crc=True))
+        for _, header in batches:
+            if header.size_bytes > self.config.max_message_bytes and not from_leader:
+                raise RecordTooLarge(f"batch of {header.size_bytes} bytes is larger than "
+                                     f"max.message.bytes ({self.config.max_message_bytes})")
+            if header.attributes & ATTR_COMPRESSION_MASK:
+                raise InvalidRecord("compressed batches are not supported")
+            if not from_leader and header.record_count != header.last_offset_delta + 1:
+                raise InvalidRecord(f"a produced batch must have dense offset deltas "
+                                    f"({header.record_count} records, last delta "
+                                    f"{header.last_offset_delta})")
+        if self.config.compacted and not from_leader:
+            # The one per-record check on the append path, as in Kafka: a compacted
+            # topic cannot hold a record without a key.
+            for _, records in decode_batches(view):
+                if any(r.key is None for r in records):
+                    raise InvalidRecord("compacted topic requires every record to have a key")
+        return batches
+
+    def _maybe_roll(self, incoming_bytes: int, incoming: list[BatchHeader]) -> None:
+        segment = self.active_segment
+        if segment.size_bytes == 0:
+            return
+        max_timestamp = max(h.max_timestamp for h in incoming)
+        rolling_base = segment.first_batch_max_timestamp
+        if rolling_base is not None and rolling_base >= 0:
+            waited_ms = max_timestamp - rolling_base
+        else:
+            waited_ms = self.clock.now_ms() - segment.created_ms
+        index_full = (segment.index_entry_count + len(incoming)) * 8 > self.config.segment_index_bytes
+        if (segment.size_bytes + incoming_bytes > self.config.segment_bytes
+                or waited_ms > self.config.segment_ms
+                or index_full
+                or not segment.relative_offset_fits(incoming[-1].last_offset)):
+            self.roll()
+
+    def roll(self) -> None:
+        """Seal the active segment (fsync) and start a new one at the LEO."""
+        base = self.log_end_offset
+        self.active_segment.seal()
+        self._add_segment(Segment.create(self.directory, base, **self._segment_args()))
+        self.recovery_point = base
+        self._write_checkpoint()
+
+    # --- reading ------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding `offset`: up to `max_bytes` (at least
+        one batch, however large, so a consumer always progresses), none whose last
+        offset is >= `max_offset` (the HW, for consumers). b"" at the end.
+        OffsetOutOfRange outside [log start offset, LEO]."""
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(f"offset {offset} is outside [{self.log_start_offset}, "
+                                   f"{self.log_end_offset}]")
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        index = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for segment in self._segments[index:]:
+            data = segment.read(offset, max_bytes, max_offset)
+            if data is not None:
+                return data
+        return b""
+
+    def offset_for_timestamp(self, target_ms: int, max_offset: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= `target_ms`,
+        in offset order; None if no record at or after the log start (and below
+        `max_offset`, when given) has one."""
+        for segment in self._segments:
+            if segment.max_timestamp < target_ms or segment.next_offset <= self.log_start_offset:
+                continue
+            found = segment.find_offset_for_timestamp(target_ms, self.log_start_offset)
+            if found is not None:
+                if max_offset is not None and found[0] >= max_offset:
+                    return None
+                return found
+        return None
+
+    # --- truncation ---------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything from the batch holding `offset` on (a follower cutting a
+        divergent tail, KIP-101). The LEO becomes that batch's base offset."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        index = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for segment in self._segments[index + 1:]:
+            segment.delete()
+        del self._segments[index + 1:], self._bases[index + 1:]
+        self.active_segment.truncate_to(offset)
+        self._after_truncation()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start an empty log at `offset` (a follower whose
+        fetch offset fell below the leader's log start)."""
+        for segment in self._segments:
+            segment.delete()
+        self._segments, self._bases = [], []
+        self._add_segment(Segment.create(self.directory, offset, **self._segment_args()))
+        self.log_start_offset = offset
+        self.epochs.clear()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        leo = self.log_end_offset
+        self.epochs.truncate_from_end(leo)
+        self.high_watermark = min(max(self.high_watermark, self.log_start_offset), leo)
+        self.recovery_point = min(self.recovery_point, leo)
+        self._write_checkpoint()
+
+    # --- retention ----------------------------------------------------------------
+
+    def enforce_retention(self) -> int:
+        """Delete whole non-active segments wholly below the HW that are past
+        `retention.ms` (by their max timestamp) or beyond `retention.bytes`; move the
+        log start offset. Returns the number of segments deleted."""
+        if self.config.cleanup_policy != "delete":
+            return 0
+        now_ms = self.clock.now_ms()
+        excess_bytes = self.size_bytes - self.config.retention_bytes
+        deletable = 0
+        for i, segment in enumerate(self._segments[:-1]):
+            if self._segments[i + 1].base_offset > self.high_watermark:
+                break
+            expired = (self.config.retention_ms >= 0
+                       and now_ms - segment.max_timestamp > self.config.retention_ms)
+            oversized = self.config.retention_bytes >= 0 and excess_bytes - segment.size_bytes >= 0
+            if not (expired or oversized):
+                break
+            excess_bytes -= segment.size_bytes
+            deletable += 1
+        if deletable == 0:
+            return 0
+        for segment in self._segments[:deletable]:
+            segment.delete()
+        del self._segments[:deletable], self._bases[:deletable]
+        self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self._write_checkpoint()
+        return deletable
+
+    # --- compaction ---------------------------------------------------------------
+
+    def compact(self) -> CompactionResult:
+        """cleanup.policy=compact: in non-active segments wholly below the HW and older
+        than min.compaction.lag.ms, keep only the newest record of each key; drop
+        tombstones once their segment is older than delete.retention.ms. Kept records
+        keep their offsets; a batch keeps its last offset."""
+        if not self.config.compacted:
+            return CompactionResult(0, 0, 0, 0)
+        now_ms = self.clock.now_ms()
+        cleanable: list[Segment] = []
+        for i, segment in enumerate(self._segments[:-1]):
+            if (self._segments[i + 1].base_offset > self.high_watermark
+                    or now_ms - segment.max_timestamp < self.config.min_compaction_lag_ms):
+                break
+            cleanable.append(segment)
+        latest_offset_by_key: dict[bytes, int] = {}
+        for segment in cleanable:
+            for _, _, records in segment.iter_batches_with_records():
+                for record in records:
+                    latest_offset_by_key[record.key] = record.offset
+        removed = before = after = 0
+        for index, segment in enumerate(cleanable):
+            drop_tombstones = now_ms - segment.max_timestamp > self.config.delete_retention_ms
+            cleaned_bytes, removed_here = self._clean_segment(segment, latest_offset_by_key, drop_tombstones)
+            before += segment.size_bytes
+            after += len(cleaned_bytes)
+            removed += removed_here
+            if removed_here:
+                self._swap_in(index, cleaned_bytes)
+        return CompactionResult(len(cleanable), removed, before, after)
+
+    @staticmethod
+    def _clean_segment(segment: Segment, latest_offset_by_key: dict[bytes, int],
+                       drop_tombstones: bool) -> tuple[bytes, int]:
+        out: list[bytes] = []
+        removed = 0
+        for header, batch, records in segment.iter_batches_with_records():
+            kept = [r for r in records if latest_offset_by_key.get(r.key) == r.offset
+                    and not (drop_tombstones and r.value is None)]
+            removed += len(records) - len(kept)
+            if not kept:
+                continue
+            if len(kept) == len(records):
+                out.append(batch)
+                continue
+            out.append(encode_batch(
+                [RecordInput(r.value, r.key, r.timestamp_ms, r.headers) for r in kept],
+                base_offset=header.base_offset, partition_leader_epoch=header.partition_leader_epoch,
+                producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence, attributes=header.attributes,
+                offset_deltas=[r.offset - header.base_offset for r in kept],
+                last_offset_delta=header.last_offset_delta))
+        return b"".join(out), removed
+
+    def _swap_in(self, index: int, cleaned_bytes: bytes) -> None:
+        """Replace segment `index` by `cleaned_bytes`, crash-safely (.cleaned -> .swap
+        -> .log; an interrupted swap is completed at open)."""
+        old = self._segments[index]
+        cleaned = old.log_path.with_name(old.log_path.name + ".cleaned")
+        with open(cleaned, "wb") as f:
+            f.write(cleaned_bytes)
+            f.flush()
+            os.fsync(f.fileno())
+        swap = old.log_path.with_name(old.log_path.name + ".swap")
+        os.replace(cleaned, swap)
+        checkpoint.fsync_dir(self.directory)
+        old.delete()
+        os.replace(swap, old.log_path)
+        checkpoint.fsync_dir(self.directory)
+        self._segments[index] = Segment.open_recovering(self.directory, old.base_offset,
+                                                        **self._segment_args())[0]
+        self._segments[index].seal()
+
+    # --- closing ------------------------------------------------------------------
+
+    def flush(self) -> None:
+        self.active_segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._write_checkpoint()
+
+    def close(self) -> None:
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        self._segments, self._bases = [], []
+
+    def delete(self) -> None:
+        """Remove the log's files (the topic was deleted)."""
+        for segment in self._segments:
+            segment.delete()
+        self._segments, self._bases = [], []
+        for path in self.directory.iterdir():
+            path.unlink()
+        self.directory.rmdir()

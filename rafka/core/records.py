@@ -1,0 +1,345 @@
+"""Record batches: Kafka's v2 (magic 2) format, byte for byte.
+
+A batch is the unit that moves and is stored. Its 61-byte header:
+
+    offset  size  field
+    0       8     base_offset
+    8       4     batch_length          bytes after this field (total size - 12)
+    12      4     partition_leader_epoch
+    16      1     magic                 always 2
+    17      4     crc                   CRC32C (Castagnoli) of bytes [21, end)
+    21      2     attributes            bits 0-2 compression (rafka: none only),
+                                        bit 3 timestamp type, 4 transactional, 5 control
+    23      4     last_offset_delta
+    27      8     base_timestamp        first timestamp (ms)
+    35      8     max_timestamp
+    43      8     producer_id
+    51      2     producer_epoch
+    53      4     base_sequence
+    57      4     record_count
+
+then `record_count` records, each varint-framed: length, attributes (int8),
+timestamp delta (varlong), offset delta (varint), key length + key (-1 = null),
+value length + value (-1 = null: a tombstone), header count, and per header a
+key (UTF-8) and a value (-1 = null). All varints are zigzag, as in protobuf.
+
+The CRC covers neither the base offset nor the leader epoch, so the leader sets
+both by rewriting the first 16 bytes (`restamp`) without decoding a record or
+recomputing the CRC. Decode checks the CRC and the framing; a batch that fails
+either raises CorruptRecord and is never returned as data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from rafka.core.errors import CorruptRecord
+
+MAGIC = 2
+HEADER_SIZE = 61
+LENGTH_PREFIX_SIZE = 12  # base_offset + batch_length: bytes not counted in batch_length
+CRC_START = 21           # the CRC covers [CRC_START, end)
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_LOG_APPEND = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+TIMESTAMP_TYPE_CREATE = 0
+TIMESTAMP_TYPE_LOG_APPEND = 1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_FIRST_16 = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
+assert _HEADER.size == HEADER_SIZE
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size_bytes(self) -> int:
+        return self.batch_length + LENGTH_PREFIX_SIZE
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def timestamp_type(self) -> int:
+        return TIMESTAMP_TYPE_LOG_APPEND if self.attributes & ATTR_TIMESTAMP_LOG_APPEND else TIMESTAMP_TYPE_CREATE
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (2**31)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record. `value is None` is a tombstone."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordInput:
+    """What a producer hands to `encode_batch`; offsets come from the leader."""
+
+    value: bytes | None
+    key: bytes | None = None
+    timestamp_ms: int = NO_TIMESTAMP
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+# --- varints ---------------------------------------------------------------------
+
+def _zigzag_varint_uncached(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_VARINT_CACHE_LOW, _VARINT_CACHE_HIGH = -1, 1 << 14
+_VARINT_CACHE = [_zigzag_varint_uncached(n) for n in range(_VARINT_CACHE_LOW, _VARINT_CACHE_HIGH)]
+
+
+def zigzag_varint(n: int) -> bytes:
+    if _VARINT_CACHE_LOW <= n < _VARINT_CACHE_HIGH:
+        return _VARINT_CACHE[n - _VARINT_CACHE_LOW]
+    return _zigzag_varint_uncached(n)
+
+
+def read_zigzag_varint(buf, pos: int, end: int) -> tuple[int, int]:
+    """(value, next position); CorruptRecord if the varint runs past `end` or 10 bytes."""
+    shift = 0
+    z = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise CorruptRecord("varint runs past the end of the record")
+        byte = buf[pos]
+        pos += 1
+        z |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (z >> 1) ^ -(z & 1), pos
+        shift += 7
+
+
+# --- encode ----------------------------------------------------------------------
+
+def encode_batch(records: Sequence[RecordInput], *, base_offset: int = 0,
+                 partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                 base_sequence: int = NO_SEQUENCE, now_ms: int | None = None,
+                 offset_deltas: Sequence[int] | None = None,
+                 last_offset_delta: int | None = None, attributes: int = 0) -> bytes:
+    """One batch holding `records` (at least one).
+
+    A record without a timestamp takes `now_ms`. `offset_deltas` and
+    `last_offset_delta` exist for log compaction, which keeps a subset of a batch's
+    records at their original offsets and keeps the batch's original last offset.
+    """
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    if offset_deltas is not None and len(offset_deltas) != len(records):
+        raise ValueError("one offset delta per record")
+    timestamps = [r.timestamp_ms if r.timestamp_ms >= 0 else (now_ms if now_ms is not None else 0)
+                  for r in records]
+    base_timestamp = timestamps[0]
+    parts: list[bytes] = []
+    for index, record in enumerate(records):
+        delta = index if offset_deltas is None else offset_deltas[index]
+        body = _encode_record_body(record, timestamps[index] - base_timestamp, delta)
+        parts.append(zigzag_varint(len(body)))
+        parts.append(body)
+    if last_offset_delta is None:
+        last_offset_delta = len(records) - 1 if offset_deltas is None else offset_deltas[-1]
+    body_after_crc = _HEADER.pack(
+        0, 0, 0, 0, 0, attributes, last_offset_delta, base_timestamp, max(timestamps),
+        producer_id, producer_epoch, base_sequence, len(records))[CRC_START:] + b"".join(parts)
+    crc = crc32c(body_after_crc)
+    batch_length = CRC_START + len(body_after_crc) - LENGTH_PREFIX_SIZE
+    prefix = struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, MAGIC, crc)
+    return prefix + body_after_crc
+
+
+def _encode_record_body(record: RecordInput, timestamp_delta: int, offset_delta: int) -> bytes:
+    parts = [b"\x00", zigzag_varint(timestamp_delta), zigzag_varint(offset_delta)]
+    _append_bytes(parts, record.key)
+    _append_bytes(parts, record.value)
+    parts.append(zigzag_varint(len(record.headers)))
+    for header_key, header_value in record.headers:
+        _append_bytes(parts, header_key.encode("utf-8"))
+        _append_bytes(parts, header_value)
+    return b"".join(parts)
+
+
+def _append_bytes(parts: list[bytes], data: bytes | None) -> None:
+    if data is None:
+        parts.append(zigzag_varint(-1))
+    else:
+        parts.append(zigzag_varint(len(data)))
+        parts.append(bytes(data))
+
+
+# --- framing: headers only, no record is decoded ---------------------------------
+
+def unpack_header(buf, pos: int = 0) -> BatchHeader:
+    """The header at `pos`, checked for magic and a possible length, not for the
+    batch's bytes being present (a file scanner reads headers alone)."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecord(f"batch header at {pos} is cut short")
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if header.magic != MAGIC:
+        raise CorruptRecord(f"batch at {pos} has magic {header.magic}, expected {MAGIC}")
+    if (header.batch_length < HEADER_SIZE - LENGTH_PREFIX_SIZE or header.last_offset_delta < 0
+            or header.record_count < 0):
+        raise CorruptRecord(f"batch at {pos} has impossible length {header.batch_length}")
+    return header
+
+
+def read_header(buf, pos: int = 0) -> BatchHeader:
+    """The header at `pos` of a buffer that must hold the whole batch. Does not check
+    the CRC (see `check_crc`)."""
+    header = unpack_header(buf, pos)
+    if pos + header.size_bytes > len(buf):
+        raise CorruptRecord(f"batch at {pos} runs past the end of the buffer")
+    return header
+
+
+def check_crc(buf, pos: int, header: BatchHeader) -> None:
+    end = pos + header.size_bytes
+    actual = crc32c(memoryview(buf)[pos + CRC_START:end])
+    if actual != header.crc:
+        raise CorruptRecord(f"batch at offset {header.base_offset} failed its CRC "
+                            f"(stored {header.crc:#010x}, computed {actual:#010x})")
+
+
+def iter_batches(buf, *, verify_crc: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each batch in `buf`, which must hold whole batches."""
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        header = read_header(buf, pos)
+        if verify_crc:
+            check_crc(buf, pos, header)
+        yield pos, header
+        pos += header.size_bytes
+
+
+def restamp(batch, base_offset: int, partition_leader_epoch: int) -> bytes:
+    """The first 16 bytes of `batch` with a new base offset and leader epoch.
+
+    The caller writes these, then `batch[16:]` unchanged: the records are not
+    touched and the CRC stays valid, since it covers neither field.
+    """
+    (_, batch_length, _) = _FIRST_16.unpack_from(batch, 0)
+    return _FIRST_16.pack(base_offset, batch_length, partition_leader_epoch)
+
+
+def restamped_batch(batch, base_offset: int, partition_leader_epoch: int) -> bytes:
+    return restamp(batch, base_offset, partition_leader_epoch) + bytes(memoryview(batch)[16:])
+
+
+def with_log_append_time(batch, now_ms: int) -> bytes:
+    """`batch` marked LogAppendTime with max timestamp `now_ms`, CRC recomputed.
+
+    Used only for topics with message.timestamp.type=LogAppendTime: the fields are
+    inside the CRC, so this is the one header change that costs a checksum pass.
+    """
+    header = read_header(batch, 0)
+    after_crc = bytearray(memoryview(batch)[CRC_START:header.size_bytes])
+    struct.pack_into(">h", after_crc, 0, header.attributes | ATTR_TIMESTAMP_LOG_APPEND)
+    struct.pack_into(">q", after_crc, 35 - CRC_START, now_ms)
+    prefix = struct.pack(">qiibI", header.base_offset, header.batch_length,
+                         header.partition_leader_epoch, MAGIC, crc32c(after_crc))
+    return prefix + bytes(after_crc)
+
+
+# --- decode -----------------------------------------------------------------------
+
+def decode_batches(buf) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Every batch in `buf` with its records; CorruptRecord on the first bad one."""
+    for pos, header in iter_batches(buf, verify_crc=True):
+        yield header, _decode_records(buf, pos, header)
+
+
+def decode_records(buf) -> list[Record]:
+    return [record for _, records in decode_batches(buf) for record in records]
+
+
+def _decode_records(buf, pos: int, header: BatchHeader) -> list[Record]:
+    end = pos + header.size_bytes
+    cursor = pos + HEADER_SIZE
+    records: list[Record] = []
+    for _ in range(header.record_count):
+        length, cursor = read_zigzag_varint(buf, cursor, end)
+        record_end = cursor + length
+        if length < 1 or record_end > end:
+            raise CorruptRecord(f"record in batch {header.base_offset} overruns its batch")
+        cursor += 1  # record attributes, unused in v2
+        timestamp_delta, cursor = read_zigzag_varint(buf, cursor, record_end)
+        offset_delta, cursor = read_zigzag_varint(buf, cursor, record_end)
+        key, cursor = _read_bytes(buf, cursor, record_end)
+        value, cursor = _read_bytes(buf, cursor, record_end)
+        header_count, cursor = read_zigzag_varint(buf, cursor, record_end)
+        if header_count < 0:
+            raise CorruptRecord("negative header count")
+        headers = []
+        for _ in range(header_count):
+            header_key, cursor = _read_bytes(buf, cursor, record_end)
+            header_value, cursor = _read_bytes(buf, cursor, record_end)
+            if header_key is None:
+                raise CorruptRecord("null header key")
+            headers.append((header_key.decode("utf-8", errors="replace"), header_value))
+        if cursor != record_end:
+            raise CorruptRecord(f"record in batch {header.base_offset} has trailing bytes")
+        timestamp_ms = (header.max_timestamp if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND
+                        else header.base_timestamp + timestamp_delta)
+        records.append(Record(header.base_offset + offset_delta, timestamp_ms, key, value, tuple(headers)))
+    if cursor != end:
+        raise CorruptRecord(f"batch {header.base_offset} has bytes after its last record")
+    return records
+
+
+def _read_bytes(buf, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = read_zigzag_varint(buf, pos, end)
+    if length == -1:
+        return None, pos
+    if length < -1 or pos + length > end:
+        raise CorruptRecord("field length overruns its record")
+    return bytes(buf[pos:pos + length]), pos + length

@@ -1,0 +1,1 @@
+"""rafka.placement: see DESIGN.md section 1."""

@@ -1,0 +1,1 @@
+"""rafka.spark_bridge: see DESIGN.md section 1."""
