@@ -30,7 +30,8 @@ from rafka.core.records import (HEADER_SIZE, BatchHeader, check_crc, decode_batc
 
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")
 TIME_INDEX_ENTRY = struct.Struct(">qi")
-SCAN_CHUNK_BYTES = 1 << 20
+SCAN_CHUNK_BYTES = 1 << 20      # recovery and rebuild read whole batches
+LOOKUP_CHUNK_BYTES = 8 << 10    # lookups read headers: about one index interval
 IOV_MAX = 1024
 NO_TIMESTAMP = -1
 
@@ -240,9 +241,10 @@ class Segment:
 
     # --- reading ------------------------------------------------------------------
 
-    def _scan(self, start_position: int, *, verify_crc: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+    def _scan(self, start_position: int, *, verify_crc: bool = False,
+              chunk_bytes: int = SCAN_CHUNK_BYTES) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from `start_position`; CorruptRecord at a
-        torn or (with verify_crc) corrupt batch. Reads in 1 MiB chunks."""
+        torn or (with verify_crc) corrupt batch. Reads `chunk_bytes` at a time."""
         position = start_position
         size = self.size_bytes
         buffer = b""
@@ -250,14 +252,14 @@ class Segment:
         while position < size:
             offset_in_buffer = position - buffer_start
             if len(buffer) - offset_in_buffer < HEADER_SIZE:
-                buffer = os.pread(self._fd, max(SCAN_CHUNK_BYTES, HEADER_SIZE), position)
+                buffer = os.pread(self._fd, max(chunk_bytes, HEADER_SIZE), position)
                 buffer_start, offset_in_buffer = position, 0
             header = unpack_header(buffer, offset_in_buffer)
             if position + header.size_bytes > size:
                 raise CorruptRecord(f"batch at position {position} is torn")
             if verify_crc:
                 if offset_in_buffer + header.size_bytes > len(buffer):
-                    buffer = os.pread(self._fd, max(SCAN_CHUNK_BYTES, header.size_bytes), position)
+                    buffer = os.pread(self._fd, max(chunk_bytes, header.size_bytes), position)
                     buffer_start, offset_in_buffer = position, 0
                 check_crc(buffer, offset_in_buffer, header)
             yield position, header
@@ -269,7 +271,7 @@ class Segment:
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= `offset`, or None."""
-        for position, header in self._scan(self._position_floor(offset)):
+        for position, header in self._scan(self._position_floor(offset), chunk_bytes=LOOKUP_CHUNK_BYTES):
             if header.last_offset >= offset:
                 return position, header
         return None
