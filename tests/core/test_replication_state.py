@@ -1,0 +1,91 @@
+"""Leader/follower bookkeeping on two real logs, driven step by step."""
+
+import pytest
+
+from rafka.core.clock import FakeClock
+from rafka.core.log import PartitionLog
+from rafka.core.replication import LeaderState, follower_high_watermark
+from rafka.core.records import decode_records
+
+from tests.core.helpers import batch
+
+pytestmark = pytest.mark.core
+
+LAG_MS = 10_000
+
+
+class Pair:
+    """Leader replica 0 and follower replica 1 of one partition, fetching by hand."""
+
+    def __init__(self, tmp_path, followers=(1,)):
+        self.clock = FakeClock()
+        self.leader_log = PartitionLog(tmp_path / "leader", clock=self.clock)
+        self.follower_logs = {f: PartitionLog(tmp_path / f"follower-{f}", clock=self.clock) for f in followers}
+        self.leader = LeaderState(replica_id=0, replicas=[0, *followers], isr=[0, *followers],
+                                  leader_epoch=0, log=self.leader_log, now_ms=self.clock.now_ms(),
+                                  replica_lag_time_max_ms=LAG_MS)
+
+    def produce(self, *values):
+        self.leader_log.append_as_leader(batch(*values), leader_epoch=0)
+        self.leader.maybe_advance_high_watermark()
+
+    def fetch(self, follower=1):
+        log = self.follower_logs[follower]
+        offset = log.log_end_offset
+        self.leader.on_follower_fetch(follower, offset, self.clock.now_ms())
+        data = self.leader_log.read(offset, 1 << 20) if offset < self.leader_log.log_end_offset else b""
+        if data:
+            log.append_as_follower(data)
+        log.update_high_watermark(follower_high_watermark(self.leader.high_watermark, log.log_end_offset))
+
+    def row(self, follower=1):
+        f = self.follower_logs[follower]
+        return (self.leader_log.log_end_offset, self.leader_log.high_watermark,
+                self.leader.followers[follower].log_end_offset, f.log_end_offset, f.high_watermark)
+
+
+def test_synchronization_example__the_seed_table(tmp_path):
+    pair = Pair(tmp_path)
+    # columns: leader LEO, leader HW, leader's remote LEO of the follower, follower LEO, follower HW
+    assert pair.row() == (0, 0, 0, 0, 0)          # T0: all zero
+    pair.produce(b"m1")
+    assert pair.row() == (1, 0, 0, 0, 0)          # T1: after one produce, LEO 1, HW 0
+    pair.fetch()
+    assert pair.row() == (1, 0, 0, 1, 0)          # T2: follower LEO 1
+    pair.fetch()
+    assert pair.row() == (1, 1, 1, 1, 1)          # T3: remote LEO 1, HW 1, follower HW 1
+
+
+def test_high_watermark__never_passes_the_smallest_isr_leo_and_never_decreases(tmp_path):
+    pair = Pair(tmp_path, followers=(1, 2))
+    seen = []
+    for step in range(30):
+        pair.produce(b"v%d" % step)
+        pair.fetch(1)
+        if step % 3 == 0:
+            pair.fetch(2)
+        isr_leos = [pair.leader_log.log_end_offset] + [pair.leader.followers[f].log_end_offset for f in (1, 2)]
+        assert pair.leader.high_watermark <= min(isr_leos)
+        seen.append(pair.leader.high_watermark)
+    assert seen == sorted(seen) and seen[-1] > 0
+
+
+def test_isr__lagging_follower_leaves_after_lag_time_and_rejoins_when_caught_up(tmp_path):
+    pair = Pair(tmp_path, followers=(1, 2))
+    pair.produce(b"a")
+    pair.fetch(1), pair.fetch(2)
+    pair.clock.advance(LAG_MS - 1)
+    pair.produce(b"b")
+    pair.fetch(1), pair.fetch(1)        # follower 1 keeps up; follower 2 is paused
+    assert pair.leader.lagging_isr_members(pair.clock.now_ms()) == set()
+    pair.clock.advance(2)
+    assert pair.leader.lagging_isr_members(pair.clock.now_ms()) == {2}
+    assert pair.leader.high_watermark == 0       # held back: follower 2 has not confirmed offset 0
+    assert pair.leader.apply_isr({0, 1})         # the controller accepted the shrink
+    assert pair.leader.high_watermark == 2
+    pair.fetch(2)
+    assert pair.leader.caught_up_outside_isr() == set()  # has fetched, not yet confirmed its LEO
+    pair.fetch(2)
+    assert pair.leader.caught_up_outside_isr() == {2}
+    pair.leader.apply_isr({0, 1, 2})
+    assert [r.value for r in decode_records(pair.follower_logs[2].read(0, 1 << 20))] == [b"a", b"b"]
