@@ -85,6 +85,12 @@ OutOfOrderSequence = _error("OutOfOrderSequence", 45, "OUT_OF_ORDER_SEQUENCE_NUM
                             "An idempotent producer's sequence number skipped ahead.")
 DuplicateSequence = _error("DuplicateSequence", 46, "DUPLICATE_SEQUENCE_NUMBER", False,
                            "An idempotent producer's batch was already written.")
+InvalidRequest = _error("InvalidRequest", 42, "INVALID_REQUEST", False,
+                        "The request is malformed or names a state that is not current.")
+InvalidProducerEpoch = _error("InvalidProducerEpoch", 47, "INVALID_PRODUCER_EPOCH", False,
+                              "The producer's epoch is older than the one the partition knows.")
+UnknownProducerId = _error("UnknownProducerId", 59, "UNKNOWN_PRODUCER_ID", False,
+                           "The partition has no state for this producer id.")
 KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", True,
                            "The replica's disk failed.")
 NonEmptyGroup = _error("NonEmptyGroup", 68, "NON_EMPTY_GROUP", False,

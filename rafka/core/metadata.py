@@ -1,0 +1,207 @@
+"""The controller's metadata: topics, partitions, leaders, ISRs, as a replayed log.
+
+Every change is a record. Handlers validate a request against the current state
+and return `(records, response)` without changing anything; `replay(record)`
+applies one record. The controller writes the records to its metadata log, then
+replays them; after a restart it replays the whole log and has the same state.
+One path changes state, whether live or loading.
+
+Invariants:
+  a partition's leader is a member of its ISR, or -1 (offline: no live ISR
+  member, and unclean election is off)
+  the ISR is a non-empty subset of the replicas while the partition is online
+  leader_epoch increases by one at every leader change; partition_epoch at every
+  leader or ISR change (an AlterPartition request must name the current ones)
+Pure logic, no I/O. Caller: the controller actor.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from rafka.core.config import TopicConfig
+from rafka.core.errors import (FencedLeaderEpoch, InvalidPartitions, InvalidReplicationFactor,
+                               InvalidRequest, InvalidTopic, NotLeaderOrFollower,
+                               TopicAlreadyExists, UnknownTopicOrPartition)
+
+TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+NO_LEADER = -1
+Record = dict[str, Any]
+
+
+def new_cluster_id() -> str:
+    """22 characters of URL-safe base64 over a random UUID, as Kafka's cluster ids."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def validate_topic_name(name: str) -> None:
+    if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):
+        raise InvalidTopic(f"Topic name {name!r} is illegal: it must be 1 to 249 characters "
+                           f"of [a-zA-Z0-9._-], and not '.' or '..'")
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionState:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    @property
+    def online(self) -> bool:
+        return self.leader != NO_LEADER
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicMetadata:
+    name: str
+    topic_id: str
+    config: dict[str, Any]
+    partitions: tuple[PartitionState, ...]
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas)
+
+
+class ClusterMetadata:
+    def __init__(self) -> None:
+        self.cluster_id: str | None = None
+        self.controller_epoch = 0
+        self.topics: dict[str, TopicMetadata] = {}
+
+    # --- replay: the one way state changes ----------------------------------------
+
+    def replay(self, record: Record) -> None:
+        kind = record["type"]
+        if kind == "cluster":
+            self.cluster_id = record["cluster_id"]
+        elif kind == "controller_epoch":
+            self.controller_epoch = record["epoch"]
+        elif kind == "topic":
+            self.topics[record["name"]] = TopicMetadata(
+                record["name"], record["topic_id"], dict(record["config"]),
+                tuple(_partition(p) for p in record["partitions"]))
+        elif kind == "partition":
+            topic = self.topics[record["topic"]]
+            partitions = list(topic.partitions)
+            partitions[record["partition"]] = _partition(record)
+            self.topics[topic.name] = dataclasses.replace(topic, partitions=tuple(partitions))
+        elif kind == "remove_topic":
+            self.topics.pop(record["name"], None)
+        else:
+            raise ValueError(f"unknown metadata record type {kind!r}")
+
+    # --- handlers: validate, return records and a response ------------------------
+
+    def handle_start(self) -> list[Record]:
+        """A controller (re)started: a cluster id the first time, epoch + 1 always."""
+        records: list[Record] = []
+        if self.cluster_id is None:
+            records.append({"type": "cluster", "cluster_id": new_cluster_id()})
+        records.append({"type": "controller_epoch", "epoch": self.controller_epoch + 1})
+        return records
+
+    def handle_create_topic(self, name: str, partitions: int, replication_factor: int,
+                            config: dict[str, Any] | None, live_node_count: int) -> tuple[list[Record], TopicMetadata]:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
+        if not isinstance(partitions, int) or partitions < 1:
+            raise InvalidPartitions(f"Number of partitions must be larger than 0, got {partitions!r}.")
+        if not isinstance(replication_factor, int) or replication_factor < 1:
+            raise InvalidReplicationFactor(
+                f"Replication factor must be larger than 0, got {replication_factor!r}.")
+        if replication_factor > live_node_count:
+            raise InvalidReplicationFactor(
+                f"Replication factor: {replication_factor} larger than available brokers: {live_node_count}.")
+        topic_config = TopicConfig.from_dict(config or {})
+        if topic_config.min_insync_replicas > replication_factor:
+            # Kafka accepts this and fails acks=all later; rafka says so at creation.
+            raise InvalidReplicationFactor(
+                f"min.insync.replicas ({topic_config.min_insync_replicas}) is larger than the "
+                f"replication factor ({replication_factor}).")
+        replicas = tuple(range(replication_factor))
+        partition_records = []
+        for p in range(partitions):
+            leader = p % replication_factor  # spread leaders over the replica slots
+            ordered = replicas[leader:] + replicas[:leader]
+            partition_records.append({"replicas": list(ordered), "isr": list(ordered),
+                                      "leader": leader, "leader_epoch": 0, "partition_epoch": 0})
+        record = {"type": "topic", "name": name, "topic_id": new_cluster_id(),
+                  "config": dict(config or {}), "partitions": partition_records}
+        staged = ClusterMetadata()
+        staged.replay(record)
+        return [record], staged.topics[name]
+
+    def handle_delete_topic(self, name: str) -> list[Record]:
+        self.topic(name)
+        return [{"type": "remove_topic", "name": name}]
+
+    def handle_elect_leader(self, topic: str, partition: int,
+                            unavailable_replicas: Iterable[int]) -> tuple[list[Record], PartitionState]:
+        """The leader is gone or unreachable: the first ISR member that is available
+        leads, epoch + 1; if none is, the partition goes offline (leader -1, ISR kept:
+        unclean election is off, so only an ISR member may lead again)."""
+        state = self.partition(topic, partition)
+        unavailable = set(unavailable_replicas)
+        candidates = [r for r in state.isr if r not in unavailable]
+        if candidates:
+            leader = candidates[0]
+            isr = tuple(r for r in state.isr if r not in unavailable) or (leader,)
+        else:
+            leader, isr = NO_LEADER, state.isr
+        new = PartitionState(state.replicas, isr, leader, state.leader_epoch + 1,
+                             state.partition_epoch + 1)
+        return [_partition_record(topic, partition, new)], new
+
+    def handle_alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                         partition_epoch: int, new_isr: Iterable[int]) -> tuple[list[Record], PartitionState]:
+        """A leader's ISR change, accepted only from the current leader at the current
+        leader and partition epochs (a stale leader is fenced)."""
+        state = self.partition(topic, partition)
+        if leader_epoch < state.leader_epoch:
+            raise FencedLeaderEpoch(f"{topic}-{partition}: leader epoch {leader_epoch} is older than "
+                                    f"{state.leader_epoch}")
+        if leader != state.leader or leader_epoch != state.leader_epoch:
+            raise NotLeaderOrFollower(f"{topic}-{partition}: replica {leader} at epoch {leader_epoch} "
+                                      f"is not the leader (leader {state.leader}, epoch {state.leader_epoch})")
+        if partition_epoch != state.partition_epoch:
+            raise InvalidRequest(f"{topic}-{partition}: partition epoch {partition_epoch} is not "
+                                 f"the current {state.partition_epoch}")
+        isr = tuple(r for r in state.replicas if r in set(new_isr))
+        if leader not in isr:
+            raise InvalidRequest(f"{topic}-{partition}: the ISR must hold the leader {leader}")
+        new = dataclasses.replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
+        return [_partition_record(topic, partition, new)], new
+
+    # --- lookups ------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicMetadata:
+        try:
+            return self.topics[name]
+        except KeyError:
+            raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.") from None
+
+    def partition(self, topic: str, partition: int) -> PartitionState:
+        partitions = self.topic(topic).partitions
+        if not 0 <= partition < len(partitions):
+            raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
+        return partitions[partition]
+
+
+def _partition(record: Record) -> PartitionState:
+    return PartitionState(tuple(record["replicas"]), tuple(record["isr"]), record["leader"],
+                          record["leader_epoch"], record["partition_epoch"])
+
+
+def _partition_record(topic: str, partition: int, state: PartitionState) -> Record:
+    return {"type": "partition", "topic": topic, "partition": partition,
+            "replicas": list(state.replicas), "isr": list(state.isr), "leader": state.leader,
+            "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch}

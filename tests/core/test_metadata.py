@@ -1,0 +1,109 @@
+"""Controller metadata as a replayed record log."""
+
+import pytest
+
+from rafka.core.errors import (FencedLeaderEpoch, InvalidConfig, InvalidPartitions,
+                               InvalidReplicationFactor, InvalidTopic, NotLeaderOrFollower,
+                               TopicAlreadyExists, UnknownTopicOrPartition)
+from rafka.core.metadata import NO_LEADER, ClusterMetadata
+
+pytestmark = pytest.mark.core
+
+
+def apply(metadata, records):
+    for record in records:
+        metadata.replay(record)
+    return records
+
+
+def started(live_nodes=3):
+    metadata = ClusterMetadata()
+    log = apply(metadata, metadata.handle_start())
+    return metadata, log
+
+
+def test_start__cluster_id_is_22_url_safe_chars_and_epoch_grows_per_restart():
+    metadata, log = started()
+    assert len(metadata.cluster_id) == 22 and set(metadata.cluster_id) <= set(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    cluster_id = metadata.cluster_id
+    restarted = ClusterMetadata()
+    apply(restarted, log)
+    log += apply(restarted, restarted.handle_start())
+    assert (restarted.cluster_id, restarted.controller_epoch) == (cluster_id, 2)
+
+
+def test_create_topic__replicas_spread_leaders_and_replay_rebuilds_the_same_state():
+    metadata, log = started()
+    records, topic = metadata.handle_create_topic("orders", 3, 3, {"min.insync.replicas": "2"}, 3)
+    assert "orders" not in metadata.topics  # handlers change nothing
+    log += apply(metadata, records)
+    assert [p.leader for p in metadata.topics["orders"].partitions] == [0, 1, 2]
+    assert all(p.isr == p.replicas and p.leader_epoch == 0 for p in metadata.topics["orders"].partitions)
+    replayed = ClusterMetadata()
+    apply(replayed, log)
+    assert replayed.topics == metadata.topics
+
+
+@pytest.mark.parametrize("name, partitions, rf, config, error, message", [
+    ("bad name!", 1, 1, None, InvalidTopic, None),
+    ("..", 1, 1, None, InvalidTopic, None),
+    ("x" * 250, 1, 1, None, InvalidTopic, None),
+    ("orders", 1, 1, None, TopicAlreadyExists, "Topic 'orders' already exists."),
+    ("t", 0, 1, None, InvalidPartitions, None),
+    ("t", 1, 4, None, InvalidReplicationFactor, "Replication factor: 4 larger than available brokers: 3."),
+    ("t", 1, 1, {"retention.ms": "x"}, InvalidConfig, None),
+])
+def test_create_topic__bad_input__typed_error_and_nothing_changes(name, partitions, rf, config, error, message):
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("orders", 1, 1, None, 3)[0])
+    before = dict(metadata.topics)
+    with pytest.raises(error) as raised:
+        metadata.handle_create_topic(name, partitions, rf, config, 3)
+    if message:
+        assert raised.value.message == message
+    assert metadata.topics == before
+
+
+def test_elect_leader__first_available_isr_member_and_epoch_plus_one():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, 3)[0])
+    records, state = metadata.handle_elect_leader("orders", 0, unavailable_replicas={0})
+    apply(metadata, records)
+    assert (state.leader, state.leader_epoch, state.isr) == (1, 1, (1, 2))
+
+
+def test_elect_leader__no_live_isr_member__offline_not_unclean():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, 3)[0])
+    state = metadata.partition("orders", 0)
+    apply(metadata, metadata.handle_alter_isr("orders", 0, 0, 0, state.partition_epoch, [0])[0])
+    records, state = metadata.handle_elect_leader("orders", 0, unavailable_replicas={0})
+    apply(metadata, records)
+    assert (state.leader, state.isr) == (NO_LEADER, (0,))  # replicas 1, 2 are out of sync: never leaders
+    records, state = metadata.handle_elect_leader("orders", 0, unavailable_replicas=set())
+    assert (state.leader, state.leader_epoch) == (0, 2)
+
+
+def test_alter_isr__stale_leader_epoch_is_fenced():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, 3)[0])
+    apply(metadata, metadata.handle_elect_leader("orders", 0, {0})[0])
+    state = metadata.partition("orders", 0)
+    with pytest.raises(FencedLeaderEpoch):
+        metadata.handle_alter_isr("orders", 0, 0, 0, state.partition_epoch, [0, 1])
+    with pytest.raises(NotLeaderOrFollower):
+        metadata.handle_alter_isr("orders", 0, 2, 1, state.partition_epoch, [2])
+    records, new = metadata.handle_alter_isr("orders", 0, 1, 1, state.partition_epoch, [1, 2, 0])
+    assert new.isr == (0, 1, 2) and new.partition_epoch == state.partition_epoch + 1
+
+
+def test_unknown_topic_or_partition():
+    metadata, _ = started()
+    with pytest.raises(UnknownTopicOrPartition):
+        metadata.partition("nope", 0)
+    apply(metadata, metadata.handle_create_topic("orders", 1, 1, None, 1)[0])
+    with pytest.raises(UnknownTopicOrPartition):
+        metadata.partition("orders", 1)
+    apply(metadata, metadata.handle_delete_topic("orders"))
+    assert metadata.topics == {}
