@@ -305,6 +305,11 @@ class PartitionLog:
                 return data
         return b""
 
+    def batch_headers(self):
+        """Every batch header, oldest first (no record is decoded)."""
+        for segment in self._segments:
+            yield from segment.batch_headers()
+
     def offset_for_timestamp(self, target_ms: int, max_offset: int | None = None) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is >= `target_ms`,
         in offset order; None if no record at or after the log start (and below

@@ -265,6 +265,10 @@ class Segment:
             yield position, header
             position += header.size_bytes
 
+    def batch_headers(self) -> Iterator[BatchHeader]:
+        for _, header in self._scan(0):
+            yield header
+
     def _position_floor(self, offset: int) -> int:
         slot = bisect.bisect_right(self._index_offsets, offset) - 1
         return self._index_positions[slot] if slot >= 0 else 0
