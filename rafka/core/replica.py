@@ -1,0 +1,242 @@
+"""One partition replica's logic: roles, produce, fetch, truncation. No I/O waits.
+
+The replica actor owns one PartitionReplica and adds only what needs Ray or
+asyncio: parking fetches and acks=all produces until the LEO or HW moves, the
+follower's fetch loop, and calls to the controller.
+
+Invariants:
+  only the leader appends produced batches, and only at its current epoch
+  a request naming an older leader epoch is fenced (FENCED_LEADER_EPOCH), a newer
+  one is not known yet (UNKNOWN_LEADER_EPOCH)
+  consumers never get a batch at or above the HW
+  a follower truncates to the leader's end offset for its latest epoch (KIP-101)
+  before it appends anything fetched in a new epoch
+  acks=all needs at least min.insync.replicas in the ISR when the batch arrives
+Caller: the partition replica actor, from one thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from pathlib import Path
+
+from rafka.core.config import TopicConfig
+from rafka.core.errors import (FencedLeaderEpoch, InvalidRequiredAcks, NotEnoughReplicas,
+                               NotLeaderOrFollower, OffsetOutOfRange, UnknownLeaderEpoch)
+from rafka.core.leader_epoch import UNDEFINED_OFFSET
+from rafka.core.log import PartitionLog
+from rafka.core.producer_state import ProducerStateTable
+from rafka.core.records import iter_batches, read_header
+from rafka.core.replication import LeaderState, follower_high_watermark
+
+ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+
+
+class Role(enum.Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProduceResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    duplicate: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchResult:
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    leader_epoch: int
+
+
+def parse_acks(acks) -> int:
+    if acks in ("all", -1, "-1"):
+        return ACKS_ALL
+    if acks in (0, "0"):
+        return ACKS_NONE
+    if acks in (1, "1"):
+        return ACKS_LEADER
+    raise InvalidRequiredAcks(f"acks must be 0, 1 or all, got {acks!r}")
+
+
+class PartitionReplica:
+    def __init__(self, *, topic: str, partition: int, replica_id: int, directory: str | Path,
+                 config: TopicConfig, clock, replica_lag_time_max_ms: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.replica_id = replica_id
+        self.config = config
+        self.clock = clock
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.log = PartitionLog(directory, config, clock)
+        self.producers = ProducerStateTable.rebuilt_from(self.log.batch_headers())
+        self.role = Role.FOLLOWER
+        self.leader_epoch = -1
+        self.leader_id = -1
+        self.partition_epoch = -1
+        self.leader: LeaderState | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition} replica {self.replica_id}"
+
+    # --- role changes (from the controller) ---------------------------------------
+
+    def become_leader(self, *, leader_epoch: int, replicas: list[int], isr: list[int],
+                      partition_epoch: int) -> None:
+        self._check_new_epoch(leader_epoch)
+        self.role = Role.LEADER
+        self.leader_epoch, self.leader_id, self.partition_epoch = leader_epoch, self.replica_id, partition_epoch
+        self.leader = LeaderState(replica_id=self.replica_id, replicas=replicas, isr=isr,
+                                  leader_epoch=leader_epoch, log=self.log, now_ms=self.clock.monotonic_ms(),
+                                  replica_lag_time_max_ms=self.replica_lag_time_max_ms)
+        self.log.epochs.assign(leader_epoch, self.log.log_end_offset)
+        self.leader.maybe_advance_high_watermark()
+
+    def become_follower(self, *, leader_id: int, leader_epoch: int) -> None:
+        self._check_new_epoch(leader_epoch)
+        self.role = Role.FOLLOWER
+        self.leader_epoch, self.leader_id = leader_epoch, leader_id
+        self.leader = None
+
+    def _check_new_epoch(self, leader_epoch: int) -> None:
+        if leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpoch(f"{self.name}: epoch {leader_epoch} is older than {self.leader_epoch}")
+
+    def apply_isr(self, isr: list[int], partition_epoch: int) -> bool:
+        """The controller accepted an ISR change; True if the HW moved."""
+        self._require_leader(self.leader_epoch)
+        self.partition_epoch = partition_epoch
+        return self.leader.apply_isr(isr)
+
+    # --- produce (leader) ---------------------------------------------------------
+
+    def append(self, records: bytes, *, acks: int, leader_epoch: int | None = None) -> ProduceResult:
+        """Append a producer's batches. acks=all fails NOT_ENOUGH_REPLICAS before
+        writing when the ISR is below min.insync.replicas; the caller then waits for
+        `is_committed(last_offset)`. Duplicate batches of an idempotent producer are
+        answered with their original offsets."""
+        self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
+        if acks == ACKS_ALL and len(self.leader.isr) < self.config.min_insync_replicas:
+            raise NotEnoughReplicas(f"{self.name}: ISR {sorted(self.leader.isr)} is smaller than "
+                                    f"min.insync.replicas {self.config.min_insync_replicas}")
+        headers = [header for _, header in iter_batches(records, verify_crc=False)] if records else []
+        if len(headers) == 1:
+            duplicate = self.producers.check(headers[0])
+            if duplicate is not None:
+                return ProduceResult(duplicate.first_offset, duplicate.last_offset, -1, True)
+        else:
+            for header in headers:
+                if self.producers.check(header) is not None:
+                    raise NotLeaderOrFollower(f"{self.name}: a multi-batch request holds a duplicate")
+        result = self.log.append_as_leader(records, self.leader_epoch)
+        self._track_producers(records, result.base_offset)
+        self.leader.maybe_advance_high_watermark()
+        return ProduceResult(result.base_offset, result.last_offset, result.log_append_time_ms, False)
+
+    def _track_producers(self, records: bytes, base_offset: int) -> None:
+        next_offset = base_offset
+        for _, header in iter_batches(records, verify_crc=False):
+            self.producers.on_append(header._replace(base_offset=next_offset))
+            next_offset += header.last_offset_delta + 1
+
+    def is_committed(self, last_offset: int) -> bool:
+        return self.log.high_watermark > last_offset
+
+    # --- fetch (leader) -----------------------------------------------------------
+
+    def fetch_for_follower(self, *, follower_id: int, fetch_offset: int, leader_epoch: int,
+                           max_bytes: int) -> FetchResult:
+        self._require_leader(leader_epoch)
+        if fetch_offset > self.log.log_end_offset or fetch_offset < self.log.log_start_offset:
+            raise OffsetOutOfRange(f"{self.name}: follower fetch at {fetch_offset} outside "
+                                   f"[{self.log.log_start_offset}, {self.log.log_end_offset}]")
+        self.leader.on_follower_fetch(follower_id, fetch_offset, self.clock.monotonic_ms())
+        return self._fetch_result(self.log.read(fetch_offset, max_bytes))
+
+    def fetch_for_consumer(self, *, fetch_offset: int, max_bytes: int,
+                           leader_epoch: int | None = None) -> FetchResult:
+        """Batches below the HW only (read_uncommitted)."""
+        self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
+        if fetch_offset > self.log.high_watermark:
+            raise OffsetOutOfRange(f"{self.name}: offset {fetch_offset} is above the HW "
+                                   f"{self.log.high_watermark}")
+        return self._fetch_result(self.log.read(fetch_offset, max_bytes, max_offset=self.log.high_watermark))
+
+    def _fetch_result(self, records: bytes) -> FetchResult:
+        return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,
+                           self.log.log_end_offset, self.leader_epoch)
+
+    def end_offset_for_epoch(self, *, requested_epoch: int, leader_epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch, answered by the leader (KIP-101)."""
+        self._require_leader(leader_epoch)
+        return self.log.end_offset_for_epoch(requested_epoch)
+
+    def lagging_isr_members(self) -> set[int]:
+        self._require_leader(self.leader_epoch)
+        return self.leader.lagging_isr_members(self.clock.monotonic_ms())
+
+    def caught_up_outside_isr(self) -> set[int]:
+        self._require_leader(self.leader_epoch)
+        return self.leader.caught_up_outside_isr()
+
+    def _require_leader(self, leader_epoch: int) -> None:
+        if leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpoch(f"{self.name}: request epoch {leader_epoch} < {self.leader_epoch}")
+        if leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpoch(f"{self.name}: request epoch {leader_epoch} > {self.leader_epoch}")
+        if self.role is not Role.LEADER:
+            raise NotLeaderOrFollower(f"{self.name} is not the leader (leader is replica {self.leader_id})")
+
+    # --- follower -----------------------------------------------------------------
+
+    def truncate_to_leader_epoch_end(self, leader_answer: tuple[int, int]) -> int:
+        """KIP-101: cut the log where it stops matching the leader's. `leader_answer`
+        is the leader's (epoch, end offset) for this replica's latest epoch.
+        Returns the new LEO."""
+        epoch, end_offset = leader_answer
+        if end_offset != UNDEFINED_OFFSET:
+            if epoch < self.log.latest_epoch:
+                # The leader does not know our latest epoch: cut at its end of the
+                # epoch it knows, then our own end of that epoch (KIP-279).
+                own_epoch, own_end = self.log.end_offset_for_epoch(epoch)
+                end_offset = min(end_offset, own_end) if own_epoch == epoch else end_offset
+            self.log.truncate_to(end_offset)
+            self.producers.truncate_to(self.log.log_end_offset)
+        return self.log.log_end_offset
+
+    def apply_fetched(self, result: FetchResult) -> None:
+        """Append what the leader returned; follower HW = min(leader HW, own LEO)."""
+        if self.role is not Role.FOLLOWER:
+            raise NotLeaderOrFollower(f"{self.name} is not a follower")
+        if result.leader_epoch != self.leader_epoch:
+            raise FencedLeaderEpoch(f"{self.name}: fetched at epoch {result.leader_epoch}, "
+                                    f"follows epoch {self.leader_epoch}")
+        if result.records:
+            self.log.append_as_follower(result.records)
+            for _, header in iter_batches(result.records, verify_crc=False):
+                self.producers.on_append(header)
+        self.log.update_high_watermark(follower_high_watermark(result.high_watermark, self.log.log_end_offset))
+
+    def restart_from(self, leader_log_start_offset: int) -> None:
+        """Our fetch offset fell below the leader's log start: start empty there."""
+        self.log.truncate_fully_and_start_at(leader_log_start_offset)
+        self.producers = ProducerStateTable()
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def last_offset_of(records: bytes) -> int:
+    """Last offset of the last batch in `records` (which must be non-empty)."""
+    position, header = 0, None
+    while position < len(records):
+        header = read_header(records, position)
+        position += header.size_bytes
+    return header.last_offset
