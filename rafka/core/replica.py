@@ -22,12 +22,12 @@ import enum
 from pathlib import Path
 
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (FencedLeaderEpoch, InvalidRequiredAcks, NotEnoughReplicas,
+from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRequiredAcks, NotEnoughReplicas,
                                NotLeaderOrFollower, OffsetOutOfRange, UnknownLeaderEpoch)
 from rafka.core.leader_epoch import UNDEFINED_OFFSET
 from rafka.core.log import PartitionLog
 from rafka.core.producer_state import ProducerStateTable
-from rafka.core.records import iter_batches, read_header
+from rafka.core.records import iter_batches
 from rafka.core.replication import LeaderState, follower_high_watermark
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
@@ -134,7 +134,8 @@ class PartitionReplica:
         else:
             for header in headers:
                 if self.producers.check(header) is not None:
-                    raise NotLeaderOrFollower(f"{self.name}: a multi-batch request holds a duplicate")
+                    raise DuplicateSequence(f"{self.name}: a multi-batch request holds a batch "
+                                            f"that was already written")
         result = self.log.append_as_leader(records, self.leader_epoch)
         self._track_producers(records, result.base_offset)
         self.leader.maybe_advance_high_watermark()
@@ -231,12 +232,3 @@ class PartitionReplica:
 
     def close(self) -> None:
         self.log.close()
-
-
-def last_offset_of(records: bytes) -> int:
-    """Last offset of the last batch in `records` (which must be non-empty)."""
-    position, header = 0, None
-    while position < len(records):
-        header = read_header(records, position)
-        position += header.size_bytes
-    return header.last_offset
