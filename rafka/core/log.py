@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import fcntl
 import os
 from pathlib import Path
 
 from rafka.core import checkpoint
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (CorruptRecord, InvalidRecord, OffsetOutOfRange, RecordListTooLarge,
-                               RecordTooLarge)
+from rafka.core.errors import (InvalidRecord, KafkaStorageError, OffsetOutOfRange,
+                               RecordListTooLarge, RecordTooLarge)
 from rafka.core.leader_epoch import LeaderEpochCache
 from rafka.core.records import (ATTR_COMPRESSION_MASK, RecordInput, BatchHeader, decode_batches,
                                 encode_batch, iter_batches, read_header, restamp,
@@ -44,6 +45,7 @@ from rafka.core.records import (ATTR_COMPRESSION_MASK, RecordInput, BatchHeader,
 from rafka.core.segment import Segment, segment_file_name
 
 CHECKPOINT_FILE = "recovery-point-checkpoint"
+LOCK_FILE = ".lock"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +71,7 @@ class PartitionLog:
                  clock=None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock_directory(self.directory)
         self.config = config or TopicConfig.from_dict({})
         self.clock = clock or SystemClock()
         self.epochs = LeaderEpochCache(self.directory)
@@ -476,12 +479,31 @@ class PartitionLog:
         for segment in self._segments:
             segment.close()
         self._segments, self._bases = [], []
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = -1
 
     def delete(self) -> None:
         """Remove the log's files (the topic was deleted)."""
         for segment in self._segments:
             segment.delete()
         self._segments, self._bases = [], []
+        self._unlock()
         for path in self.directory.iterdir():
             path.unlink()
         self.directory.rmdir()
+
+
+def _lock_directory(directory: Path) -> int:
+    """Hold an exclusive lock on the log directory for the life of the log: two
+    replicas (or processes) writing one log would corrupt it silently."""
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise KafkaStorageError(f"log directory {directory} is in use by another replica") from None
+    return fd

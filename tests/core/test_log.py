@@ -8,7 +8,8 @@ import pytest
 
 from rafka.core.clock import FakeClock
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (CorruptRecord, InvalidRecord, OffsetOutOfRange, RecordTooLarge)
+from rafka.core.errors import (CorruptRecord, InvalidRecord, KafkaStorageError, OffsetOutOfRange,
+                               RecordTooLarge)
 from rafka.core.log import PartitionLog
 from rafka.core.records import RecordInput, decode_records, encode_batch, read_header
 
@@ -371,3 +372,11 @@ def test_follower_fetch_below_leader_log_start__truncate_fully_and_start_at(tmp_
     assert log.log_end_offset == 101 and log.epochs.entries() == [(3, 100)]
     log.close()
     assert open_log(tmp_path).log_start_offset == 100
+
+
+def test_log_directory__a_second_opener_is_refused_until_the_first_closes(tmp_path):
+    first = open_log(tmp_path)
+    with pytest.raises(KafkaStorageError):
+        open_log(tmp_path)
+    first.close()
+    open_log(tmp_path).close()

@@ -1,0 +1,195 @@
+"""The partition replica actor: a thin asyncio shell around core.PartitionReplica.
+
+What lives here and not in core: parking a follower's fetch (long poll,
+`fetch_max_wait_ms`) until the LEO moves, parking an acks=all produce until the HW
+passes its last offset (or leadership is lost, or `request_timeout_ms` ends), and
+the follower's fetch loop against the leader actor.
+
+Concurrency: Ray runs an async actor's methods as tasks on one event loop, so the
+core object is only touched between awaits, from one thread. Waiters are woken by
+`_notify()` after every change of LEO, HW or role.
+
+Named `replica:<topic>:<partition>:<replica index>` in namespace `rafka`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import ray
+
+from rafka.core.clock import SystemClock
+from rafka.core.config import TopicConfig
+from rafka.core.errors import (KafkaError, NotLeaderOrFollower, OffsetOutOfRange, RequestTimedOut)
+from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
+
+NAMESPACE = "rafka"
+logger = logging.getLogger(__name__)
+
+
+def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
+    return f"replica:{topic}:{partition}:{replica_id}"
+
+
+def replica_directory(data_dir: str, node_id: str, topic: str, partition: int) -> str:
+    """Node-local: a replica restarted on another node starts empty and re-replicates."""
+    return os.path.join(data_dir, node_id, f"{topic}-{partition}")
+
+
+class ReplicaActor:
+    def __init__(self, *, topic: str, partition: int, replica_id: int, data_dir: str,
+                 config: dict, replica_lag_time_max_ms: int = 30_000,
+                 replica_fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500) -> None:
+        node_id = ray.get_runtime_context().get_node_id()
+        self.replica = PartitionReplica(
+            topic=topic, partition=partition, replica_id=replica_id,
+            directory=replica_directory(data_dir, node_id, topic, partition),
+            config=TopicConfig.from_dict(config), clock=SystemClock(),
+            replica_lag_time_max_ms=replica_lag_time_max_ms)
+        self.node_id = node_id
+        self.replica_fetch_max_bytes = replica_fetch_max_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self._changed = asyncio.Event()
+        self._fetcher: asyncio.Task | None = None
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_for_change(self, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout=max(0.0, timeout_s))
+        except asyncio.TimeoutError:
+            pass
+
+    # --- role changes -------------------------------------------------------------
+
+    async def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
+                            partition_epoch: int) -> None:
+        await self._stop_fetcher()
+        self.replica.become_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr,
+                                   partition_epoch=partition_epoch)
+        self._notify()
+
+    async def become_follower(self, leader_id: int, leader_epoch: int) -> None:
+        await self._stop_fetcher()
+        self.replica.become_follower(leader_id=leader_id, leader_epoch=leader_epoch)
+        self._notify()  # parked acks=all produces of a deposed leader fail now
+        self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop(leader_id, leader_epoch))
+
+    async def apply_isr(self, isr: list[int], partition_epoch: int) -> None:
+        if self.replica.apply_isr(isr, partition_epoch):
+            self._notify()
+
+    async def _stop_fetcher(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+            try:
+                await self._fetcher
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._fetcher = None
+
+    # --- leader side --------------------------------------------------------------
+
+    async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
+        result = self.replica.append(records, acks=acks)
+        epoch = self.replica.leader_epoch
+        self._notify()
+        if acks != ACKS_ALL:
+            return result
+        deadline = asyncio.get_running_loop().time() + request_timeout_ms / 1000
+        while not self.replica.is_committed(result.last_offset):
+            if self.replica.role is not Role.LEADER or self.replica.leader_epoch != epoch:
+                raise NotLeaderOrFollower(f"{self.replica.name} lost leadership before offset "
+                                          f"{result.last_offset} was replicated")
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise RequestTimedOut(f"{self.replica.name}: offset {result.last_offset} not replicated "
+                                      f"to the ISR within {request_timeout_ms} ms")
+            await self._wait_for_change(remaining)
+        return result
+
+    async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int,
+                    max_bytes: int, max_wait_ms: int) -> FetchResult:
+        """A follower's fetch: answers at once with data, else parks up to max_wait_ms."""
+        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+        while True:
+            high_watermark = self.replica.log.high_watermark
+            result = self.replica.fetch_for_follower(follower_id=follower_id, fetch_offset=fetch_offset,
+                                                     leader_epoch=leader_epoch, max_bytes=max_bytes)
+            if self.replica.log.high_watermark != high_watermark:
+                self._notify()  # this fetch moved the HW: wake acks=all produces
+            remaining = deadline - asyncio.get_running_loop().time()
+            if result.records or remaining <= 0:
+                return result
+            await self._wait_for_change(remaining)
+
+    async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
+                             leader_epoch: int | None = None) -> FetchResult:
+        """A consumer's fetch: only batches below the HW; parks while there are none."""
+        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+        while True:
+            result = self.replica.fetch_for_consumer(fetch_offset=fetch_offset, max_bytes=max_bytes,
+                                                     leader_epoch=leader_epoch)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if result.records or remaining <= 0:
+                return result
+            await self._wait_for_change(remaining)
+
+    async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int) -> tuple[int, int]:
+        return self.replica.end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
+
+    # --- follower side ------------------------------------------------------------
+
+    async def _fetch_loop(self, leader_id: int, leader_epoch: int) -> None:
+        leader = ray.get_actor(replica_actor_name(self.replica.topic, self.replica.partition, leader_id),
+                               namespace=NAMESPACE)
+        truncated = False
+        while self.replica.role is Role.FOLLOWER and self.replica.leader_epoch == leader_epoch:
+            try:
+                if not truncated:
+                    answer = await leader.end_offset_for_epoch.remote(self.replica.log.latest_epoch, leader_epoch)
+                    self.replica.truncate_to_leader_epoch_end(tuple(answer))
+                    truncated = True
+                result = await leader.fetch.remote(self.replica.replica_id, self.replica.log.log_end_offset,
+                                                   leader_epoch, self.replica_fetch_max_bytes,
+                                                   self.fetch_max_wait_ms)
+                self.replica.apply_fetched(result)
+                self._notify()
+            except asyncio.CancelledError:
+                raise
+            except OffsetOutOfRange:
+                start = (await leader.describe.remote())["log_start_offset"]
+                if self.replica.log.log_end_offset < start:
+                    self.replica.restart_from(start)
+            except (KafkaError, ray.exceptions.RayError) as error:
+                # The leader is gone, fenced or not ready: the controller will tell us
+                # who leads next; until then retry slowly.
+                logger.info("%s: fetch from replica %d failed: %s", self.replica.name, leader_id, error)
+                await asyncio.sleep(0.1)
+
+    # --- introspection ------------------------------------------------------------
+
+    async def describe(self) -> dict:
+        log = self.replica.log
+        leader = self.replica.leader
+        return {"topic": self.replica.topic, "partition": self.replica.partition,
+                "replica_id": self.replica.replica_id, "node_id": self.node_id, "pid": os.getpid(),
+                "role": self.replica.role.value, "leader_epoch": self.replica.leader_epoch,
+                "leader_id": self.replica.leader_id, "log_start_offset": log.log_start_offset,
+                "high_watermark": log.high_watermark, "log_end_offset": log.log_end_offset,
+                "isr": sorted(leader.isr) if leader else None,
+                "remote_log_end_offsets": ({r: p.log_end_offset for r, p in leader.followers.items()}
+                                           if leader else None)}
+
+    async def read_below_high_watermark(self) -> bytes:
+        """Every byte of the log below the HW (tests compare replicas with it)."""
+        log = self.replica.log
+        return log.read(log.log_start_offset, 1 << 30, max_offset=log.high_watermark) \
+            if log.high_watermark > log.log_start_offset else b""
+
+    async def ping(self) -> str:
+        return self.node_id
