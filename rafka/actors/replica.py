@@ -53,6 +53,7 @@ class ReplicaActor:
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self._changed = asyncio.Event()
         self._fetcher: asyncio.Task | None = None
+        self._isr_keeper: asyncio.Task | None = None
 
     def _notify(self) -> None:
         self._changed.set()
@@ -72,6 +73,8 @@ class ReplicaActor:
         self.replica.become_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr,
                                    partition_epoch=partition_epoch)
         self._notify()
+        if self._isr_keeper is None or self._isr_keeper.done():
+            self._isr_keeper = asyncio.get_running_loop().create_task(self._keep_isr())
 
     async def become_follower(self, leader_id: int, leader_epoch: int) -> None:
         await self._stop_fetcher()
@@ -142,6 +145,35 @@ class ReplicaActor:
     async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int) -> tuple[int, int]:
         return self.replica.end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
 
+    async def _keep_isr(self) -> None:
+        """Leader only: propose ISR shrinks (followers lagging for longer than
+        replica.lag.time.max.ms) and expansions (caught-up followers) to the
+        controller, with this leader's epochs; apply what it accepts."""
+        try:
+            controller = ray.get_actor("controller", namespace=NAMESPACE)
+        except ValueError:
+            logger.warning("%s: no controller: the ISR stays as it is", self.replica.name)
+            return
+        interval_s = max(0.05, self.replica.replica_lag_time_max_ms / 4000)
+        while self.replica.role is Role.LEADER:
+            await asyncio.sleep(interval_s)
+            if self.replica.role is not Role.LEADER:
+                return
+            isr = set(self.replica.leader.isr)
+            proposed = (isr - self.replica.lagging_isr_members()) | self.replica.caught_up_outside_isr()
+            if proposed == isr:
+                continue
+            epoch, partition_epoch = self.replica.leader_epoch, self.replica.partition_epoch
+            try:
+                accepted = await controller.alter_isr.remote(
+                    self.replica.topic, self.replica.partition, self.replica.replica_id, epoch,
+                    partition_epoch, sorted(proposed))
+            except (KafkaError, ray.exceptions.RayError) as error:
+                logger.info("%s: ISR change %s refused: %s", self.replica.name, sorted(proposed), error)
+                continue
+            if self.replica.role is Role.LEADER and self.replica.leader_epoch == epoch:
+                await self.apply_isr(accepted["isr"], accepted["partition_epoch"])
+
     # --- follower side ------------------------------------------------------------
 
     async def _fetch_loop(self, leader_id: int, leader_epoch: int) -> None:
@@ -191,5 +223,8 @@ class ReplicaActor:
         return log.read(log.log_start_offset, 1 << 30, max_offset=log.high_watermark) \
             if log.high_watermark > log.log_start_offset else b""
 
-    async def ping(self) -> str:
-        return self.node_id
+    async def ping(self) -> dict:
+        """Liveness and role, for the controller's watch loop. A restarted actor
+        answers with role follower and epoch -1 until it is told its role."""
+        return {"node_id": self.node_id, "role": self.replica.role.value,
+                "leader_epoch": self.replica.leader_epoch}

@@ -21,7 +21,9 @@ REPLICA_CPU = 0.01  # replicas are mostly waiting on I/O; many share a core
 
 def partition_placement_group(topic: str, partition: int, replication_factor: int) -> PlacementGroup:
     bundles = [{"CPU": REPLICA_CPU, BROKER_RESOURCE: 0.001} for _ in range(replication_factor)]
-    return placement_group(bundles, strategy="STRICT_SPREAD", name=f"rafka:{topic}:{partition}")
+    # Detached: the group (and so its replicas) outlives the controller that made it.
+    return placement_group(bundles, strategy="STRICT_SPREAD", name=f"rafka:{topic}:{partition}",
+                           lifetime="detached")
 
 
 def wait_ready(group: PlacementGroup, timeout_s: float) -> None:
