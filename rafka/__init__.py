@@ -1,7 +1,15 @@
 """rafka: Kafka's log and offset model as Ray actors.
 
-`import rafka` stays light: the Ray-backed entry points load on first use, so
-`rafka.core` can be imported (and tested) without Ray.
+`import rafka` stays light: `local_cluster` and `connect` import Ray on first use,
+so `rafka.core` can be imported (and tested) without Ray.
 """
 
 __version__ = "0.1.0"
+__all__ = ["local_cluster", "connect"]
+
+
+def __getattr__(name: str):
+    if name in ("local_cluster", "connect"):
+        from rafka import cluster
+        return getattr(cluster, name)
+    raise AttributeError(f"module 'rafka' has no attribute {name!r}")

@@ -4,32 +4,25 @@ import time
 
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
-from rafka.actors.controller import CONTROLLER_NAME, ControllerActor
+import rafka
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
-from rafka.placement.groups import BROKER_RESOURCE
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def controller(tmp_path_factory):
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {BROKER_RESOURCE: 1}})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1, resources={BROKER_RESOURCE: 1})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace=NAMESPACE)
-    handle = ray.remote(ControllerActor).options(name=CONTROLLER_NAME, lifetime="detached", max_restarts=-1,
-                                                 num_cpus=0).remote(
-        data_dir=str(tmp_path_factory.mktemp("rafka")), replica_lag_time_max_ms=2_000,
-        fetch_max_wait_ms=100, leader_ping_timeout_ms=1_000, watch_interval_ms=100)
-    ray.get(handle.ping.remote())
-    yield handle
-    ray.shutdown()
-    cluster.shutdown()
+def cluster():
+    with rafka.local_cluster(nodes=3, replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100,
+                             leader_ping_timeout_ms=1_000, watch_interval_ms=100) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="module")
+def controller(cluster):
+    return cluster.controller
 
 
 def wait_until(condition, timeout_s=30.0, interval_s=0.05):
@@ -50,11 +43,15 @@ def leader_of(controller, topic, partition):
     return ray.get(controller.metadata_snapshot.remote())["topics"][topic]["partitions"][partition]
 
 
-def test_create_topic__each_partitions_replicas_on_three_distinct_nodes(controller):
-    described = ray.get(controller.create_topic.remote("placed", 2, 3, {"min.insync.replicas": "2"}))
+def test_create_topic__each_partitions_replicas_on_three_distinct_nodes(cluster):
+    admin = cluster.admin()
+    admin.create_topic("placed", partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    described = admin.describe_topics(["placed"])["placed"]
     for p in described["partitions"]:
-        nodes = {ray.get(replica("placed", p["partition"], r).ping.remote())["node_id"] for r in p["replicas"]}
-        assert len(nodes) == 3
+        assert len(set(p["replica_nodes"].values())) == 3 and None not in p["replica_nodes"].values()
+        assert p["leader_epoch"] == 0 and p["isr"] == p["replicas"]
+        assert p["leader_node"] == p["replica_nodes"][p["leader"]]
+    assert "placed" in admin.list_topics()
 
 
 def test_leader_actor_killed__new_leader_next_epoch_and_acked_writes_survive(controller):

@@ -1,0 +1,47 @@
+"""Admin: topics, as kafka-topics.sh offers them (driver side)."""
+
+from __future__ import annotations
+
+import ray
+
+from rafka.actors.replica import NAMESPACE, replica_actor_name
+
+
+class Admin:
+    def __init__(self, controller) -> None:
+        self._controller = controller
+
+    def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 1,
+                     config: dict | None = None) -> dict:
+        return ray.get(self._controller.create_topic.remote(name, partitions, replication_factor, config))
+
+    def list_topics(self) -> list[str]:
+        return ray.get(self._controller.list_topics.remote())
+
+    def describe_topics(self, names: list[str] | None = None, *, timeout_s: float = 5.0) -> dict[str, dict]:
+        """Per partition: leader (replica index and node), leader epoch, replicas, ISR,
+        log start offset, HW, and each live replica's LEO (None when unreachable)."""
+        snapshot = ray.get(self._controller.metadata_snapshot.remote())["topics"]
+        if names is not None:
+            from rafka.core.errors import UnknownTopicOrPartition
+            missing = [n for n in names if n not in snapshot]
+            if missing:
+                raise UnknownTopicOrPartition(f"Topic '{missing[0]}' does not exist.")
+            snapshot = {n: snapshot[n] for n in names}
+        for name, topic in snapshot.items():
+            for p in topic["partitions"]:
+                states = {}
+                for replica_id in p["replicas"]:
+                    try:
+                        handle = ray.get_actor(replica_actor_name(name, p["partition"], replica_id),
+                                               namespace=NAMESPACE)
+                        states[replica_id] = ray.get(handle.describe.remote(), timeout=timeout_s)
+                    except Exception:  # dead, restarting or paused: reported as unknown
+                        states[replica_id] = None
+                leader_state = states.get(p["leader"])
+                p["leader_node"] = leader_state["node_id"] if leader_state else None
+                p["log_start_offset"] = leader_state["log_start_offset"] if leader_state else None
+                p["high_watermark"] = leader_state["high_watermark"] if leader_state else None
+                p["log_end_offsets"] = {r: (s["log_end_offset"] if s else None) for r, s in states.items()}
+                p["replica_nodes"] = {r: (s["node_id"] if s else None) for r, s in states.items()}
+        return snapshot
