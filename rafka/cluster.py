@@ -19,6 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rafka.actors.controller import CONTROLLER_NAME, ControllerActor
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.admin import Admin
+from rafka.client.producer import Producer
 from rafka.placement.groups import BROKER_RESOURCE
 
 NODE_CPUS = 2  # logical CPUs per simulated node: replicas ask for none, Spark executors do
@@ -33,6 +34,10 @@ class Cluster:
 
     def admin(self) -> Admin:
         return Admin(self.controller)
+
+    def producer(self, **options) -> Producer:
+        """A Producer; options are kafka-python style (acks, batch_size, linger_ms, ...)."""
+        return Producer(self.controller, **options)
 
     def replica(self, topic: str, partition: int, replica_id: int):
         return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)

@@ -132,6 +132,12 @@ class ControllerActor:
     def _replica(topic: str, partition: int, replica_id: int):
         return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
 
+    async def allocate_producer_id(self) -> int:
+        async with self._lock:
+            records, producer_id = self.metadata.handle_allocate_producer_id()
+            self._commit(records)
+        return producer_id
+
     async def list_topics(self) -> list[str]:
         return sorted(self.metadata.topics)
 

@@ -75,6 +75,7 @@ class ClusterMetadata:
         self.cluster_id: str | None = None
         self.controller_epoch = 0
         self.topics: dict[str, TopicMetadata] = {}
+        self.next_producer_id = 0
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -95,6 +96,8 @@ class ClusterMetadata:
             self.topics[topic.name] = dataclasses.replace(topic, partitions=tuple(partitions))
         elif kind == "remove_topic":
             self.topics.pop(record["name"], None)
+        elif kind == "producer_ids":
+            self.next_producer_id = record["next"]
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -139,6 +142,10 @@ class ClusterMetadata:
         staged = ClusterMetadata()
         staged.replay(record)
         return [record], staged.topics[name]
+
+    def handle_allocate_producer_id(self) -> tuple[list[Record], int]:
+        """A producer id never handed out before (idempotent producers)."""
+        return [{"type": "producer_ids", "next": self.next_producer_id + 1}], self.next_producer_id
 
     def handle_delete_topic(self, name: str) -> list[Record]:
         self.topic(name)

@@ -79,3 +79,21 @@ def test_leader_actor_killed__new_leader_next_epoch_and_acked_writes_survive(con
         wait_until(lambda r=r: ray.get(replica("orders", 0, r).describe.remote())["high_watermark"] >= hw)
         got = ray.get(replica("orders", 0, r).read_below_high_watermark.remote())
         assert got[:len(data)] == data
+
+
+def test_producer__acks_all_across_a_leader_kill__every_record_once_in_order(cluster):
+    admin = cluster.admin()
+    admin.create_topic("payments", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    with cluster.producer(acks="all", linger_ms=1, batch_size=200) as producer:
+        first = [producer.send("payments", b"p-%d" % i, key=b"k") for i in range(50)]
+        offsets = [f.result(timeout=30).offset for f in first]
+        assert offsets == list(range(50))
+        before = leader_of(cluster.controller, "payments", 0)
+        ray.kill(replica("payments", 0, before["leader"]), no_restart=False)
+        second = [producer.send("payments", b"p-%d" % i, key=b"k") for i in range(50, 100)]
+        offsets += [f.result(timeout=60).offset for f in second]
+    assert offsets == list(range(100))
+    after = leader_of(cluster.controller, "payments", 0)
+    assert after["leader_epoch"] > before["leader_epoch"]
+    data = ray.get(replica("payments", 0, after["leader"]).read_below_high_watermark.remote())
+    assert [r.value for r in decode_records(data)] == [b"p-%d" % i for i in range(100)]

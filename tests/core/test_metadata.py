@@ -107,3 +107,15 @@ def test_unknown_topic_or_partition():
         metadata.partition("orders", 1)
     apply(metadata, metadata.handle_delete_topic("orders"))
     assert metadata.topics == {}
+
+
+def test_producer_ids__never_handed_out_twice_across_restarts():
+    metadata, log = started()
+    ids = []
+    for _ in range(3):
+        records, producer_id = metadata.handle_allocate_producer_id()
+        log += apply(metadata, records)
+        ids.append(producer_id)
+    restarted = ClusterMetadata()
+    apply(restarted, log)
+    assert restarted.handle_allocate_producer_id()[1] not in ids and len(set(ids)) == 3

@@ -1,0 +1,259 @@
+"""Producer: batches records per partition and sends them to partition leaders.
+
+Design, as Kafka's client: `send` puts a record in the open batch of its
+partition and returns a future; one sender thread closes batches that are full
+(`batch_size` bytes), old (`linger_ms`) or flushed, encodes each once (with the
+producer id, epoch and the partition's next sequence) and sends it to the
+leader's replica actor. A retriable failure (leader moved, actor dead, ISR too
+small for a while) refreshes metadata and resends the same bytes after
+`retry_backoff_ms`, until `delivery_timeout_ms`: the leader drops a batch it has
+already written and answers with the original offsets, so a retry never
+duplicates (idempotence).
+
+Bounds: one request in flight per partition (keeps order with retries),
+`buffer_memory` bytes of unsent records (send blocks up to `max_block_ms`).
+Thread-safe: any thread may call send/flush.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from concurrent.futures import Future
+
+import ray
+
+from rafka.client.metadata import MetadataCache
+from rafka.core.errors import KafkaError, RecordTooLarge, RequestTimedOut
+from rafka.core.partitioner import StickyPartitioner, partition_for_key
+from rafka.core.producer_state import SEQUENCE_MODULUS
+from rafka.core.records import NO_PRODUCER_ID, RecordInput, encode_batch
+from rafka.core.replica import ACKS_NONE, parse_acks
+
+RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+@dataclasses.dataclass
+class _Batch:
+    topic: str
+    partition: int
+    created_s: float
+    records: list = dataclasses.field(default_factory=list)
+    futures: list = dataclasses.field(default_factory=list)
+    size_bytes: int = 0
+    encoded: bytes | None = None
+    attempts: int = 0
+    first_send_s: float = 0.0
+    not_before_s: float = 0.0
+
+
+class Producer:
+    def __init__(self, controller, *, acks="all", batch_size: int = 16_384, linger_ms: int = 5,
+                 retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
+                 delivery_timeout_ms: int = 120_000, enable_idempotence: bool = True,
+                 max_request_size: int = 1_048_576, buffer_memory: int = 33_554_432,
+                 max_block_ms: int = 60_000) -> None:
+        self.acks = parse_acks(acks)
+        self.batch_size = batch_size
+        self.linger_s = linger_ms / 1000
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.max_request_size = max_request_size
+        self.buffer_memory = buffer_memory
+        self.max_block_s = max_block_ms / 1000
+        self._metadata = MetadataCache(controller)
+        self._sticky = StickyPartitioner()
+        self.producer_id = (ray.get(controller.allocate_producer_id.remote())
+                            if enable_idempotence else NO_PRODUCER_ID)
+        self.producer_epoch = 0 if enable_idempotence else -1
+        self._lock = threading.Condition()
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._ready: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
+        self._in_flight: dict = {}          # ObjectRef -> _Batch
+        self._busy: set[tuple[str, int]] = set()
+        self._next_sequence: dict[tuple[str, int], int] = collections.defaultdict(int)
+        self._buffered_bytes = 0
+        self._flushing = 0
+        self._closed = False
+        self._sender = threading.Thread(target=self._run, name="rafka-producer-sender", daemon=True)
+        self._sender.start()
+
+    # --- public API ---------------------------------------------------------------
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             partition: int | None = None, timestamp_ms: int | None = None,
+             headers: list[tuple[str, bytes | None]] | None = None) -> Future:
+        if self._closed:
+            raise RuntimeError("send after close")
+        record = RecordInput(value, key, timestamp_ms if timestamp_ms is not None else int(time.time() * 1000),
+                             tuple(headers or ()))
+        size = len(value or b"") + len(key or b"") + RECORD_OVERHEAD_BYTES
+        if size > self.max_request_size:
+            raise RecordTooLarge(f"The message is {size} bytes when serialized which is larger than "
+                                 f"max.request.size ({self.max_request_size})")
+        partition_count = self._metadata.partition_count(topic)
+        if partition is None:
+            partition = (partition_for_key(key, partition_count) if key is not None
+                         else self._sticky.partition(topic, partition_count))
+        elif not 0 <= partition < partition_count:
+            from rafka.core.errors import UnknownTopicOrPartition
+            raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
+        future: Future = Future()
+        with self._lock:
+            deadline = time.monotonic() + self.max_block_s
+            while self._buffered_bytes + size > self.buffer_memory:
+                if not self._lock.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    raise RequestTimedOut(f"buffer_memory full for {self.max_block_s}s")
+            key_tp = (topic, partition)
+            batch = self._open.get(key_tp)
+            if batch is not None and batch.size_bytes + size > self.batch_size:
+                self._close_batch(key_tp, partition_count)
+                batch = None
+            if batch is None:
+                batch = self._open[key_tp] = _Batch(topic, partition, time.monotonic())
+            batch.records.append(record)
+            batch.futures.append(future)
+            batch.size_bytes += size
+            self._buffered_bytes += size
+            if batch.size_bytes >= self.batch_size:
+                self._close_batch(key_tp, partition_count)
+            self._lock.notify_all()
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every buffered record now and wait until each is acked or failed."""
+        with self._lock:
+            self._flushing += 1
+            self._lock.notify_all()
+            try:
+                ok = self._lock.wait_for(lambda: self._buffered_bytes == 0, timeout=timeout)
+            finally:
+                self._flushing -= 1
+        if not ok:
+            raise RequestTimedOut(f"flush did not complete in {timeout}s")
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._sender.join(timeout)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- batching (under self._lock) -----------------------------------------------
+
+    def _close_batch(self, key_tp: tuple[str, int], partition_count: int) -> None:
+        batch = self._open.pop(key_tp)
+        self._ready[key_tp].append(batch)
+        self._sticky.on_new_batch(batch.topic, partition_count, batch.partition)
+
+    def _close_lingered(self, now_s: float) -> float:
+        """Close open batches past linger (all, when flushing). Returns seconds until
+        the next one is due."""
+        next_due = self.linger_s
+        for key_tp, batch in list(self._open.items()):
+            due = batch.created_s + self.linger_s - now_s
+            if due <= 0 or self._flushing or self._closed:
+                self._ready[key_tp].append(self._open.pop(key_tp))
+            else:
+                next_due = min(next_due, due)
+        return next_due
+
+    # --- the sender thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                wait_s = self._close_lingered(now)
+                to_send = []
+                for key_tp, queue in self._ready.items():
+                    if queue and key_tp not in self._busy and queue[0].not_before_s <= now:
+                        to_send.append(queue.popleft())
+                        self._busy.add(key_tp)
+                if self._closed and not self._in_flight and not to_send and not any(self._ready.values()):
+                    return
+                if not to_send and not self._in_flight:
+                    self._lock.wait(timeout=min(wait_s, self.retry_backoff_s))
+                    continue
+            for batch in to_send:
+                self._send(batch)
+            if self._in_flight:
+                done, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=min(wait_s, 0.01))
+                for ref in done:
+                    self._complete(ref, self._in_flight.pop(ref))
+
+    def _send(self, batch: _Batch) -> None:
+        key_tp = (batch.topic, batch.partition)
+        if batch.encoded is None:
+            sequence = self._next_sequence[key_tp] if self.producer_id != NO_PRODUCER_ID else -1
+            batch.encoded = encode_batch(batch.records, producer_id=self.producer_id,
+                                         producer_epoch=self.producer_epoch, base_sequence=sequence)
+            if sequence >= 0:
+                self._next_sequence[key_tp] = (sequence + len(batch.records)) % SEQUENCE_MODULUS
+            batch.first_send_s = time.monotonic()
+        batch.attempts += 1
+        try:
+            leader = self._metadata.leader(batch.topic, batch.partition)
+            ref = leader.produce.remote(batch.encoded, self.acks, self.request_timeout_ms)
+        except Exception as error:  # no leader known yet: retry like a failed request
+            self._retry_or_fail(batch, error)
+            return
+        if self.acks == ACKS_NONE:
+            self._finish(batch, [RecordMetadata(batch.topic, batch.partition, -1, r.timestamp_ms)
+                                 for r in batch.records])
+            return
+        self._in_flight[ref] = batch
+
+    def _complete(self, ref, batch: _Batch) -> None:
+        try:
+            result = ray.get(ref)
+        except Exception as error:
+            self._retry_or_fail(batch, error)
+            return
+        self._finish(batch, [RecordMetadata(batch.topic, batch.partition, result.base_offset + i,
+                                            r.timestamp_ms) for i, r in enumerate(batch.records)])
+
+    def _retry_or_fail(self, batch: _Batch, error: Exception) -> None:
+        cause = getattr(error, "cause", None) or error
+        retriable = (isinstance(cause, KafkaError) and cause.retriable) or isinstance(
+            error, (ray.exceptions.RayActorError, ValueError))
+        expired = time.monotonic() - batch.first_send_s > self.delivery_timeout_s
+        if retriable and not expired:
+            self._metadata.invalidate(batch.topic)
+            batch.not_before_s = time.monotonic() + self.retry_backoff_s
+            with self._lock:
+                self._ready[(batch.topic, batch.partition)].appendleft(batch)
+                self._busy.discard((batch.topic, batch.partition))
+            return
+        failure = cause if isinstance(cause, Exception) else error
+        self._finish(batch, None, failure)
+
+    def _finish(self, batch: _Batch, results, error: Exception | None = None) -> None:
+        for i, future in enumerate(batch.futures):
+            if error is None:
+                future.set_result(results[i])
+            else:
+                future.set_exception(error)
+        with self._lock:
+            self._busy.discard((batch.topic, batch.partition))
+            self._buffered_bytes -= batch.size_bytes
+            self._lock.notify_all()
