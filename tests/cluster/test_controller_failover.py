@@ -26,9 +26,14 @@ def controller(cluster):
 
 
 def wait_until(condition, timeout_s=30.0, interval_s=0.05):
+    """Poll `condition` until truthy. An actor that is restarting (unavailable) counts
+    as "not yet": the scenarios here restart actors on purpose."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        value = condition()
+        try:
+            value = condition()
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
+            value = None
         if value:
             return value
         time.sleep(interval_s)
