@@ -1,10 +1,11 @@
 """Entry points: `local_cluster()` (embedded, simulated nodes) and `connect()`.
 
 A `Cluster` is the driver's handle on a running rafka system: the controller
-actor, and factories for Admin (producers and consumers come with the client
-issue). `local_cluster` starts a `ray.cluster_utils.Cluster` with one Ray node per
-simulated broker (each with its own resources and object store), so placement
-groups and node loss behave as on a real cluster.
+actor, and factories for Admin, Producer and Consumer. `local_cluster` starts a
+`ray.cluster_utils.Cluster`: a head node (GCS, the driver, the controller; no
+replicas) and one Ray node per simulated broker, each with its own resources and
+object store, so placement groups and node loss behave as on a real cluster and
+any broker node can be removed without taking the driver or the controller down.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rafka.actors.controller import CONTROLLER_NAME, ControllerActor
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.admin import Admin
+from rafka.client.consumer import Consumer
 from rafka.client.producer import Producer
 from rafka.placement.groups import BROKER_RESOURCE
 
-NODE_CPUS = 2  # logical CPUs per simulated node: replicas ask for none, Spark executors do
+NODE_CPUS = 2  # logical CPUs per simulated broker node: replicas ask for none, Spark executors do
+HEAD_CPUS = 1  # the head runs the controller (0 CPUs) and tasks the driver starts
 
 
 class Cluster:
@@ -39,14 +42,29 @@ class Cluster:
         """A Producer; options are kafka-python style (acks, batch_size, linger_ms, ...)."""
         return Producer(self.controller, **options)
 
+    def consumer(self, **options) -> Consumer:
+        """A Consumer (assign mode); options are kafka-python style
+        (auto_offset_reset, max_poll_records, fetch_max_wait_ms, ...)."""
+        return Consumer(self.controller, **options)
+
     def replica(self, topic: str, partition: int, replica_id: int):
         return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
 
-    def add_node(self):
-        """Embedded only: a fresh simulated broker node."""
+    def add_node(self) -> str:
+        """Embedded only: a fresh simulated broker node; returns its Ray node id."""
         node = self.ray_cluster.add_node(num_cpus=NODE_CPUS, resources={BROKER_RESOURCE: 1})
         self.ray_cluster.wait_for_nodes()
-        return node
+        return node.node_id
+
+    def remove_node(self, node_id: str) -> None:
+        """Embedded only: kill a broker node's processes (its replicas die with it)."""
+        for node in self.ray_cluster.list_all_nodes():
+            if node.node_id == node_id:
+                if node is self.ray_cluster.head_node:
+                    raise ValueError("the head node runs the controller and the driver: not removable")
+                self.ray_cluster.remove_node(node)
+                return
+        raise ValueError(f"no node {node_id} in this embedded cluster")
 
     def shutdown(self) -> None:
         if self.ray_cluster is not None:
@@ -73,9 +91,9 @@ def local_cluster(nodes: int = 3, data_dir: str | None = None, **controller_opti
         raise ValueError("nodes must be at least 1")
     owns = data_dir is None
     data_dir = data_dir or tempfile.mkdtemp(prefix="rafka-")
-    ray_cluster = RayCluster(initialize_head=True, head_node_args={
-        "num_cpus": NODE_CPUS, "resources": {BROKER_RESOURCE: 1}})
-    for _ in range(nodes - 1):
+    ray_cluster = RayCluster(initialize_head=True, head_node_args={"num_cpus": HEAD_CPUS,
+                                                                   "include_dashboard": False})
+    for _ in range(nodes):
         ray_cluster.add_node(num_cpus=NODE_CPUS, resources={BROKER_RESOURCE: 1})
     ray_cluster.wait_for_nodes()
     ray.init(address=ray_cluster.address, namespace=NAMESPACE)

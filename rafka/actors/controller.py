@@ -26,7 +26,8 @@ import ray
 
 from rafka.actors.replica import NAMESPACE, ReplicaActor, replica_actor_name
 from rafka.core.metadata import ClusterMetadata, PartitionState
-from rafka.placement.groups import BROKER_RESOURCE, in_bundle, partition_placement_group
+from rafka.placement.groups import (BROKER_RESOURCE, in_bundle, partition_group_name,
+                                   partition_placement_group, remove_placement_group)
 
 CONTROLLER_NAME = "controller"
 METADATA_LOG = "metadata.log"
@@ -35,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 def live_broker_nodes() -> list[str]:
     return [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(BROKER_RESOURCE, 0) > 0]
+
+
+RESTARTED = ("follower", -1)  # a replica actor that came back and was not told its role yet
 
 
 class ControllerActor:
@@ -55,6 +59,9 @@ class ControllerActor:
         self._lock = asyncio.Lock()
         self._watcher: asyncio.Task | None = None
         self._starting: set[tuple[str, int]] = set()  # partitions not yet announced: not watched
+        # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
+        # the watch loop, so a restarted controller watches leaders again at once.
+        ray.get_runtime_context().current_actor.ping.remote()
 
     # --- the metadata log ---------------------------------------------------------
 
@@ -138,6 +145,35 @@ class ControllerActor:
             self._commit(records)
         return producer_id
 
+    async def delete_topic(self, name: str) -> None:
+        """Remove the topic from the metadata first (clients stop finding it), then
+        its replicas' logs, actors and placement groups."""
+        async with self._lock:
+            topic = self.metadata.topic(name)
+            self._commit(self.metadata.handle_delete_topic(name))
+        for partition, state in enumerate(topic.partitions):
+            replicas = []
+            for replica_id in state.replicas:
+                try:
+                    replicas.append(self._replica(name, partition, replica_id))
+                except ValueError:
+                    continue
+            results = await asyncio.gather(*(r.delete_log.remote() for r in replicas), return_exceptions=True)
+            for replica, result in zip(replicas, results):
+                if isinstance(result, Exception):
+                    logger.warning("%s-%d: a replica's log was not deleted: %s", name, partition, result)
+                ray.kill(replica, no_restart=True)
+            try:
+                remove_placement_group(ray.util.get_placement_group(partition_group_name(name, partition)))
+            except ValueError:
+                pass
+
+    async def list_brokers(self) -> list[dict]:
+        """The broker registry: live Ray nodes that offer the rafka broker resource. A
+        node that dies leaves it (Ray's node table is the source of liveness)."""
+        return [{"node_id": n["NodeID"], "address": n["NodeManagerAddress"]}
+                for n in ray.nodes() if n["Alive"] and n["Resources"].get(BROKER_RESOURCE, 0) > 0]
+
     async def list_topics(self) -> list[str]:
         return sorted(self.metadata.topics)
 
@@ -191,18 +227,32 @@ class ControllerActor:
         state = self.metadata.partition(topic, partition)
         roles = await asyncio.gather(*(self._role_of(topic, partition, r) for r in state.replicas))
         role_by_replica = dict(zip(state.replicas, roles))
+        # Gone, paused or restarted (its log may be gone with its node) replicas may not lead.
+        unavailable = [r for r, role in role_by_replica.items() if role is None or role == RESTARTED]
         if state.online and role_by_replica[state.leader] != ("leader", state.leader_epoch):
-            await self.elect_leader(topic, partition, [state.leader])
+            await self.elect_leader(topic, partition, sorted(set(unavailable) | {state.leader}))
             return
         if not state.online:
-            available = [r for r, role in role_by_replica.items() if role is not None]
-            if any(r in state.isr for r in available):
-                await self.elect_leader(topic, partition, [r for r in state.replicas if r not in available])
+            if any(r in state.isr for r in state.replicas if r not in unavailable):
+                await self.elect_leader(topic, partition, unavailable)
             return
+        restarted = [r for r, role in role_by_replica.items() if role == RESTARTED and r in state.isr]
+        if restarted:
+            await self._remove_from_isr(topic, partition, restarted)
+            state = self.metadata.partition(topic, partition)
         for replica_id, role in role_by_replica.items():
             if replica_id != state.leader and role is not None and role != ("follower", state.leader_epoch):
                 await self._replica(topic, partition, replica_id).become_follower.remote(
                     state.leader, state.leader_epoch)
+
+    async def _remove_from_isr(self, topic: str, partition: int, replica_ids: list[int]) -> None:
+        async with self._lock:
+            records, state = self.metadata.handle_remove_from_isr(topic, partition, replica_ids)
+            self._commit(records)
+        if records:
+            logger.info("%s-%d: restarted replicas %s leave the ISR", topic, partition, replica_ids)
+            await self._replica(topic, partition, state.leader).apply_isr.remote(
+                list(state.isr), state.partition_epoch)
 
     async def _role_of(self, topic: str, partition: int, replica_id: int):
         try:

@@ -142,6 +142,9 @@ class ReplicaActor:
                 return result
             await self._wait_for_change(remaining)
 
+    async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
+        return self.replica.list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
+
     async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int) -> tuple[int, int]:
         return self.replica.end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
 
@@ -202,6 +205,13 @@ class ReplicaActor:
                 # who leads next; until then retry slowly.
                 logger.info("%s: fetch from replica %d failed: %s", self.replica.name, leader_id, error)
                 await asyncio.sleep(0.1)
+
+    async def delete_log(self) -> None:
+        """The topic was deleted: stop replicating and remove the log's files."""
+        await self._stop_fetcher()
+        self.replica.become_follower(leader_id=-1, leader_epoch=max(self.replica.leader_epoch, 0) + 1)
+        self._notify()
+        self.replica.log.delete()
 
     # --- introspection ------------------------------------------------------------
 

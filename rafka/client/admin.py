@@ -15,6 +15,9 @@ class Admin:
                      config: dict | None = None) -> dict:
         return ray.get(self._controller.create_topic.remote(name, partitions, replication_factor, config))
 
+    def delete_topic(self, name: str) -> None:
+        ray.get(self._controller.delete_topic.remote(name))
+
     def list_topics(self) -> list[str]:
         return ray.get(self._controller.list_topics.remote())
 

@@ -40,11 +40,19 @@ class MetadataCache:
 
     def leader(self, topic: str, partition: int):
         """The leader replica actor's handle; LeaderNotAvailable while there is none."""
-        state = self.partitions(topic)[partition]
+        return self.leader_and_epoch(topic, partition)[0]
+
+    def leader_and_epoch(self, topic: str, partition: int) -> tuple[object, int]:
+        """(leader replica actor, leader epoch); LeaderNotAvailable while there is none,
+        UnknownTopicOrPartition for a partition the topic does not have."""
+        partitions = self.partitions(topic)
+        if not 0 <= partition < len(partitions):
+            raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
+        state = partitions[partition]
         if state["leader"] < 0:
             self.invalidate(topic)
             raise LeaderNotAvailable(f"{topic}-{partition} has no leader")
-        return self.replica(topic, partition, state["leader"])
+        return self.replica(topic, partition, state["leader"]), state["leader_epoch"]
 
     def replica(self, topic: str, partition: int, replica_id: int):
         key = (topic, partition, replica_id)

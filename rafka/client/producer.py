@@ -26,21 +26,16 @@ from concurrent.futures import Future
 import ray
 
 from rafka.client.metadata import MetadataCache
-from rafka.core.errors import KafkaError, RecordTooLarge, RequestTimedOut
+from rafka.client.retry import is_retriable, kafka_cause
+from rafka.core.errors import RecordTooLarge, RequestTimedOut, UnknownTopicOrPartition
 from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
+from rafka.core.structs import RecordMetadata
 from rafka.core.records import NO_PRODUCER_ID, RecordInput, encode_batch
 from rafka.core.replica import ACKS_NONE, parse_acks
 
 RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordMetadata:
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
+MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
 
 
 @dataclasses.dataclass
@@ -72,6 +67,7 @@ class Producer:
         self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
         self.max_block_s = max_block_ms / 1000
+        self._controller = controller
         self._metadata = MetadataCache(controller)
         self._sticky = StickyPartitioner()
         self.producer_id = (ray.get(controller.allocate_producer_id.remote())
@@ -107,7 +103,6 @@ class Producer:
             partition = (partition_for_key(key, partition_count) if key is not None
                          else self._sticky.partition(topic, partition_count))
         elif not 0 <= partition < partition_count:
-            from rafka.core.errors import UnknownTopicOrPartition
             raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
         future: Future = Future()
         with self._lock:
@@ -233,11 +228,9 @@ class Producer:
                                             r.timestamp_ms) for i, r in enumerate(batch.records)])
 
     def _retry_or_fail(self, batch: _Batch, error: Exception) -> None:
-        cause = getattr(error, "cause", None) or error
-        retriable = (isinstance(cause, KafkaError) and cause.retriable) or isinstance(
-            error, (ray.exceptions.RayActorError, ValueError))
+        cause = kafka_cause(error)
         expired = time.monotonic() - batch.first_send_s > self.delivery_timeout_s
-        if retriable and not expired:
+        if is_retriable(error) and not expired:
             self._metadata.invalidate(batch.topic)
             batch.not_before_s = time.monotonic() + self.retry_backoff_s
             with self._lock:
@@ -245,7 +238,22 @@ class Producer:
                 self._busy.discard((batch.topic, batch.partition))
             return
         failure = cause if isinstance(cause, Exception) else error
+        if self.producer_id != NO_PRODUCER_ID:
+            self._bump_epoch()
         self._finish(batch, None, failure)
+
+    def _bump_epoch(self) -> None:
+        """A batch failed for good: the leader may or may not hold it, so its sequence
+        can be neither reused nor skipped. As Kafka's idempotent producer does
+        (KIP-360), start a new producer epoch, whose sequences restart at 0 on every
+        partition. Sender thread only; with one request in flight per partition no
+        older-epoch batch is sent after a newer one to the same partition."""
+        if self.producer_epoch >= MAX_PRODUCER_EPOCH:
+            self.producer_id = ray.get(self._controller.allocate_producer_id.remote())
+            self.producer_epoch = 0
+        else:
+            self.producer_epoch += 1
+        self._next_sequence.clear()
 
     def _finish(self, batch: _Batch, results, error: Exception | None = None) -> None:
         for i, future in enumerate(batch.futures):

@@ -168,6 +168,21 @@ class ClusterMetadata:
                              state.partition_epoch + 1)
         return [_partition_record(topic, partition, new)], new
 
+    def handle_remove_from_isr(self, topic: str, partition: int,
+                               replica_ids: Iterable[int]) -> tuple[list[Record], PartitionState]:
+        """The controller fences replicas that restarted (a restarted replica may have
+        lost its log: a new node starts empty): they leave the ISR now and rejoin
+        through the leader once caught up, as Kafka drops a re-registered broker's
+        replicas from the ISR. The leader is never removed here (that is an
+        election). No records if nothing changes."""
+        state = self.partition(topic, partition)
+        removed = set(replica_ids) - {state.leader}
+        if not state.online or not removed & set(state.isr):
+            return [], state
+        isr = tuple(r for r in state.isr if r not in removed)
+        new = dataclasses.replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
+        return [_partition_record(topic, partition, new)], new
+
     def handle_alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
                          partition_epoch: int, new_isr: Iterable[int]) -> tuple[list[Record], PartitionState]:
         """A leader's ISR change, accepted only from the current leader at the current

@@ -292,17 +292,20 @@ def with_log_append_time(batch, now_ms: int) -> bytes:
 
 # --- decode -----------------------------------------------------------------------
 
-def decode_batches(buf) -> Iterator[tuple[BatchHeader, list[Record]]]:
-    """Every batch in `buf` with its records; CorruptRecord on the first bad one."""
+def decode_batches(buf, make_for=None) -> Iterator[tuple[BatchHeader, list]]:
+    """Every batch in `buf` with its records; CorruptRecord on the first bad one.
+    `make_for(header)` returns the constructor of that batch's records, called as
+    `make(offset, timestamp_ms, key, value, headers)` (default: Record); the
+    consumer builds its ConsumerRecords directly, with no second pass."""
     for pos, header in iter_batches(buf, verify_crc=True):
-        yield header, _decode_records(buf, pos, header)
+        yield header, _decode_records(buf, pos, header, make_for(header) if make_for else Record)
 
 
 def decode_records(buf) -> list[Record]:
     return [record for _, records in decode_batches(buf) for record in records]
 
 
-def _decode_records(buf, pos: int, header: BatchHeader) -> list[Record]:
+def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
     end = pos + header.size_bytes
     cursor = pos + HEADER_SIZE
     records: list[Record] = []
@@ -330,7 +333,7 @@ def _decode_records(buf, pos: int, header: BatchHeader) -> list[Record]:
             raise CorruptRecord(f"record in batch {header.base_offset} has trailing bytes")
         timestamp_ms = (header.max_timestamp if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND
                         else header.base_timestamp + timestamp_delta)
-        records.append(Record(header.base_offset + offset_delta, timestamp_ms, key, value, tuple(headers)))
+        records.append(make(header.base_offset + offset_delta, timestamp_ms, key, value, tuple(headers)))
     if cursor != end:
         raise CorruptRecord(f"batch {header.base_offset} has bytes after its last record")
     return records

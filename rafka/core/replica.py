@@ -22,7 +22,7 @@ import enum
 from pathlib import Path
 
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRequiredAcks, NotEnoughReplicas,
+from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRequest, InvalidRequiredAcks, NotEnoughReplicas,
                                NotLeaderOrFollower, OffsetOutOfRange, UnknownLeaderEpoch)
 from rafka.core.leader_epoch import UNDEFINED_OFFSET
 from rafka.core.log import PartitionLog
@@ -31,6 +31,8 @@ from rafka.core.records import iter_batches
 from rafka.core.replication import LeaderState, follower_high_watermark
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest.EARLIEST/LATEST_TIMESTAMP).
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 
 
 class Role(enum.Enum):
@@ -169,6 +171,19 @@ class PartitionReplica:
             raise OffsetOutOfRange(f"{self.name}: offset {fetch_offset} is above the HW "
                                    f"{self.log.high_watermark}")
         return self._fetch_result(self.log.read(fetch_offset, max_bytes, max_offset=self.log.high_watermark))
+
+    def list_offset(self, *, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
+        """ListOffsets as a read_uncommitted consumer sees it: EARLIEST_TIMESTAMP gives
+        the log start offset, LATEST_TIMESTAMP the HW, a timestamp the first offset
+        below the HW whose record timestamp is >= it. (offset, timestamp) or None."""
+        self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return self.log.log_start_offset, -1
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return self.log.high_watermark, -1
+        if timestamp_ms < 0:
+            raise InvalidRequest(f"{self.name}: timestamp {timestamp_ms} is negative")
+        return self.log.offset_for_timestamp(timestamp_ms, max_offset=self.log.high_watermark)
 
     def _fetch_result(self, records: bytes) -> FetchResult:
         return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,

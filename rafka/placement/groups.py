@@ -10,7 +10,7 @@ avoid nodes that were not given to rafka (e.g. a head node reserved for drivers)
 from __future__ import annotations
 
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group  # noqa: F401 (re-exported)
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rafka.core.errors import LeaderNotAvailable
@@ -19,10 +19,14 @@ BROKER_RESOURCE = "rafka_broker"
 REPLICA_CPU = 0.01  # replicas are mostly waiting on I/O; many share a core
 
 
+def partition_group_name(topic: str, partition: int) -> str:
+    return f"rafka:{topic}:{partition}"
+
+
 def partition_placement_group(topic: str, partition: int, replication_factor: int) -> PlacementGroup:
     bundles = [{"CPU": REPLICA_CPU, BROKER_RESOURCE: 0.001} for _ in range(replication_factor)]
     # Detached: the group (and so its replicas) outlives the controller that made it.
-    return placement_group(bundles, strategy="STRICT_SPREAD", name=f"rafka:{topic}:{partition}",
+    return placement_group(bundles, strategy="STRICT_SPREAD", name=partition_group_name(topic, partition),
                            lifetime="detached")
 
 
@@ -38,6 +42,3 @@ def in_bundle(group: PlacementGroup, bundle_index: int) -> PlacementGroupSchedul
                                             placement_group_bundle_index=bundle_index,
                                             placement_group_capture_child_tasks=False)
 
-
-def remove(group: PlacementGroup) -> None:
-    remove_placement_group(group)

@@ -119,3 +119,16 @@ def test_producer_ids__never_handed_out_twice_across_restarts():
     restarted = ClusterMetadata()
     apply(restarted, log)
     assert restarted.handle_allocate_producer_id()[1] not in ids and len(set(ids)) == 3
+
+
+def test_remove_from_isr__restarted_follower_leaves_isr_leader_stays_and_epoch_bumps():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, 3)[0])
+    before = metadata.partition("t", 0)
+    follower = [r for r in before.replicas if r != before.leader][0]
+    records, after = metadata.handle_remove_from_isr("t", 0, [follower, before.leader])
+    apply(metadata, records)
+    assert after.isr == tuple(r for r in before.isr if r != follower)
+    assert after.leader == before.leader and after.leader_epoch == before.leader_epoch
+    assert after.partition_epoch == before.partition_epoch + 1
+    assert metadata.handle_remove_from_isr("t", 0, [follower]) == ([], after)

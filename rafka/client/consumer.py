@@ -1,0 +1,298 @@
+"""Consumer: reads assigned partitions from their leaders, below the HW only.
+
+Design, as Kafka's fetcher: each assigned partition has a position (the next
+offset to hand to the caller) and a fetch position (the next offset to ask the
+leader for). At most one fetch per partition is in flight; a fetch is a long poll
+on the leader (`fetch_max_wait_ms`) and its answer is decoded into a per-partition
+buffer, so the next fetch goes out while the caller still works on the last one.
+`poll` hands out up to `max_poll_records` from the buffers, round-robin over the
+partitions that have data, and advances positions past what it returns.
+
+Invariants:
+  a returned record's offset is >= its partition's position before the poll, and
+  < the HW the leader reported with it (the leader reads below the HW; the
+  consumer checks again and fails loudly if not)
+  positions move forward only by poll, and anywhere only by seek / reset
+  a seek, reset, pause or unassign drops that partition's buffered records and
+  makes any fetch in flight for it stale (its answer is discarded)
+Bounds: one fetch in flight and at most one decoded fetch buffered per partition.
+
+Groups (subscribe, commits) come with the consumer-group issue; this is assign
+mode. Not thread-safe: one thread uses a consumer, as with Kafka's.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import time
+from collections.abc import Iterable
+
+import ray
+
+from rafka.client.metadata import MetadataCache
+from rafka.client.retry import call_leader, is_retriable, kafka_cause
+from rafka.core.errors import (KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
+                               UnknownTopicOrPartition)
+from rafka.core.records import decode_batches
+from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from rafka.core.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+
+AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+
+
+class IllegalStateError(KafkaError):
+    """Client side: the call needs a state the consumer is not in (Kafka's
+    IllegalStateException), e.g. seeking a partition that is not assigned."""
+
+    kafka_name = "ILLEGAL_STATE"
+
+
+@dataclasses.dataclass
+class _PartitionState:
+    position: int | None = None          # next offset for the caller; None: needs a reset
+    reset_to: str | None = None          # pending reset strategy (seek_to_beginning/end)
+    fetch_position: int | None = None    # next offset to ask the leader for
+    buffer: collections.deque = dataclasses.field(default_factory=collections.deque)
+    paused: bool = False
+    not_before_s: float = 0.0            # back-off after a failed fetch
+    fetch_generation: int = 0            # bumped on seek/reset: answers to older fetches are stale
+
+
+class Consumer:
+    def __init__(self, controller, *, auto_offset_reset: str = "latest", max_poll_records: int = 500,
+                 fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1_048_576,
+                 retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
+                 default_api_timeout_ms: int = 60_000, client_id: str = "rafka-consumer") -> None:
+        if auto_offset_reset not in AUTO_OFFSET_RESET:
+            raise ValueError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESET}, got {auto_offset_reset!r}")
+        if max_poll_records < 1:
+            raise ValueError(f"max_poll_records must be at least 1, got {max_poll_records}")
+        self.auto_offset_reset = auto_offset_reset
+        self.max_poll_records = max_poll_records
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.default_api_timeout_s = default_api_timeout_ms / 1000
+        self.client_id = client_id
+        self._metadata = MetadataCache(controller)
+        self._partitions: dict[TopicPartition, _PartitionState] = {}
+        self._in_flight: dict = {}   # ObjectRef -> (TopicPartition, fetch generation, fetch offset)
+        self._next_to_drain = 0
+        self._closed = False
+
+    # --- assignment ---------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions; positions of partitions kept stay."""
+        self._check_open()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        for tp in wanted:
+            count = self._metadata.partition_count(tp.topic)
+            if not 0 <= tp.partition < count:
+                raise UnknownTopicOrPartition(f"Partition {tp.topic}-{tp.partition} does not exist.")
+        self._partitions = {tp: self._partitions.get(tp) or _PartitionState() for tp in wanted}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._partitions)
+
+    # --- positions ----------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"seek offset must not be a negative number, got {offset!r}")
+        self._move(self._state(partition), position=offset, reset_to=None)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or tuple(self._partitions):
+            self._move(self._state(tp), position=None, reset_to="earliest")
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or tuple(self._partitions):
+            self._move(self._state(tp), position=None, reset_to="latest")
+
+    def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record poll returns (resolving a pending reset)."""
+        state = self._state(partition)
+        if state.position is None:
+            self._reset(TopicPartition(*partition), state)
+        return state.position
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._list_offset(TopicPartition(*tp), EARLIEST_TIMESTAMP)[0]
+                for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The HW of each partition: the end of what a consumer may read."""
+        return {TopicPartition(*tp): self._list_offset(TopicPartition(*tp), LATEST_TIMESTAMP)[0]
+                for tp in partitions}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The first offset below the HW whose timestamp is >= the given one (ms),
+        or None when there is no such record."""
+        for tp, timestamp_ms in timestamps.items():
+            if not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+                raise ValueError(f"The target time for partition {tp.topic}-{tp.partition} is "
+                                 f"{timestamp_ms}. The target time cannot be negative.")
+        answers = {}
+        for tp, timestamp_ms in timestamps.items():
+            found = self._list_offset(TopicPartition(*tp), timestamp_ms)
+            answers[TopicPartition(*tp)] = OffsetAndTimestamp(*found) if found is not None else None
+        return answers
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            state = self._state(tp)
+            state.paused = True
+            self._move(state, position=state.position, reset_to=state.reset_to)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, s in self._partitions.items() if s.paused}
+
+    # --- poll ---------------------------------------------------------------------
+
+    def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records from the assigned, unpaused partitions: up to `max_records`
+        (default `max_poll_records`), waiting up to `timeout` seconds for the first."""
+        self._check_open()
+        limit = max_records or self.max_poll_records
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            self._send_fetches()
+            records = self._drain(limit)
+            if records:
+                self._send_fetches()  # prefetch while the caller handles these
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            if self._in_flight:
+                done, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=remaining)
+                for ref in done:
+                    self._complete_fetch(ref)
+            else:  # nothing can be fetched yet (backing off, all paused): wait a little
+                time.sleep(min(remaining, self.retry_backoff_s))
+
+    def _send_fetches(self) -> None:
+        busy = {tp for tp, _, _ in self._in_flight.values()}
+        now = time.monotonic()
+        for tp, state in self._partitions.items():
+            if tp in busy or state.paused or state.buffer or state.not_before_s > now:
+                continue
+            if state.position is None:
+                self._reset(tp, state)
+            if state.fetch_position is None:
+                state.fetch_position = state.position
+            try:
+                leader, leader_epoch = self._metadata.leader_and_epoch(tp.topic, tp.partition)
+                ref = leader.consumer_fetch.remote(state.fetch_position, self.max_partition_fetch_bytes,
+                                                   self.fetch_max_wait_ms, leader_epoch)
+            except Exception as error:
+                self._fetch_failed(tp, state, error)
+                continue
+            self._in_flight[ref] = (tp, state.fetch_generation, state.fetch_position)
+
+    def _complete_fetch(self, ref) -> None:
+        tp, generation, fetch_offset = self._in_flight.pop(ref)
+        state = self._partitions.get(tp)
+        if state is None or state.fetch_generation != generation:
+            return  # unassigned, sought or paused since: the answer is stale
+        try:
+            result = ray.get(ref)
+        except Exception as error:
+            self._fetch_failed(tp, state, error)
+            return
+        if not result.records:
+            return
+        def make_for(header):
+            return functools.partial(ConsumerRecord, tp.topic, tp.partition, header.timestamp_type,
+                                     header.partition_leader_epoch)
+        fresh = []
+        for _, records in decode_batches(result.records, make_for):
+            fresh.extend(r for r in records if r.offset >= fetch_offset)
+        if fresh and fresh[-1].offset >= result.high_watermark:
+            raise AssertionError(f"{tp}: leader returned offset {fresh[-1].offset} at or above "
+                                 f"its HW {result.high_watermark}")  # invariant 4, must not happen
+        if fresh:
+            state.buffer.extend(fresh)
+            state.fetch_position = fresh[-1].offset + 1
+
+    def _fetch_failed(self, tp: TopicPartition, state: _PartitionState, error: BaseException) -> None:
+        cause = kafka_cause(error)
+        if isinstance(cause, OffsetOutOfRange):
+            # The position fell out of the log (retention, truncation): reset as configured.
+            self._move(state, position=None, reset_to=None)
+            return
+        if not is_retriable(error):
+            raise cause if isinstance(cause, KafkaError) else error
+        self._metadata.invalidate(tp.topic)
+        state.not_before_s = time.monotonic() + self.retry_backoff_s
+
+    def _drain(self, limit: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        ready = [(tp, s) for tp, s in self._partitions.items() if s.buffer and not s.paused]
+        if not ready:
+            return out
+        start = self._next_to_drain % len(ready)
+        for tp, state in ready[start:] + ready[:start]:
+            while state.buffer and len(out) < limit:
+                record = state.buffer.popleft()
+                if record.offset >= state.position:
+                    out.append(record)
+                    state.position = record.offset + 1
+            if len(out) >= limit:
+                break
+        self._next_to_drain += 1
+        return out
+
+    # --- resets and offsets lookups -----------------------------------------------
+
+    def _reset(self, tp: TopicPartition, state: _PartitionState) -> None:
+        strategy = state.reset_to or self.auto_offset_reset
+        if strategy == "none":
+            raise NoOffsetForPartitionError(f"Undefined offset with no reset policy for partitions: [{tp}]")
+        timestamp = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
+        self._move(state, position=self._list_offset(tp, timestamp)[0], reset_to=None)
+
+    def _list_offset(self, tp: TopicPartition, timestamp_ms: int):
+        self._check_open()
+        return call_leader(self._metadata, tp.topic, tp.partition, "list_offset", timestamp_ms,
+                           timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s)
+
+    @staticmethod
+    def _move(state: _PartitionState, *, position: int | None, reset_to: str | None) -> None:
+        state.position, state.reset_to = position, reset_to
+        state.fetch_position = None
+        state.buffer.clear()
+        state.fetch_generation += 1
+
+    def _state(self, partition) -> _PartitionState:
+        state = self._partitions.get(TopicPartition(*partition))
+        if state is None:
+            raise IllegalStateError(f"No current assignment for partition {partition[0]}-{partition[1]}")
+        return state
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("This consumer has already been closed.")
+
+    def close(self) -> None:
+        self._closed = True
+        self._in_flight.clear()
+        self._partitions.clear()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

@@ -1,0 +1,42 @@
+"""Small value types the clients share with Kafka users' code (kafka-python's names)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """One record as `Consumer.poll` returns it. `value is None` is a tombstone.
+    Field order puts the per-batch fields first so a decoder can bind them once."""
+
+    topic: str
+    partition: int
+    timestamp_type: int
+    leader_epoch: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordMetadata:
+    """What a producer's send future resolves to."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int

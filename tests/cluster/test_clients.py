@@ -1,0 +1,174 @@
+"""Producer, Consumer (assign mode) and Admin against a 3-broker local cluster."""
+
+import time
+
+import pytest
+import ray
+
+from rafka.client.consumer import IllegalStateError
+from rafka.core.errors import (InvalidReplicationFactor, InvalidTopic, NoOffsetForPartitionError,
+                               RecordTooLarge, TopicAlreadyExists, UnknownTopicOrPartition)
+from rafka.core.structs import OffsetAndTimestamp, TopicPartition
+from tests.harness import describe_replica, wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import rafka
+    with rafka.local_cluster(nodes=3, replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100,
+                             leader_ping_timeout_ms=1_000, watch_interval_ms=100) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="module")
+def events(cluster):
+    """Topic `events`, 2 partitions R3, 40 records per partition, known timestamps."""
+    cluster.admin().create_topic("events", partitions=2, replication_factor=3,
+                                 config={"min.insync.replicas": "2"})
+    with cluster.producer(acks="all", linger_ms=1) as producer:
+        futures = [producer.send("events", b"e-%d-%d" % (p, i), partition=p, timestamp_ms=1_000 + i)
+                   for p in range(2) for i in range(40)]
+        metas = [f.result(timeout=30) for f in futures]
+    return metas
+
+
+def test_consumer__assign_poll__every_record_once_in_order_with_its_fields(cluster, events):
+    tp0, tp1 = TopicPartition("events", 0), TopicPartition("events", 1)
+    with cluster.consumer(auto_offset_reset="earliest", max_poll_records=7) as consumer:
+        consumer.assign([tp0, tp1])
+        got = {0: [], 1: []}
+        wait_until(lambda: [got[r.partition].append(r) for r in consumer.poll(timeout=0.5)] is not None
+                   and len(got[0]) + len(got[1]) == 80, what="80 records")
+        assert consumer.position(tp0) == 40 and consumer.position(tp1) == 40
+        assert consumer.poll(timeout=0.2) == []
+    for p in range(2):
+        assert [r.offset for r in got[p]] == list(range(40))
+        assert [r.value for r in got[p]] == [b"e-%d-%d" % (p, i) for i in range(40)]
+        assert [r.timestamp for r in got[p]] == [1_000 + i for i in range(40)]
+        assert {(r.topic, r.partition, r.key) for r in got[p]} == {("events", p, None)}
+
+
+def test_consumer__max_poll_records_bounds_each_poll(cluster, events):
+    with cluster.consumer(auto_offset_reset="earliest", max_poll_records=5) as consumer:
+        consumer.assign([TopicPartition("events", 0)])
+        sizes = [len(consumer.poll(timeout=2.0)) for _ in range(3)]
+    assert sizes == [5, 5, 5]
+
+
+def test_consumer__seek_position_and_seek_to_beginning_end(cluster, events):
+    tp = TopicPartition("events", 1)
+    with cluster.consumer(auto_offset_reset="latest") as consumer:
+        consumer.assign([tp])
+        assert consumer.position(tp) == 40  # latest = the HW
+        consumer.seek(tp, 37)
+        assert [r.offset for r in consumer.poll(timeout=2.0)] == [37, 38, 39]
+        consumer.seek_to_beginning(tp)
+        assert consumer.position(tp) == 0
+        assert consumer.poll(timeout=2.0)[0].offset == 0
+        consumer.seek_to_end(tp)
+        assert consumer.position(tp) == 40
+        with pytest.raises(ValueError, match="seek offset must not be a negative number"):
+            consumer.seek(tp, -1)
+        assert consumer.position(tp) == 40  # bad input changed nothing
+        with pytest.raises(IllegalStateError, match="No current assignment for partition events-0"):
+            consumer.seek(TopicPartition("events", 0), 3)
+
+
+def test_consumer__beginning_end_offsets_and_offsets_for_times(cluster, events):
+    tps = [TopicPartition("events", 0), TopicPartition("events", 1)]
+    with cluster.consumer() as consumer:
+        assert consumer.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
+        assert consumer.end_offsets(tps) == {tps[0]: 40, tps[1]: 40}
+        found = consumer.offsets_for_times({tps[0]: 1_010, tps[1]: 10_000})
+        assert found == {tps[0]: OffsetAndTimestamp(10, 1_010), tps[1]: None}
+        with pytest.raises(ValueError, match="cannot be negative"):
+            consumer.offsets_for_times({tps[0]: -5})
+
+
+def test_consumer__pause_resume(cluster, events):
+    tp0, tp1 = TopicPartition("events", 0), TopicPartition("events", 1)
+    with cluster.consumer(auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp0, tp1])
+        consumer.pause(tp0)
+        assert consumer.paused() == {tp0}
+        seen = []
+        wait_until(lambda: seen.extend(consumer.poll(timeout=0.3)) or len(seen) >= 40, what="tp1 drained")
+        assert {r.partition for r in seen} == {1}
+        consumer.resume(tp0)
+        assert {r.partition for r in consumer.poll(timeout=3.0)} == {0}
+
+
+def test_consumer__auto_offset_reset_none__no_offset_for_partition(cluster, events):
+    with cluster.consumer(auto_offset_reset="none") as consumer:
+        consumer.assign([TopicPartition("events", 0)])
+        with pytest.raises(NoOffsetForPartitionError):
+            consumer.poll(timeout=0.5)
+
+
+def test_consumer__never_returns_a_record_at_or_above_the_hw(cluster):
+    """acks=1 writes that the (paused) followers have not fetched stay invisible."""
+    cluster.admin().create_topic("unreplicated", partitions=1, replication_factor=3)
+    with cluster.producer(acks="all") as producer:
+        producer.send("unreplicated", b"replicated", partition=0).result(timeout=30)
+    state = ray.get(cluster.controller.metadata_snapshot.remote())["topics"]["unreplicated"]["partitions"][0]
+    followers = [r for r in state["replicas"] if r != state["leader"]]
+    import os, signal
+    pids = [describe_replica("unreplicated", 0, r)["pid"] for r in followers]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        with cluster.producer(acks=1) as producer:
+            producer.send("unreplicated", b"leader-only", partition=0).result(timeout=30)
+        leader = describe_replica("unreplicated", 0, state["leader"])
+        assert (leader["log_end_offset"], leader["high_watermark"]) == (2, 1)
+        with cluster.consumer(auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition("unreplicated", 0)])
+            assert [r.value for r in consumer.poll(timeout=1.0)] == [b"replicated"]
+            assert consumer.poll(timeout=0.5) == []
+            assert consumer.end_offsets([TopicPartition("unreplicated", 0)]) == {
+                TopicPartition("unreplicated", 0): 1}
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_admin__bad_topics__typed_errors_and_nothing_created(cluster):
+    admin = cluster.admin()
+    before = admin.list_topics()
+    with pytest.raises(InvalidTopic):
+        admin.create_topic("bad name!", partitions=1, replication_factor=1)
+    with pytest.raises(InvalidReplicationFactor, match="larger than available brokers: 3"):
+        admin.create_topic("too-wide", partitions=1, replication_factor=4)
+    admin.create_topic("once", partitions=1, replication_factor=1)
+    with pytest.raises(TopicAlreadyExists):
+        admin.create_topic("once", partitions=1, replication_factor=1)
+    with pytest.raises(UnknownTopicOrPartition):
+        admin.describe_topics(["missing"])
+    assert sorted(admin.list_topics()) == sorted(before + ["once"])
+
+
+def test_producer__record_over_max_message_bytes__record_too_large_and_nothing_written(cluster):
+    admin = cluster.admin()
+    admin.create_topic("small", partitions=1, replication_factor=1, config={"max.message.bytes": "1000"})
+    with cluster.producer(acks="all") as producer:
+        with pytest.raises(RecordTooLarge):
+            producer.send("small", b"x" * 5_000, partition=0).result(timeout=30)
+        assert producer.send("small", b"ok", partition=0).result(timeout=30).offset == 0
+
+
+def test_admin__delete_topic__gone_from_metadata_actors_and_disk(cluster):
+    admin = cluster.admin()
+    admin.create_topic("doomed", partitions=1, replication_factor=3)
+    with cluster.producer() as producer:
+        producer.send("doomed", b"x", partition=0).result(timeout=30)
+    admin.delete_topic("doomed")
+    assert "doomed" not in admin.list_topics()
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    assert not any(n.startswith("replica:doomed:") for n in names)
+    with pytest.raises(UnknownTopicOrPartition):
+        admin.delete_topic("doomed")
+    admin.create_topic("doomed", partitions=1, replication_factor=3)  # the name is free again
+    with cluster.consumer(auto_offset_reset="earliest") as consumer:
+        assert consumer.end_offsets([TopicPartition("doomed", 0)]) == {TopicPartition("doomed", 0): 0}

@@ -1,0 +1,86 @@
+"""What the Ray-tier tests share: waiting on conditions, reading replicas, acked writes.
+
+Never sleep for a fixed time where a condition can be waited on: `wait_until`
+polls it, and counts an actor that is restarting or unreachable as "not yet",
+since the scenarios restart actors on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from contextlib import contextmanager
+
+import ray
+
+from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.core.records import decode_records
+
+
+def wait_until(condition, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError,
+                ray.exceptions.GetTimeoutError) as error:
+            value, last_error = None, error
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"{what} not met in {timeout_s}s (last actor error: {last_error})")
+
+
+def replica(topic: str, partition: int, replica_id: int):
+    return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
+
+
+def describe_replica(topic: str, partition: int, replica_id: int, timeout_s: float = 5.0) -> dict:
+    return ray.get(replica(topic, partition, replica_id).describe.remote(), timeout=timeout_s)
+
+
+def partition_state(cluster, topic: str, partition: int) -> dict:
+    return ray.get(cluster.controller.metadata_snapshot.remote())["topics"][topic]["partitions"][partition]
+
+
+def wait_for_leader(cluster, topic: str, partition: int, *, newer_than_epoch: int = -1) -> dict:
+    """The controller's state once its leader answers as leader at that epoch."""
+    def ready():
+        state = partition_state(cluster, topic, partition)
+        if state["leader"] < 0 or state["leader_epoch"] <= newer_than_epoch:
+            return None
+        answer = describe_replica(topic, partition, state["leader"], timeout_s=2.0)
+        return state if (answer["role"], answer["leader_epoch"]) == ("leader", state["leader_epoch"]) else None
+    return wait_until(ready, what=f"{topic}-{partition} leader newer than epoch {newer_than_epoch}")
+
+
+def values_below_high_watermark(topic: str, partition: int, replica_id: int) -> list[bytes]:
+    data = ray.get(replica(topic, partition, replica_id).read_below_high_watermark.remote())
+    return [r.value for r in decode_records(data)]
+
+
+def assert_replicas_identical_below_high_watermark(cluster, topic: str, partition: int) -> bytes:
+    """Every replica reaches the leader's HW, and their logs below it are the same bytes."""
+    state = wait_for_leader(cluster, topic, partition)
+    leader_hw = describe_replica(topic, partition, state["leader"])["high_watermark"]
+    for replica_id in state["replicas"]:
+        wait_until(lambda r=replica_id: describe_replica(topic, partition, r)["high_watermark"] >= leader_hw,
+                   what=f"replica {replica_id} of {topic}-{partition} reaching HW {leader_hw}")
+    logs = {r: ray.get(replica(topic, partition, r).read_below_high_watermark.remote())
+            for r in state["replicas"]}
+    leader_log = logs[state["leader"]]
+    for replica_id, data in logs.items():
+        assert data[:len(leader_log)] == leader_log, f"replica {replica_id} diverges below the HW"
+    return leader_log
+
+
+@contextmanager
+def paused(pid: int):
+    """SIGSTOP a process for the duration of the block; SIGCONT it after, whatever happens."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
