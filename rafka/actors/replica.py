@@ -52,6 +52,8 @@ class ReplicaActor:
         self.replica_fetch_max_bytes = replica_fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self._changed = asyncio.Event()
+        self._parked_follower_fetches = 0
+        self._parked_produces = 0
         self._fetcher: asyncio.Task | None = None
         self._isr_keeper: asyncio.Task | None = None
 
@@ -112,7 +114,7 @@ class ReplicaActor:
             if remaining <= 0:
                 raise RequestTimedOut(f"{self.replica.name}: offset {result.last_offset} not replicated "
                                       f"to the ISR within {request_timeout_ms} ms")
-            await self._wait_for_change(remaining)
+            await self._parked(remaining, "_parked_produces")
         return result
 
     async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int,
@@ -128,7 +130,14 @@ class ReplicaActor:
             remaining = deadline - asyncio.get_running_loop().time()
             if result.records or remaining <= 0:
                 return result
-            await self._wait_for_change(remaining)
+            await self._parked(remaining, "_parked_follower_fetches")
+
+    async def _parked(self, timeout_s: float, counter: str) -> None:
+        setattr(self, counter, getattr(self, counter) + 1)
+        try:
+            await self._wait_for_change(timeout_s)
+        finally:
+            setattr(self, counter, getattr(self, counter) - 1)
 
     async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
                              leader_epoch: int | None = None) -> FetchResult:
@@ -224,6 +233,8 @@ class ReplicaActor:
                 "leader_id": self.replica.leader_id, "log_start_offset": log.log_start_offset,
                 "high_watermark": log.high_watermark, "log_end_offset": log.log_end_offset,
                 "isr": sorted(leader.isr) if leader else None,
+                "parked_follower_fetches": self._parked_follower_fetches,
+                "parked_produces": self._parked_produces,
                 "remote_log_end_offsets": ({r: p.log_end_offset for r, p in leader.followers.items()}
                                            if leader else None)}
 

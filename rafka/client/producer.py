@@ -49,6 +49,7 @@ class _Batch:
     encoded: bytes | None = None
     attempts: int = 0
     first_send_s: float = 0.0
+    sent_s: float = 0.0
     not_before_s: float = 0.0
 
 
@@ -80,6 +81,7 @@ class Producer:
         self._busy: set[tuple[str, int]] = set()
         self._next_sequence: dict[tuple[str, int], int] = collections.defaultdict(int)
         self._buffered_bytes = 0
+        self._metrics = collections.Counter()
         self._flushing = 0
         self._closed = False
         self._sender = threading.Thread(target=self._run, name="rafka-producer-sender", daemon=True)
@@ -125,6 +127,12 @@ class Producer:
                 self._close_batch(key_tp, partition_count)
             self._lock.notify_all()
         return future
+
+    def metrics(self) -> dict[str, int]:
+        """Kafka's producer counters: record-send-total (first attempts),
+        record-retry-total (resends), record-error-total (failed for good)."""
+        return {name: self._metrics[name] for name in
+                ("record-send-total", "record-retry-total", "record-error-total")}
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every buffered record now and wait until each is acked or failed."""
@@ -195,6 +203,18 @@ class Producer:
                 done, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=min(wait_s, 0.01))
                 for ref in done:
                     self._complete(ref, self._in_flight.pop(ref))
+                self._expire_in_flight()
+
+    def _expire_in_flight(self) -> None:
+        """A request unanswered for request_timeout_ms (its leader paused, say) fails
+        here like a broker-side timeout and is retried; a late answer is ignored."""
+        now = time.monotonic()
+        for ref, batch in list(self._in_flight.items()):
+            if now - batch.sent_s > self.request_timeout_ms / 1000:
+                del self._in_flight[ref]
+                self._retry_or_fail(batch, RequestTimedOut(
+                    f"no answer from the leader of {batch.topic}-{batch.partition} in "
+                    f"{self.request_timeout_ms} ms"))
 
     def _send(self, batch: _Batch) -> None:
         key_tp = (batch.topic, batch.partition)
@@ -206,6 +226,8 @@ class Producer:
                 self._next_sequence[key_tp] = (sequence + len(batch.records)) % SEQUENCE_MODULUS
             batch.first_send_s = time.monotonic()
         batch.attempts += 1
+        batch.sent_s = time.monotonic()
+        self._metrics["record-send-total" if batch.attempts == 1 else "record-retry-total"] += len(batch.records)
         try:
             leader = self._metadata.leader(batch.topic, batch.partition)
             ref = leader.produce.remote(batch.encoded, self.acks, self.request_timeout_ms)
@@ -238,6 +260,7 @@ class Producer:
                 self._busy.discard((batch.topic, batch.partition))
             return
         failure = cause if isinstance(cause, Exception) else error
+        self._metrics["record-error-total"] += len(batch.records)
         if self.producer_id != NO_PRODUCER_ID:
             self._bump_epoch()
         self._finish(batch, None, failure)
