@@ -12,8 +12,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="the embedded end-to-end scenario")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from rafka.demo import run_demo
-        return run_demo()
+        from rafka.demo import main as demo_main
+        return demo_main()
     return 2
 
 
