@@ -1,20 +1,200 @@
-"""`rafka ...`: subcommands mirroring Kafka's tools (see DESIGN.md section 6)."""
+"""`rafka ...`: subcommands mirroring Kafka's tools (see DESIGN.md section 6).
+
+`up`, `down` and `status` act on a running Ray cluster (`--address`, else
+RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh. Errors print as
+Kafka's tools print them ("Error while executing topic command : ...") and exit 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from rafka.cluster_errors import NotRunning
+from rafka.core.errors import KafkaError
+
+DEFAULT_DATA_DIR = "/tmp/rafka-data"
+
+
+def _address(args) -> str:
+    return args.address or os.environ.get("RAY_ADDRESS") or "auto"
+
+
+def _parse_configs(pairs: list[str] | None) -> dict[str, str]:
+    configs = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"Invalid config '{pair}': expected name=value")
+        configs[name] = value
+    return configs
+
+
+class UsageError(Exception):
+    """A command line that names no valid action or misses an argument."""
+
+
+# --- up / down / status -----------------------------------------------------------
+
+def cmd_up(args) -> int:
+    import ray
+
+    from rafka.actors.replica import NAMESPACE
+    from rafka.cluster import start_controller
+
+    ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING")
+    options = {k: v for k, v in (("replica_lag_time_max_ms", args.replica_lag_time_max_ms),
+                                 ("fetch_max_wait_ms", args.fetch_max_wait_ms)) if v is not None}
+    controller = start_controller(args.data_dir, **options)
+    brokers = ray.get(controller.list_brokers.remote())
+    snapshot = ray.get(controller.metadata_snapshot.remote())
+    print(f"rafka is up: cluster id {snapshot['cluster_id']}, controller epoch "
+          f"{snapshot['controller_epoch']}, {len(brokers)} broker node(s), data in {args.data_dir}")
+    if not brokers:
+        print("warning: no Ray node offers the 'rafka_broker' resource; start nodes with "
+              "ray start --resources='{\"rafka_broker\": 1}'", file=sys.stderr)
+    return 0
+
+
+def cmd_down(args) -> int:
+    import ray
+    from ray.util.placement_group import placement_group_table, remove_placement_group
+
+    from rafka.actors.replica import NAMESPACE
+
+    ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING")
+    killed = 0
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] == NAMESPACE:
+            ray.kill(ray.get_actor(entry["name"], namespace=NAMESPACE), no_restart=True)
+            killed += 1
+    removed = 0
+    for group_id, group in placement_group_table().items():
+        if group.get("name", "").startswith("rafka:") and group.get("state") != "REMOVED":
+            remove_placement_group(ray.util.get_placement_group(group["name"]))
+            removed += 1
+    print(f"rafka is down: {killed} actor(s) stopped, {removed} placement group(s) removed; "
+          f"logs stay on the nodes' disks")
+    return 0
+
+
+def cmd_status(args) -> int:
+    cluster = _connect(args)
+    import ray
+    snapshot = ray.get(cluster.controller.metadata_snapshot.remote())
+    brokers = ray.get(cluster.controller.list_brokers.remote())
+    partitions = [p for t in snapshot["topics"].values() for p in t["partitions"]]
+    offline = sum(1 for p in partitions if p["leader"] < 0)
+    under = sum(1 for p in partitions if len(p["isr"]) < len(p["replicas"]))
+    print(f"cluster id:        {snapshot['cluster_id']}")
+    print(f"controller epoch:  {snapshot['controller_epoch']}")
+    print(f"brokers:           {len(brokers)}")
+    for broker in brokers:
+        print(f"  {broker['node_id']}  {broker['address']}")
+    print(f"topics:            {len(snapshot['topics'])} ({len(partitions)} partitions, "
+          f"{under} under-replicated, {offline} offline)")
+    return 0
+
+
+def _connect(args):
+    import rafka
+    return rafka.connect(_address(args))
+
+
+# --- topics -----------------------------------------------------------------------
+
+def cmd_topics(args) -> int:
+    admin = _connect(args).admin()
+    if args.create:
+        _require(args, "topic", "partitions", "replication_factor")
+        admin.create_topic(args.topic, partitions=args.partitions, replication_factor=args.replication_factor,
+                           config=_parse_configs(args.config))
+        print(f"Created topic {args.topic}.")
+    elif args.list:
+        for name in admin.list_topics():
+            print(name)
+    elif args.describe:
+        described = admin.describe_topics([args.topic] if args.topic else None)
+        for name in sorted(described):
+            print(format_topic(described[name]))
+    elif args.delete:
+        _require(args, "topic")
+        admin.delete_topic(args.topic)
+    elif args.alter:
+        raise UsageError("--alter is not supported yet: partitions and configs are fixed at creation")
+    else:
+        raise UsageError("Command must include exactly one action: --list, --describe, --create, "
+                               "--alter or --delete")
+    return 0
+
+
+def format_topic(topic: dict) -> str:
+    """kafka-topics.sh --describe's layout, plus each partition's epoch, HW and LEOs."""
+    configs = ",".join(f"{k}={v}" for k, v in sorted(topic["config"].items()))
+    lines = [f"Topic: {topic['name']}\tTopicId: {topic['topic_id']}\tPartitionCount: "
+             f"{len(topic['partitions'])}\tReplicationFactor: {len(topic['partitions'][0]['replicas'])}\t"
+             f"Configs: {configs}"]
+    for p in topic["partitions"]:
+        leos = ",".join(f"{r}:{leo}" for r, leo in p.get("log_end_offsets", {}).items())
+        lines.append(f"\tTopic: {topic['name']}\tPartition: {p['partition']}\tLeader: "
+                     f"{p['leader'] if p['leader'] >= 0 else 'none'}\tReplicas: "
+                     f"{','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}\t"
+                     f"LeaderEpoch: {p['leader_epoch']}\tHighWatermark: {p.get('high_watermark')}\t"
+                     f"LogEndOffsets: {leos}")
+    return "\n".join(lines)
+
+
+def _require(args, *names: str) -> None:
+    missing = [n for n in names if getattr(args, n) is None]
+    if missing:
+        raise UsageError("Missing required argument(s): "
+                               + ", ".join("--" + n.replace("_", "-") for n in missing))
+
+
+# --- main -------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rafka", description="Kafka's log and offset model on Ray.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="the embedded end-to-end scenario")
+
+    up = sub.add_parser("up", help="start rafka (the controller) on a running Ray cluster")
+    up.add_argument("--data-dir", default=os.environ.get("RAFKA_DATA_DIR", DEFAULT_DATA_DIR),
+                    help="where each node keeps its replicas' logs, and the head its metadata log")
+    up.add_argument("--replica-lag-time-max-ms", type=int)
+    up.add_argument("--fetch-max-wait-ms", type=int)
+    sub.add_parser("down", help="stop rafka's actors (logs stay on disk)")
+    sub.add_parser("status", help="cluster id, controller epoch, brokers, topics")
+
+    topics = sub.add_parser("topics", help="create, list, describe, delete topics (kafka-topics.sh)")
+    action = topics.add_mutually_exclusive_group()
+    for name in ("create", "list", "describe", "delete", "alter"):
+        action.add_argument(f"--{name}", action="store_true")
+    topics.add_argument("--topic")
+    topics.add_argument("--partitions", type=int)
+    topics.add_argument("--replication-factor", type=int)
+    topics.add_argument("--config", action="append", metavar="NAME=VALUE")
+
+    for p in sub.choices.values():
+        if p.prog.split()[-1] != "demo":
+            p.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else auto)")
+    return parser
+
+
+COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "topics": cmd_topics}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rafka", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="the embedded end-to-end scenario")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command == "demo":
         from rafka.demo import main as demo_main
         return demo_main()
-    return 2
+    try:
+        return COMMANDS[args.command](args)
+    except (KafkaError, UsageError, NotRunning) as error:
+        print(f"Error while executing {args.command} command : {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.admin import Admin
 from rafka.client.consumer import Consumer
 from rafka.client.producer import Producer
+from rafka.cluster_errors import NotRunning
 from rafka.placement.groups import BROKER_RESOURCE
 
 NODE_CPUS = 2  # logical CPUs per simulated broker node: replicas ask for none, Spark executors do
@@ -116,5 +117,9 @@ def start_controller(data_dir: str, **controller_options):
 
 def connect(address: str = "auto") -> Cluster:
     """Join a Ray cluster where `rafka up` ran."""
-    ray.init(address=address, namespace=NAMESPACE, ignore_reinit_error=True)
-    return Cluster(controller=ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE), data_dir=None)
+    ray.init(address=address, namespace=NAMESPACE, ignore_reinit_error=True, logging_level="WARNING")
+    try:
+        controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    except ValueError:
+        raise NotRunning(f"rafka is not up on the Ray cluster at {address!r}: run `rafka up` there") from None
+    return Cluster(controller=controller, data_dir=None)

@@ -1,0 +1,5 @@
+"""Errors of the entry points that are not Kafka protocol errors (no Ray import)."""
+
+
+class NotRunning(Exception):
+    """`rafka.connect` found a Ray cluster on which `rafka up` has not run."""
