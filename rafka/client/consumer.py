@@ -15,7 +15,11 @@ Invariants:
   positions move forward only by poll, and anywhere only by seek / reset
   a seek, reset, pause or unassign drops that partition's buffered records and
   makes any fetch in flight for it stale (its answer is discarded)
-Bounds: one fetch in flight and at most one decoded fetch buffered per partition.
+Bounds: one fetch in flight per partition; a partition is fetched again only while
+it buffers fewer than `max_poll_records` records, so it holds at most that many
+plus one fetch's worth. The next fetch goes out before the last answer is
+decoded (its position comes from the batch headers), so decoding overlaps the
+round trip to the leader.
 
 Groups (subscribe, commits) come with the consumer-group issue; this is assign
 mode. Not thread-safe: one thread uses a consumer, as with Kafka's.
@@ -35,7 +39,7 @@ from rafka.client.metadata import MetadataCache
 from rafka.client.retry import call_leader, is_retriable, kafka_cause
 from rafka.core.errors import (KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                UnknownTopicOrPartition)
-from rafka.core.records import decode_batches
+from rafka.core.records import decode_batches, iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -184,20 +188,24 @@ class Consumer:
         busy = {tp for tp, _, _ in self._in_flight.values()}
         now = time.monotonic()
         for tp, state in self._partitions.items():
-            if tp in busy or state.paused or state.buffer or state.not_before_s > now:
-                continue
-            if state.position is None:
-                self._reset(tp, state)
-            if state.fetch_position is None:
-                state.fetch_position = state.position
-            try:
-                leader, leader_epoch = self._metadata.leader_and_epoch(tp.topic, tp.partition)
-                ref = leader.consumer_fetch.remote(state.fetch_position, self.max_partition_fetch_bytes,
-                                                   self.fetch_max_wait_ms, leader_epoch)
-            except Exception as error:
-                self._fetch_failed(tp, state, error)
-                continue
-            self._in_flight[ref] = (tp, state.fetch_generation, state.fetch_position)
+            if tp not in busy and state.not_before_s <= now:
+                self._send_fetch(tp, state)
+
+    def _send_fetch(self, tp: TopicPartition, state: _PartitionState) -> None:
+        if state.paused or len(state.buffer) >= self.max_poll_records:
+            return
+        if state.position is None:
+            self._reset(tp, state)
+        if state.fetch_position is None:
+            state.fetch_position = state.position
+        try:
+            leader, leader_epoch = self._metadata.leader_and_epoch(tp.topic, tp.partition)
+            ref = leader.consumer_fetch.remote(state.fetch_position, self.max_partition_fetch_bytes,
+                                               self.fetch_max_wait_ms, leader_epoch)
+        except Exception as error:
+            self._fetch_failed(tp, state, error)
+            return
+        self._in_flight[ref] = (tp, state.fetch_generation, state.fetch_position)
 
     def _complete_fetch(self, ref) -> None:
         tp, generation, fetch_offset = self._in_flight.pop(ref)
@@ -211,6 +219,10 @@ class Consumer:
             return
         if not result.records:
             return
+        *_, (_, last_header) = iter_batches(result.records, verify_crc=False)
+        state.fetch_position = max(state.fetch_position or 0, last_header.next_offset)
+        self._send_fetch(tp, state)  # the next round trip overlaps this decode
+
         def make_for(header):
             return functools.partial(ConsumerRecord, tp.topic, tp.partition, header.timestamp_type,
                                      header.partition_leader_epoch)
@@ -220,9 +232,7 @@ class Consumer:
         if fresh and fresh[-1].offset >= result.high_watermark:
             raise AssertionError(f"{tp}: leader returned offset {fresh[-1].offset} at or above "
                                  f"its HW {result.high_watermark}")  # invariant 4, must not happen
-        if fresh:
-            state.buffer.extend(fresh)
-            state.fetch_position = fresh[-1].offset + 1
+        state.buffer.extend(fresh)
 
     def _fetch_failed(self, tp: TopicPartition, state: _PartitionState, error: BaseException) -> None:
         cause = kafka_cause(error)

@@ -10,6 +10,12 @@ small for a while) refreshes metadata and resends the same bytes after
 already written and answers with the original offsets, so a retry never
 duplicates (idempotence).
 
+Completion is pushed, not polled: each request's ObjectRef gets a done callback
+that hands it back to the sender thread, which wakes at once (a polling
+`ray.wait` loop cost milliseconds per request). `send` wakes the sender only when
+a batch opens or fills, not per record. A record's future is a view on its
+batch's one future (index into the batch), so a send costs no Future of its own.
+
 Bounds: one request in flight per partition (keeps order with retries),
 `buffer_memory` bytes of unsent records (send blocks up to `max_block_ms`).
 Thread-safe: any thread may call send/flush.
@@ -44,13 +50,38 @@ class _Batch:
     partition: int
     created_s: float
     records: list = dataclasses.field(default_factory=list)
-    futures: list = dataclasses.field(default_factory=list)
+    done: Future = dataclasses.field(default_factory=Future)   # -> base offset, or the error
     size_bytes: int = 0
     encoded: bytes | None = None
     attempts: int = 0
     first_send_s: float = 0.0
     sent_s: float = 0.0
     not_before_s: float = 0.0
+
+
+class RecordFuture:
+    """The future of one sent record: resolves to its RecordMetadata. A view on its
+    batch's future (concurrent.futures-like: result, exception, done,
+    add_done_callback)."""
+
+    __slots__ = ("_batch", "_index", "_timestamp_ms")
+
+    def __init__(self, batch: _Batch, index: int, timestamp_ms: int) -> None:
+        self._batch, self._index, self._timestamp_ms = batch, index, timestamp_ms
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        base_offset = self._batch.done.result(timeout)
+        offset = -1 if base_offset < 0 else base_offset + self._index
+        return RecordMetadata(self._batch.topic, self._batch.partition, offset, self._timestamp_ms)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._batch.done.exception(timeout)
+
+    def done(self) -> bool:
+        return self._batch.done.done()
+
+    def add_done_callback(self, callback) -> None:
+        self._batch.done.add_done_callback(lambda _: callback(self))
 
 
 class Producer:
@@ -78,6 +109,7 @@ class Producer:
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
         self._in_flight: dict = {}          # ObjectRef -> _Batch
+        self._answered: list = []           # ObjectRefs whose answer arrived (done callbacks)
         self._busy: set[tuple[str, int]] = set()
         self._next_sequence: dict[tuple[str, int], int] = collections.defaultdict(int)
         self._buffered_bytes = 0
@@ -91,11 +123,12 @@ class Producer:
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
              partition: int | None = None, timestamp_ms: int | None = None,
-             headers: list[tuple[str, bytes | None]] | None = None) -> Future:
+             headers: list[tuple[str, bytes | None]] | None = None) -> RecordFuture:
         if self._closed:
             raise RuntimeError("send after close")
-        record = RecordInput(value, key, timestamp_ms if timestamp_ms is not None else int(time.time() * 1000),
-                             tuple(headers or ()))
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        record = RecordInput(value, key, timestamp_ms, tuple(headers) if headers else ())
         size = len(value or b"") + len(key or b"") + RECORD_OVERHEAD_BYTES
         if size > self.max_request_size:
             raise RecordTooLarge(f"The message is {size} bytes when serialized which is larger than "
@@ -106,7 +139,6 @@ class Producer:
                          else self._sticky.partition(topic, partition_count))
         elif not 0 <= partition < partition_count:
             raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
-        future: Future = Future()
         with self._lock:
             deadline = time.monotonic() + self.max_block_s
             while self._buffered_bytes + size > self.buffer_memory:
@@ -119,13 +151,14 @@ class Producer:
                 batch = None
             if batch is None:
                 batch = self._open[key_tp] = _Batch(topic, partition, time.monotonic())
+                self._lock.notify_all()  # the sender times this batch's linger
+            future = RecordFuture(batch, len(batch.records), timestamp_ms)
             batch.records.append(record)
-            batch.futures.append(future)
             batch.size_bytes += size
             self._buffered_bytes += size
             if batch.size_bytes >= self.batch_size:
                 self._close_batch(key_tp, partition_count)
-            self._lock.notify_all()
+                self._lock.notify_all()
         return future
 
     def metrics(self) -> dict[str, int]:
@@ -185,25 +218,36 @@ class Producer:
     def _run(self) -> None:
         while True:
             with self._lock:
-                now = time.monotonic()
-                wait_s = self._close_lingered(now)
-                to_send = []
-                for key_tp, queue in self._ready.items():
-                    if queue and key_tp not in self._busy and queue[0].not_before_s <= now:
-                        to_send.append(queue.popleft())
-                        self._busy.add(key_tp)
-                if self._closed and not self._in_flight and not to_send and not any(self._ready.values()):
-                    return
-                if not to_send and not self._in_flight:
-                    self._lock.wait(timeout=min(wait_s, self.retry_backoff_s))
-                    continue
+                while True:
+                    now = time.monotonic()
+                    answered, self._answered = self._answered, []
+                    wait_s = self._close_lingered(now)
+                    to_send = []
+                    for key_tp, queue in self._ready.items():
+                        if queue and key_tp not in self._busy and queue[0].not_before_s <= now:
+                            to_send.append(queue.popleft())
+                            self._busy.add(key_tp)
+                    if answered or to_send:
+                        break
+                    if self._closed and not self._in_flight and not any(self._ready.values()):
+                        return
+                    self._lock.wait(timeout=min(wait_s, self.retry_backoff_s) if self._open or any(
+                        self._ready.values()) else self.retry_backoff_s)
+                    if self._in_flight:
+                        break  # check for requests unanswered past their timeout
+            for ref in answered:
+                batch = self._in_flight.pop(ref, None)
+                if batch is not None:  # None: it timed out and was resent already
+                    self._complete(ref, batch)
             for batch in to_send:
                 self._send(batch)
-            if self._in_flight:
-                done, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=min(wait_s, 0.01))
-                for ref in done:
-                    self._complete(ref, self._in_flight.pop(ref))
-                self._expire_in_flight()
+            self._expire_in_flight()
+
+    def _on_answer(self, ref) -> None:
+        """Done callback of a request (a Ray thread): hand it to the sender thread."""
+        with self._lock:
+            self._answered.append(ref)
+            self._lock.notify_all()
 
     def _expire_in_flight(self) -> None:
         """A request unanswered for request_timeout_ms (its leader paused, say) fails
@@ -235,10 +279,10 @@ class Producer:
             self._retry_or_fail(batch, error)
             return
         if self.acks == ACKS_NONE:
-            self._finish(batch, [RecordMetadata(batch.topic, batch.partition, -1, r.timestamp_ms)
-                                 for r in batch.records])
+            self._finish(batch, -1)
             return
         self._in_flight[ref] = batch
+        ref.future().add_done_callback(lambda _, ref=ref: self._on_answer(ref))
 
     def _complete(self, ref, batch: _Batch) -> None:
         try:
@@ -246,8 +290,7 @@ class Producer:
         except Exception as error:
             self._retry_or_fail(batch, error)
             return
-        self._finish(batch, [RecordMetadata(batch.topic, batch.partition, result.base_offset + i,
-                                            r.timestamp_ms) for i, r in enumerate(batch.records)])
+        self._finish(batch, result.base_offset)
 
     def _retry_or_fail(self, batch: _Batch, error: Exception) -> None:
         cause = kafka_cause(error)
@@ -263,7 +306,7 @@ class Producer:
         self._metrics["record-error-total"] += len(batch.records)
         if self.producer_id != NO_PRODUCER_ID:
             self._bump_epoch()
-        self._finish(batch, None, failure)
+        self._finish(batch, -1, failure)
 
     def _bump_epoch(self) -> None:
         """A batch failed for good: the leader may or may not hold it, so its sequence
@@ -278,12 +321,11 @@ class Producer:
             self.producer_epoch += 1
         self._next_sequence.clear()
 
-    def _finish(self, batch: _Batch, results, error: Exception | None = None) -> None:
-        for i, future in enumerate(batch.futures):
-            if error is None:
-                future.set_result(results[i])
-            else:
-                future.set_exception(error)
+    def _finish(self, batch: _Batch, base_offset: int, error: Exception | None = None) -> None:
+        if error is None:
+            batch.done.set_result(base_offset)
+        else:
+            batch.done.set_exception(error)
         with self._lock:
             self._busy.discard((batch.topic, batch.partition))
             self._buffered_bytes -= batch.size_bytes

@@ -1,0 +1,122 @@
+"""Replicated publish, consume and sync-latency on a 3-node local cluster.
+
+    bash scripts/run.sh python bench/replication_bench.py [--seconds 8]
+
+Prints one table:
+  publish acks=all to R3 and to R1, 100 B and 1 KiB records: records/s from one
+    producer (send() in a loop, futures checked at the end), for `--seconds`
+  one consumer reading the R3 1 KiB topic from the beginning: records/s
+  sync publish latency: send(...).result() one record at a time, acks=all, R3:
+    p50 / p99 / p99.9 in ms
+Targets (issue 4, this 2-core machine): R3 1 KiB >= 53,000 rec/s, R3 100 B >=
+120,000 rec/s, consumer >= 200,000 rec/s (1 KiB), sync p50 <= 2 ms, p99 <= 10 ms.
+Everything (driver, producer, 9 replica actors, 4 raylets) shares the 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+TARGETS = {
+    ("publish", "R3", 1024): 53_000,
+    ("publish", "R3", 100): 120_000,
+    ("consume", "R3", 1024): 200_000,
+}
+
+
+def publish(cluster, topic: str, record_bytes: int, seconds: float, **producer_options) -> tuple[int, float]:
+    value = os.urandom(record_bytes)
+    with cluster.producer(acks="all", **producer_options) as producer:
+        futures = []
+        started = time.perf_counter()
+        deadline = started + seconds
+        count = 0
+        while time.perf_counter() < deadline:
+            for _ in range(1_000):
+                futures.append(producer.send(topic, value, partition=0))
+            count += 1_000
+        producer.flush()
+        elapsed = time.perf_counter() - started
+    for future in futures:
+        future.result()
+    return count, elapsed
+
+
+def consume(cluster, topic: str, expected: int) -> tuple[int, float]:
+    from rafka.core.structs import TopicPartition
+    tp = TopicPartition(topic, 0)
+    with cluster.consumer(auto_offset_reset="earliest", max_poll_records=10_000) as consumer:
+        consumer.assign([tp])
+        count = 0
+        started = time.perf_counter()
+        while count < expected:
+            count += len(consumer.poll(timeout=1.0))
+        return count, time.perf_counter() - started
+
+
+def sync_latencies_ms(cluster, topic: str, count: int) -> list[float]:
+    latencies = []
+    with cluster.producer(acks="all", linger_ms=0) as producer:
+        for _ in range(200):  # warm up
+            producer.send(topic, b"x" * 100, partition=0).result()
+        for _ in range(count):
+            started = time.perf_counter()
+            producer.send(topic, b"x" * 100, partition=0).result()
+            latencies.append((time.perf_counter() - started) * 1000)
+    return sorted(latencies)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--latency-samples", type=int, default=3_000)
+    parser.add_argument("--batch-size", type=int, default=512 * 1024,
+                        help="producer batch_size in bytes (Kafka's default is 16384)")
+    parser.add_argument("--linger-ms", type=int, default=5)
+    args = parser.parse_args()
+
+    import rafka
+    rows = []
+    with rafka.local_cluster(nodes=3) as cluster:
+        admin = cluster.admin()
+        for rf in (3, 1):
+            for size in (100, 1024):
+                topic = f"bench-r{rf}-{size}"
+                admin.create_topic(topic, partitions=1, replication_factor=rf,
+                                   config={"min.insync.replicas": str(min(rf, 2))})
+                count, elapsed = publish(cluster, topic, size, args.seconds,
+                                         batch_size=args.batch_size, linger_ms=args.linger_ms)
+                rows.append(("publish", f"R{rf}", size, count, elapsed))
+        produced = next(r[3] for r in rows if r[:3] == ("publish", "R3", 1024))
+        count, elapsed = consume(cluster, "bench-r3-1024", produced)
+        rows.append(("consume", "R3", 1024, count, elapsed))
+        admin.create_topic("bench-latency", partitions=1, replication_factor=3,
+                           config={"min.insync.replicas": "2"})
+        latencies = sync_latencies_ms(cluster, "bench-latency", args.latency_samples)
+
+    print(f"\nrafka replication bench: 3 broker nodes, 1 partition, batch_size {args.batch_size} B, "
+          f"linger {args.linger_ms} ms, {os.cpu_count()} cores")
+    print(f"{'what':<10}{'topic':<7}{'record':>8}{'records':>11}{'seconds':>9}{'records/s':>12}"
+          f"{'MB/s':>8}{'target':>10}  met")
+    for what, topic, size, count, elapsed in rows:
+        rate = count / elapsed
+        target = TARGETS.get((what, topic, size))
+        met = "" if target is None else ("yes" if rate >= target else "NO")
+        print(f"{what:<10}{topic:<7}{size:>7}B{count:>11,}{elapsed:>9.2f}{rate:>12,.0f}"
+              f"{rate * size / 1e6:>8.1f}{(f'{target:,}' if target else '-'):>10}  {met}")
+    p50, p99, p999 = (percentile(latencies, q) for q in (0.5, 0.99, 0.999))
+    print(f"\nsync publish (acks=all, R3, 100 B, one at a time, {len(latencies)} samples): "
+          f"p50 {p50:.2f} ms (target <= 2: {'yes' if p50 <= 2 else 'NO'}), "
+          f"p99 {p99:.2f} ms (target <= 10: {'yes' if p99 <= 10 else 'NO'}), "
+          f"p99.9 {p999:.2f} ms, mean {statistics.mean(latencies):.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
