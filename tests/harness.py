@@ -18,6 +18,17 @@ from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.core.records import decode_records
 
 
+# Fast failure detection for tests: short lag window, quick pings and long polls.
+TEST_CLUSTER_OPTIONS = dict(replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100,
+                            leader_ping_timeout_ms=1_000, watch_interval_ms=100)
+
+
+def embedded_cluster():
+    """The 3-broker local cluster a test module shares (a context manager)."""
+    import rafka
+    return rafka.local_cluster(nodes=3, **TEST_CLUSTER_OPTIONS)
+
+
 def wait_until(condition, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout_s
     last_error = None

@@ -23,17 +23,6 @@ from tests.harness import (assert_replicas_identical_below_high_watermark, descr
 
 pytestmark = pytest.mark.chaos
 
-LAG_TIME_MS = 2_000
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    import rafka
-    with rafka.local_cluster(nodes=3, replica_lag_time_max_ms=LAG_TIME_MS, fetch_max_wait_ms=100,
-                             leader_ping_timeout_ms=1_000, watch_interval_ms=100) as embedded:
-        yield embedded
-
-
 def create(cluster, topic):
     cluster.admin().create_topic(topic, partitions=1, replication_factor=3,
                                  config={"min.insync.replicas": "2"})

@@ -15,14 +15,6 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    import rafka
-    with rafka.local_cluster(nodes=3, replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100,
-                             leader_ping_timeout_ms=1_000, watch_interval_ms=100) as embedded:
-        yield embedded
-
-
-@pytest.fixture(scope="module")
 def events(cluster):
     """Topic `events`, 2 partitions R3, 40 records per partition, known timestamps."""
     cluster.admin().create_topic("events", partitions=2, replication_factor=3,

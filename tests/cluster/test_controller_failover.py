@@ -1,47 +1,19 @@
 """Controller and replica actors on a simulated 3-node Ray cluster."""
 
-import time
-
 import pytest
 import ray
 
-import rafka
-from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
+
+from tests.harness import replica, wait_until
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with rafka.local_cluster(nodes=3, replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100,
-                             leader_ping_timeout_ms=1_000, watch_interval_ms=100) as embedded:
-        yield embedded
-
-
-@pytest.fixture(scope="module")
 def controller(cluster):
     return cluster.controller
-
-
-def wait_until(condition, timeout_s=30.0, interval_s=0.05):
-    """Poll `condition` until truthy. An actor that is restarting (unavailable) counts
-    as "not yet": the scenarios here restart actors on purpose."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
-            value = None
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError("condition not met in time")
-
-
-def replica(topic, partition, replica_id):
-    return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
 
 
 def leader_of(controller, topic, partition):
