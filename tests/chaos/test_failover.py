@@ -111,11 +111,17 @@ def test_follower_killed__acked_writes_survive_and_it_rejoins_isr(cluster):
 def test_leader_node_removed__fresh_node_rebuilds_the_replica_from_empty(cluster):
     before = create(cluster, "lose-node")
     leader_node = describe_replica("lose-node", 0, before["leader"])["node_id"]
+
+    def brokers():
+        return {b["node_id"] for b in ray.get(cluster.controller.list_brokers.remote())}
+    assert leader_node in brokers() and len(brokers()) == 3
     stream = StreamingProducer(cluster, "lose-node")
     acked = stream.run(lambda: cluster.remove_node(leader_node))
     after = wait_for_leader(cluster, "lose-node", 0, newer_than_epoch=before["leader_epoch"])
     assert before["leader"] not in after["isr"]
+    wait_until(lambda: leader_node not in brokers(), what="the dead node leaving the broker registry")
     new_node = cluster.add_node()
+    assert new_node in brokers() and len(brokers()) == 3
     wait_until(lambda: describe_replica("lose-node", 0, before["leader"])["node_id"] == new_node,
                what="the lost replica restarted on the new node")
     wait_until(lambda: set(partition_state(cluster, "lose-node", 0)["isr"]) == {0, 1, 2},
