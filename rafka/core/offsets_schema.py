@@ -1,0 +1,205 @@
+"""The records of `__consumer_offsets`, byte for byte as Kafka writes them, and
+which partition of it holds a group.
+
+Keys and values are Kafka's versioned schemas (big-endian; a string is an int16
+length then UTF-8, -1 for null; bytes are an int32 length then the bytes):
+  offset commit key v1:     version=1, group, topic, partition int32
+  offset commit value v3:   version=3, offset int64, leader epoch int32,
+                            metadata string, commit timestamp int64
+  group metadata key v2:    version=2, group
+  group metadata value v3:  version=3, protocol type, generation int32,
+                            protocol (nullable), leader (nullable), current state
+                            timestamp int64, then members: int32 count, each
+                            member id, group instance id (nullable), client id,
+                            client host, rebalance timeout int32, session timeout
+                            int32, subscription bytes, assignment bytes
+A record with a null value is a tombstone: compaction removes its key.
+
+Invariants: decode(encode(x)) == x for every schema; the key's version tells an
+offset key (0 or 1) from a group key (2), as Kafka's GroupMetadataManager does;
+an unknown version or a short buffer is CorruptRecord, never a wrong value.
+Pure logic, no I/O. Callers: the group coordinator (writes and replays these
+records) and `rafka dump-offsets`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from rafka.core.errors import CorruptRecord
+
+OFFSET_KEY_VERSION, OFFSET_VALUE_VERSION = 1, 3
+GROUP_KEY_VERSION, GROUP_VALUE_VERSION = 2, 3
+NO_LEADER_EPOCH = -1
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode(): over UTF-16 code units, in int32 arithmetic."""
+    h = 0
+    utf16 = text.encode("utf-16-be")
+    for i in range(0, len(utf16), 2):
+        h = (31 * h + ((utf16[i] << 8) | utf16[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for_group(group_id: str, offsets_partition_count: int) -> int:
+    """Kafka's `Utils.abs(groupId.hashCode()) % partitions` (abs(MIN_VALUE) is 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % offsets_partition_count
+
+
+@dataclasses.dataclass(frozen=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupKey:
+    group: str
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberMetadata:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp_ms: int
+    members: tuple[MemberMetadata, ...] = ()
+
+
+# --- encode -----------------------------------------------------------------------
+
+def _string(text: str | None) -> bytes:
+    if text is None:
+        return struct.pack(">h", -1)
+    data = text.encode("utf-8")
+    if len(data) > 32_767:
+        raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
+    return struct.pack(">h", len(data)) + data
+
+
+def _bytes(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+def encode_key(key: OffsetKey | GroupKey) -> bytes:
+    if isinstance(key, OffsetKey):
+        return (struct.pack(">h", OFFSET_KEY_VERSION) + _string(key.group) + _string(key.topic)
+                + struct.pack(">i", key.partition))
+    return struct.pack(">h", GROUP_KEY_VERSION) + _string(key.group)
+
+
+def encode_value(value: OffsetValue | GroupValue | None) -> bytes | None:
+    """None (a tombstone) stays None."""
+    if value is None:
+        return None
+    if isinstance(value, OffsetValue):
+        return (struct.pack(">hqi", OFFSET_VALUE_VERSION, value.offset, value.leader_epoch)
+                + _string(value.metadata) + struct.pack(">q", value.commit_timestamp_ms))
+    parts = [struct.pack(">h", GROUP_VALUE_VERSION), _string(value.protocol_type),
+             struct.pack(">i", value.generation), _string(value.protocol), _string(value.leader),
+             struct.pack(">qi", value.current_state_timestamp_ms, len(value.members))]
+    for m in value.members:
+        parts += [_string(m.member_id), _string(m.group_instance_id), _string(m.client_id),
+                  _string(m.client_host), struct.pack(">ii", m.rebalance_timeout_ms, m.session_timeout_ms),
+                  _bytes(m.subscription), _bytes(m.assignment)]
+    return b"".join(parts)
+
+
+# --- decode -----------------------------------------------------------------------
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def take(self, fmt: str):
+        size = struct.calcsize(fmt)
+        if self.pos + size > len(self.data):
+            raise CorruptRecord("__consumer_offsets record is shorter than its schema")
+        values = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return values if len(values) > 1 else values[0]
+
+    def string(self) -> str | None:
+        length = self.take(">h")
+        if length < 0:
+            return None
+        if self.pos + length > len(self.data):
+            raise CorruptRecord("__consumer_offsets string runs past the record")
+        text = self.data[self.pos:self.pos + length].decode("utf-8")
+        self.pos += length
+        return text
+
+    def bytes(self) -> bytes:
+        length = self.take(">i")
+        if length < 0 or self.pos + length > len(self.data):
+            raise CorruptRecord("__consumer_offsets bytes run past the record")
+        data = self.data[self.pos:self.pos + length]
+        self.pos += length
+        return data
+
+    def done(self):
+        if self.pos != len(self.data):
+            raise CorruptRecord("__consumer_offsets record has trailing bytes")
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey:
+    reader = _Reader(data)
+    version = reader.take(">h")
+    if version in (0, 1):
+        key = OffsetKey(reader.string(), reader.string(), reader.take(">i"))
+    elif version == GROUP_KEY_VERSION:
+        key = GroupKey(reader.string())
+    else:
+        raise CorruptRecord(f"unknown __consumer_offsets key version {version}")
+    reader.done()
+    return key
+
+
+def decode_value(key: OffsetKey | GroupKey, data: bytes | None) -> OffsetValue | GroupValue | None:
+    """The value for `key`'s kind; None for a tombstone."""
+    if data is None:
+        return None
+    reader = _Reader(data)
+    version = reader.take(">h")
+    if isinstance(key, OffsetKey):
+        if version != OFFSET_VALUE_VERSION:
+            raise CorruptRecord(f"offset commit value version {version} is not {OFFSET_VALUE_VERSION}")
+        offset, leader_epoch = reader.take(">qi")
+        value = OffsetValue(offset, leader_epoch, reader.string(), reader.take(">q"))
+    else:
+        if version != GROUP_VALUE_VERSION:
+            raise CorruptRecord(f"group metadata value version {version} is not {GROUP_VALUE_VERSION}")
+        protocol_type, generation = reader.string(), reader.take(">i")
+        protocol, leader = reader.string(), reader.string()
+        timestamp_ms, count = reader.take(">qi")
+        members = tuple(MemberMetadata(reader.string(), reader.string(), reader.string(), reader.string(),
+                                       *reader.take(">ii"), reader.bytes(), reader.bytes())
+                        for _ in range(count))
+        value = GroupValue(protocol_type, generation, protocol, leader, timestamp_ms, members)
+    reader.done()
+    return value
