@@ -164,3 +164,16 @@ def test_admin__delete_topic__gone_from_metadata_actors_and_disk(cluster):
     admin.create_topic("doomed", partitions=1, replication_factor=3)  # the name is free again
     with cluster.consumer(auto_offset_reset="earliest") as consumer:
         assert consumer.end_offsets([TopicPartition("doomed", 0)]) == {TopicPartition("doomed", 0): 0}
+
+
+def test_producer__acks_0__fire_and_forget_offset_unknown_record_still_written(cluster):
+    cluster.admin().create_topic("fire", partitions=1, replication_factor=3)
+    with cluster.producer(acks=0) as producer:
+        metas = [producer.send("fire", b"f-%d" % i, partition=0).result(timeout=30) for i in range(5)]
+    assert {m.offset for m in metas} == {-1}  # as Kafka: no ack, so no offset
+    tp = TopicPartition("fire", 0)
+    with cluster.consumer(auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        got = []
+        wait_until(lambda: got.extend(consumer.poll(timeout=0.5)) or len(got) == 5, what="5 records")
+    assert [r.value for r in got] == [b"f-%d" % i for i in range(5)]
