@@ -210,16 +210,18 @@ class ControllerActor:
             self._watcher = asyncio.get_running_loop().create_task(self._watch_leaders())
 
     async def _watch_leaders(self) -> None:
+        """Every partition is checked concurrently: a paused node makes each of its
+        pings wait `leader_ping_timeout_ms`, which must not delay the failover of
+        partitions elsewhere."""
         while True:
             await asyncio.sleep(self.watch_interval_ms / 1000)
-            for name, topic in list(self.metadata.topics.items()):
-                for partition in range(len(topic.partitions)):
-                    if (name, partition) in self._starting:
-                        continue
-                    try:
-                        await self._check_partition(name, partition)
-                    except Exception as error:  # keep watching the other partitions
-                        logger.warning("checking %s-%d failed: %s", name, partition, error)
+            partitions = [(name, p) for name, topic in list(self.metadata.topics.items())
+                          for p in range(len(topic.partitions)) if (name, p) not in self._starting]
+            results = await asyncio.gather(*(self._check_partition(name, p) for name, p in partitions),
+                                           return_exceptions=True)
+            for (name, partition), result in zip(partitions, results):
+                if isinstance(result, Exception):  # keep watching the other partitions
+                    logger.warning("checking %s-%d failed: %s", name, partition, result)
 
     async def _check_partition(self, topic: str, partition: int) -> None:
         """Replace a leader that is gone, unresponsive or restarted (a restarted actor
