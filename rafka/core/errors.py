@@ -71,6 +71,8 @@ IllegalGeneration = _error("IllegalGeneration", 22, "ILLEGAL_GENERATION", False,
                            "The member's generation is not the group's current one.")
 UnknownMemberId = _error("UnknownMemberId", 25, "UNKNOWN_MEMBER_ID", False,
                          "The member id is not in the group.")
+InvalidSessionTimeout = _error("InvalidSessionTimeout", 26, "INVALID_SESSION_TIMEOUT", False,
+                               "session.timeout.ms is outside the coordinator's allowed range.")
 RebalanceInProgress = _error("RebalanceInProgress", 27, "REBALANCE_IN_PROGRESS", False,
                              "The group is rebalancing.")
 TopicAlreadyExists = _error("TopicAlreadyExists", 36, "TOPIC_ALREADY_EXISTS", False,
@@ -103,6 +105,8 @@ UnknownLeaderEpoch = _error("UnknownLeaderEpoch", 75, "UNKNOWN_LEADER_EPOCH", Tr
                             "The request's leader epoch is newer than the replica's.")
 OffsetNotAvailable = _error("OffsetNotAvailable", 78, "OFFSET_NOT_AVAILABLE", True,
                             "The offset is not available yet (e.g. above the HW after an election).")
+GroupMaxSizeReached = _error("GroupMaxSizeReached", 81, "GROUP_MAX_SIZE_REACHED", False,
+                             "The group already has group.max.size members.")
 InvalidRecord = _error("InvalidRecord", 87, "INVALID_RECORD", False,
                        "A record is not valid for this topic (e.g. no key on a compacted topic).")
 
