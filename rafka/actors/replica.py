@@ -115,6 +115,7 @@ class ReplicaActor:
                 raise RequestTimedOut(f"{self.replica.name}: offset {result.last_offset} not replicated "
                                       f"to the ISR within {request_timeout_ms} ms")
             await self._parked(remaining, "_parked_produces")
+        self.replica.check_enough_replicas_after_append()
         return result
 
     async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rafka.core.config import TopicConfig
 from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRequest, InvalidRequiredAcks, NotEnoughReplicas,
+                               NotEnoughReplicasAfterAppend,
                                NotLeaderOrFollower, OffsetOutOfRange, UnknownLeaderEpoch)
 from rafka.core.leader_epoch import UNDEFINED_OFFSET
 from rafka.core.log import PartitionLog
@@ -150,7 +151,19 @@ class PartitionReplica:
             next_offset += header.last_offset_delta + 1
 
     def is_committed(self, last_offset: int) -> bool:
+        """The HW passed `last_offset`. For acks=all the caller must then check
+        `check_enough_replicas_after_append`: the ISR may have shrunk meanwhile."""
         return self.log.high_watermark > last_offset
+
+    def check_enough_replicas_after_append(self) -> None:
+        """Kafka's rule when the HW reaches an acks=all batch: if the ISR shrank below
+        min.insync.replicas while it waited, the write is below the HW but was not
+        replicated as promised: NOT_ENOUGH_REPLICAS_AFTER_APPEND (retriable; an
+        idempotent resend is answered with the same offsets)."""
+        if self.leader is not None and len(self.leader.isr) < self.config.min_insync_replicas:
+            raise NotEnoughReplicasAfterAppend(
+                f"{self.name}: ISR {sorted(self.leader.isr)} shrank below min.insync.replicas "
+                f"{self.config.min_insync_replicas} before the batch was replicated")
 
     # --- fetch (leader) -----------------------------------------------------------
 
@@ -200,7 +213,7 @@ class PartitionReplica:
 
     def caught_up_outside_isr(self) -> set[int]:
         self._require_leader(self.leader_epoch)
-        return self.leader.caught_up_outside_isr()
+        return self.leader.caught_up_outside_isr(self.clock.monotonic_ms())
 
     def _require_leader(self, leader_epoch: int) -> None:
         if leader_epoch < self.leader_epoch:

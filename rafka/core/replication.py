@@ -6,6 +6,9 @@ Invariants:
   the leader is always in its own ISR
   a follower is caught up (Kafka's lastCaughtUpTimeMs) at a fetch whose offset
   reached the leader's LEO as of that fetch, or as of the previous fetch
+  a follower rejoins the ISR only on evidence from its own fetches: it fetched
+  under this leader, reached the HW, and was caught up within the lag time (a
+  paused follower whose old LEO happens to equal the HW must not rejoin)
   ISR changes are proposals: the controller accepts them with the current leader
   epoch; the leader applies them only when accepted (`apply_isr`)
 
@@ -28,6 +31,7 @@ class FollowerProgress:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     leader_end_offset_at_last_fetch: int = 0
+    fetched: bool = False         # has fetched from this leader
 
 
 def follower_high_watermark(leader_high_watermark: int, own_log_end_offset: int) -> int:
@@ -64,6 +68,7 @@ class LeaderState:
         progress.log_end_offset = fetch_offset
         progress.leader_end_offset_at_last_fetch = leader_end_offset
         progress.last_fetch_ms = now_ms
+        progress.fetched = True
         return self.maybe_advance_high_watermark()
 
     def maybe_advance_high_watermark(self) -> bool:
@@ -80,11 +85,13 @@ class LeaderState:
         return {r for r in self.isr if r != self.replica_id
                 and now_ms - self.followers[r].last_caught_up_ms > self.replica_lag_time_max_ms}
 
-    def caught_up_outside_isr(self) -> set[int]:
-        """Followers outside the ISR that may rejoin: at or past the HW and past the
-        start of this leader's epoch (Kafka's isFollowerInSync)."""
-        return {r for r, p in self.followers.items() if r not in self.isr
-                and p.log_end_offset >= max(self.log.high_watermark, self.leader_epoch_start_offset)}
+    def caught_up_outside_isr(self, now_ms: int) -> set[int]:
+        """Followers outside the ISR that may rejoin: fetching from this leader, at
+        or past the HW and the start of this leader's epoch (Kafka's
+        isFollowerInSync), and caught up within replica.lag.time.max.ms."""
+        return {r for r, p in self.followers.items() if r not in self.isr and p.fetched
+                and p.log_end_offset >= max(self.log.high_watermark, self.leader_epoch_start_offset)
+                and now_ms - p.last_caught_up_ms <= self.replica_lag_time_max_ms}
 
     def apply_isr(self, isr: Iterable[int]) -> bool:
         """The controller accepted a new ISR. Returns True if the HW moved (a

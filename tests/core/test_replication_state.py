@@ -83,9 +83,23 @@ def test_isr__lagging_follower_leaves_after_lag_time_and_rejoins_when_caught_up(
     assert pair.leader.high_watermark == 0       # held back: follower 2 has not confirmed offset 0
     assert pair.leader.apply_isr({0, 1})         # the controller accepted the shrink
     assert pair.leader.high_watermark == 2
+    assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == set()
     pair.fetch(2)
-    assert pair.leader.caught_up_outside_isr() == set()  # has fetched, not yet confirmed its LEO
+    assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == set()  # fetched, LEO not confirmed
     pair.fetch(2)
-    assert pair.leader.caught_up_outside_isr() == {2}
+    assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == {2}
     pair.leader.apply_isr({0, 1, 2})
     assert [r.value for r in decode_records(pair.follower_logs[2].read(0, 1 << 20))] == [b"a", b"b"]
+
+
+def test_isr__paused_follower_whose_leo_equals_the_hw_does_not_rejoin_without_fetching(tmp_path):
+    """A follower that stopped at LEO 0 on an empty log is "at the HW", but it is not
+    fetching: rejoining it would make acks=all wait on a replica that never answers."""
+    pair = Pair(tmp_path, followers=(1, 2))
+    pair.fetch(1)
+    pair.clock.advance(LAG_MS + 1)
+    pair.fetch(1)
+    assert pair.leader.lagging_isr_members(pair.clock.now_ms()) == {2}
+    pair.leader.apply_isr({0, 1})
+    assert pair.leader.high_watermark == pair.leader.followers[2].log_end_offset == 0
+    assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == set()
