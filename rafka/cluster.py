@@ -55,6 +55,30 @@ class Cluster:
         (auto_offset_reset, max_poll_records, fetch_max_wait_ms, ...)."""
         return Consumer(self.controller, **options)
 
+    def start_group_coordinators(self, *, offsets_topic_num_partitions: int = 1,
+                                 offsets_topic_replication_factor: int = 3, **coordinator_options) -> list:
+        """Creates the compacted `__consumer_offsets` topic (if missing) and one group
+        coordinator actor per partition of it, spread over the broker nodes.
+        Default 1 partition: every partition costs RF replica processes plus a
+        coordinator (~80 MB each), and one keeps an idle 3-node cluster light; Kafka's
+        default is 50. Today this is called explicitly; the consumer-group issue
+        makes `local_cluster` and `rafka up` call it."""
+        from rafka.actors.coordinator import OFFSETS_TOPIC, GroupCoordinatorActor, coordinator_actor_name
+        admin = self.admin()
+        if OFFSETS_TOPIC not in admin.list_topics():
+            rf = offsets_topic_replication_factor
+            admin.create_topic(OFFSETS_TOPIC, partitions=offsets_topic_num_partitions, replication_factor=rf,
+                               config={"cleanup.policy": "compact", "min.insync.replicas": str(min(rf, 2))})
+        count = len(admin.describe_topics([OFFSETS_TOPIC])[OFFSETS_TOPIC]["partitions"])
+        actor = ray.remote(GroupCoordinatorActor)
+        handles = [actor.options(name=coordinator_actor_name(p), namespace=NAMESPACE, lifetime="detached",
+                                 get_if_exists=True, max_restarts=-1, num_cpus=0,
+                                 resources={BROKER_RESOURCE: 0.001}, scheduling_strategy="SPREAD").remote(
+                       offsets_partition=p, offsets_partition_count=count, **coordinator_options)
+                   for p in range(count)]
+        ray.get([h.ping.remote() for h in handles])
+        return handles
+
     def replica(self, topic: str, partition: int, replica_id: int):
         return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
 

@@ -1,0 +1,170 @@
+"""The group coordinator actor of one `__consumer_offsets` partition: a thin
+asyncio shell around core.OffsetStore and core.GroupManager.
+
+Loading: at start (and so after every restart) it reads its partition from the
+partition's leader, from the log start to the HW, and replays every record; until
+that is done every request gets COORDINATOR_LOAD_IN_PROGRESS, never stale data.
+
+Writes: a handler returns records; the actor encodes them as one batch and
+produces it with acks=all to its partition's leader, and replays them, and
+answers, only once the leader acknowledged them (so they are below the HW:
+invariant 8). One write is in flight at a time, so the cache replays records in
+log order; a write that cannot complete within `offsets_commit_timeout_ms` (the
+ISR below min.insync.replicas, no leader) fails with REQUEST_TIMED_OUT, a
+retriable error, and changes nothing in the cache.
+
+Named `coordinator:<offsets partition>` in namespace `rafka`, detached,
+restartable, spread over the broker nodes.
+Membership requests (join, sync, heartbeat, leave) come with the consumer-group
+issue; this shell serves offset commits and fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import ray
+
+from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.core.clock import SystemClock
+from rafka.core.errors import (CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut)
+from rafka.core.group_manager import GroupManager
+from rafka.core.group_state import GroupState, validate_offset_commit
+from rafka.core.offset_store import OffsetCommit, OffsetStore
+from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
+from rafka.core.records import RecordInput, decode_records, encode_batch
+from rafka.core.replica import ACKS_ALL
+
+OFFSETS_TOPIC = "__consumer_offsets"
+logger = logging.getLogger(__name__)
+
+
+def coordinator_actor_name(offsets_partition: int) -> str:
+    return f"coordinator:{offsets_partition}"
+
+
+class GroupCoordinatorActor:
+    def __init__(self, *, offsets_partition: int, offsets_partition_count: int,
+                 offsets_commit_timeout_ms: int = 5_000, offset_metadata_max_bytes: int = 4096,
+                 offsets_retention_minutes: int = 10_080, retry_backoff_ms: int = 100) -> None:
+        self.partition = offsets_partition
+        self.partition_count = offsets_partition_count
+        self.offsets_commit_timeout_ms = offsets_commit_timeout_ms
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.clock = SystemClock()
+        self.offsets = OffsetStore(offset_metadata_max_bytes=offset_metadata_max_bytes,
+                                   offsets_retention_ms=offsets_retention_minutes * 60_000)
+        self.groups = GroupManager()
+        self._loaded = False
+        self._write_lock = asyncio.Lock()
+        self._loader: asyncio.Task | None = None
+        ray.get_runtime_context().current_actor.start_loading.remote()
+
+    # --- loading ------------------------------------------------------------------
+
+    async def start_loading(self) -> None:
+        if self._loader is None:
+            self._loader = asyncio.get_running_loop().create_task(self._load())
+
+    async def _load(self) -> None:
+        while True:
+            try:
+                leader, leader_epoch = await self._leader()
+                end = (await leader.list_offset.remote(-1, leader_epoch))[0]       # the HW now
+                position = (await leader.list_offset.remote(-2, leader_epoch))[0]  # the log start
+                while position < end:
+                    result = await leader.consumer_fetch.remote(position, 1 << 20, 0, leader_epoch)
+                    for record in decode_records(result.records):
+                        if position <= record.offset < end:
+                            self._replay(record.key, record.value)
+                            position = record.offset + 1
+                self._loaded = True
+                logger.info("coordinator %d loaded %s up to offset %d", self.partition, OFFSETS_TOPIC, end)
+                return
+            except (KafkaError, ray.exceptions.RayError, ValueError) as error:
+                logger.info("coordinator %d: loading failed, retrying: %s", self.partition, error)
+                await asyncio.sleep(self.retry_backoff_s)
+
+    def _replay(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
+        key = decode_key(key_bytes)
+        value = decode_value(key, value_bytes)
+        self.offsets.replay(key, value)
+        self.groups.replay(key, value, self.clock.now_ms())
+
+    async def _leader(self):
+        controller = ray.get_actor("controller", namespace=NAMESPACE)
+        snapshot = await controller.metadata_snapshot.remote()
+        state = snapshot["topics"][OFFSETS_TOPIC]["partitions"][self.partition]
+        if state["leader"] < 0:
+            raise NotCoordinator(f"{OFFSETS_TOPIC}-{self.partition} has no leader")
+        handle = ray.get_actor(replica_actor_name(OFFSETS_TOPIC, self.partition, state["leader"]),
+                               namespace=NAMESPACE)
+        return handle, state["leader_epoch"]
+
+    def _require_loaded(self, group: str) -> None:
+        if partition_for_group(group, self.partition_count) != self.partition:
+            raise NotCoordinator(f"group {group!r} lives in {OFFSETS_TOPIC}-"
+                                 f"{partition_for_group(group, self.partition_count)}, not {self.partition}")
+        if not self._loaded:
+            raise CoordinatorLoadInProgress(f"coordinator {self.partition} is loading {OFFSETS_TOPIC}")
+
+    # --- writes -------------------------------------------------------------------
+
+    async def _write(self, records: list) -> None:
+        """acks=all to the partition's leader, retried on retriable errors until the
+        commit timeout; replayed only once acknowledged."""
+        if not records:
+            return
+        batch = encode_batch([RecordInput(encode_value(value), encode_key(key), self.clock.now_ms())
+                              for key, value in records])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.offsets_commit_timeout_ms / 1000
+        async with self._write_lock:
+            while True:
+                remaining_ms = int((deadline - loop.time()) * 1000)
+                if remaining_ms <= 0:
+                    raise RequestTimedOut(f"{OFFSETS_TOPIC}-{self.partition}: the write was not replicated "
+                                          f"within offsets.commit.timeout.ms ({self.offsets_commit_timeout_ms})")
+                try:
+                    leader, _ = await self._leader()
+                    await leader.produce.remote(batch, ACKS_ALL, remaining_ms)
+                    break
+                except Exception as error:
+                    cause = getattr(error, "cause", None) or error
+                    retriable = (cause.retriable if isinstance(cause, KafkaError)
+                                 else isinstance(error, (ray.exceptions.RayError, ValueError)))
+                    if not retriable:
+                        raise cause if isinstance(cause, KafkaError) else error
+                    await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - loop.time())))
+            for key, value in records:
+                self.offsets.replay(key, value)
+                self.groups.replay(key, value, self.clock.now_ms())
+
+    # --- offsets --------------------------------------------------------------------
+
+    async def commit_offsets(self, group: str, offsets: dict, member_id: str = "",
+                             generation: int = -1) -> dict:
+        """offsets: {(topic, partition): (offset, leader_epoch, metadata)}. Returns
+        {(topic, partition): None or the partition's error}."""
+        self._require_loaded(group)
+        known = self.groups.groups.get(group)
+        validate_offset_commit(state=known.state if known else GroupState.EMPTY,
+                               generation=known.generation if known else -1,
+                               members=set(known.members) if known else set(),
+                               member_id=member_id, commit_generation=generation)
+        commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
+        result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
+        await self._write(result.records)
+        return result.response
+
+    async def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
+        """{(topic, partition): (offset, leader_epoch, metadata) or None}."""
+        self._require_loaded(group)
+        fetched = self.offsets.fetch(group, partitions)
+        return {tp: (v.offset, v.leader_epoch, v.metadata) if v is not None else None
+                for tp, v in fetched.items()}
+
+    async def ping(self) -> dict:
+        return {"partition": self.partition, "loaded": self._loaded, "pid": os.getpid()}
