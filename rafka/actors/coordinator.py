@@ -28,6 +28,7 @@ import os
 import ray
 
 from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.clock import SystemClock
 from rafka.core.errors import (CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut)
 from rafka.core.group_manager import GroupManager
@@ -132,10 +133,8 @@ class GroupCoordinatorActor:
                     await leader.produce.remote(batch, ACKS_ALL, remaining_ms)
                     break
                 except Exception as error:
-                    cause = getattr(error, "cause", None) or error
-                    retriable = (cause.retriable if isinstance(cause, KafkaError)
-                                 else isinstance(error, (ray.exceptions.RayError, ValueError)))
-                    if not retriable:
+                    if not is_retriable(error):
+                        cause = kafka_cause(error)
                         raise cause if isinstance(cause, KafkaError) else error
                     await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - loop.time())))
             for key, value in records:
