@@ -15,8 +15,10 @@ retriable error, and changes nothing in the cache.
 
 Named `coordinator:<offsets partition>` in namespace `rafka`, detached,
 restartable, spread over the broker nodes.
-Membership requests (join, sync, heartbeat, leave) come with the consumer-group
-issue; this shell serves offset commits and fetches.
+Membership: join parks until the group's join phase completes (every member
+rejoined, or the rebalance deadline passed), as Kafka's JoinGroup does; sync,
+heartbeat and leave answer at once; a ticker expires members whose session timed
+out and completes joins whose deadline passed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import ray
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.clock import SystemClock
-from rafka.core.errors import (CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut)
+from rafka.core.errors import (CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut,
+                               UnknownMemberId)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore
@@ -61,13 +64,35 @@ class GroupCoordinatorActor:
         self._loaded = False
         self._write_lock = asyncio.Lock()
         self._loader: asyncio.Task | None = None
+        self._ticker: asyncio.Task | None = None
+        self._changed = asyncio.Event()
         ray.get_runtime_context().current_actor.start_loading.remote()
+
+    TICK_S = 0.1  # how often session expiry and join deadlines are checked
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     # --- loading ------------------------------------------------------------------
 
     async def start_loading(self) -> None:
         if self._loader is None:
             self._loader = asyncio.get_running_loop().create_task(self._load())
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.TICK_S)
+            if not self._loaded:
+                continue
+            try:
+                records = self.groups.expire_members(self.clock.now_ms())
+                await self._write(records)
+            except Exception as error:  # the next tick retries what is still due
+                logger.warning("coordinator %d: expiring members failed: %s", self.partition, error)
+            self._notify()
 
     async def _load(self) -> None:
         while True:
@@ -164,6 +189,66 @@ class GroupCoordinatorActor:
         fetched = self.offsets.fetch(group, partitions)
         return {tp: (v.offset, v.leader_epoch, v.metadata) if v is not None else None
                 for tp, v in fetched.items()}
+
+    # --- membership -------------------------------------------------------------------
+
+    async def join_group(self, group: str, member_id: str, *, client_id: str, client_host: str,
+                         topics: list[str], session_timeout_ms: int, rebalance_timeout_ms: int,
+                         assignor_name: str = "range") -> dict:
+        """Parks until this join's generation completes: {member_id, generation,
+        leader}. The assignment comes from sync_group."""
+        self._require_loaded(group)
+        member_id = self.groups.join(group, member_id, client_id=client_id, client_host=client_host,
+                                     topics=topics, session_timeout_ms=session_timeout_ms,
+                                     rebalance_timeout_ms=rebalance_timeout_ms, assignor_name=assignor_name,
+                                     now_ms=self.clock.now_ms())
+        generation_at_join = self.groups.groups[group].generation
+        self._notify()
+        while True:
+            state = self.groups.groups[group]
+            if member_id not in state.members:
+                raise UnknownMemberId(f"member {member_id!r} was removed before the join completed")
+            if state.generation > generation_at_join:
+                return {"member_id": member_id, "generation": state.generation, "leader": state.leader}
+            partitions = await self._partitions_per_topic(
+                {t for m in state.members.values() for t in m.topics})
+            if self.groups.maybe_complete_join(group, partitions, self.clock.now_ms()):
+                self._notify()
+                continue
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=self.TICK_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
+        controller = ray.get_actor("controller", namespace=NAMESPACE)
+        snapshot = (await controller.metadata_snapshot.remote())["topics"]
+        return {t: len(snapshot[t]["partitions"]) for t in topics if t in snapshot}
+
+    async def sync_group(self, group: str, member_id: str, generation: int) -> list:
+        self._require_loaded(group)
+        records, assignment = self.groups.sync(group, member_id, generation, self.clock.now_ms())
+        await self._write(records)
+        return assignment
+
+    async def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        self._require_loaded(group)
+        self.groups.heartbeat(group, member_id, generation, self.clock.now_ms())
+
+    async def leave_group(self, group: str, member_id: str) -> None:
+        self._require_loaded(group)
+        await self._write(self.groups.leave(group, member_id, self.clock.now_ms()))
+        self._notify()
+
+    async def describe_group(self, group: str) -> dict:
+        self._require_loaded(group)
+        state = self.groups.groups.get(group)
+        if state is None:
+            return {"group": group, "state": "Dead", "generation": -1, "members": {}}
+        return {"group": group, "state": state.state.value, "generation": state.generation,
+                "leader": state.leader, "assignor": state.assignor_name,
+                "members": {m.member_id: {"client_id": m.client_id, "host": m.client_host,
+                                          "assignment": list(m.assignment)} for m in state.members.values()}}
 
     async def ping(self) -> dict:
         return {"partition": self.partition, "loaded": self._loaded, "pid": os.getpid()}

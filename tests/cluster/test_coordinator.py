@@ -7,7 +7,8 @@ import signal
 import pytest
 import ray
 
-from rafka.core.errors import NotCoordinator, OffsetMetadataTooLarge, RequestTimedOut
+from rafka.core.errors import (IllegalGeneration, NotCoordinator, OffsetMetadataTooLarge, RequestTimedOut,
+                               UnknownMemberId)
 from rafka.core.offsets_schema import partition_for_group
 from tests.harness import describe_replica, partition_state, wait_until
 
@@ -82,3 +83,54 @@ def test_fetch_for_a_group_of_another_partition__not_coordinator(cluster, coordi
     with pytest.raises(NotCoordinator, match=f"lives in __consumer_offsets-{partition_for_group(group, 50)}"):
         ray.get(other.fetch_offsets.remote(group))
     ray.kill(other)
+
+
+def join(coordinator, group, member_id="", client="c", session_timeout_ms=6_000):
+    return coordinator.join_group.remote(group, member_id, client_id=client, client_host="/127.0.0.1",
+                                         topics=["orders"], session_timeout_ms=session_timeout_ms,
+                                         rebalance_timeout_ms=10_000)
+
+
+def test_membership__two_members_join_one_generation_and_split_the_partitions(cluster, coordinator):
+    cluster.admin().create_topic("orders", partitions=4, replication_factor=1)
+    a, b = ray.get([join(coordinator, "members", client="a"), join(coordinator, "members", client="b")])
+    assert a["generation"] == b["generation"] == 1 and a["leader"] == b["leader"]
+    assignments = [ray.get(coordinator.sync_group.remote("members", m["member_id"], 1)) for m in (a, b)]
+    assert sorted(tp for got in assignments for tp in got) == [("orders", p) for p in range(4)]
+    described = ray.get(coordinator.describe_group.remote("members"))
+    assert described["state"] == "Stable" and set(described["members"]) == {a["member_id"], b["member_id"]}
+
+
+def test_fencing__member_evicted_for_missing_heartbeats_cannot_commit(cluster, coordinator):
+    """Member a stops heartbeating (as if paused); b keeps going. After a's session
+    timeout, b rejoins into a new generation; a's commit is refused."""
+    import threading
+    import time
+    a, b = ray.get([join(coordinator, "fenced", client="a"), join(coordinator, "fenced", client="b")])
+    for m in (a, b):
+        ray.get(coordinator.sync_group.remote("fenced", m["member_id"], 1))
+    stop = threading.Event()
+
+    def keep_b_alive():
+        member, generation = b["member_id"], 1
+        while not stop.is_set():
+            try:
+                ray.get(coordinator.heartbeat.remote("fenced", member, generation))
+            except Exception:  # REBALANCE_IN_PROGRESS: rejoin, as a consumer does
+                generation = ray.get(join(coordinator, "fenced", member))["generation"]
+                ray.get(coordinator.sync_group.remote("fenced", member, generation))
+            stop.wait(0.5)
+    keeper = threading.Thread(target=keep_b_alive)
+    keeper.start()
+    try:
+        wait_until(lambda: set(ray.get(coordinator.describe_group.remote("fenced"))["members"]) == {b["member_id"]},
+                   timeout_s=30, what="member a evicted after its session timeout")
+        wait_until(lambda: ray.get(coordinator.describe_group.remote("fenced"))["generation"] >= 2
+                   and ray.get(coordinator.describe_group.remote("fenced"))["state"] == "Stable")
+        with pytest.raises((UnknownMemberId, IllegalGeneration)):
+            ray.get(coordinator.commit_offsets.remote("fenced", {("orders", 0): (5, -1, "")},
+                                                      a["member_id"], 1))
+        assert ray.get(coordinator.fetch_offsets.remote("fenced")) == {}
+    finally:
+        stop.set()
+        keeper.join()
