@@ -98,10 +98,13 @@ class GroupCoordinatorActor:
         while True:
             try:
                 leader, leader_epoch = await self._leader()
-                end = (await leader.list_offset.remote(-1, leader_epoch))[0]       # the HW now
-                position = (await leader.list_offset.remote(-2, leader_epoch))[0]  # the log start
+                # Bounded waits: a paused leader must not stall loading past its replacement.
+                timeout_s = self.offsets_commit_timeout_ms / 1000
+                end = (await asyncio.wait_for(leader.list_offset.remote(-1, leader_epoch), timeout_s))[0]
+                position = (await asyncio.wait_for(leader.list_offset.remote(-2, leader_epoch), timeout_s))[0]
                 while position < end:
-                    result = await leader.consumer_fetch.remote(position, 1 << 20, 0, leader_epoch)
+                    result = await asyncio.wait_for(
+                        leader.consumer_fetch.remote(position, 1 << 20, 0, leader_epoch), timeout_s)
                     for record in decode_records(result.records):
                         if position <= record.offset < end:
                             self._replay(record.key, record.value)
@@ -109,7 +112,7 @@ class GroupCoordinatorActor:
                 self._loaded = True
                 logger.info("coordinator %d loaded %s up to offset %d", self.partition, OFFSETS_TOPIC, end)
                 return
-            except (KafkaError, ray.exceptions.RayError, ValueError) as error:
+            except (KafkaError, ray.exceptions.RayError, ValueError, asyncio.TimeoutError) as error:
                 logger.info("coordinator %d: loading failed, retrying: %s", self.partition, error)
                 await asyncio.sleep(self.retry_backoff_s)
 

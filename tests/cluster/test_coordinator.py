@@ -134,3 +134,30 @@ def test_fencing__member_evicted_for_missing_heartbeats_cannot_commit(cluster, c
     finally:
         stop.set()
         keeper.join()
+
+
+def test_coordinator_restarted_while_its_partition_is_unreachable__load_in_progress_never_stale(
+        cluster, coordinator):
+    """Every replica of the offsets partition stops and the coordinator restarts:
+    until it has loaded, every fetch is COORDINATOR_LOAD_IN_PROGRESS (never empty or
+    stale data); once the replicas return, every committed offset is back unchanged."""
+    from contextlib import ExitStack
+
+    from rafka.core.errors import CoordinatorLoadInProgress
+    from tests.harness import paused
+    ray.get(coordinator.commit_offsets.remote("durable", {("orders", 3): (33, 1, "x")}))
+    replicas = partition_state(cluster, "__consumer_offsets", 0)["replicas"]
+    pids = [describe_replica("__consumer_offsets", 0, r)["pid"] for r in replicas]
+    pid = ray.get(coordinator.ping.remote())["pid"]
+    with ExitStack() as stack:
+        for replica_pid in pids:
+            stack.enter_context(paused(replica_pid))
+        ray.kill(coordinator, no_restart=False)
+        wait_until(lambda: ray.get(coordinator.ping.remote(), timeout=5)["pid"] != pid, what="a restart")
+        for _ in range(3):
+            with pytest.raises(CoordinatorLoadInProgress):
+                ray.get(coordinator.fetch_offsets.remote("durable"))
+    wait_until(lambda: ray.get(coordinator.ping.remote())["loaded"], timeout_s=60,
+               what="loading once the replicas are back")
+    assert ray.get(coordinator.fetch_offsets.remote("durable")) == {("orders", 3): (33, 1, "x")}
+    assert ray.get(coordinator.fetch_offsets.remote("billing"))[("orders", 0)] == (42, 3, "m")
