@@ -21,8 +21,15 @@ plus one fetch's worth. The next fetch goes out before the last answer is
 decoded (its position comes from the batch headers), so decoding overlaps the
 round trip to the leader.
 
-Groups (subscribe, commits) come with the consumer-group issue; this is assign
-mode. Not thread-safe: one thread uses a consumer, as with Kafka's.
+Committed offsets: with a `group_id`, a partition without a position starts at
+the group's committed offset (else `auto_offset_reset`); commit_sync retries
+retriable errors until its timeout; commit_async tries once and reports to its
+callback from the consumer's own thread (in the next poll, commit or close), as
+Kafka's does; auto-commit commits the positions every `auto_commit_interval_ms`
+from poll and once more on close. Commits from assign mode carry no member id
+and generation -1 (Kafka's "simple" commits); subscribe and group membership
+come with the rest of the consumer-group issue.
+Not thread-safe: one thread uses a consumer, as with Kafka's.
 """
 
 from __future__ import annotations
@@ -30,18 +37,22 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import threading
 import time
 from collections.abc import Iterable
 
 import ray
 
+from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
+from rafka.actors.replica import NAMESPACE
 from rafka.client.metadata import MetadataCache
 from rafka.client.retry import call_leader, is_retriable, kafka_cause
 from rafka.core.errors import (KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                UnknownTopicOrPartition)
 from rafka.core.records import decode_batches, iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from rafka.core.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from rafka.core.offsets_schema import partition_for_group
+from rafka.core.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
 
@@ -68,7 +79,9 @@ class Consumer:
     def __init__(self, controller, *, auto_offset_reset: str = "latest", max_poll_records: int = 500,
                  fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1_048_576,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
-                 default_api_timeout_ms: int = 60_000, client_id: str = "rafka-consumer") -> None:
+                 default_api_timeout_ms: int = 60_000, client_id: str = "rafka-consumer",
+                 group_id: str | None = None, enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5_000) -> None:
         if auto_offset_reset not in AUTO_OFFSET_RESET:
             raise ValueError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESET}, got {auto_offset_reset!r}")
         if max_poll_records < 1:
@@ -86,6 +99,12 @@ class Consumer:
         self._in_flight: dict = {}   # ObjectRef -> (TopicPartition, fetch generation, fetch offset)
         self._next_to_drain = 0
         self._closed = False
+        self.group_id = group_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self._next_auto_commit_s = time.monotonic() + self.auto_commit_interval_s
+        self._commit_completions: list = []   # (callback, offsets, exception) from Ray threads
+        self._completion_lock = threading.Lock()
 
     # --- assignment ---------------------------------------------------------------
 
@@ -166,6 +185,10 @@ class Consumer:
         """Records from the assigned, unpaused partitions: up to `max_records`
         (default `max_poll_records`), waiting up to `timeout` seconds for the first."""
         self._check_open()
+        self._run_commit_callbacks()
+        if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit_s:
+            self._next_auto_commit_s = time.monotonic() + self.auto_commit_interval_s
+            self.commit_async()
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
@@ -237,8 +260,9 @@ class Consumer:
     def _fetch_failed(self, tp: TopicPartition, state: _PartitionState, error: BaseException) -> None:
         cause = kafka_cause(error)
         if isinstance(cause, OffsetOutOfRange):
-            # The position fell out of the log (retention, truncation): reset as configured.
-            self._move(state, position=None, reset_to=None)
+            # The position (or the committed offset) fell out of the log (retention,
+            # truncation): reset by auto_offset_reset, not to the committed offset again.
+            self._move(state, position=None, reset_to=self.auto_offset_reset)
             return
         if not is_retriable(error):
             raise cause if isinstance(cause, KafkaError) else error
@@ -265,6 +289,13 @@ class Consumer:
     # --- resets and offsets lookups -----------------------------------------------
 
     def _reset(self, tp: TopicPartition, state: _PartitionState) -> None:
+        """A seek_to_* strategy if one is pending, else the group's committed offset,
+        else auto_offset_reset."""
+        if state.reset_to is None and self.group_id is not None:
+            committed = self.committed([tp])[tp]
+            if committed is not None:
+                self._move(state, position=committed.offset, reset_to=None)
+                return
         strategy = state.reset_to or self.auto_offset_reset
         if strategy == "none":
             raise NoOffsetForPartitionError(f"Undefined offset with no reset policy for partitions: [{tp}]")
@@ -289,6 +320,96 @@ class Consumer:
             raise IllegalStateError(f"No current assignment for partition {partition[0]}-{partition[1]}")
         return state
 
+    # --- committed offsets ----------------------------------------------------------
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets (the next offset to read), None where none."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        fetched = self._call_coordinator("fetch_offsets", [tuple(tp) for tp in tps])
+        answers = {}
+        for tp in tps:
+            found = fetched.get(tuple(tp))   # (offset, leader epoch, metadata) or None
+            answers[tp] = OffsetAndMetadata(found[0], found[2], found[1]) if found else None
+        return answers
+
+    def commit_sync(self, offsets: dict | None = None, timeout: float | None = None) -> None:
+        """Commits `offsets` ({tp: offset or OffsetAndMetadata}), default the current
+        positions; retries retriable errors until `timeout` (default_api_timeout_ms)."""
+        self._run_commit_callbacks()
+        request = self._commit_request(offsets)
+        if request:
+            response = self._call_coordinator("commit_offsets", request, timeout_s=timeout)
+            self._raise_partition_error(response)
+
+    def commit_async(self, offsets: dict | None = None, callback=None) -> None:
+        """One attempt, never retried (a retry could land after a newer commit);
+        `callback(offsets, exception)` runs in a later poll / commit / close."""
+        request = self._commit_request(offsets)
+        if not request:
+            return
+        try:
+            ref = self._coordinator().commit_offsets.remote(self.group_id, request)
+        except Exception as error:
+            self._complete_commit(callback, request, error)
+            return
+
+        def done(future) -> None:
+            try:
+                self._raise_partition_error(future.result())
+                error = None
+            except Exception as failure:
+                error = kafka_cause(failure)
+            self._complete_commit(callback, request, error)
+        ref.future().add_done_callback(done)
+
+    def _complete_commit(self, callback, request: dict, error) -> None:
+        if callback is not None:
+            with self._completion_lock:
+                self._commit_completions.append((callback, request, error))
+
+    def _run_commit_callbacks(self) -> None:
+        with self._completion_lock:
+            completions, self._commit_completions = self._commit_completions, []
+        for callback, request, error in completions:
+            callback({TopicPartition(*tp): OffsetAndMetadata(o, m, e) for tp, (o, e, m) in request.items()}, error)
+
+    def _commit_request(self, offsets: dict | None) -> dict:
+        if self.group_id is None:
+            raise IllegalStateError("commits need a group_id")
+        if offsets is None:
+            offsets = {tp: s.position for tp, s in self._partitions.items() if s.position is not None}
+        request = {}
+        for tp, value in offsets.items():
+            committed = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            request[tuple(tp)] = (committed.offset, committed.leader_epoch, committed.metadata)
+        return request
+
+    @staticmethod
+    def _raise_partition_error(response: dict) -> None:
+        for error in response.values():
+            if error is not None:
+                raise error
+
+    def _coordinator(self):
+        count = self._metadata.partition_count(OFFSETS_TOPIC)
+        return ray.get_actor(coordinator_actor_name(partition_for_group(self.group_id, count)),
+                             namespace=NAMESPACE)
+
+    def _call_coordinator(self, method: str, *args, timeout_s: float | None = None):
+        """The group coordinator's `method`, retried on retriable errors."""
+        if self.group_id is None:
+            raise IllegalStateError("committed offsets need a group_id")
+        deadline = time.monotonic() + (self.default_api_timeout_s if timeout_s is None else timeout_s)
+        while True:
+            try:
+                return ray.get(getattr(self._coordinator(), method).remote(self.group_id, *args),
+                               timeout=max(0.001, deadline - time.monotonic()))
+            except Exception as error:
+                if not is_retriable(error) or time.monotonic() + self.retry_backoff_s >= deadline:
+                    cause = kafka_cause(error)
+                    raise cause if isinstance(cause, KafkaError) else error
+                time.sleep(self.retry_backoff_s)
+
     # --- lifecycle ----------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -296,6 +417,11 @@ class Consumer:
             raise IllegalStateError("This consumer has already been closed.")
 
     def close(self) -> None:
+        if self._closed:
+            return
+        if self.enable_auto_commit:
+            self.commit_sync()
+        self._run_commit_callbacks()
         self._closed = True
         self._in_flight.clear()
         self._partitions.clear()

@@ -11,6 +11,13 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset: the next offset to read, with the caller's metadata."""
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
 class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int

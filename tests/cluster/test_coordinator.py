@@ -161,3 +161,65 @@ def test_coordinator_restarted_while_its_partition_is_unreachable__load_in_progr
                what="loading once the replicas are back")
     assert ray.get(coordinator.fetch_offsets.remote("durable")) == {("orders", 3): (33, 1, "x")}
     assert ray.get(coordinator.fetch_offsets.remote("billing"))[("orders", 0)] == (42, 3, "m")
+
+
+def fill(cluster, topic, count):
+    cluster.admin().create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    with cluster.producer(acks="all", linger_ms=1) as producer:
+        for future in [producer.send(topic, b"r-%d" % i, partition=0) for i in range(count)]:
+            future.result(timeout=30)
+
+
+def drain(consumer, count):
+    got = []
+    wait_until(lambda: got.extend(consumer.poll(timeout=0.5)) or len(got) >= count, what=f"{count} records")
+    return got
+
+
+def test_consumer_commits__commit_sync_then_a_new_consumer_resumes_at_the_committed_offset(cluster, coordinator):
+    from rafka.core.structs import OffsetAndMetadata, TopicPartition
+    fill(cluster, "ledger", 30)
+    tp = TopicPartition("ledger", 0)
+    with cluster.consumer(group_id="auditors", auto_offset_reset="earliest", enable_auto_commit=False,
+                          max_poll_records=12) as consumer:
+        consumer.assign([tp])
+        assert consumer.committed([tp]) == {tp: None}
+        first = consumer.poll(timeout=5.0)
+        assert [r.offset for r in first] == list(range(12))
+        consumer.commit_sync()
+        assert consumer.committed([tp]) == {tp: OffsetAndMetadata(12, "", -1)}
+        consumer.commit_sync({tp: OffsetAndMetadata(20, "checkpoint")})
+    with cluster.consumer(group_id="auditors", auto_offset_reset="earliest") as resumed:
+        resumed.assign([tp])
+        assert resumed.position(tp) == 20
+        assert [r.offset for r in drain(resumed, 10)] == list(range(20, 30))
+    # auto-commit: close() commits the position
+    with cluster.consumer(group_id="auditors", auto_offset_reset="earliest") as after_close:
+        after_close.assign([tp])
+        assert after_close.committed([tp])[tp].offset == 30
+
+
+def test_consumer_commits__commit_async_reports_to_its_callback_in_a_later_poll(cluster, coordinator):
+    from rafka.core.structs import TopicPartition
+    fill(cluster, "receipts", 5)
+    tp = TopicPartition("receipts", 0)
+    reports = []
+    with cluster.consumer(group_id="async", auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
+        consumer.assign([tp])
+        drain(consumer, 5)
+        consumer.commit_async(callback=lambda offsets, error: reports.append((offsets, error)))
+        wait_until(lambda: consumer.poll(timeout=0.1) == [] and reports, what="the callback")
+        (offsets, error), = reports
+        assert error is None and offsets[tp].offset == 5
+        assert consumer.committed([tp])[tp].offset == 5
+
+
+def test_consumer_commits__committed_offset_out_of_range__auto_offset_reset_applies(cluster, coordinator):
+    from rafka.core.structs import TopicPartition
+    fill(cluster, "shortlog", 4)
+    tp = TopicPartition("shortlog", 0)
+    ray.get(coordinator.commit_offsets.remote("stale", {("shortlog", 0): (1_000, -1, "")}))
+    with cluster.consumer(group_id="stale", auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
+        consumer.assign([tp])
+        assert consumer.position(tp) == 1_000          # the committed offset, as Kafka
+        assert [r.offset for r in drain(consumer, 4)] == [0, 1, 2, 3]   # out of range: reset to earliest
