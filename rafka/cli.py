@@ -54,6 +54,12 @@ def cmd_up(args) -> int:
     if not brokers:
         print("warning: no Ray node offers the 'rafka_broker' resource; start nodes with "
               "ray start --resources='{\"rafka_broker\": 1}'", file=sys.stderr)
+        return 0
+    from rafka.cluster import Cluster
+    Cluster(controller=controller, data_dir=None).start_group_coordinators(
+        offsets_topic_num_partitions=args.offsets_topic_num_partitions,
+        offsets_topic_replication_factor=min(3, len(brokers)))
+    print(f"group coordinators: {args.offsets_topic_num_partitions} (__consumer_offsets partitions)")
     return 0
 
 
@@ -113,7 +119,8 @@ def cmd_topics(args) -> int:
         print(f"Created topic {args.topic}.")
     elif args.list:
         for name in admin.list_topics():
-            print(name)
+            if not (args.exclude_internal and name.startswith("__")):
+                print(name)
     elif args.describe:
         described = admin.describe_topics([args.topic] if args.topic else None)
         for name in sorted(described):
@@ -164,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where each node keeps its replicas' logs, and the head its metadata log")
     up.add_argument("--replica-lag-time-max-ms", type=int)
     up.add_argument("--fetch-max-wait-ms", type=int)
+    up.add_argument("--offsets-topic-num-partitions", type=int, default=1,
+                    help="partitions of __consumer_offsets, one group coordinator each (Kafka: 50)")
     sub.add_parser("down", help="stop rafka's actors (logs stay on disk)")
     sub.add_parser("status", help="cluster id, controller epoch, brokers, topics")
 
@@ -175,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--partitions", type=int)
     topics.add_argument("--replication-factor", type=int)
     topics.add_argument("--config", action="append", metavar="NAME=VALUE")
+    topics.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets")
 
     for p in sub.choices.values():
         if p.prog.split()[-1] != "demo":

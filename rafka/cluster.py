@@ -61,8 +61,7 @@ class Cluster:
         coordinator actor per partition of it, spread over the broker nodes.
         Default 1 partition: every partition costs RF replica processes plus a
         coordinator (~80 MB each), and one keeps an idle 3-node cluster light; Kafka's
-        default is 50. Today this is called explicitly; the consumer-group issue
-        makes `local_cluster` and `rafka up` call it."""
+        default is 50. `local_cluster` and `rafka up` call it; it is idempotent."""
         from rafka.actors.coordinator import OFFSETS_TOPIC, GroupCoordinatorActor, coordinator_actor_name
         admin = self.admin()
         if OFFSETS_TOPIC not in admin.list_topics():
@@ -115,8 +114,10 @@ class Cluster:
         self.shutdown()
 
 
-def local_cluster(nodes: int = 3, data_dir: str | None = None, **controller_options) -> Cluster:
-    """An embedded rafka on `nodes` simulated Ray nodes of this machine."""
+def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_num_partitions: int = 1,
+                  coordinator_options: dict | None = None, **controller_options) -> Cluster:
+    """An embedded rafka on `nodes` simulated broker nodes of this machine (plus a
+    head node), with `__consumer_offsets` and its group coordinators started."""
     from ray.cluster_utils import Cluster as RayCluster
 
     if nodes < 1:
@@ -130,7 +131,11 @@ def local_cluster(nodes: int = 3, data_dir: str | None = None, **controller_opti
     ray_cluster.wait_for_nodes()
     ray.init(address=ray_cluster.address, namespace=NAMESPACE)
     controller = start_controller(data_dir, **controller_options)
-    return Cluster(controller=controller, data_dir=data_dir, ray_cluster=ray_cluster, owns_data_dir=owns)
+    cluster = Cluster(controller=controller, data_dir=data_dir, ray_cluster=ray_cluster, owns_data_dir=owns)
+    cluster.start_group_coordinators(offsets_topic_num_partitions=offsets_topic_num_partitions,
+                                     offsets_topic_replication_factor=min(3, nodes),
+                                     **(coordinator_options or {}))
+    return cluster
 
 
 def start_controller(data_dir: str, **controller_options):

@@ -26,7 +26,8 @@ TEST_CLUSTER_OPTIONS = dict(replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100
 def embedded_cluster():
     """The 3-broker local cluster a test module shares (a context manager)."""
     import rafka
-    return rafka.local_cluster(nodes=3, **TEST_CLUSTER_OPTIONS)
+    return rafka.local_cluster(nodes=3, coordinator_options={"offsets_commit_timeout_ms": 2_000},
+                               **TEST_CLUSTER_OPTIONS)
 
 
 def wait_until(condition, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):

@@ -38,7 +38,7 @@ from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
 from rafka.core.structs import RecordMetadata
 from rafka.core.records import NO_PRODUCER_ID, RecordInput, encode_batch
-from rafka.core.replica import ACKS_NONE, parse_acks
+from rafka.core.replica import ACKS_ALL, ACKS_NONE, parse_acks
 
 RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
@@ -87,7 +87,7 @@ class RecordFuture:
 class Producer:
     def __init__(self, controller, *, acks="all", batch_size: int = 16_384, linger_ms: int = 5,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
-                 delivery_timeout_ms: int = 120_000, enable_idempotence: bool = True,
+                 delivery_timeout_ms: int = 120_000, enable_idempotence: bool | None = None,
                  max_request_size: int = 1_048_576, buffer_memory: int = 33_554_432,
                  max_block_ms: int = 60_000) -> None:
         self.acks = parse_acks(acks)
@@ -102,6 +102,14 @@ class Producer:
         self._controller = controller
         self._metadata = MetadataCache(controller)
         self._sticky = StickyPartitioner()
+        # As Kafka: idempotence is on by default only with acks=all, and asking for it
+        # with other acks is a configuration error. (With acks=0 requests are not
+        # awaited, several reach the async leader actor at once, and Ray does not
+        # order them: sequences would make reordered batches fail unseen.)
+        if enable_idempotence is None:
+            enable_idempotence = self.acks == ACKS_ALL
+        elif enable_idempotence and self.acks != ACKS_ALL:
+            raise ValueError("Must set acks to all in order to use the idempotent producer.")
         self.producer_id = (ray.get(controller.allocate_producer_id.remote())
                             if enable_idempotence else NO_PRODUCER_ID)
         self.producer_epoch = 0 if enable_idempotence else -1

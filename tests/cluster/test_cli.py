@@ -38,6 +38,7 @@ def test_cli__before_up__status_says_to_run_up(ray_address):
 def test_cli__up_topics_status_down(ray_address, tmp_path):
     code, out, _ = rafka(ray_address, "up", "--data-dir", str(tmp_path))
     assert code == 0 and "2 broker node(s)" in out and "controller epoch 1" in out
+    assert "group coordinators: 1" in out
 
     code, out, _ = rafka(ray_address, "topics", "--create", "--topic", "clicks", "--partitions", "2",
                          "--replication-factor", "2", "--config", "min.insync.replicas=2")
@@ -49,7 +50,8 @@ def test_cli__up_topics_status_down(ray_address, tmp_path):
                          "--replication-factor", "3")
     assert code == 1 and "larger than available brokers: 2" in err
 
-    assert rafka(ray_address, "topics", "--list")[1] == "clicks\n"
+    assert rafka(ray_address, "topics", "--list")[1] == "__consumer_offsets\nclicks\n"
+    assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == "clicks\n"
     code, out, _ = rafka(ray_address, "topics", "--describe", "--topic", "clicks")
     lines = out.splitlines()
     assert lines[0].startswith("Topic: clicks\tTopicId: ") and "PartitionCount: 2\tReplicationFactor: 2" in lines[0]
@@ -58,10 +60,11 @@ def test_cli__up_topics_status_down(ray_address, tmp_path):
     assert all("LeaderEpoch: 0\tHighWatermark: 0" in line for line in lines[1:])
 
     code, out, _ = rafka(ray_address, "status")
-    assert code == 0 and "brokers:           2" in out and "topics:            1 (2 partitions" in out
+    assert code == 0 and "brokers:           2" in out and "topics:            2 (3 partitions" in out
 
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
-    assert rafka(ray_address, "topics", "--list")[1] == ""
+    assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""
     code, out, _ = rafka(ray_address, "down")
-    assert code == 0 and "rafka is down: 1 actor(s) stopped" in out
+    # the controller, 2 replicas of __consumer_offsets, 1 coordinator
+    assert code == 0 and "rafka is down: 4 actor(s) stopped" in out
     assert rafka(ray_address, "status")[0] == 1

@@ -17,8 +17,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def coordinator(cluster):
-    (handle,) = cluster.start_group_coordinators(offsets_topic_num_partitions=1,
-                                                 offsets_commit_timeout_ms=2_000)
+    (handle,) = cluster.start_group_coordinators()  # started by local_cluster: this finds it
     wait_until(lambda: ray.get(handle.ping.remote())["loaded"], what="the coordinator loading")
     return handle
 
