@@ -37,7 +37,7 @@ from rafka.core.errors import (CoordinatorLoadInProgress, KafkaError, NotCoordin
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore
-from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
+from rafka.core.offsets_schema import GroupKey, decode_key, decode_value, encode_key, encode_value, partition_for_group
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
 
@@ -52,14 +52,17 @@ def coordinator_actor_name(offsets_partition: int) -> str:
 class GroupCoordinatorActor:
     def __init__(self, *, offsets_partition: int, offsets_partition_count: int,
                  offsets_commit_timeout_ms: int = 5_000, offset_metadata_max_bytes: int = 4096,
-                 offsets_retention_minutes: int = 10_080, retry_backoff_ms: int = 100) -> None:
+                 offsets_retention_minutes: float = 10_080, offsets_retention_check_interval_ms: int = 600_000,
+                 retry_backoff_ms: int = 100) -> None:
         self.partition = offsets_partition
         self.partition_count = offsets_partition_count
         self.offsets_commit_timeout_ms = offsets_commit_timeout_ms
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.clock = SystemClock()
         self.offsets = OffsetStore(offset_metadata_max_bytes=offset_metadata_max_bytes,
-                                   offsets_retention_ms=offsets_retention_minutes * 60_000)
+                                   offsets_retention_ms=int(offsets_retention_minutes * 60_000))
+        self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
+        self._next_retention_check_ms = 0
         self.groups = GroupManager()
         self._loaded = False
         self._write_lock = asyncio.Lock()
@@ -89,6 +92,9 @@ class GroupCoordinatorActor:
                 continue
             try:
                 records = self.groups.expire_members(self.clock.now_ms())
+                if self.clock.now_ms() >= self._next_retention_check_ms:
+                    self._next_retention_check_ms = self.clock.now_ms() + self.offsets_retention_check_interval_ms
+                    records += self._expired_offsets()
                 await self._write(records)
             except Exception as error:  # the next tick retries what is still due
                 logger.warning("coordinator %d: expiring members failed: %s", self.partition, error)
@@ -222,6 +228,22 @@ class GroupCoordinatorActor:
                 await asyncio.wait_for(self._changed.wait(), timeout=self.TICK_S)
             except asyncio.TimeoutError:
                 pass
+
+    def _expired_offsets(self) -> list:
+        """KIP-211: tombstones for offsets past retention, and for Empty groups left
+        with no offsets, a tombstone of the group itself (it becomes Dead)."""
+        now_ms = self.clock.now_ms()
+        empty_since_ms = {name: (g.state_since_ms if g.state is GroupState.EMPTY else None)
+                          for name, g in self.groups.groups.items()}
+        records = self.offsets.handle_expire(now_ms, empty_since_ms).records
+        expiring = {}
+        for key, _ in records:
+            expiring.setdefault(key.group, set()).add((key.topic, key.partition))
+        for name, since_ms in empty_since_ms.items():
+            left = set(self.offsets.fetch(name)) - expiring.get(name, set())
+            if since_ms is not None and not left and now_ms - since_ms >= self.offsets.offsets_retention_ms:
+                records.append((GroupKey(name), None))
+        return records
 
     async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
         controller = ray.get_actor("controller", namespace=NAMESPACE)

@@ -222,3 +222,34 @@ def test_consumer_commits__committed_offset_out_of_range__auto_offset_reset_appl
         consumer.assign([tp])
         assert consumer.position(tp) == 1_000          # the committed offset, as Kafka
         assert [r.offset for r in drain(consumer, 4)] == [0, 1, 2, 3]   # out of range: reset to earliest
+
+
+def test_retention__expired_offsets_get_tombstones_active_group_keeps_its_offsets(cluster, coordinator):
+    """A second coordinator of the same partition with a 3 s retention (runs last in
+    this module: its tombstones are in the shared log from here on)."""
+    import time
+    from rafka.actors.coordinator import GroupCoordinatorActor
+    short = ray.remote(GroupCoordinatorActor).options(num_cpus=0).remote(
+        offsets_partition=0, offsets_partition_count=1, offsets_retention_minutes=3 / 60,
+        offsets_retention_check_interval_ms=200)
+    wait_until(lambda: ray.get(short.ping.remote())["loaded"])
+    member = ray.get(short.join_group.remote("active", "", client_id="a", client_host="h", topics=["orders"],
+                                             session_timeout_ms=6_000, rebalance_timeout_ms=10_000))
+    ray.get(short.sync_group.remote("active", member["member_id"], member["generation"]))
+    ray.get(short.commit_offsets.remote("active", {("orders", 0): (9, -1, "")}, member["member_id"],
+                                        member["generation"]))
+    ray.get(short.commit_offsets.remote("standalone", {("orders", 0): (4, -1, "")}))
+    deadline = time.monotonic() + 30
+    while ray.get(short.fetch_offsets.remote("standalone")):
+        ray.get(short.heartbeat.remote("active", member["member_id"], member["generation"]))
+        assert time.monotonic() < deadline, "standalone offsets did not expire"
+        time.sleep(0.5)
+    assert ray.get(short.fetch_offsets.remote("active")) == {("orders", 0): (9, -1, "")}
+    # the tombstones are in the log: a coordinator loading it now finds no standalone offsets
+    pid = ray.get(coordinator.ping.remote())["pid"]
+    ray.kill(coordinator, no_restart=False)
+    wait_until(lambda: (p := ray.get(coordinator.ping.remote(), timeout=5))["pid"] != pid and p["loaded"],
+               what="reload after expiry")
+    assert ray.get(coordinator.fetch_offsets.remote("active")) == {("orders", 0): (9, -1, "")}
+    assert ray.get(coordinator.fetch_offsets.remote("standalone")) == {}
+    ray.kill(short)
