@@ -47,7 +47,7 @@ from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.actors.replica import NAMESPACE
 from rafka.client.metadata import MetadataCache
 from rafka.client.retry import call_leader, is_retriable, kafka_cause
-from rafka.core.errors import (KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
+from rafka.core.errors import (KafkaError, NoOffsetForPartitionError, OffsetOutOfRange, RequestTimedOut,
                                UnknownTopicOrPartition)
 from rafka.core.records import decode_batches, iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -104,7 +104,9 @@ class Consumer:
         self.auto_commit_interval_s = auto_commit_interval_ms / 1000
         self._next_auto_commit_s = time.monotonic() + self.auto_commit_interval_s
         self._commit_completions: list = []   # (callback, offsets, exception) from Ray threads
-        self._completion_lock = threading.Lock()
+        self._completion_lock = threading.Condition()
+        self._async_commits: collections.deque = collections.deque()  # (request, callback) not yet sent
+        self._async_commit_in_flight = False
 
     # --- assignment ---------------------------------------------------------------
 
@@ -185,6 +187,7 @@ class Consumer:
         """Records from the assigned, unpaused partitions: up to `max_records`
         (default `max_poll_records`), waiting up to `timeout` seconds for the first."""
         self._check_open()
+        self._pump_async_commits()
         self._run_commit_callbacks()
         if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit_s:
             self._next_auto_commit_s = time.monotonic() + self.auto_commit_interval_s
@@ -334,7 +337,10 @@ class Consumer:
 
     def commit_sync(self, offsets: dict | None = None, timeout: float | None = None) -> None:
         """Commits `offsets` ({tp: offset or OffsetAndMetadata}), default the current
-        positions; retries retriable errors until `timeout` (default_api_timeout_ms)."""
+        positions; retries retriable errors until `timeout` (default_api_timeout_ms).
+        Earlier async commits finish first (their callbacks run before it returns),
+        so none of them can land after this one."""
+        self._wait_for_async_commits(timeout)
         self._run_commit_callbacks()
         request = self._commit_request(offsets)
         if request:
@@ -342,15 +348,29 @@ class Consumer:
             self._raise_partition_error(response)
 
     def commit_async(self, offsets: dict | None = None, callback=None) -> None:
-        """One attempt, never retried (a retry could land after a newer commit);
-        `callback(offsets, exception)` runs in a later poll / commit / close."""
+        """One attempt, never retried; `callback(offsets, exception)` runs in a later
+        poll / commit / close. Async commits go out one at a time, in call order: Ray
+        does not order an async actor's tasks, and an older commit landing after a
+        newer one would move the committed offset back (the seed's regression)."""
         request = self._commit_request(offsets)
-        if not request:
-            return
+        if request:
+            with self._completion_lock:
+                self._async_commits.append((request, callback))
+            self._pump_async_commits()
+
+    def _pump_async_commits(self) -> None:
+        """Consumer thread only: send the next queued async commit once the one
+        before it completed. (Not from the completion callback: that runs on a Ray
+        thread, where submitting a task can deadlock.)"""
+        with self._completion_lock:
+            if self._async_commit_in_flight or not self._async_commits:
+                return
+            request, callback = self._async_commits.popleft()
+            self._async_commit_in_flight = True
         try:
             ref = self._coordinator().commit_offsets.remote(self.group_id, request)
         except Exception as error:
-            self._complete_commit(callback, request, error)
+            self._async_commit_done(callback, request, error)
             return
 
         def done(future) -> None:
@@ -359,8 +379,26 @@ class Consumer:
                 error = None
             except Exception as failure:
                 error = kafka_cause(failure)
-            self._complete_commit(callback, request, error)
+            self._async_commit_done(callback, request, error)
         ref.future().add_done_callback(done)
+
+    def _async_commit_done(self, callback, request: dict, error) -> None:
+        self._complete_commit(callback, request, error)
+        with self._completion_lock:
+            self._async_commit_in_flight = False
+            self._completion_lock.notify_all()
+
+    def _wait_for_async_commits(self, timeout: float | None) -> None:
+        deadline = time.monotonic() + (self.default_api_timeout_s if timeout is None else timeout)
+        while True:
+            self._pump_async_commits()
+            with self._completion_lock:
+                if not self._async_commit_in_flight and not self._async_commits:
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RequestTimedOut("async commits still in flight at the commit_sync timeout")
+                self._completion_lock.wait(timeout=remaining)
 
     def _complete_commit(self, callback, request: dict, error) -> None:
         if callback is not None:
@@ -421,6 +459,8 @@ class Consumer:
             return
         if self.enable_auto_commit:
             self.commit_sync()
+        elif self.group_id is not None:
+            self._wait_for_async_commits(self.request_timeout_s)
         self._run_commit_callbacks()
         self._closed = True
         self._in_flight.clear()

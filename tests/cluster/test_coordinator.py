@@ -253,3 +253,35 @@ def test_retention__expired_offsets_get_tombstones_active_group_keeps_its_offset
     assert ray.get(coordinator.fetch_offsets.remote("active")) == {("orders", 0): (9, -1, "")}
     assert ray.get(coordinator.fetch_offsets.remote("standalone")) == {}
     ray.kill(short)
+
+
+def test_commit_async__many_in_a_row__the_committed_offset_never_moves_back(cluster, coordinator):
+    """The seed's regression: async commits of growing offsets, sent back to back,
+    with no older one landing after a newer one. A watcher samples the committed
+    offset while they land; it must only grow, and end at the last one."""
+    import threading
+    from rafka.core.structs import TopicPartition
+    tp = TopicPartition("regress", 0)
+    cluster.admin().create_topic("regress", partitions=1, replication_factor=1)
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            found = ray.get(coordinator.fetch_offsets.remote("monotonic", [("regress", 0)]))[("regress", 0)]
+            if found:
+                seen.append(found[0])
+    reports = []
+    with cluster.consumer(group_id="monotonic", enable_auto_commit=False) as consumer:
+        consumer.assign([tp])
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            for offset in range(1, 41):
+                consumer.commit_async({tp: offset}, callback=lambda offsets, error: reports.append(error))
+            consumer.commit_sync({tp: 41})
+        finally:
+            stop.set()
+            watcher.join()
+        assert reports == [None] * 40          # every callback ran before commit_sync returned
+        assert consumer.committed([tp])[tp].offset == 41
+    assert seen == sorted(seen) and seen and seen[-1] <= 41
