@@ -65,6 +65,7 @@ class GroupCoordinatorActor:
         self._next_retention_check_ms = 0
         self.groups = GroupManager()
         self._loaded = False
+        self._leader_cache = None
         self._write_lock = asyncio.Lock()
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
@@ -120,6 +121,7 @@ class GroupCoordinatorActor:
                 return
             except (KafkaError, ray.exceptions.RayError, ValueError, asyncio.TimeoutError) as error:
                 logger.info("coordinator %d: loading failed, retrying: %s", self.partition, error)
+                self._forget_leader()
                 await asyncio.sleep(self.retry_backoff_s)
 
     def _replay(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
@@ -129,6 +131,16 @@ class GroupCoordinatorActor:
         self.groups.replay(key, value, self.clock.now_ms())
 
     async def _leader(self):
+        """(leader replica actor, leader epoch) of this coordinator's partition, cached
+        until a request to it fails (`_forget_leader`): a commit costs no controller call."""
+        if self._leader_cache is None:
+            self._leader_cache = await self._lookup_leader()
+        return self._leader_cache
+
+    def _forget_leader(self) -> None:
+        self._leader_cache = None
+
+    async def _lookup_leader(self):
         controller = ray.get_actor("controller", namespace=NAMESPACE)
         snapshot = await controller.metadata_snapshot.remote()
         state = snapshot["topics"][OFFSETS_TOPIC]["partitions"][self.partition]
@@ -170,6 +182,7 @@ class GroupCoordinatorActor:
                     if not is_retriable(error):
                         cause = kafka_cause(error)
                         raise cause if isinstance(cause, KafkaError) else error
+                    self._forget_leader()
                     await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - loop.time())))
             for key, value in records:
                 self.offsets.replay(key, value)

@@ -31,16 +31,28 @@ class Admin:
             if missing:
                 raise UnknownTopicOrPartition(f"Topic '{missing[0]}' does not exist.")
             snapshot = {n: snapshot[n] for n in names}
+        # Ask every replica at once (one wait for all, not a ray.get per replica).
+        asked = {}
         for name, topic in snapshot.items():
             for p in topic["partitions"]:
-                states = {}
                 for replica_id in p["replicas"]:
                     try:
                         handle = ray.get_actor(replica_actor_name(name, p["partition"], replica_id),
                                                namespace=NAMESPACE)
-                        states[replica_id] = ray.get(handle.describe.remote(), timeout=timeout_s)
-                    except Exception:  # dead, restarting or paused: reported as unknown
-                        states[replica_id] = None
+                        asked[(name, p["partition"], replica_id)] = handle.describe.remote()
+                    except ValueError:  # not registered (being re-created)
+                        pass
+        ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=timeout_s)
+        ready = set(ready)
+        answers = {}
+        for key, ref in asked.items():
+            try:
+                answers[key] = ray.get(ref) if ref in ready else None
+            except Exception:  # dead or restarting: reported as unknown
+                answers[key] = None
+        for name, topic in snapshot.items():
+            for p in topic["partitions"]:
+                states = {r: answers.get((name, p["partition"], r)) for r in p["replicas"]}
                 leader_state = states.get(p["leader"])
                 p["leader_node"] = leader_state["node_id"] if leader_state else None
                 p["log_start_offset"] = leader_state["log_start_offset"] if leader_state else None

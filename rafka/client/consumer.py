@@ -46,7 +46,7 @@ import ray
 from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.actors.replica import NAMESPACE
 from rafka.client.metadata import MetadataCache
-from rafka.client.retry import call_leader, is_retriable, kafka_cause
+from rafka.client.retry import call_leader, is_retriable, kafka_cause, retry_until
 from rafka.core.errors import (KafkaError, NoOffsetForPartitionError, OffsetOutOfRange, RequestTimedOut,
                                UnknownTopicOrPartition)
 from rafka.core.records import decode_batches, iter_batches
@@ -437,16 +437,11 @@ class Consumer:
         """The group coordinator's `method`, retried on retriable errors."""
         if self.group_id is None:
             raise IllegalStateError("committed offsets need a group_id")
-        deadline = time.monotonic() + (self.default_api_timeout_s if timeout_s is None else timeout_s)
-        while True:
-            try:
-                return ray.get(getattr(self._coordinator(), method).remote(self.group_id, *args),
-                               timeout=max(0.001, deadline - time.monotonic()))
-            except Exception as error:
-                if not is_retriable(error) or time.monotonic() + self.retry_backoff_s >= deadline:
-                    cause = kafka_cause(error)
-                    raise cause if isinstance(cause, KafkaError) else error
-                time.sleep(self.retry_backoff_s)
+        return retry_until(
+            lambda remaining_s: ray.get(getattr(self._coordinator(), method).remote(self.group_id, *args),
+                                        timeout=remaining_s),
+            timeout_s=self.default_api_timeout_s if timeout_s is None else timeout_s,
+            retry_backoff_s=self.retry_backoff_s, what=f"{method} for group {self.group_id!r}")
 
     # --- lifecycle ----------------------------------------------------------------
 

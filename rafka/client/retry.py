@@ -32,21 +32,33 @@ def is_retriable(error: BaseException) -> bool:
     return isinstance(error, _ACTOR_GONE)
 
 
+def retry_until(call, *, timeout_s: float, retry_backoff_s: float, what: str, on_retry=None):
+    """`call(remaining_s)` until it returns, retrying retriable errors (after
+    `on_retry()`, e.g. dropping cached metadata) until `timeout_s`; then
+    REQUEST_TIMED_OUT naming the last error. Final errors reach the caller as the
+    KafkaError behind them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call(max(0.001, deadline - time.monotonic()))
+        except Exception as error:
+            if not is_retriable(error):
+                cause = kafka_cause(error)
+                raise cause if isinstance(cause, KafkaError) else error
+            if on_retry is not None:
+                on_retry()
+            if time.monotonic() + retry_backoff_s >= deadline:
+                raise RequestTimedOut(f"{what} did not succeed in {timeout_s:.1f}s; "
+                                      f"last error: {error}") from error
+            time.sleep(retry_backoff_s)
+
+
 def call_leader(metadata, topic: str, partition: int, method: str, *args, timeout_s: float,
                 retry_backoff_s: float):
     """`leader.<method>(*args, leader_epoch=<current>)` on the partition's leader,
     retried on retriable errors until `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            leader, leader_epoch = metadata.leader_and_epoch(topic, partition)
-            return ray.get(getattr(leader, method).remote(*args, leader_epoch=leader_epoch),
-                           timeout=max(0.001, deadline - time.monotonic()))
-        except Exception as error:
-            if not is_retriable(error):
-                raise kafka_cause(error) if isinstance(kafka_cause(error), KafkaError) else error
-            metadata.invalidate(topic)
-            if time.monotonic() + retry_backoff_s >= deadline:
-                raise RequestTimedOut(f"{method} on {topic}-{partition} did not succeed in "
-                                      f"{timeout_s:.1f}s; last error: {error}") from error
-            time.sleep(retry_backoff_s)
+    def call(remaining_s: float):
+        leader, leader_epoch = metadata.leader_and_epoch(topic, partition)
+        return ray.get(getattr(leader, method).remote(*args, leader_epoch=leader_epoch), timeout=remaining_s)
+    return retry_until(call, timeout_s=timeout_s, retry_backoff_s=retry_backoff_s,
+                       what=f"{method} on {topic}-{partition}", on_retry=lambda: metadata.invalidate(topic))
