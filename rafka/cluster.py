@@ -55,6 +55,15 @@ class Cluster:
         (auto_offset_reset, max_poll_records, fetch_max_wait_ms, ...)."""
         return Consumer(self.controller, **options)
 
+    def run_consumer_group(self, group_id: str, topics: list[str], handler, *, members: int = 1,
+                           **consumer_options):
+        """N ConsumerMember actors (rafka/actors/member.py) in `group_id`, spread over
+        the broker nodes, each polling `topics`, calling `handler(records)` on every
+        batch and committing the batch after it. Returns a ConsumerGroupHandle
+        (describe, assignment, stop)."""
+        from rafka.actors.member import run_consumer_group
+        return run_consumer_group(group_id, topics, handler, members=members, **consumer_options)
+
     def start_group_coordinators(self, *, offsets_topic_num_partitions: int = 1,
                                  offsets_topic_replication_factor: int = 3, **coordinator_options) -> list:
         """Creates the compacted `__consumer_offsets` topic (if missing) and one group

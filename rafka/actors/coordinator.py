@@ -32,12 +32,13 @@ import ray
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.clock import SystemClock
-from rafka.core.errors import (CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut,
-                               UnknownMemberId)
+from rafka.core.errors import (CoordinatorLoadInProgress, GroupIdNotFound, KafkaError, NonEmptyGroup,
+                               NotCoordinator, RequestTimedOut, UnknownMemberId)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore
-from rafka.core.offsets_schema import GroupKey, decode_key, decode_value, encode_key, encode_value, partition_for_group
+from rafka.core.offsets_schema import (GroupKey, OffsetKey, decode_key, decode_value, encode_key, encode_value,
+                                       partition_for_group)
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
 
@@ -53,7 +54,9 @@ class GroupCoordinatorActor:
     def __init__(self, *, offsets_partition: int, offsets_partition_count: int,
                  offsets_commit_timeout_ms: int = 5_000, offset_metadata_max_bytes: int = 4096,
                  offsets_retention_minutes: float = 10_080, offsets_retention_check_interval_ms: int = 600_000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, group_initial_rebalance_delay_ms: int = 3_000,
+                 group_min_session_timeout_ms: int = 6_000, group_max_session_timeout_ms: int = 1_800_000,
+                 group_max_size: int = 1_000) -> None:
         self.partition = offsets_partition
         self.partition_count = offsets_partition_count
         self.offsets_commit_timeout_ms = offsets_commit_timeout_ms
@@ -63,7 +66,10 @@ class GroupCoordinatorActor:
                                    offsets_retention_ms=int(offsets_retention_minutes * 60_000))
         self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
         self._next_retention_check_ms = 0
-        self.groups = GroupManager()
+        self.groups = GroupManager(group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
+                                   group_min_session_timeout_ms=group_min_session_timeout_ms,
+                                   group_max_session_timeout_ms=group_max_session_timeout_ms,
+                                   max_group_size=group_max_size)
         self._loaded = False
         self._leader_cache = None
         self._write_lock = asyncio.Lock()
@@ -216,14 +222,14 @@ class GroupCoordinatorActor:
 
     async def join_group(self, group: str, member_id: str, *, client_id: str, client_host: str,
                          topics: list[str], session_timeout_ms: int, rebalance_timeout_ms: int,
-                         assignor_name: str = "range") -> dict:
+                         assignor_name: str = "range", owned: list = ()) -> dict:
         """Parks until this join's generation completes: {member_id, generation,
         leader}. The assignment comes from sync_group."""
         self._require_loaded(group)
         member_id = self.groups.join(group, member_id, client_id=client_id, client_host=client_host,
                                      topics=topics, session_timeout_ms=session_timeout_ms,
                                      rebalance_timeout_ms=rebalance_timeout_ms, assignor_name=assignor_name,
-                                     now_ms=self.clock.now_ms())
+                                     now_ms=self.clock.now_ms(), owned=owned)
         generation_at_join = self.groups.groups[group].generation
         self._notify()
         while True:
@@ -232,6 +238,8 @@ class GroupCoordinatorActor:
                 raise UnknownMemberId(f"member {member_id!r} was removed before the join completed")
             if state.generation > generation_at_join:
                 return {"member_id": member_id, "generation": state.generation, "leader": state.leader}
+            # A member parked in its join is alive: it is waiting on us, not silent.
+            state.members[member_id].last_heartbeat_ms = self.clock.now_ms()
             partitions = await self._partitions_per_topic(
                 {t for m in state.members.values() for t in m.topics})
             if self.groups.maybe_complete_join(group, partitions, self.clock.now_ms()):
@@ -279,14 +287,45 @@ class GroupCoordinatorActor:
         self._notify()
 
     async def describe_group(self, group: str) -> dict:
+        """State, generation, members (client, host, subscribed topics, assignment).
+        A group known only by its offsets (assign-mode commits) is Empty; an
+        unknown one is Dead, as Kafka's DescribeGroups answers."""
         self._require_loaded(group)
         state = self.groups.groups.get(group)
         if state is None:
-            return {"group": group, "state": "Dead", "generation": -1, "members": {}}
+            known = bool(self.offsets.fetch(group))
+            return {"group": group, "state": "Empty" if known else "Dead", "generation": -1 if not known else 0,
+                    "leader": None, "assignor": "", "members": {}}
         return {"group": group, "state": state.state.value, "generation": state.generation,
                 "leader": state.leader, "assignor": state.assignor_name,
                 "members": {m.member_id: {"client_id": m.client_id, "host": m.client_host,
-                                          "assignment": list(m.assignment)} for m in state.members.values()}}
+                                          "topics": list(m.topics), "assignment": list(m.assignment)}
+                            for m in state.members.values()}}
+
+    async def list_groups(self) -> list[dict]:
+        """Every group of this partition: [{group, state}], those known only by
+        their committed offsets included (Empty)."""
+        if not self._loaded:
+            raise CoordinatorLoadInProgress(f"coordinator {self.partition} is loading {OFFSETS_TOPIC}")
+        names = set(self.groups.groups) | set(self.offsets.offsets_by_group)
+        return [{"group": name, "state": self.groups.groups[name].state.value
+                 if name in self.groups.groups else "Empty"} for name in sorted(names)]
+
+    async def delete_group(self, group: str) -> None:
+        """Kafka's DeleteGroups: only a group without members (NON_EMPTY_GROUP),
+        only a known one (GROUP_ID_NOT_FOUND); tombstones for its offsets and for
+        the group, acknowledged once replicated."""
+        self._require_loaded(group)
+        state = self.groups.groups.get(group)
+        offsets = self.offsets.fetch(group)
+        if state is None and not offsets:
+            raise GroupIdNotFound(f"Group '{group}' does not exist.")
+        if state is not None and state.members:
+            raise NonEmptyGroup(f"The group '{group}' is not empty (state {state.state.value}).")
+        records = [(OffsetKey(group, topic, partition), None) for topic, partition in sorted(offsets)]
+        if state is not None:
+            records.append((GroupKey(group), None))
+        await self._write(records)
 
     async def ping(self) -> dict:
         return {"partition": self.partition, "loaded": self._loaded, "pid": os.getpid()}

@@ -41,7 +41,8 @@ def replica_directory(data_dir: str, node_id: str, topic: str, partition: int) -
 class ReplicaActor:
     def __init__(self, *, topic: str, partition: int, replica_id: int, data_dir: str,
                  config: dict, replica_lag_time_max_ms: int = 30_000,
-                 replica_fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500) -> None:
+                 replica_fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
+                 log_retention_check_interval_ms: int = 300_000) -> None:
         node_id = ray.get_runtime_context().get_node_id()
         self.replica = PartitionReplica(
             topic=topic, partition=partition, replica_id=replica_id,
@@ -56,6 +57,8 @@ class ReplicaActor:
         self._parked_produces = 0
         self._fetcher: asyncio.Task | None = None
         self._isr_keeper: asyncio.Task | None = None
+        self.log_retention_check_interval_ms = log_retention_check_interval_ms
+        self._retention: asyncio.Task | None = None
 
     def _notify(self) -> None:
         self._changed.set()
@@ -69,8 +72,27 @@ class ReplicaActor:
 
     # --- role changes -------------------------------------------------------------
 
+    def _start_retention(self) -> None:
+        if self._retention is None:
+            self._retention = asyncio.get_running_loop().create_task(self._enforce_retention_forever())
+
+    async def _enforce_retention_forever(self) -> None:
+        """Kafka's log.retention.check.interval.ms: every replica deletes its own
+        segments past retention.ms / retention.bytes (only below its HW), which
+        moves its log start offset; a consumer below it gets OFFSET_OUT_OF_RANGE."""
+        while True:
+            await asyncio.sleep(self.log_retention_check_interval_ms / 1000)
+            try:
+                self.enforce_retention()
+            except Exception as error:  # a full disk or a vanished file: try again next time
+                logger.warning("%s: retention failed: %s", self.replica.name, error)
+
+    def enforce_retention(self) -> int:
+        return self.replica.log.enforce_retention()
+
     async def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
                             partition_epoch: int) -> None:
+        self._start_retention()
         await self._stop_fetcher()
         self.replica.become_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr,
                                    partition_epoch=partition_epoch)
@@ -79,6 +101,7 @@ class ReplicaActor:
             self._isr_keeper = asyncio.get_running_loop().create_task(self._keep_isr())
 
     async def become_follower(self, leader_id: int, leader_epoch: int) -> None:
+        self._start_retention()
         await self._stop_fetcher()
         self.replica.become_follower(leader_id=leader_id, leader_epoch=leader_epoch)
         self._notify()  # parked acks=all produces of a deposed leader fail now

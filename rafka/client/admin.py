@@ -1,15 +1,33 @@
-"""Admin: topics, as kafka-topics.sh offers them (driver side)."""
+"""Admin: topics and consumer groups, as kafka-topics.sh and
+kafka-consumer-groups.sh offer them (driver side).
+
+Group offsets are changed only while the group has no members (Kafka's rule for
+--reset-offsets): the commit goes out without a member id, and the coordinator
+refuses it (UNKNOWN_MEMBER_ID) if a member joined in between.
+"""
 
 from __future__ import annotations
 
 import ray
 
+from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.client.membership import CoordinatorClient
+from rafka.client.metadata import MetadataCache
+from rafka.client.retry import call_leader, retry_until
+from rafka.core.errors import NonEmptyGroup
+from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from rafka.core.structs import TopicPartition
+
+INACTIVE_GROUP_STATES = ("Empty", "Dead")
 
 
 class Admin:
-    def __init__(self, controller) -> None:
+    def __init__(self, controller, *, default_api_timeout_ms: int = 60_000, retry_backoff_ms: int = 100) -> None:
         self._controller = controller
+        self._metadata = MetadataCache(controller)
+        self.default_api_timeout_s = default_api_timeout_ms / 1000
+        self.retry_backoff_s = retry_backoff_ms / 1000
 
     def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 1,
                      config: dict | None = None) -> dict:
@@ -60,3 +78,91 @@ class Admin:
                 p["log_end_offsets"] = {r: (s["log_end_offset"] if s else None) for r, s in states.items()}
                 p["replica_nodes"] = {r: (s["node_id"] if s else None) for r, s in states.items()}
         return snapshot
+
+    # --- offsets of partitions ------------------------------------------------------------
+
+    def list_offsets(self, partitions, timestamp_ms: int) -> dict[TopicPartition, tuple[int, int] | None]:
+        """Kafka's ListOffsets: EARLIEST_TIMESTAMP (-2) -> log start, LATEST_TIMESTAMP
+        (-1) -> HW, else the first (offset, timestamp) at or after the time, below the HW."""
+        return {TopicPartition(*tp): call_leader(self._metadata, tp[0], tp[1], "list_offset", timestamp_ms,
+                                                 timeout_s=self.default_api_timeout_s,
+                                                 retry_backoff_s=self.retry_backoff_s)
+                for tp in partitions}
+
+    def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
+        return {tp: found[0] for tp, found in self.list_offsets(partitions, EARLIEST_TIMESTAMP).items()}
+
+    def end_offsets(self, partitions) -> dict[TopicPartition, int]:
+        """The HW of each partition (what Kafka's tools call LOG-END-OFFSET for a consumer)."""
+        return {tp: found[0] for tp, found in self.list_offsets(partitions, LATEST_TIMESTAMP).items()}
+
+    def topic_partitions(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in range(self._metadata.partition_count(topic))]
+
+    # --- consumer groups ------------------------------------------------------------------
+
+    def _group(self, group_id: str) -> CoordinatorClient:
+        return CoordinatorClient(self._metadata, group_id, retry_backoff_s=self.retry_backoff_s,
+                                 default_timeout_s=self.default_api_timeout_s)
+
+    def list_consumer_groups(self) -> list[dict]:
+        """[{group, state}] from every coordinator."""
+        count = self._metadata.partition_count(OFFSETS_TOPIC)
+
+        def ask(partition: int):
+            return lambda remaining_s: ray.get(ray.get_actor(coordinator_actor_name(partition), namespace=NAMESPACE)
+                                               .list_groups.remote(), timeout=remaining_s)
+        groups = []
+        for partition in range(count):
+            groups += retry_until(ask(partition), timeout_s=self.default_api_timeout_s,
+                                  retry_backoff_s=self.retry_backoff_s, what=f"list_groups on coordinator {partition}")
+        return sorted(groups, key=lambda g: g["group"])
+
+    def describe_consumer_group(self, group_id: str) -> dict:
+        """The coordinator's view: state ("Dead" for a group that does not exist),
+        generation, assignor, members with client id, host and assignment."""
+        return self._group(group_id).call("describe_group")
+
+    def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        fetched = self._group(group_id).call("fetch_offsets")
+        return {TopicPartition(*tp): value[0] for tp, value in sorted(fetched.items()) if value is not None}
+
+    def consumer_group_lag(self, group_id: str) -> list[dict]:
+        """kafka-consumer-groups --describe: one row per partition the group has a
+        committed offset for or a member owns; LAG = LOG-END-OFFSET (the HW) minus
+        CURRENT-OFFSET, None ("-") where there is no committed offset."""
+        description = self.describe_consumer_group(group_id)
+        committed = self.list_consumer_group_offsets(group_id)
+        owner = {}
+        for member_id, member in description["members"].items():
+            for tp in member["assignment"]:
+                owner[TopicPartition(*tp)] = (member_id, member["host"], member["client_id"])
+        partitions = sorted(set(committed) | set(owner))
+        ends = self.end_offsets(partitions)
+        rows = []
+        for tp in partitions:
+            current = committed.get(tp)
+            member_id, host, client_id = owner.get(tp, (None, None, None))
+            rows.append({"group": group_id, "topic": tp.topic, "partition": tp.partition,
+                         "current_offset": current, "log_end_offset": ends[tp],
+                         "lag": None if current is None else max(0, ends[tp] - current),
+                         "consumer_id": member_id, "host": host, "client_id": client_id})
+        return rows
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
+        """Set committed offsets ({tp: offset}) of a group with no members."""
+        state = self.describe_consumer_group(group_id)["state"]
+        if state not in INACTIVE_GROUP_STATES:
+            raise NonEmptyGroup(f"Assignments can only be reset if the group '{group_id}' is inactive, "
+                                f"but the current state is {state}.")
+        request = {tuple(tp): (offset, -1, "") for tp, offset in offsets.items()}
+        response = self._group(group_id).call("commit_offsets", request)
+        for error in response.values():
+            if error is not None:
+                raise error
+
+    def delete_consumer_group(self, group_id: str) -> None:
+        """Only a group without members (NON_EMPTY_GROUP), only a known one
+        (GROUP_ID_NOT_FOUND)."""
+        self._group(group_id).call("delete_group")
+

@@ -22,14 +22,22 @@ decoded (its position comes from the batch headers), so decoding overlaps the
 round trip to the leader.
 
 Committed offsets: with a `group_id`, a partition without a position starts at
-the group's committed offset (else `auto_offset_reset`); commit_sync retries
-retriable errors until its timeout; commit_async tries once and reports to its
-callback from the consumer's own thread (in the next poll, commit or close), as
-Kafka's does; auto-commit commits the positions every `auto_commit_interval_ms`
-from poll and once more on close. Commits from assign mode carry no member id
-and generation -1 (Kafka's "simple" commits); subscribe and group membership
-come with the rest of the consumer-group issue.
-Not thread-safe: one thread uses a consumer, as with Kafka's.
+the group's committed offset (else `auto_offset_reset`: earliest, latest, none,
+or KIP-1106's by_duration:<ISO-8601>); commit_sync retries retriable errors until
+its timeout; commit_async tries once and reports to its callback from the
+consumer's own thread (in the next poll, commit or close), as Kafka's does;
+auto-commit commits the positions every `auto_commit_interval_ms` from poll and
+once more on close. Commits from assign mode carry no member id and generation
+-1 (Kafka's "simple" commits).
+
+Subscribe: the consumer joins its group (client/membership.py) in poll; on every
+rebalance it first commits (with auto-commit) and calls the listener's
+on_partitions_revoked for all it held (Kafka's eager protocol), then takes the
+new assignment, whose positions start from the committed offsets, and calls
+on_partitions_assigned. When the group moved on without it (evicted, fenced,
+poll interval exceeded) it calls on_partitions_lost instead: no commit is tried.
+Not thread-safe: one thread uses a consumer, as with Kafka's (the heartbeat
+thread touches only the membership's flags).
 """
 
 from __future__ import annotations
@@ -37,24 +45,41 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import logging
+import re
 import threading
 import time
 from collections.abc import Iterable
 
 import ray
 
-from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
-from rafka.actors.replica import NAMESPACE
+from rafka.actors.coordinator import OFFSETS_TOPIC
+from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
-from rafka.client.retry import call_leader, is_retriable, kafka_cause, retry_until
-from rafka.core.errors import (KafkaError, NoOffsetForPartitionError, OffsetOutOfRange, RequestTimedOut,
-                               UnknownTopicOrPartition)
+from rafka.client.retry import call_leader, is_retriable, kafka_cause
+from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
+                               RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)
+from rafka.core.offset_reset import parse_auto_offset_reset
 from rafka.core.records import decode_batches, iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from rafka.core.offsets_schema import partition_for_group
 from rafka.core.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
-AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+logger = logging.getLogger(__name__)
+_MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId)
+
+
+class ConsumerRebalanceListener:
+    """Kafka's ConsumerRebalanceListener. Called from poll, in the consumer's
+    thread. By default a lost partition is reported as revoked, as Kafka's is."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        pass
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        pass
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self.on_partitions_revoked(lost)
 
 
 class IllegalStateError(KafkaError):
@@ -73,6 +98,7 @@ class _PartitionState:
     paused: bool = False
     not_before_s: float = 0.0            # back-off after a failed fetch
     fetch_generation: int = 0            # bumped on seek/reset: answers to older fetches are stale
+    high_watermark: int | None = None    # the leader's HW with the last fetch answer (for lag)
 
 
 class Consumer:
@@ -81,12 +107,12 @@ class Consumer:
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
                  default_api_timeout_ms: int = 60_000, client_id: str = "rafka-consumer",
                  group_id: str | None = None, enable_auto_commit: bool = True,
-                 auto_commit_interval_ms: int = 5_000) -> None:
-        if auto_offset_reset not in AUTO_OFFSET_RESET:
-            raise ValueError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESET}, got {auto_offset_reset!r}")
+                 auto_commit_interval_ms: int = 5_000, session_timeout_ms: int = 45_000,
+                 heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
+                 partition_assignment_strategy: str = "range", metadata_max_age_ms: int = 300_000) -> None:
+        self.auto_offset_reset, self._reset_duration_ms = parse_auto_offset_reset(auto_offset_reset)
         if max_poll_records < 1:
             raise ValueError(f"max_poll_records must be at least 1, got {max_poll_records}")
-        self.auto_offset_reset = auto_offset_reset
         self.max_poll_records = max_poll_records
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
@@ -94,6 +120,7 @@ class Consumer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.default_api_timeout_s = default_api_timeout_ms / 1000
         self.client_id = client_id
+        self._controller = controller
         self._metadata = MetadataCache(controller)
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         self._in_flight: dict = {}   # ObjectRef -> (TopicPartition, fetch generation, fetch offset)
@@ -107,12 +134,31 @@ class Consumer:
         self._completion_lock = threading.Condition()
         self._async_commits: collections.deque = collections.deque()  # (request, callback) not yet sent
         self._async_commit_in_flight = False
+        self._coordinator = (CoordinatorClient(self._metadata, group_id, retry_backoff_s=self.retry_backoff_s,
+                                               default_timeout_s=self.default_api_timeout_s)
+                             if group_id is not None else None)
+        self._membership_options = dict(client_id=client_id, session_timeout_ms=session_timeout_ms,
+                                        heartbeat_interval_ms=heartbeat_interval_ms,
+                                        max_poll_interval_ms=max_poll_interval_ms,
+                                        request_timeout_ms=request_timeout_ms,
+                                        partition_assignment_strategy=partition_assignment_strategy)
+        self._membership: GroupMembership | None = None
+        self._subscribed_topics: tuple[str, ...] | None = None
+        self._subscribed_pattern: re.Pattern | None = None
+        self._listener = ConsumerRebalanceListener()
+        self.metadata_max_age_s = metadata_max_age_ms / 1000
+        self._pattern_checked_s = 0.0
 
     # --- assignment ---------------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions; positions of partitions kept stay."""
         self._check_open()
+        if self._subscribed():
+            raise IllegalStateError("Subscription to topics, partitions and pattern are mutually exclusive")
+        self._assign(partitions)
+
+    def _assign(self, partitions) -> None:
         wanted = [TopicPartition(*tp) for tp in partitions]
         for tp in wanted:
             count = self._metadata.partition_count(tp.topic)
@@ -122,6 +168,95 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | re.Pattern | None = None,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
+        """Join the group for `topics` (or every topic matching `pattern`, internal
+        topics excluded, re-checked every `metadata_max_age_ms`). Partitions come
+        from the group's assignor in poll."""
+        self._check_open()
+        if self.group_id is None:
+            raise IllegalStateError("subscribe needs a group_id (use assign without one)")
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        if bool(topics) == (pattern is not None):
+            raise ValueError("subscribe needs either topics or a pattern")
+        if self._partitions and not self._subscribed():
+            raise IllegalStateError("Subscription to topics, partitions and pattern are mutually exclusive")
+        self._subscribed_pattern = re.compile(pattern) if pattern is not None else None
+        self._subscribed_topics = tuple(sorted(set(topics))) if topics else self._matching_topics()
+        self._pattern_checked_s = time.monotonic()
+        self._listener = listener or ConsumerRebalanceListener()
+        if self._membership is None:
+            self._membership = GroupMembership(self._coordinator, **self._membership_options)
+        self._membership.request_rejoin()
+
+    def subscription(self) -> set[str]:
+        return set(self._subscribed_topics or ())
+
+    def unsubscribe(self) -> None:
+        """Revoke everything (listener told), leave the group, drop the assignment."""
+        if self._subscribed():
+            self._revoke_all()
+            self._membership.leave()
+        self._subscribed_topics = self._subscribed_pattern = None
+        self._partitions.clear()
+
+    def _subscribed(self) -> bool:
+        return self._subscribed_topics is not None
+
+    def _matching_topics(self) -> tuple[str, ...]:
+        topics = ray.get(self._controller.list_topics.remote())
+        return tuple(sorted(t for t in topics if t != OFFSETS_TOPIC and self._subscribed_pattern.fullmatch(t)))
+
+    def _ensure_membership(self) -> None:
+        """In poll: rejoin when the group rebalances or the pattern's topics changed."""
+        membership = self._membership
+        membership.polled()
+        if self._subscribed_pattern is not None and \
+                time.monotonic() - self._pattern_checked_s >= self.metadata_max_age_s:
+            self._pattern_checked_s = time.monotonic()
+            topics = self._matching_topics()
+            if topics != self._subscribed_topics:
+                self._subscribed_topics = topics
+                membership.request_rejoin()
+        if membership.take_lost():
+            lost = set(self._partitions)
+            self._partitions.clear()
+            if lost:
+                self._listener.on_partitions_lost(lost)
+        if not membership.rejoin_needed():
+            return
+        owned = sorted(self._partitions)
+        self._revoke_all()
+        assigned = {TopicPartition(*tp) for tp in membership.join(list(self._subscribed_topics), owned)}
+        self._assign(sorted(assigned))
+        self._listener.on_partitions_assigned(assigned)
+
+    def _revoke_all(self) -> None:
+        """Eager protocol: before rejoining, commit what was consumed (with
+        auto-commit) and give everything up."""
+        revoked = set(self._partitions)
+        if not revoked:
+            return
+        if self.enable_auto_commit:
+            try:
+                self.commit_sync()
+            except KafkaError as error:  # the next owner re-reads the uncommitted window
+                logger.warning("group %s: commit before rebalance failed: %s", self.group_id, error)
+        self._listener.on_partitions_revoked(revoked)
+        self._partitions.clear()
+
+    def current_lag(self, partition: TopicPartition) -> int | None:
+        """Records between the position and the HW the leader last reported (Kafka's
+        currentLag); None before the first fetch answer or while a reset is pending."""
+        state = self._state(partition)
+        if state.high_watermark is None or state.position is None:
+            return None
+        return max(0, state.high_watermark - state.position)
+
+    def lag(self) -> dict[TopicPartition, int | None]:
+        """current_lag of every assigned partition."""
+        return {tp: self.current_lag(tp) for tp in self._partitions}
 
     # --- positions ----------------------------------------------------------------
 
@@ -187,6 +322,10 @@ class Consumer:
         """Records from the assigned, unpaused partitions: up to `max_records`
         (default `max_poll_records`), waiting up to `timeout` seconds for the first."""
         self._check_open()
+        if self._subscribed():
+            self._ensure_membership()
+        elif not self._partitions:
+            raise IllegalStateError("Consumer is not subscribed to any topics or assigned any partitions")
         self._pump_async_commits()
         self._run_commit_callbacks()
         if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit_s:
@@ -243,6 +382,7 @@ class Consumer:
         except Exception as error:
             self._fetch_failed(tp, state, error)
             return
+        state.high_watermark = result.high_watermark
         if not result.records:
             return
         *_, (_, last_header) = iter_batches(result.records, verify_crc=False)
@@ -264,7 +404,10 @@ class Consumer:
         cause = kafka_cause(error)
         if isinstance(cause, OffsetOutOfRange):
             # The position (or the committed offset) fell out of the log (retention,
-            # truncation): reset by auto_offset_reset, not to the committed offset again.
+            # truncation): reset by auto_offset_reset, not to the committed offset again;
+            # with "none" the caller gets the error, as Kafka's OffsetOutOfRangeException.
+            if self.auto_offset_reset == "none":
+                raise cause
             self._move(state, position=None, reset_to=self.auto_offset_reset)
             return
         if not is_retriable(error):
@@ -302,8 +445,14 @@ class Consumer:
         strategy = state.reset_to or self.auto_offset_reset
         if strategy == "none":
             raise NoOffsetForPartitionError(f"Undefined offset with no reset policy for partitions: [{tp}]")
-        timestamp = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
-        self._move(state, position=self._list_offset(tp, timestamp)[0], reset_to=None)
+        if strategy == "by_duration":
+            # KIP-1106: the first record at or after now - duration; none that new: the end.
+            found = self._list_offset(tp, max(0, int(time.time() * 1000) - self._reset_duration_ms))
+            timestamp = None if found is not None else LATEST_TIMESTAMP
+        else:
+            found, timestamp = None, EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
+        position = found[0] if found is not None else self._list_offset(tp, timestamp)[0]
+        self._move(state, position=position, reset_to=None)
 
     def _list_offset(self, tp: TopicPartition, timestamp_ms: int):
         self._check_open()
@@ -328,7 +477,7 @@ class Consumer:
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offsets (the next offset to read), None where none."""
         tps = [TopicPartition(*tp) for tp in partitions]
-        fetched = self._call_coordinator("fetch_offsets", [tuple(tp) for tp in tps])
+        fetched = self._group().call("fetch_offsets", [tuple(tp) for tp in tps])
         answers = {}
         for tp in tps:
             found = fetched.get(tuple(tp))   # (offset, leader epoch, metadata) or None
@@ -344,7 +493,11 @@ class Consumer:
         self._run_commit_callbacks()
         request = self._commit_request(offsets)
         if request:
-            response = self._call_coordinator("commit_offsets", request, timeout_s=timeout)
+            try:
+                response = self._group().call("commit_offsets", request, *self._identity(), timeout_s=timeout)
+            except _MEMBERSHIP_ERRORS as error:   # Kafka's CommitFailedException: rejoin
+                self._membership.commit_failed(error)
+                raise
             self._raise_partition_error(response)
 
     def commit_async(self, offsets: dict | None = None, callback=None) -> None:
@@ -368,7 +521,7 @@ class Consumer:
             request, callback = self._async_commits.popleft()
             self._async_commit_in_flight = True
         try:
-            ref = self._coordinator().commit_offsets.remote(self.group_id, request)
+            ref = self._group().submit("commit_offsets", request, *self._identity())
         except Exception as error:
             self._async_commit_done(callback, request, error)
             return
@@ -428,20 +581,14 @@ class Consumer:
             if error is not None:
                 raise error
 
-    def _coordinator(self):
-        count = self._metadata.partition_count(OFFSETS_TOPIC)
-        return ray.get_actor(coordinator_actor_name(partition_for_group(self.group_id, count)),
-                             namespace=NAMESPACE)
-
-    def _call_coordinator(self, method: str, *args, timeout_s: float | None = None):
-        """The group coordinator's `method`, retried on retriable errors."""
-        if self.group_id is None:
+    def _group(self) -> CoordinatorClient:
+        if self._coordinator is None:
             raise IllegalStateError("committed offsets need a group_id")
-        return retry_until(
-            lambda remaining_s: ray.get(getattr(self._coordinator(), method).remote(self.group_id, *args),
-                                        timeout=remaining_s),
-            timeout_s=self.default_api_timeout_s if timeout_s is None else timeout_s,
-            retry_backoff_s=self.retry_backoff_s, what=f"{method} for group {self.group_id!r}")
+        return self._coordinator
+
+    def _identity(self) -> tuple[str, int]:
+        """(member id, generation) for a commit: ("", -1) outside the group protocol."""
+        return self._membership.identity() if self._subscribed() else ("", -1)
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -452,11 +599,18 @@ class Consumer:
     def close(self) -> None:
         if self._closed:
             return
-        if self.enable_auto_commit:
-            self.commit_sync()
-        elif self.group_id is not None:
-            self._wait_for_async_commits(self.request_timeout_s)
-        self._run_commit_callbacks()
+        try:
+            if self._subscribed():
+                if self._identity()[1] >= 0:   # a member: commit (auto-commit) and revoke, as Kafka
+                    self._revoke_all()
+            elif self.enable_auto_commit:
+                self.commit_sync()
+            if self.group_id is not None:
+                self._wait_for_async_commits(self.request_timeout_s)
+            self._run_commit_callbacks()
+        finally:
+            if self._membership is not None:
+                self._membership.close()
         self._closed = True
         self._in_flight.clear()
         self._partitions.clear()

@@ -1,0 +1,77 @@
+"""Offset commits on a 3-node local cluster (`__consumer_offsets` R3, min ISR 2).
+
+    bash scripts/run.sh python bench/group_bench.py [--seconds 8]
+
+Prints one table:
+  commit_sync latency: one subscribed consumer (a group member) commits one
+    partition's offset at a time; p50 / p99 / p99.9 in ms
+  commits/s: the same member commits 10 partitions per commit_sync, back to back,
+    for `--seconds`: commit requests/s and partition offsets/s
+Target (issue 5, this 2-core machine): commit_sync p50 <= 3 ms.
+A commit is acked only once replicated: a Ray call to the coordinator, an acks=all
+produce to the offsets partition's leader (two follower fetch round trips), then
+the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+P50_TARGET_MS = 3.0
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--latency-samples", type=int, default=2_000)
+    args = parser.parse_args()
+
+    import rafka
+    from rafka.core.structs import TopicPartition
+    with rafka.local_cluster(nodes=3, coordinator_options={"group_initial_rebalance_delay_ms": 0}) as cluster:
+        cluster.admin().create_topic("bench-commits", partitions=10, replication_factor=1)
+        partitions = [TopicPartition("bench-commits", p) for p in range(10)]
+        with cluster.consumer(group_id="bench", enable_auto_commit=False, session_timeout_ms=10_000) as member:
+            member.subscribe(["bench-commits"])
+            member.poll(timeout=0.1)
+            assert member.assignment() == set(partitions), "the bench member owns all 10 partitions"
+            for i in range(200):  # warm up
+                member.commit_sync({partitions[0]: i})
+            latencies = []
+            for i in range(args.latency_samples):
+                started = time.perf_counter()
+                member.commit_sync({partitions[0]: 1_000 + i})
+                latencies.append((time.perf_counter() - started) * 1000)
+            latencies.sort()
+            requests, offset = 0, 10_000
+            started = time.perf_counter()
+            deadline = started + args.seconds
+            while time.perf_counter() < deadline:
+                member.commit_sync({tp: offset for tp in partitions})
+                requests += 1
+                offset += 1
+            elapsed = time.perf_counter() - started
+            assert member.committed(partitions)[partitions[9]].offset == offset - 1
+
+    p50, p99, p999 = (percentile(latencies, q) for q in (0.5, 0.99, 0.999))
+    print(f"\nrafka group bench: 3 broker nodes, __consumer_offsets 1 partition R3 min ISR 2, "
+          f"{os.cpu_count()} cores")
+    print(f"{'what':<40}{'value':>14}  target")
+    print(f"{'commit_sync p50 (1 partition)':<40}{p50:>11.2f} ms  <= {P50_TARGET_MS:g} ms: "
+          f"{'met' if p50 <= P50_TARGET_MS else 'MISSED'}")
+    print(f"{'commit_sync p99':<40}{p99:>11.2f} ms  -")
+    print(f"{'commit_sync p99.9':<40}{p999:>11.2f} ms  -")
+    print(f"{'commit_sync mean':<40}{statistics.mean(latencies):>11.2f} ms  -")
+    print(f"{'commits/s (10 partitions per commit)':<40}{requests / elapsed:>14,.0f}  -")
+    print(f"{'partition offsets committed/s':<40}{10 * requests / elapsed:>14,.0f}  -")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""Consumer groups end to end: subscribe and rebalance, listeners, fencing of an
+evicted consumer, max.poll.interval.ms, auto_offset_reset on new groups and below
+the log start, lag, the admin's group operations, and member actors."""
+
+import os
+import time
+
+import pytest
+import ray
+
+from rafka.core.errors import (GroupIdNotFound, NoOffsetForPartitionError, NonEmptyGroup, OffsetOutOfRange,
+                               UnknownMemberId)
+from rafka.core.structs import TopicPartition
+from tests.harness import wait_until
+
+pytestmark = pytest.mark.cluster
+
+FAST_GROUP = dict(session_timeout_ms=3_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100)
+
+
+def fill(cluster, topic, count, *, partitions=1, timestamp_ms=None, create=True, batch_per_record=False):
+    if create:
+        cluster.admin().create_topic(topic, partitions=partitions, replication_factor=1)
+    with cluster.producer(acks="all", linger_ms=1) as producer:
+        for i in range(count):
+            sent = producer.send(topic, value=f"{topic}-{i}".encode(), partition=i % partitions,
+                                 timestamp_ms=timestamp_ms)
+            if batch_per_record:
+                sent.result()
+        producer.flush()
+
+
+def poll_until(consumer, count, timeout_s=30.0):
+    got = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got += consumer.poll(timeout=0.2)
+    return got
+
+
+class Recorder:
+    def __init__(self, on_assigned=None):
+        self.events = []
+        self.on_assigned = on_assigned
+
+    def on_partitions_revoked(self, revoked):
+        self.events.append(("revoked", sorted(revoked)))
+
+    def on_partitions_assigned(self, assigned):
+        self.events.append(("assigned", sorted(assigned)))
+        if self.on_assigned is not None:
+            self.on_assigned()
+
+    def on_partitions_lost(self, lost):
+        self.events.append(("lost", sorted(lost)))
+
+
+def test_subscribe__two_members_split_then_one_leaves_and_the_other_takes_all(cluster):
+    fill(cluster, "clicks", 40, partitions=4)
+    first, second = Recorder(), Recorder()
+    a = cluster.consumer(group_id="split", auto_offset_reset="earliest", enable_auto_commit=False, **FAST_GROUP)
+    b = cluster.consumer(group_id="split", auto_offset_reset="earliest", enable_auto_commit=False, **FAST_GROUP)
+    a.subscribe(["clicks"], listener=first)
+    a.poll(timeout=0.1)   # joins alone: generation 1 with every partition
+    assert a.assignment() == {TopicPartition("clicks", p) for p in range(4)}
+    b.subscribe(["clicks"], listener=second)
+    # b's join parks until a rejoins (a's heartbeat learns of the rebalance): poll both
+    import threading
+    joined = threading.Thread(target=lambda: b.poll(timeout=0.1))
+    joined.start()
+    wait_until(lambda: a.poll(timeout=0.05) is not None and len(a.assignment()) == 2, timeout_s=30,
+               what="a rebalanced to half the partitions")
+    joined.join(timeout=30)
+    assert a.assignment() | b.assignment() == {TopicPartition("clicks", p) for p in range(4)}
+    assert not a.assignment() & b.assignment()
+    assert first.events[0][0] == "assigned" and ("revoked", sorted(TopicPartition("clicks", p) for p in range(4))) \
+        in first.events
+    a.commit_sync({tp: 0 for tp in a.assignment()})
+    b_had = b.assignment()
+    b.close()   # leaves: a rebalances at once, well before b's session timeout
+    got = []
+    first.on_assigned = got.clear   # keep only what a reads under its final assignment
+
+    def a_polls():
+        got.extend(a.poll(timeout=0.05))
+        return len(a.assignment()) == 4
+    wait_until(a_polls, timeout_s=10, what="a took every partition after b left")
+    assert second.events[-1] == ("revoked", sorted(b_had))
+    got += poll_until(a, 40 - len(got))
+    values = {r.value for r in got}
+    assert values == {f"clicks-{i}".encode() for i in range(40)}
+    assert cluster.admin().describe_consumer_group("split")["state"] == "Stable"
+    a.close()
+    assert cluster.admin().describe_consumer_group("split")["state"] == "Empty"
+
+
+def test_subscribe__pattern_picks_up_a_topic_created_later(cluster):
+    fill(cluster, "metrics.cpu", 3)
+    consumer = cluster.consumer(group_id="patterns", auto_offset_reset="earliest", metadata_max_age_ms=200,
+                                **FAST_GROUP)
+    consumer.subscribe(pattern=r"metrics\..*")
+    assert {r.value for r in poll_until(consumer, 3)} == {b"metrics.cpu-0", b"metrics.cpu-1", b"metrics.cpu-2"}
+    fill(cluster, "metrics.disk", 2)
+    got = poll_until(consumer, 2)
+    assert {r.topic for r in got} == {"metrics.disk"}
+    assert consumer.subscription() == {"metrics.cpu", "metrics.disk"}
+    consumer.close()
+
+
+def test_fencing__a_consumer_whose_heartbeats_stop_is_evicted_cannot_commit_and_loses_its_partitions(cluster):
+    import threading
+    fill(cluster, "payments", 10)
+    tp = TopicPartition("payments", 0)
+    stalled_events = Recorder()
+    stalled = cluster.consumer(group_id="fence", auto_offset_reset="earliest", enable_auto_commit=False,
+                               **FAST_GROUP)
+    stalled.subscribe(["payments"], listener=stalled_events)
+    assert len(poll_until(stalled, 10)) == 10
+    # Its heartbeat thread stops, as if the process were paused (SIGSTOP).
+    stalled._membership._closing.set()
+    other = cluster.consumer(group_id="fence", auto_offset_reset="earliest", enable_auto_commit=False,
+                             **FAST_GROUP)
+    other.subscribe(["payments"])
+    other.poll(timeout=0.1)   # parks until the stalled member's session (3 s) runs out
+    assert other.assignment() == {tp}
+    with pytest.raises(UnknownMemberId):
+        stalled.commit_sync({tp: 10})
+    assert other.committed([tp])[tp] is None         # the fenced commit changed nothing
+    # The process resumes: its next poll reports the partition lost (not revoked:
+    # it may not commit) and rejoins; the group rebalances between the two.
+    stalled._membership._closing = threading.Event()
+    stalled._membership._heartbeats = None
+    rejoin = threading.Thread(target=lambda: stalled.poll(timeout=0.1))
+    rejoin.start()
+    wait_until(lambda: other.poll(timeout=0.05) is not None and not rejoin.is_alive(), timeout_s=30,
+               what="the resumed consumer rejoined")
+    assert stalled_events.events[1] == ("lost", [tp])
+    assert stalled_events.events[-1][0] == "assigned"
+    owner = stalled if stalled.assignment() == {tp} else other
+    assert owner.assignment() == {tp} and (stalled.assignment() | other.assignment()) == {tp}
+    owner.commit_sync({tp: 10})
+    assert owner.committed([tp])[tp].offset == 10
+    for consumer in (other, stalled):
+        consumer.close()
+
+
+def test_max_poll_interval__a_consumer_that_stops_polling_leaves_and_then_rejoins(cluster):
+    fill(cluster, "slowjobs", 4)
+    events = Recorder()
+    consumer = cluster.consumer(group_id="slow", auto_offset_reset="earliest", enable_auto_commit=False,
+                                max_poll_interval_ms=1_500, **FAST_GROUP)
+    consumer.subscribe(["slowjobs"], listener=events)
+    consumer.poll(timeout=0.1)
+    admin = cluster.admin()
+    wait_until(lambda: admin.describe_consumer_group("slow")["state"] == "Empty", timeout_s=10,
+               what="the member left after max.poll.interval.ms without a poll")
+    consumer.poll(timeout=0.1)
+    assert ("lost", [TopicPartition("slowjobs", 0)]) in events.events
+    assert events.events[-1] == ("assigned", [TopicPartition("slowjobs", 0)])
+    assert admin.describe_consumer_group("slow")["state"] == "Stable"
+    consumer.close()
+
+
+NOW_MS = int(time.time() * 1000)
+
+
+@pytest.fixture(scope="module")
+def timed(cluster):
+    """10 records two hours old, then 10 from ten minutes ago."""
+    fill(cluster, "timed", 10, timestamp_ms=NOW_MS - 2 * 3_600_000)
+    fill(cluster, "timed", 10, timestamp_ms=NOW_MS - 600_000, create=False)
+    return TopicPartition("timed", 0)
+
+
+@pytest.mark.parametrize("reset, first_offset", [("earliest", 0), ("latest", 20), ("by_duration:PT1H", 10),
+                                                 ("by_duration:PT5M", 20), ("by_duration:P1D", 0)])
+def test_auto_offset_reset__new_group__starts_where_named(cluster, timed, reset, first_offset):
+    with cluster.consumer(group_id=f"new-{reset}", auto_offset_reset=reset, enable_auto_commit=False) as consumer:
+        consumer.assign([timed])
+        assert consumer.position(timed) == first_offset
+
+
+def test_auto_offset_reset_none__new_group__no_offset_for_partition(cluster, timed):
+    with cluster.consumer(group_id="new-none", auto_offset_reset="none", enable_auto_commit=False) as consumer:
+        consumer.assign([timed])
+        with pytest.raises(NoOffsetForPartitionError):
+            consumer.poll(timeout=1.0)
+
+
+@pytest.fixture(scope="module")
+def truncated(cluster):
+    """A topic whose first segments retention deleted: old records (two hours old)
+    then new ones (ten minutes old); a group committed offset 0, now below the
+    log start."""
+    cluster.admin().create_topic("trimmed", partitions=1, replication_factor=1,
+                                 config={"segment.bytes": "300", "retention.bytes": "1000"})
+    fill(cluster, "trimmed", 30, timestamp_ms=NOW_MS - 2 * 3_600_000, create=False, batch_per_record=True)
+    fill(cluster, "trimmed", 10, timestamp_ms=NOW_MS - 600_000, create=False, batch_per_record=True)
+    tp = TopicPartition("trimmed", 0)
+    admin = cluster.admin()
+    wait_until(lambda: admin.beginning_offsets([tp])[tp] > 0, what="retention moved the log start")
+    for group in ("cut-earliest", "cut-latest", "cut-none", "cut-duration"):
+        admin.alter_consumer_group_offsets(group, {tp: 0})
+    start, end = admin.beginning_offsets([tp])[tp], admin.end_offsets([tp])[tp]
+    assert 0 < start <= 30 and end == 40, "the new records must outlive retention for this test"
+    return tp, start, end
+
+
+@pytest.mark.parametrize("group, reset", [("cut-earliest", "earliest"), ("cut-latest", "latest"),
+                                          ("cut-duration", "by_duration:PT1H")])
+def test_auto_offset_reset__committed_offset_below_log_start__resets_as_named(cluster, truncated, group, reset):
+    tp, start, end = truncated
+    expected = {"earliest": start, "latest": end, "by_duration:PT1H": 30}[reset]
+    with cluster.consumer(group_id=group, auto_offset_reset=reset, enable_auto_commit=False) as consumer:
+        consumer.assign([tp])
+        assert consumer.position(tp) == 0                    # the committed offset, as Kafka
+        records = poll_until(consumer, end - expected, timeout_s=10)
+        assert [r.offset for r in records] == list(range(expected, end))
+
+
+def test_auto_offset_reset_none__committed_offset_below_log_start__offset_out_of_range(cluster, truncated):
+    tp, _, _ = truncated
+    with cluster.consumer(group_id="cut-none", auto_offset_reset="none", enable_auto_commit=False) as consumer:
+        consumer.assign([tp])
+        with pytest.raises(OffsetOutOfRange):
+            poll_until(consumer, 1, timeout_s=10)
+
+
+def test_auto_offset_reset__bad_values__value_error_before_anything_starts(cluster):
+    for bad in ("smallest", "by_duration:-PT1H", "by_duration:1H"):
+        with pytest.raises(ValueError):
+            cluster.consumer(group_id="bad", auto_offset_reset=bad)
+
+
+def test_lag__consumer_current_lag_and_admin_lag_rows(cluster):
+    fill(cluster, "lagging", 12)
+    tp = TopicPartition("lagging", 0)
+    with cluster.consumer(group_id="lag", auto_offset_reset="earliest", enable_auto_commit=False,
+                          max_poll_records=5, **FAST_GROUP) as consumer:
+        consumer.subscribe(["lagging"])
+        assert len(consumer.poll(timeout=5.0)) == 5
+        assert consumer.current_lag(tp) == 7
+        consumer.commit_sync()
+        (row,) = cluster.admin().consumer_group_lag("lag")
+        assert (row["current_offset"], row["log_end_offset"], row["lag"]) == (5, 12, 7)
+        assert row["consumer_id"] and row["client_id"] == "rafka-consumer"
+        with pytest.raises(NonEmptyGroup, match="Assignments can only be reset if the group 'lag' is inactive, "
+                                                "but the current state is Stable."):
+            cluster.admin().alter_consumer_group_offsets("lag", {tp: 0})
+        with pytest.raises(NonEmptyGroup):
+            cluster.admin().delete_consumer_group("lag")
+    admin = cluster.admin()
+    admin.alter_consumer_group_offsets("lag", {tp: 2})
+    assert admin.list_consumer_group_offsets("lag") == {tp: 2}
+    assert "lag" in {g["group"] for g in admin.list_consumer_groups()}
+    admin.delete_consumer_group("lag")
+    assert admin.describe_consumer_group("lag")["state"] == "Dead"
+    assert admin.list_consumer_group_offsets("lag") == {}
+    with pytest.raises(GroupIdNotFound):
+        admin.delete_consumer_group("lag")
+
+
+def record_to(directory):
+    """A handler for member actors: appends 'pid partition offset' lines to a file
+    (the kernel keeps what was written when the process is killed)."""
+    def handler(records):
+        with open(os.path.join(directory, f"handled-{os.getpid()}.log"), "a") as out:
+            out.write("".join(f"{os.getpid()} {r.partition} {r.offset}\n" for r in records))
+    return handler
+
+
+def handled(directory):
+    lines = []
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name)) as source:
+            lines += [tuple(map(int, line.split())) for line in source if line.strip()]
+    return lines
+
+
+def test_run_consumer_group__members_on_different_nodes_handle_everything_and_stop_leaves(cluster, tmp_path):
+    fill(cluster, "invoices", 60, partitions=4)
+    group = cluster.run_consumer_group("invoicing", ["invoices"], record_to(str(tmp_path)), members=2,
+                                       **FAST_GROUP)
+    admin = cluster.admin()
+    wait_until(lambda: sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("invoicing")) == 60,
+               timeout_s=60, what="the group committed every record")
+    described = group.describe()
+    assert sorted(tp for d in described for tp in d["assignment"]) == [("invoices", p) for p in range(4)]
+    assert len({d["node_id"] for d in described}) == 2   # the SPREAD placement group
+    seen = {(partition, offset) for _, partition, offset in handled(str(tmp_path))}
+    assert seen == {(p, o) for p in range(4) for o in range(15)}
+    final = group.stop()
+    assert sum(d["handled"] for d in final) >= 60
+    assert admin.describe_consumer_group("invoicing")["state"] == "Empty"
