@@ -1,7 +1,8 @@
 """`rafka ...`: subcommands mirroring Kafka's tools (see DESIGN.md section 6).
 
 `up`, `down` and `status` act on a running Ray cluster (`--address`, else
-RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh. Errors print as
+RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh; `consumer-groups`,
+`dump-offsets` and the console clients are in cli_groups.py. Errors print as
 Kafka's tools print them ("Error while executing topic command : ...") and exit 1.
 """
 
@@ -11,7 +12,8 @@ import argparse
 import os
 import sys
 
-from rafka.cluster_errors import NotRunning
+from rafka import cli_groups
+from rafka.cluster_errors import NotRunning, UsageError
 from rafka.core.errors import KafkaError
 
 DEFAULT_DATA_DIR = "/tmp/rafka-data"
@@ -29,10 +31,6 @@ def _parse_configs(pairs: list[str] | None) -> dict[str, str]:
             raise UsageError(f"Invalid config '{pair}': expected name=value")
         configs[name] = value
     return configs
-
-
-class UsageError(Exception):
-    """A command line that names no valid action or misses an argument."""
 
 
 # --- up / down / status -----------------------------------------------------------
@@ -185,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--replication-factor", type=int)
     topics.add_argument("--config", action="append", metavar="NAME=VALUE")
     topics.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets")
+    cli_groups.add_parsers(sub)
 
     for p in sub.choices.values():
         if p.prog.split()[-1] != "demo":
@@ -192,7 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "topics": cmd_topics}
+COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "topics": cmd_topics,
+            "consumer-groups": lambda args: cli_groups.cmd_consumer_groups(_connect(args).admin(), args),
+            "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),
+            "console-producer": lambda args: cli_groups.cmd_console_producer(_connect(args), args),
+            "console-consumer": lambda args: cli_groups.cmd_console_consumer(_connect(args), args)}
 
 
 def main(argv: list[str] | None = None) -> int:

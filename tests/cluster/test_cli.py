@@ -23,11 +23,73 @@ def ray_address(tmp_path_factory):
     cluster.shutdown()
 
 
-def rafka(address, *args):
+def rafka(address, *args, stdin=None):
     env = dict(os.environ, RAY_ADDRESS=address)
     done = subprocess.run([sys.executable, "-m", "rafka.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, input=stdin)
     return done.returncode, done.stdout, done.stderr
+
+
+def offsets_table(out):
+    """{partition: (CURRENT-OFFSET, LOG-END-OFFSET, LAG)} from --describe's table."""
+    lines = [line for line in out.splitlines() if line.strip()]
+    header = lines.index(next(line for line in lines if line.startswith("GROUP ")))
+    assert lines[header].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                                     "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    return {int(cells[2]): tuple(cells[3:6]) for cells in (line.split() for line in lines[header + 1:])}
+
+
+def check_group_commands(address):
+    """console-producer / console-consumer with a group, then kafka-consumer-groups's
+    --list, --describe, --reset-offsets (dry run, execute, refused while Stable),
+    dump-offsets and --delete, on the topic `clicks` (2 partitions)."""
+    code, _, _ = rafka(address, "console-producer", "--topic", "clicks", "--key-separator", ":",
+                       stdin="".join(f"user-{i}:click-{i}\n" for i in range(6)))
+    assert code == 0
+    code, out, err = rafka(address, "console-consumer", "--topic", "clicks", "--group", "readers",
+                           "--from-beginning", "--max-messages", "6")
+    assert code == 0 and sorted(out.split()) == [f"click-{i}" for i in range(6)]
+    assert "Processed a total of 6 messages" in err
+    assert "readers" in rafka(address, "consumer-groups", "--list")[1].split()
+
+    code, out, _ = rafka(address, "consumer-groups", "--describe", "--group", "readers")
+    assert code == 0 and "Consumer group 'readers' has no active members." in out
+    table = offsets_table(out)
+    assert set(table) == {0, 1} and all(current == end and lag == "0" for current, end, lag in table.values())
+    assert sum(int(end) for _, end, _ in table.values()) == 6
+
+    code, out, err = rafka(address, "consumer-groups", "--reset-offsets", "--group", "readers", "--topic", "clicks",
+                           "--to-earliest")
+    assert code == 0 and "No action will be performed as the --execute option is missing" in err
+    assert [line.split() for line in out.splitlines()[1:]] == [["readers", "clicks", "0", "0"],
+                                                               ["readers", "clicks", "1", "0"]]
+    assert offsets_table(rafka(address, "consumer-groups", "--describe", "--group", "readers")[1]) == table
+    code, out, _ = rafka(address, "consumer-groups", "--reset-offsets", "--group", "readers", "--topic",
+                         "clicks:1", "--shift-by", "-1", "--execute")
+    assert code == 0
+    after = offsets_table(rafka(address, "consumer-groups", "--describe", "--group", "readers")[1])
+    assert after[0] == table[0] and after[1] == (str(int(table[1][0]) - 1), table[1][1], "1")
+
+    import rafka as rafka_api
+    with rafka_api.connect(address).consumer(group_id="readers", session_timeout_ms=6_000) as member:
+        member.subscribe(["clicks"])
+        member.poll(timeout=0.5)
+        code, _, err = rafka(address, "consumer-groups", "--reset-offsets", "--group", "readers", "--topic",
+                             "clicks", "--to-earliest", "--execute")
+        assert code == 1 and ("Assignments can only be reset if the group 'readers' is inactive, but the "
+                              "current state is Stable.") in err
+        code, _, err = rafka(address, "consumer-groups", "--delete", "--group", "readers")
+        assert code == 1 and "Group 'readers' could not be deleted due to: NON_EMPTY_GROUP" in err
+    import ray
+    ray.shutdown()
+
+    code, out, _ = rafka(address, "dump-offsets")
+    assert code == 0 and "[readers,clicks,1]::OffsetAndMetadata(offset=" in out
+    assert "readers::GroupMetadata(groupId=readers, generation=" in out
+    code, out, _ = rafka(address, "consumer-groups", "--delete", "--group", "readers")
+    assert (code, out) == (0, "Deletion of requested consumer groups ('readers') was successful.\n")
+    code, _, err = rafka(address, "consumer-groups", "--describe", "--group", "readers")
+    assert code == 1 and "Consumer group 'readers' does not exist." in err
 
 
 def test_cli__before_up__status_says_to_run_up(ray_address):
@@ -61,6 +123,8 @@ def test_cli__up_topics_status_down(ray_address, tmp_path):
 
     code, out, _ = rafka(ray_address, "status")
     assert code == 0 and "brokers:           2" in out and "topics:            2 (3 partitions" in out
+
+    check_group_commands(ray_address)
 
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""
