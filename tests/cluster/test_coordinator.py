@@ -224,7 +224,8 @@ def test_consumer_commits__committed_offset_out_of_range__auto_offset_reset_appl
         assert [r.offset for r in drain(consumer, 4)] == [0, 1, 2, 3]   # out of range: reset to earliest
 
 
-def test_retention__expired_offsets_get_tombstones_active_group_keeps_its_offsets(cluster, coordinator):
+def test_retention__expired_offsets_get_tombstones_empty_group_gone_active_group_keeps_its_offsets(
+        cluster, coordinator):
     """A second coordinator of the same partition with a 3 s retention (runs last in
     this module: its tombstones are in the shared log from here on)."""
     import time
@@ -239,8 +240,17 @@ def test_retention__expired_offsets_get_tombstones_active_group_keeps_its_offset
     ray.get(short.commit_offsets.remote("active", {("orders", 0): (9, -1, "")}, member["member_id"],
                                         member["generation"]))
     ray.get(short.commit_offsets.remote("standalone", {("orders", 0): (4, -1, "")}))
+    # a group that commits, then its last member leaves: Empty, so its clock starts
+    left = ray.get(short.join_group.remote("leaver", "", client_id="l", client_host="h", topics=["orders"],
+                                           session_timeout_ms=6_000, rebalance_timeout_ms=10_000))
+    ray.get(short.sync_group.remote("leaver", left["member_id"], left["generation"]))
+    ray.get(short.commit_offsets.remote("leaver", {("orders", 1): (3, -1, "")}, left["member_id"],
+                                        left["generation"]))
+    ray.get(short.leave_group.remote("leaver", left["member_id"]))
+    assert ray.get(short.describe_group.remote("leaver"))["state"] == "Empty"
     deadline = time.monotonic() + 30
-    while ray.get(short.fetch_offsets.remote("standalone")):
+    while ray.get(short.fetch_offsets.remote("standalone")) or \
+            ray.get(short.describe_group.remote("leaver"))["state"] != "Dead":
         ray.get(short.heartbeat.remote("active", member["member_id"], member["generation"]))
         assert time.monotonic() < deadline, "standalone offsets did not expire"
         time.sleep(0.5)
@@ -252,6 +262,9 @@ def test_retention__expired_offsets_get_tombstones_active_group_keeps_its_offset
                what="reload after expiry")
     assert ray.get(coordinator.fetch_offsets.remote("active")) == {("orders", 0): (9, -1, "")}
     assert ray.get(coordinator.fetch_offsets.remote("standalone")) == {}
+    assert ray.get(coordinator.fetch_offsets.remote("leaver")) == {}
+    assert ray.get(coordinator.describe_group.remote("leaver"))["state"] == "Dead"   # the group is gone
+    assert "leaver" not in {g["group"] for g in ray.get(coordinator.list_groups.remote())}
     ray.kill(short)
 
 

@@ -1,0 +1,112 @@
+"""Consumer groups under faults: a member actor killed while consuming, and the
+node of the `__consumer_offsets` leader removed while groups hold offsets."""
+
+import os
+
+import pytest
+import ray
+
+from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
+from rafka.actors.replica import NAMESPACE
+from tests.harness import partition_state, wait_for_leader, wait_until
+
+pytestmark = pytest.mark.chaos
+
+FAST_GROUP = dict(session_timeout_ms=2_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100, max_poll_records=50)
+
+
+def record_to(directory):
+    """Member handler: appends 'pid partition offset' lines, then sleeps a little so
+    the stream is still going when the test strikes (the kernel keeps what was
+    written when the process is killed)."""
+    def handler(records):
+        import time
+        with open(os.path.join(directory, f"handled-{os.getpid()}.log"), "a") as out:
+            out.write("".join(f"{os.getpid()} {r.partition} {r.offset}\n" for r in records))
+        time.sleep(0.02)
+    return handler
+
+
+def handled(directory):
+    lines = []
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name)) as source:
+            lines += [tuple(map(int, line.split())) for line in source if line.strip()]
+    return lines
+
+
+def test_member_actor_killed__no_record_skipped_duplicates_only_from_the_uncommitted_window(cluster, tmp_path):
+    admin = cluster.admin()
+    admin.create_topic("shipments", partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
+    total = 3_000
+    with cluster.producer(acks="all", linger_ms=2) as producer:
+        for i in range(total):
+            producer.send("shipments", value=b"shipment-%05d" % i, partition=i % 3)
+        producer.flush()
+    group = cluster.run_consumer_group("shipping", ["shipments"], record_to(str(tmp_path)), members=2,
+                                       **FAST_GROUP)
+
+    def committed_total():
+        return sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("shipping"))
+    wait_until(lambda: committed_total() >= total // 4, timeout_s=60, what="a quarter committed")
+    victim = group.describe()[0]
+    assert victim["assignment"], "the victim owns partitions when it is killed"
+    ray.kill(group.members[0], no_restart=False)          # restarts and rejoins as a new member
+    wait_until(lambda: committed_total() == total, timeout_s=120, what="the group committed every record")
+    described = group.describe()
+    assert described[0] is not None and described[0]["pid"] != victim["pid"], "member 0 restarted"
+    assert sorted(tp for d in described for tp in d["assignment"]) == [("shipments", p) for p in range(3)]
+    group.stop()
+
+    seen = handled(str(tmp_path))
+    by_partition = {}
+    for _, partition, offset in seen:
+        by_partition.setdefault(partition, []).append(offset)
+    for partition in range(3):
+        offsets = by_partition[partition]
+        # no record skipped: every offset below the final committed offset was handled
+        assert set(offsets) == set(range(total // 3)), f"partition {partition} has gaps"
+        # duplicates only from the uncommitted window: handled by the killed process,
+        # not committed before it died, so at most one batch per partition, contiguous
+        duplicates = sorted({o for o in offsets if offsets.count(o) > 1})
+        assert len(duplicates) <= FAST_GROUP["max_poll_records"]
+        assert duplicates == list(range(duplicates[0], duplicates[0] + len(duplicates))) if duplicates else True
+        if duplicates:
+            assert {pid for pid, p, o in seen if p == partition and o in duplicates} >= {victim["pid"]}
+
+
+def test_offsets_leader_node_removed__every_committed_offset_returned_unchanged(cluster):
+    """Offsets of several groups; the node of the __consumer_offsets-0 leader (and
+    whatever coordinator it hosts) is removed; after failover every group's
+    offsets come back exactly as committed. A fresh node is added back."""
+    admin = cluster.admin()
+    admin.create_topic("ledger", partitions=2, replication_factor=1)
+    committed = {}
+    for g in range(6):
+        group = f"accounts-{g}"
+        offsets = {("ledger", 0): 100 + g, ("ledger", 1): 200 + g}
+        admin.alter_consumer_group_offsets(group, offsets)
+        committed[group] = offsets
+    state = wait_for_leader(cluster, OFFSETS_TOPIC, 0)
+    leader_node = ray.get(cluster.replica(OFFSETS_TOPIC, 0, state["leader"]).describe.remote())["node_id"]
+    cluster.remove_node(leader_node)
+    wait_for_leader(cluster, OFFSETS_TOPIC, 0, newer_than_epoch=state["leader_epoch"])
+    coordinator = ray.get_actor(coordinator_actor_name(0), namespace=NAMESPACE)
+    wait_until(lambda: ray.get(coordinator.ping.remote(), timeout=5)["loaded"], what="the coordinator loaded")
+    for group, offsets in committed.items():
+        assert admin.list_consumer_group_offsets(group) == _as_tps(offsets)
+    # commits keep working on the new leader
+    admin.alter_consumer_group_offsets("accounts-0", {("ledger", 0): 150})
+    assert admin.list_consumer_group_offsets("accounts-0")[_tp("ledger", 0)] == 150
+    cluster.add_node()
+    wait_until(lambda: len(partition_state(cluster, OFFSETS_TOPIC, 0)["isr"]) == 3, timeout_s=90,
+               what="the offsets partition back to 3 in-sync replicas on the fresh node")
+
+
+def _tp(topic, partition):
+    from rafka.core.structs import TopicPartition
+    return TopicPartition(topic, partition)
+
+
+def _as_tps(offsets):
+    return {_tp(*tp): offset for tp, offset in offsets.items()}
