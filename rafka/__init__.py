@@ -5,11 +5,14 @@ so `rafka.core` can be imported (and tested) without Ray.
 """
 
 __version__ = "0.1.0"
-__all__ = ["local_cluster", "connect"]
+__all__ = ["local_cluster", "connect", "ConsumerRebalanceListener"]
 
 
 def __getattr__(name: str):
     if name in ("local_cluster", "connect"):
         from rafka import cluster
         return getattr(cluster, name)
+    if name == "ConsumerRebalanceListener":
+        from rafka.client.consumer import ConsumerRebalanceListener
+        return ConsumerRebalanceListener
     raise AttributeError(f"module 'rafka' has no attribute {name!r}")
