@@ -159,12 +159,14 @@ class GroupMembership:
             self._start_heartbeats()
             return [tuple(tp) for tp in assignment]
 
-    def leave(self) -> None:
-        """Leave the group now (unsubscribe, close): the others rebalance at once
-        instead of waiting out the session timeout."""
+    def leave(self, *, lost: bool = False) -> None:
+        """Leave the group now (unsubscribe, close; `lost` when the heartbeat thread
+        leaves for a stuck application): the others rebalance at once instead of
+        waiting out the session timeout."""
         with self._lock:
             member_id, was_active = self.member_id, self._active
             self._active, self._rejoin_needed = False, True
+            self._lost = self._lost or (lost and was_active)   # set before anyone can see the leave
             self.member_id, self.generation = "", -1
         if member_id and was_active:
             try:
@@ -197,9 +199,7 @@ class GroupMembership:
             if (time.monotonic() - self._last_poll_s) * 1000 > self.max_poll_interval_ms:
                 logger.warning("group %s: no poll for max.poll.interval.ms (%d ms): leaving the group; "
                                "its partitions are lost", self.coordinator.group_id, self.max_poll_interval_ms)
-                self.leave()
-                with self._lock:
-                    self._lost = True
+                self.leave(lost=True)
                 continue
             try:
                 ray.get(self.coordinator.submit("heartbeat", member_id, generation), timeout=self.request_timeout_s)
