@@ -7,8 +7,10 @@ it; and a consumer reads back every acknowledged order exactly once. Then the
 `billing` group (3 member actors, one per broker node) bills the orders,
 committing after each batch; one member actor is killed mid-stream, restarts,
 rejoins, and the group rebalances and finishes from the committed offsets: every
-order billed at least once, none skipped. Each step prints what an operator would
-look at, and each check prints ok or FAILED. Exits non-zero if a check fails.
+order billed at least once, none skipped. Last, Spark (RayDP, executors on the
+broker nodes) sums each customer's revenue over the orders below the HW, checked
+against the acknowledged orders. Each step prints what an operator would look at,
+and each check prints ok or FAILED. Exits non-zero if a check fails.
 """
 
 from __future__ import annotations
@@ -54,9 +56,13 @@ def print_partitions(admin, topic: str) -> dict:
 
 
 def send_orders(producer, start: int, count: int) -> list:
-    return [(b"order-%06d" % i, producer.send("orders", value=b"order-%06d" % i,
-                                               key=b"customer-%02d" % (i % CUSTOMERS)))
+    return [(order_value(i), producer.send("orders", value=order_value(i), key=b"customer-%02d" % (i % CUSTOMERS)))
             for i in range(start, start + count)]
+
+
+def order_value(i: int) -> bytes:
+    """'order-<n>:<amount in cents>'."""
+    return b"order-%06d:%d" % (i, 100 + (i * 37) % 9_900)
 
 
 BILLING_BATCH = 100  # max_poll_records of a billing member: its uncommitted window
@@ -143,6 +149,36 @@ def run_billing(cluster, acked: dict) -> None:
         shutil.rmtree(billing_dir, ignore_errors=True)
 
 
+def run_revenue(cluster, acked: dict) -> None:
+    """Spark (RayDP executors on the broker nodes) sums each customer's revenue over
+    the orders below the HW; the sums must equal those of the acknowledged orders."""
+    from rafka.spark_bridge import executor_nodes, init_spark, read_topic, stop_spark
+
+    print("\n5. Spark on the same Ray cluster: revenue per customer over the orders below the HW")
+    started_s = time.monotonic()
+    spark = init_spark(cluster, "revenue", num_executors=2, executor_cores=1, executor_memory="512m")
+    try:
+        print(f"  Spark started in {time.monotonic() - started_s:.1f} s, executors on "
+              f"{len(executor_nodes(spark))} nodes")
+        orders = read_topic(spark, "orders")
+        print(f"  read ranges: {', '.join(f'orders-{r.partition} [{r.start}, {r.end})' for r in orders.offset_ranges)}")
+        revenue = (orders.selectExpr("CAST(key AS STRING) AS customer",
+                                     "CAST(split(CAST(value AS STRING), ':')[1] AS BIGINT) AS cents")
+                   .groupBy("customer").sum("cents").collect())
+        by_customer = {row["customer"]: row["sum(cents)"] for row in revenue}
+        expected: dict[str, int] = {}
+        for value in acked:
+            number, cents = value.decode()[6:].split(":")
+            customer = "customer-%02d" % (int(number) % CUSTOMERS)
+            expected[customer] = expected.get(customer, 0) + int(cents)
+        top = sorted(by_customer.items(), key=lambda kv: -kv[1])[:3]
+        print("  top customers: " + ", ".join(f"{c} {v / 100:,.2f}" for c, v in top))
+        check(by_customer == expected,
+              f"Spark's revenue of all {len(expected)} customers equals the sums of the acknowledged orders")
+    finally:
+        stop_spark()
+
+
 def run_demo(nodes: int = 3) -> int:
     import ray
 
@@ -208,10 +244,11 @@ def run_demo(nodes: int = 3) -> int:
               "each order sits at the partition and offset its acknowledgement named")
         keyed = {}
         for value, meta in acked.items():
-            keyed.setdefault(b"customer-%02d" % (int(value[6:]) % CUSTOMERS), set()).add(meta.partition)
+            keyed.setdefault(b"customer-%02d" % (int(value[6:12]) % CUSTOMERS), set()).add(meta.partition)
         check(all(len(parts) == 1 for parts in keyed.values()),
               "every customer's orders went to one partition (murmur2 of the key)")
         run_billing(cluster, acked)
+        run_revenue(cluster, acked)
     print(f"\ndemo passed in {time.monotonic() - started_s:.1f} s")
     return 0
 

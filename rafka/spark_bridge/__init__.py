@@ -1,1 +1,20 @@
-"""rafka.spark_bridge: see DESIGN.md section 1."""
+"""rafka.spark_bridge: Spark on the same Ray cluster as the log, through RayDP
+(DESIGN.md section 7).
+
+    spark = init_spark(cluster, "app", num_executors=2, executor_cores=1, executor_memory="1g")
+    df = read_topic(spark, "orders")                  # exactly the records below one HW snapshot
+    read = read_dataset("orders")                     # the same as a Ray Dataset, without Spark
+    stream_topic(spark, "orders", "revenue", ParquetSink("/data/out"), trigger_interval_s=1.0)
+    write_topic(df.selectExpr("key", "value"), "orders-copy")
+    stop_spark()
+
+Importing this package does not import Spark or RayDP; each function does.
+"""
+
+from rafka.spark_bridge.session import executor_nodes, init_spark, stop_spark
+from rafka.spark_bridge.sink import write_topic
+from rafka.spark_bridge.source import KAFKA_ARROW_SCHEMA, TopicRead, read_dataset, read_topic
+from rafka.spark_bridge.stream import ParquetSink, stream_topic
+
+__all__ = ["KAFKA_ARROW_SCHEMA", "ParquetSink", "TopicRead", "executor_nodes", "init_spark", "read_dataset",
+           "read_topic", "stop_spark", "stream_topic", "write_topic"]

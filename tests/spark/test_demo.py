@@ -2,12 +2,12 @@
 
 import pytest
 
-pytestmark = pytest.mark.cluster
+pytestmark = pytest.mark.spark  # the demo ends with Spark
 
 
-def test_demo__orders_and_billing_scenario_passes_every_check(capsys):
+def test_demo__orders_billing_and_revenue_scenario_passes_every_check(capsys):
     from rafka.demo import main
     assert main() == 0
     out = capsys.readouterr().out
     assert "FAILED" not in out and "demo passed" in out
-    assert out.count("[ok]") == 12
+    assert out.count("[ok]") == 13
