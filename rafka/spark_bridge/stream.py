@@ -85,8 +85,8 @@ def stream_topic(spark, topic: str, group_id: str, process_batch, *, trigger_int
         committed = _committed(coordinator, topic)
         ranges = _pending_plan(topic, committed)
         if ranges is None:
-            starts = resolve(starting_offsets, "earliest", snapshot,
-                             committed={p: offset for p, (offset, _) in committed.items()})
+            initial = resolve(starting_offsets, "earliest", snapshot)   # for partitions without a commit
+            starts = {p: committed[p][0] if p in committed else initial[p] for p in snapshot}
             ranges = [r for r in plan_micro_batch(topic, snapshot, starts, max_records_per_batch) if r.count]
             if not ranges:
                 if stop_when_idle:
