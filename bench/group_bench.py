@@ -20,11 +20,9 @@ import os
 import statistics
 import time
 
+from replication_bench import percentile  # bench/ is the script's directory
+
 P50_TARGET_MS = 3.0
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def main() -> None:

@@ -1,38 +1,16 @@
 """Consumer groups under faults: a member actor killed while consuming, and the
 node of the `__consumer_offsets` leader removed while groups hold offsets."""
 
-import os
-
 import pytest
 import ray
 
 from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.actors.replica import NAMESPACE
-from tests.harness import partition_state, wait_for_leader, wait_until
+from tests.harness import handled_records, partition_state, recording_handler, wait_for_leader, wait_until
 
 pytestmark = pytest.mark.chaos
 
 FAST_GROUP = dict(session_timeout_ms=2_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100, max_poll_records=50)
-
-
-def record_to(directory):
-    """Member handler: appends 'pid partition offset' lines, then sleeps a little so
-    the stream is still going when the test strikes (the kernel keeps what was
-    written when the process is killed)."""
-    def handler(records):
-        import time
-        with open(os.path.join(directory, f"handled-{os.getpid()}.log"), "a") as out:
-            out.write("".join(f"{os.getpid()} {r.partition} {r.offset}\n" for r in records))
-        time.sleep(0.02)
-    return handler
-
-
-def handled(directory):
-    lines = []
-    for name in os.listdir(directory):
-        with open(os.path.join(directory, name)) as source:
-            lines += [tuple(map(int, line.split())) for line in source if line.strip()]
-    return lines
 
 
 def test_member_actor_killed__no_record_skipped_duplicates_only_from_the_uncommitted_window(cluster, tmp_path):
@@ -43,7 +21,7 @@ def test_member_actor_killed__no_record_skipped_duplicates_only_from_the_uncommi
         for i in range(total):
             producer.send("shipments", value=b"shipment-%05d" % i, partition=i % 3)
         producer.flush()
-    group = cluster.run_consumer_group("shipping", ["shipments"], record_to(str(tmp_path)), members=2,
+    group = cluster.run_consumer_group("shipping", ["shipments"], recording_handler(str(tmp_path), pause_s=0.02), members=2,
                                        **FAST_GROUP)
 
     def committed_total():
@@ -58,7 +36,7 @@ def test_member_actor_killed__no_record_skipped_duplicates_only_from_the_uncommi
     assert sorted(tp for d in described for tp in d["assignment"]) == [("shipments", p) for p in range(3)]
     group.stop()
 
-    seen = handled(str(tmp_path))
+    seen = handled_records(str(tmp_path))
     by_partition = {}
     for _, partition, offset in seen:
         by_partition.setdefault(partition, []).append(offset)

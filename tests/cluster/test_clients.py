@@ -1,7 +1,5 @@
 """Producer, Consumer (assign mode) and Admin against a 3-broker local cluster."""
 
-import time
-
 import pytest
 import ray
 

@@ -104,7 +104,6 @@ def test_fencing__member_evicted_for_missing_heartbeats_cannot_commit(cluster, c
     """Member a stops heartbeating (as if paused); b keeps going. After a's session
     timeout, b rejoins into a new generation; a's commit is refused."""
     import threading
-    import time
     a, b = ray.get([join(coordinator, "fenced", client="a"), join(coordinator, "fenced", client="b")])
     for m in (a, b):
         ray.get(coordinator.sync_group.remote("fenced", m["member_id"], 1))

@@ -2,16 +2,14 @@
 evicted consumer, max.poll.interval.ms, auto_offset_reset on new groups and below
 the log start, lag, the admin's group operations, and member actors."""
 
-import os
 import time
 
 import pytest
-import ray
 
 from rafka.core.errors import (GroupIdNotFound, NoOffsetForPartitionError, NonEmptyGroup, OffsetOutOfRange,
                                UnknownMemberId)
 from rafka.core.structs import TopicPartition
-from tests.harness import wait_until
+from tests.harness import handled_records, recording_handler, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -260,26 +258,9 @@ def test_lag__consumer_current_lag_and_admin_lag_rows(cluster):
         admin.delete_consumer_group("lag")
 
 
-def record_to(directory):
-    """A handler for member actors: appends 'pid partition offset' lines to a file
-    (the kernel keeps what was written when the process is killed)."""
-    def handler(records):
-        with open(os.path.join(directory, f"handled-{os.getpid()}.log"), "a") as out:
-            out.write("".join(f"{os.getpid()} {r.partition} {r.offset}\n" for r in records))
-    return handler
-
-
-def handled(directory):
-    lines = []
-    for name in os.listdir(directory):
-        with open(os.path.join(directory, name)) as source:
-            lines += [tuple(map(int, line.split())) for line in source if line.strip()]
-    return lines
-
-
 def test_run_consumer_group__members_on_different_nodes_handle_everything_and_stop_leaves(cluster, tmp_path):
     fill(cluster, "invoices", 60, partitions=4)
-    group = cluster.run_consumer_group("invoicing", ["invoices"], record_to(str(tmp_path)), members=2,
+    group = cluster.run_consumer_group("invoicing", ["invoices"], recording_handler(str(tmp_path)), members=2,
                                        **FAST_GROUP)
     admin = cluster.admin()
     wait_until(lambda: sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("invoicing")) == 60,
@@ -287,7 +268,7 @@ def test_run_consumer_group__members_on_different_nodes_handle_everything_and_st
     described = group.describe()
     assert sorted(tp for d in described for tp in d["assignment"]) == [("invoices", p) for p in range(4)]
     assert len({d["node_id"] for d in described}) == 2   # the SPREAD placement group
-    seen = {(partition, offset) for _, partition, offset in handled(str(tmp_path))}
+    seen = {(partition, offset) for _, partition, offset in handled_records(str(tmp_path))}
     assert seen == {(p, o) for p in range(4) for o in range(15)}
     final = group.stop()
     assert sum(d["handled"] for d in final) >= 60
