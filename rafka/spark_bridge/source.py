@@ -17,6 +17,7 @@ Read tasks ask for 0.1 CPU: on a small cluster, Spark's executors hold most CPUs
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 
@@ -78,12 +79,10 @@ def plan_read(admin, topic: str, starting_offsets="earliest", ending_offsets=LAT
     return plan_ranges(topic, snapshot, starts, ends), snapshot
 
 
-def _fields(*fields):
-    return fields
-
-
 def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES) -> pa.Table:
-    """One range, from the partition's leader, as an Arrow table (runs in a read task)."""
+    """One range, from the partition's leader, as an Arrow table (runs in a read task).
+    Records are decoded straight into column lists (no object per record); whole
+    batches are decoded, and the table is sliced to the range at the end."""
     from rafka.actors.controller import CONTROLLER_NAME
     from rafka.actors.replica import NAMESPACE
     from rafka.client.metadata import MetadataCache
@@ -91,7 +90,19 @@ def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES
     from rafka.core.records import decode_batches
 
     metadata = MetadataCache(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE))
-    keys, values, offsets, timestamps, types, headers = [], [], [], [], [], []
+    offsets, timestamps, keys, values, header_pairs = [], [], [], [], []
+    header_ends = [0]       # list offsets of the headers column
+    batch_types = []        # (timestamp type, records) per batch
+
+    def column(offset, timestamp_ms, key, value, headers) -> None:
+        offsets.append(offset)
+        timestamps.append(timestamp_ms)
+        keys.append(key)
+        values.append(value)
+        if headers:
+            header_pairs.extend({"key": k, "value": v} for k, v in headers)
+        header_ends.append(len(header_pairs))
+
     position = offset_range.start
     while position < offset_range.end:
         result = call_leader(metadata, offset_range.topic, offset_range.partition, "consumer_fetch", position,
@@ -99,23 +110,22 @@ def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES
         if not result.records:
             raise RuntimeError(f"{offset_range}: the leader returned nothing at offset {position}, below "
                                f"the planned end (its HW is {result.high_watermark})")
-        for header, records in decode_batches(result.records, lambda _: _fields):
-            for offset, timestamp_ms, key, value, record_headers in records:
-                if position <= offset < offset_range.end:
-                    keys.append(key)
-                    values.append(value)
-                    offsets.append(offset)
-                    timestamps.append(timestamp_ms * 1000)
-                    types.append(header.timestamp_type)
-                    headers.append([{"key": k, "value": v} for k, v in record_headers])
+        for header, records in decode_batches(result.records, lambda _: column):
+            batch_types.append((header.timestamp_type, len(records)))
             position = max(position, min(header.next_offset, offset_range.end))
+    header_type = KAFKA_ARROW_SCHEMA.field("headers").type
     count = len(offsets)
-    return pa.Table.from_arrays([
+    table = pa.Table.from_arrays([
         pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
         pa.array([offset_range.topic] * count, pa.string()),
         pa.array([offset_range.partition] * count, pa.int32()), pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.timestamp("us", tz="UTC")), pa.array(types, pa.int32()),
-        pa.array(headers, KAFKA_ARROW_SCHEMA.field("headers").type)], schema=KAFKA_ARROW_SCHEMA)
+        pa.array(timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+        pa.array([t for t, n in batch_types for _ in range(n)], pa.int32()),
+        pa.ListArray.from_arrays(pa.array(header_ends, pa.int32()),
+                                 pa.array(header_pairs, header_type.value_type))], schema=KAFKA_ARROW_SCHEMA)
+    # whole batches were decoded: keep offsets start .. end - 1 (offsets ascend)
+    first = bisect.bisect_left(offsets, offset_range.start)
+    return table.slice(first, bisect.bisect_left(offsets, offset_range.end) - first)
 
 
 def _datasource(ranges: list[OffsetRange]):
