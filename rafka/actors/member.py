@@ -67,9 +67,9 @@ class ConsumerMemberActor:
         try:
             while not self._stopping.is_set():
                 records = self.consumer.poll(timeout=self.poll_timeout_s)
+                joined = self.consumer.group_metadata()
                 self._progress.update(assignment=sorted(tuple(tp) for tp in self.consumer.assignment()),
-                                      member_id=self.consumer._membership.member_id,
-                                      generation=self.consumer._membership.generation)
+                                      member_id=joined["member_id"], generation=joined["generation_id"])
                 if not records:
                     continue
                 self.handler(records)

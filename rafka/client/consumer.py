@@ -190,6 +190,12 @@ class Consumer:
             self._membership = GroupMembership(self._coordinator, **self._membership_options)
         self._membership.request_rejoin()
 
+    def group_metadata(self) -> dict:
+        """Kafka's groupMetadata(): group id, generation and member id of the last
+        join (-1 and "" while not a member)."""
+        member_id, generation = self._membership.identity() if self._membership else ("", -1)
+        return {"group_id": self.group_id, "generation_id": generation, "member_id": member_id}
+
     def subscription(self) -> set[str]:
         return set(self._subscribed_topics or ())
 

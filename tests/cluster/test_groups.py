@@ -272,6 +272,9 @@ def test_run_consumer_group__members_on_different_nodes_handle_everything_and_st
     described = group.describe()
     assert sorted(tp for d in described for tp in d["assignment"]) == [("invoices", p) for p in range(4)]
     assert len({d["node_id"] for d in described}) == 2   # the SPREAD placement group
+    generations = {d["generation"] for d in described}
+    assert len(generations) == 1 and min(generations) >= 1 and all(d["member_id"] for d in described)
+    assert {d["member_id"] for d in described} == set(admin.describe_consumer_group("invoicing")["members"])
     seen = {(partition, offset) for _, partition, offset in handled_records(str(tmp_path))}
     assert seen == {(p, o) for p in range(4) for o in range(15)}
     final = group.stop()
