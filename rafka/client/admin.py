@@ -84,10 +84,15 @@ class Admin:
     def list_offsets(self, partitions, timestamp_ms: int) -> dict[TopicPartition, tuple[int, int] | None]:
         """Kafka's ListOffsets: EARLIEST_TIMESTAMP (-2) -> log start, LATEST_TIMESTAMP
         (-1) -> HW, else the first (offset, timestamp) at or after the time, below the HW."""
-        return {TopicPartition(*tp): call_leader(self._metadata, tp[0], tp[1], "list_offset", timestamp_ms,
-                                                 timeout_s=self.default_api_timeout_s,
-                                                 retry_backoff_s=self.retry_backoff_s)
-                for tp in partitions}
+        tps = [TopicPartition(*tp) for tp in partitions]
+        try:   # every leader asked at once; on any failure, the retrying path per partition
+            asked = [(leader.list_offset.remote(timestamp_ms, leader_epoch=epoch))
+                     for leader, epoch in (self._metadata.leader_and_epoch(*tp) for tp in tps)]
+            return dict(zip(tps, ray.get(asked, timeout=self.default_api_timeout_s)))
+        except Exception:
+            return {tp: call_leader(self._metadata, tp.topic, tp.partition, "list_offset", timestamp_ms,
+                                    timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s)
+                    for tp in tps}
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
         return {tp: found[0] for tp, found in self.list_offsets(partitions, EARLIEST_TIMESTAMP).items()}

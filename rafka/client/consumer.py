@@ -444,9 +444,8 @@ class Consumer:
         """A seek_to_* strategy if one is pending, else the group's committed offset,
         else auto_offset_reset."""
         if state.reset_to is None and self.group_id is not None:
-            committed = self.committed([tp])[tp]
-            if committed is not None:
-                self._move(state, position=committed.offset, reset_to=None)
+            self._load_committed_positions()
+            if state.position is not None:
                 return
         strategy = state.reset_to or self.auto_offset_reset
         if strategy == "none":
@@ -459,6 +458,16 @@ class Consumer:
             found, timestamp = None, EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
         position = found[0] if found is not None else self._list_offset(tp, timestamp)[0]
         self._move(state, position=position, reset_to=None)
+
+    def _load_committed_positions(self) -> None:
+        """One offset fetch for every partition waiting for its committed offset (not
+        one per partition); those without one are left to auto_offset_reset."""
+        waiting = [tp for tp, s in self._partitions.items() if s.position is None and s.reset_to is None]
+        for tp, committed in self.committed(waiting).items():
+            if committed is not None:
+                self._move(self._partitions[tp], position=committed.offset, reset_to=None)
+            else:
+                self._move(self._partitions[tp], position=None, reset_to=self.auto_offset_reset)
 
     def _list_offset(self, tp: TopicPartition, timestamp_ms: int):
         self._check_open()
