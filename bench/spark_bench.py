@@ -21,11 +21,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
 
     import rafka
-    from rafka.spark_bridge import init_spark, read_dataset, read_topic, stop_spark
+    from rafka.spark_bridge import init_spark, read_dataset, read_topic, release, stop_spark
     with rafka.local_cluster(nodes=3) as cluster:
         cluster.admin().create_topic("bench-spark", partitions=args.partitions, replication_factor=3,
                                      config={"min.insync.replicas": "2"})
@@ -41,7 +41,9 @@ def main() -> None:
             rows = []
             for run in range(args.runs):
                 started = time.perf_counter()
-                count = read_topic(spark, "bench-spark").count()
+                df = read_topic(spark, "bench-spark")
+                count = df.count()
+                release(df)
                 rows.append(("read_topic -> df.count()", count, time.perf_counter() - started))
             started = time.perf_counter()   # materialize: the read tasks run (count() alone reads metadata)
             count = read_dataset("bench-spark").dataset.materialize().count()

@@ -9,7 +9,8 @@ own node), SPREAD beyond that.
 Choices made for this stack (Ray 2.60, RayDP 1.6.5, PySpark 3.5.7, JDK 17):
   fault_tolerant_mode=False: the Spark driver JVM then needs no Ray connection of
   its own; rafka never uses `ray.data.from_spark` (it crashes RayDP's Java worker
-  here), only `Dataset.to_spark`, which does not need it
+  here); reads hand Spark Arrow IPC blocks from the object store, which the
+  executors fetch themselves (spark_bridge/source.py)
   the session time zone is UTC, so Kafka timestamps (UTC ms) read back unchanged
   executor memory is passed as a string ("1g"): Spark reads a bare number as MiB
 """
@@ -91,7 +92,10 @@ def stop_spark() -> None:
     import raydp
     from ray.util.placement_group import placement_group_table, remove_placement_group
 
+    from rafka.spark_bridge.source import release_all
+
     raydp.stop_spark()
+    release_all()
     for group in placement_group_table().values():
         if group.get("name", "").startswith("rafka:spark:") and group.get("state") != "REMOVED":
             remove_placement_group(ray.util.get_placement_group(group["name"]))

@@ -4,8 +4,17 @@ A read takes one snapshot of every partition's log start and HW, plans one offse
 range per partition below that HW (core/offset_ranges.py), and reads each range
 in a Ray Data read task from the partition's leader, in whole batches (the
 leader's consumer fetch: only data below its HW), decoding them into one Arrow
-table with Spark's Kafka-source schema. `read_topic` hands the blocks to Spark
-with `Dataset.to_spark` (RayDP).
+table with Spark's Kafka-source schema.
+
+`read_topic` runs the same read tasks as plain Ray tasks that return each table
+as Arrow IPC bytes, and gives those objects to RayDP's Arrow reader: Spark's
+executors (Java Ray actors) take the bytes from the object store and turn them
+into rows in the JVM. `Dataset.to_spark` instead goes through pandas in Spark's
+Python workers (Arrow -> pandas -> Arrow); on 1M records of 100 B that cost
+about 8 s of a 18 s read, and the JVM path needs no Python worker at all.
+Spark reads those objects whenever an action runs on the DataFrame or on one
+derived from it, so the read's blocks are kept (owned by this driver) until
+`release(df)` or `stop_spark()`; stream_topic releases each batch's.
 
 Invariants:
   a read returns exactly the records of its planned ranges: offsets start ..
@@ -17,10 +26,10 @@ Read tasks ask for 0.1 CPU: on a small cluster, Spark's executors hold most CPUs
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 
+import numpy as np
 import pyarrow as pa
 import ray
 
@@ -33,6 +42,10 @@ KAFKA_ARROW_SCHEMA = pa.schema([
 ])
 READ_TASK_CPUS = 0.1
 FETCH_MAX_BYTES = 4 << 20   # per leader fetch: under Ray's 4 MiB inline limit set by rafka's cluster
+SPARK_BLOCK_MAX_RECORDS = 100_000   # read_topic splits ranges so the executors share the work evenly
+
+# read id -> the object refs of its Arrow IPC blocks, kept until release / stop_spark
+_kept_blocks: dict[str, list] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,28 +94,16 @@ def plan_read(admin, topic: str, starting_offsets="earliest", ending_offsets=LAT
 
 def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES) -> pa.Table:
     """One range, from the partition's leader, as an Arrow table (runs in a read task).
-    Records are decoded straight into column lists (no object per record); whole
-    batches are decoded, and the table is sliced to the range at the end."""
+    Whole batches are decoded into columns (core/columnar.py: no Python object per
+    record), and the table is sliced to the range at the end."""
     from rafka.actors.controller import CONTROLLER_NAME
     from rafka.actors.replica import NAMESPACE
     from rafka.client.metadata import MetadataCache
     from rafka.client.retry import call_leader
-    from rafka.core.records import decode_batches
+    from rafka.core.columnar import concat_columns, decode_columns
 
     metadata = MetadataCache(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE))
-    offsets, timestamps, keys, values, header_pairs = [], [], [], [], []
-    header_ends = [0]       # list offsets of the headers column
-    batch_types = []        # (timestamp type, records) per batch
-
-    def column(offset, timestamp_ms, key, value, headers) -> None:
-        offsets.append(offset)
-        timestamps.append(timestamp_ms)
-        keys.append(key)
-        values.append(value)
-        if headers:
-            header_pairs.extend({"key": k, "value": v} for k, v in headers)
-        header_ends.append(len(header_pairs))
-
+    parts = []
     position = offset_range.start
     while position < offset_range.end:
         result = call_leader(metadata, offset_range.topic, offset_range.partition, "consumer_fetch", position,
@@ -110,22 +111,19 @@ def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES
         if not result.records:
             raise RuntimeError(f"{offset_range}: the leader returned nothing at offset {position}, below "
                                f"the planned end (its HW is {result.high_watermark})")
-        for header, records in decode_batches(result.records, lambda _: column):
-            batch_types.append((header.timestamp_type, len(records)))
-            position = max(position, min(header.next_offset, offset_range.end))
-    header_type = KAFKA_ARROW_SCHEMA.field("headers").type
-    count = len(offsets)
-    table = pa.Table.from_arrays([
-        pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-        pa.array([offset_range.topic] * count, pa.string()),
-        pa.array([offset_range.partition] * count, pa.int32()), pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-        pa.array([t for t, n in batch_types for _ in range(n)], pa.int32()),
-        pa.ListArray.from_arrays(pa.array(header_ends, pa.int32()),
-                                 pa.array(header_pairs, header_type.value_type))], schema=KAFKA_ARROW_SCHEMA)
+        part = decode_columns(result.records)
+        parts.append(part)
+        position = max(position, min(part.next_offset, offset_range.end))
+    columns = concat_columns(parts)
     # whole batches were decoded: keep offsets start .. end - 1 (offsets ascend)
-    first = bisect.bisect_left(offsets, offset_range.start)
-    return table.slice(first, bisect.bisect_left(offsets, offset_range.end) - first)
+    first, stop = np.searchsorted(columns.offsets, [offset_range.start, offset_range.end])
+    columns = columns.slice(int(first), int(stop))
+    count = len(columns)
+    return pa.Table.from_arrays([
+        columns.keys, columns.values, pa.repeat(pa.scalar(offset_range.topic, pa.string()), count),
+        pa.repeat(pa.scalar(offset_range.partition, pa.int32()), count), pa.array(columns.offsets),
+        pa.array(columns.timestamps_ms * 1000, pa.timestamp("us", tz="UTC")), pa.array(columns.timestamp_types),
+        columns.headers], schema=KAFKA_ARROW_SCHEMA)
 
 
 def _datasource(ranges: list[OffsetRange]):
@@ -153,28 +151,60 @@ def read_dataset(topic: str, starting_offsets="earliest", ending_offsets=LATEST,
     Offsets: "earliest", "latest" (the HW snapshot), {partition: offset},
     {"timestamp": {partition: ms}}, or "committed" (with `group_id`)."""
     ranges, snapshot = plan_read(_admin(), topic, starting_offsets, ending_offsets, group_id=group_id)
-    return read_ranges(ranges, snapshot)
-
-
-def read_ranges(ranges: list[OffsetRange], snapshot: dict) -> TopicRead:
     dataset = ray.data.read_datasource(_datasource(ranges), override_num_blocks=max(1, len(ranges)),
                                        num_cpus=READ_TASK_CPUS)
     return TopicRead(dataset, ranges, snapshot)
 
 
-def to_dataframe(spark, read: TopicRead):
-    """The read as a Spark DataFrame with Spark's Kafka-source schema; its ranges on
-    `df.offset_ranges`."""
-    if read.count == 0:   # RayDP's to_spark needs at least one block
+def _split(ranges: list[OffsetRange], max_records: int) -> list[OffsetRange]:
+    return [OffsetRange(r.topic, r.partition, start, min(start + max_records, r.end))
+            for r in ranges for start in range(r.start, r.end, max_records)]
+
+
+@functools.cache
+def _read_range_as_ipc():
+    @ray.remote(num_cpus=READ_TASK_CPUS)
+    def read_range_as_ipc(offset_range: OffsetRange) -> bytes:
+        """Python `bytes` are stored raw in the object store, so Java can read them."""
+        table = read_range(offset_range)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+    return read_range_as_ipc
+
+
+def to_dataframe(spark, ranges: list[OffsetRange]):
+    """The ranges as a Spark DataFrame with Spark's Kafka-source schema; the ranges
+    on `df.offset_ranges`, the id its blocks are kept under on `df.read_id`."""
+    import uuid
+    from raydp.spark.dataset import ray_dataset_to_spark_dataframe
+
+    blocks = [_read_range_as_ipc().remote(r) for r in _split([r for r in ranges if r.count > 0],
+                                                            SPARK_BLOCK_MAX_RECORDS)]
+    if not blocks:   # RayDP's reader needs at least one block
         from pyspark.sql.pandas.types import from_arrow_schema
         df = spark.createDataFrame([], from_arrow_schema(KAFKA_ARROW_SCHEMA))
     else:
-        df = read.dataset.to_spark(spark)
-    df.offset_ranges = read.ranges
+        df = ray_dataset_to_spark_dataframe(spark, KAFKA_ARROW_SCHEMA, blocks)
+    df.read_id = uuid.uuid4().hex
+    _kept_blocks[df.read_id] = blocks
+    df.offset_ranges = ranges
     return df
+
+
+def release(df) -> None:
+    """Frees the blocks of a read_topic DataFrame: call when no action will run on
+    it (or on a DataFrame derived from it) again."""
+    _kept_blocks.pop(getattr(df, "read_id", None), None)
+
+
+def release_all() -> None:
+    _kept_blocks.clear()
 
 
 def read_topic(spark, topic: str, starting_offsets="earliest", ending_offsets=LATEST, *,
                group_id: str | None = None):
     """A Spark DataFrame of exactly the records below one HW snapshot (see read_dataset)."""
-    return to_dataframe(spark, read_dataset(topic, starting_offsets, ending_offsets, group_id=group_id))
+    ranges, _ = plan_read(_admin(), topic, starting_offsets, ending_offsets, group_id=group_id)
+    return to_dataframe(spark, ranges)

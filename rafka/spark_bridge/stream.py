@@ -29,7 +29,7 @@ import shutil
 import time
 
 from rafka.core.offset_ranges import OffsetRange, batch_id, plan_micro_batch, resolve
-from rafka.spark_bridge.source import _admin, read_ranges, snapshot_offsets, to_dataframe
+from rafka.spark_bridge.source import _admin, release, snapshot_offsets, to_dataframe
 
 logger = logging.getLogger(__name__)
 PLAN_PREFIX = "rafka-batch:"
@@ -98,8 +98,11 @@ def stream_topic(spark, topic: str, group_id: str, process_batch, *, trigger_int
             time.sleep(trigger_interval_s)   # a new leader not yet at the old HW: the plan must stay whole
             continue
         current = batch_id(ranges)
-        df = to_dataframe(spark, read_ranges(ranges, snapshot))
-        process_batch(df, current)
+        df = to_dataframe(spark, ranges)
+        try:
+            process_batch(df, current)
+        finally:
+            release(df)
         _commit(coordinator, ranges, at_start=False)
         processed += 1
         time.sleep(max(0.0, trigger_interval_s - (time.monotonic() - started_s)))

@@ -111,7 +111,7 @@ def test_read__records_after_the_snapshot_are_left_for_the_next_read(cluster, sp
             producer.send("snap", b"second-%d" % i, partition=0)
         producer.flush()
     assert planned.count == 10 and planned.dataset.count() == 10
-    assert to_dataframe(spark, planned).count() == 10
+    assert to_dataframe(spark, planned.ranges).count() == 10
     again = read_topic(spark, "snap")
     assert again.count() == 15 and [r.end for r in again.offset_ranges] == [15]
 
