@@ -57,6 +57,7 @@ def main() -> None:
                 offset += 1
             elapsed = time.perf_counter() - started
             assert member.committed(partitions)[partitions[9]].offset == offset - 1
+        parts = _where_the_time_goes(cluster, args.latency_samples // 4)
 
     p50, p99, p999 = (percentile(latencies, q) for q in (0.5, 0.99, 0.999))
     print(f"\nrafka group bench: 3 broker nodes, __consumer_offsets 1 partition R3 min ISR 2, "
@@ -69,6 +70,42 @@ def main() -> None:
     print(f"{'commit_sync mean':<40}{statistics.mean(latencies):>11.2f} ms  -")
     print(f"{'commits/s (10 partitions per commit)':<40}{requests / elapsed:>14,.0f}  -")
     print(f"{'partition offsets committed/s':<40}{10 * requests / elapsed:>14,.0f}  -")
+    print("where a commit's time goes (p50, the same cluster):")
+    for what, value in parts:
+        print(f"  {what:<54}{value:>8.2f} ms")
+
+
+def _where_the_time_goes(cluster, samples: int) -> list[tuple[str, float]]:
+    """A commit is client -> coordinator -> acks=all produce to the offsets leader,
+    which waits for both followers' next fetch. Each part, measured alone; the
+    produces go to a topic replicated like __consumer_offsets (R3, min ISR 2),
+    not to it, so that no group's state is touched."""
+    import ray
+
+    from rafka.actors.coordinator import coordinator_actor_name
+    from rafka.actors.replica import NAMESPACE, replica_actor_name
+    from rafka.core.offsets_schema import partition_for_group
+    from rafka.core.records import RecordInput, encode_batch
+    from rafka.core.replica import ACKS_ALL, ACKS_LEADER
+
+    admin = cluster.admin()
+    admin.create_topic("bench-probe", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    leader_index = admin.describe_topics(["bench-probe"])["bench-probe"]["partitions"][0]["leader"]
+    leader = ray.get_actor(replica_actor_name("bench-probe", 0, leader_index), namespace=NAMESPACE)
+    coordinator = ray.get_actor(coordinator_actor_name(partition_for_group("bench", 1)), namespace=NAMESPACE)
+    batch = encode_batch([RecordInput(b"x" * 40, b"commit-sized")])
+
+    def p50(call) -> float:
+        latencies = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            ray.get(call())
+            latencies.append((time.perf_counter() - started) * 1000)
+        return percentile(sorted(latencies), 0.5)
+    return [("one Ray call to the coordinator (ping)", p50(lambda: coordinator.ping.remote())),
+            ("one Ray call to an R3 leader (ping)", p50(lambda: leader.ping.remote())),
+            ("produce to an R3 leader, acks=1", p50(lambda: leader.produce.remote(batch, ACKS_LEADER))),
+            ("produce to an R3 leader, acks=all (both followers)", p50(lambda: leader.produce.remote(batch, ACKS_ALL)))]
 
 
 if __name__ == "__main__":
