@@ -123,8 +123,11 @@ def plan_micro_batch(topic: str, snapshot: Mapping[int, PartitionOffsets], start
         raise ValueError(f"max_records must be at least 1, got {max_records}")
     lagging = [r for r in full if r.count > 0]
     budget = max(max_records, len(lagging))
-    total = sum(r.count for r in lagging)
-    taken = {r.partition: max(1, r.count * budget // total) for r in lagging}
+    # one record for every lagging partition (none starves), the rest shared by lag;
+    # floors, so the sum stays within the budget
+    spare = budget - len(lagging)
+    beyond_first = sum(r.count for r in lagging) - len(lagging)
+    taken = {r.partition: 1 + (r.count - 1) * spare // beyond_first if beyond_first else 1 for r in lagging}
     # hand out what rounding left, to the partitions that lag most
     for r in sorted(lagging, key=lambda r: (-r.count, r.partition)):
         if sum(taken.values()) >= budget:

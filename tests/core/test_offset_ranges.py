@@ -1,7 +1,7 @@
 """Offset ranges of bounded reads: specs, clamping below the HW, micro-batch caps, batch ids."""
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rafka.core.errors import InvalidRequest, UnknownTopicOrPartition
@@ -51,12 +51,14 @@ def test_plan_micro_batch__capped_shared_by_lag_every_lagging_partition_progress
 
 @given(st.dictionaries(st.integers(0, 5), st.tuples(st.integers(0, 50), st.integers(0, 200)), min_size=1),
        st.integers(1, 300))
+@example(parts={0: (0, 1), 1: (0, 1), 2: (0, 4)}, cap=1)   # shares once rounded past the budget
 def test_plan_micro_batch__property_within_hw_and_cap(parts, cap):
     snapshot = {p: PartitionOffsets(0, hw) for p, (_, hw) in parts.items()}
     starts = {p: min(start, parts[p][1]) for p, (start, _) in parts.items()}
     ranges = plan_micro_batch("t", snapshot, starts, cap)
     lagging = sum(1 for p in parts if snapshot[p].high_watermark > starts[p])
-    assert sum(r.count for r in ranges) <= max(cap, lagging)
+    total_lag = sum(snapshot[p].high_watermark - starts[p] for p in parts)
+    assert sum(r.count for r in ranges) == min(total_lag, max(cap, lagging))
     for r in ranges:
         assert starts[r.partition] == r.start <= r.end <= snapshot[r.partition].high_watermark
         if snapshot[r.partition].high_watermark > r.start:
