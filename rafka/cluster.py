@@ -65,18 +65,22 @@ class Cluster:
         return run_consumer_group(group_id, topics, handler, members=members, **consumer_options)
 
     def start_group_coordinators(self, *, offsets_topic_num_partitions: int = 1,
-                                 offsets_topic_replication_factor: int = 3, **coordinator_options) -> list:
+                                 offsets_topic_replication_factor: int = 3,
+                                 offsets_topic_segment_bytes: int = 104_857_600, **coordinator_options) -> list:
         """Creates the compacted `__consumer_offsets` topic (if missing) and one group
         coordinator actor per partition of it, spread over the broker nodes.
         Default 1 partition: every partition costs RF replica processes plus a
         coordinator (~80 MB each), and one keeps an idle 3-node cluster light; Kafka's
-        default is 50. `local_cluster` and `rafka up` call it; it is idempotent."""
+        default is 50. Segments of `offsets_topic_segment_bytes` (Kafka's
+        offsets.topic.segment.bytes): the log cleaner compacts sealed segments only.
+        `local_cluster` and `rafka up` call it; it is idempotent."""
         from rafka.actors.coordinator import OFFSETS_TOPIC, GroupCoordinatorActor, coordinator_actor_name
         admin = self.admin()
         if OFFSETS_TOPIC not in admin.list_topics():
             rf = offsets_topic_replication_factor
             admin.create_topic(OFFSETS_TOPIC, partitions=offsets_topic_num_partitions, replication_factor=rf,
-                               config={"cleanup.policy": "compact", "min.insync.replicas": str(min(rf, 2))})
+                               config={"cleanup.policy": "compact", "min.insync.replicas": str(min(rf, 2)),
+                                       "segment.bytes": str(offsets_topic_segment_bytes)})
         count = len(admin.describe_topics([OFFSETS_TOPIC])[OFFSETS_TOPIC]["partitions"])
         actor = ray.remote(GroupCoordinatorActor)
         handles = [actor.options(name=coordinator_actor_name(p), namespace=NAMESPACE, lifetime="detached",
@@ -124,7 +128,8 @@ class Cluster:
 
 
 def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_num_partitions: int = 1,
-                  coordinator_options: dict | None = None, **controller_options) -> Cluster:
+                  offsets_topic_segment_bytes: int = 104_857_600, coordinator_options: dict | None = None,
+                  **controller_options) -> Cluster:
     """An embedded rafka on `nodes` simulated broker nodes of this machine (plus a
     head node), with `__consumer_offsets` and its group coordinators started."""
     from ray.cluster_utils import Cluster as RayCluster
@@ -143,6 +148,7 @@ def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_
     cluster = Cluster(controller=controller, data_dir=data_dir, ray_cluster=ray_cluster, owns_data_dir=owns)
     cluster.start_group_coordinators(offsets_topic_num_partitions=offsets_topic_num_partitions,
                                      offsets_topic_replication_factor=min(3, nodes),
+                                     offsets_topic_segment_bytes=offsets_topic_segment_bytes,
                                      **(coordinator_options or {}))
     return cluster
 

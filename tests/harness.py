@@ -21,7 +21,7 @@ from rafka.core.records import decode_records
 # Fast failure detection for tests: short lag window, quick pings and long polls.
 TEST_CLUSTER_OPTIONS = dict(replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100,
                             leader_ping_timeout_ms=1_000, watch_interval_ms=100,
-                            log_retention_check_interval_ms=200)
+                            log_retention_check_interval_ms=200, log_cleaner_backoff_ms=200)
 # Groups settle fast in tests: a short initial rebalance delay, sessions from 1 s.
 TEST_COORDINATOR_OPTIONS = dict(offsets_commit_timeout_ms=2_000, group_initial_rebalance_delay_ms=500,
                                 group_min_session_timeout_ms=1_000)
@@ -30,7 +30,9 @@ TEST_COORDINATOR_OPTIONS = dict(offsets_commit_timeout_ms=2_000, group_initial_r
 def embedded_cluster():
     """The 3-broker local cluster a test module shares (a context manager)."""
     import rafka
-    return rafka.local_cluster(nodes=3, coordinator_options=TEST_COORDINATOR_OPTIONS, **TEST_CLUSTER_OPTIONS)
+    # small offsets segments: the log cleaner compacts __consumer_offsets in every module
+    return rafka.local_cluster(nodes=3, coordinator_options=TEST_COORDINATOR_OPTIONS,
+                               offsets_topic_segment_bytes=16_384, **TEST_CLUSTER_OPTIONS)
 
 
 def wait_until(condition, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):

@@ -44,12 +44,13 @@ RESTARTED = ("follower", -1)  # a replica actor that came back and was not told 
 class ControllerActor:
     def __init__(self, *, data_dir: str, replica_lag_time_max_ms: int = 30_000,
                  fetch_max_wait_ms: int = 500, leader_ping_timeout_ms: int = 2_000,
-                 log_retention_check_interval_ms: int = 300_000,
+                 log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
                  watch_interval_ms: int = 250) -> None:
         self.data_dir = data_dir
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
+        self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
         self.leader_ping_timeout_ms = leader_ping_timeout_ms
         self.watch_interval_ms = watch_interval_ms
         directory = Path(data_dir) / "controller"
@@ -121,7 +122,8 @@ class ControllerActor:
                 topic=topic, partition=partition, replica_id=replica_id, data_dir=self.data_dir,
                 config=config, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                 fetch_max_wait_ms=self.fetch_max_wait_ms,
-                log_retention_check_interval_ms=self.log_retention_check_interval_ms)
+                log_retention_check_interval_ms=self.log_retention_check_interval_ms,
+                log_cleaner_backoff_ms=self.log_cleaner_backoff_ms)
         await self._announce(topic, partition, state)
 
     async def _announce(self, topic: str, partition: int, state: PartitionState) -> None:

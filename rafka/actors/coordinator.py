@@ -39,7 +39,7 @@ from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore
 from rafka.core.offsets_schema import (GroupKey, OffsetKey, decode_key, decode_value, encode_key, encode_value,
                                        partition_for_group)
-from rafka.core.records import RecordInput, decode_records, encode_batch
+from rafka.core.records import RecordInput, decode_batches, encode_batch
 from rafka.core.replica import ACKS_ALL
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -118,10 +118,14 @@ class GroupCoordinatorActor:
                 while position < end:
                     result = await asyncio.wait_for(
                         leader.consumer_fetch.remote(position, 1 << 20, 0, leader_epoch), timeout_s)
-                    for record in decode_records(result.records):
-                        if position <= record.offset < end:
-                            self._replay(record.key, record.value)
-                            position = record.offset + 1
+                    if not result.records:   # compaction removed everything in [position, end)
+                        break
+                    for header, records in decode_batches(result.records):
+                        for record in records:
+                            if position <= record.offset < end:
+                                self._replay(record.key, record.value)
+                        # a compacted batch keeps its last offset, not its last record
+                        position = max(position, header.next_offset)
                 self._loaded = True
                 logger.info("coordinator %d loaded %s up to offset %d", self.partition, OFFSETS_TOPIC, end)
                 return

@@ -7,7 +7,12 @@ the follower's fetch loop against the leader actor.
 
 Concurrency: Ray runs an async actor's methods as tasks on one event loop, so the
 core object is only touched between awaits, from one thread. Waiters are woken by
-`_notify()` after every change of LEO, HW or role.
+`_notify()` after every change of LEO, HW or role. The one exception is the log
+cleaner's read-only step (`PartitionLog.clean`), which runs on a thread so that a
+large compaction does not stall fetches; its result is applied on the loop.
+
+Timers, per replica: retention every `log_retention_check_interval_ms`; compaction
+of a compacted topic every `log_cleaner_backoff_ms` (only when there is work).
 
 Named `replica:<topic>:<partition>:<replica index>` in namespace `rafka`.
 """
@@ -15,6 +20,7 @@ Named `replica:<topic>:<partition>:<replica index>` in namespace `rafka`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 
@@ -23,6 +29,7 @@ import ray
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
 from rafka.core.errors import (KafkaError, NotLeaderOrFollower, OffsetOutOfRange, RequestTimedOut)
+from rafka.core.records import iter_batches
 from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
 
 NAMESPACE = "rafka"
@@ -42,7 +49,7 @@ class ReplicaActor:
     def __init__(self, *, topic: str, partition: int, replica_id: int, data_dir: str,
                  config: dict, replica_lag_time_max_ms: int = 30_000,
                  replica_fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
-                 log_retention_check_interval_ms: int = 300_000) -> None:
+                 log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000) -> None:
         node_id = ray.get_runtime_context().get_node_id()
         self.replica = PartitionReplica(
             topic=topic, partition=partition, replica_id=replica_id,
@@ -58,7 +65,9 @@ class ReplicaActor:
         self._fetcher: asyncio.Task | None = None
         self._isr_keeper: asyncio.Task | None = None
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
+        self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
         self._retention: asyncio.Task | None = None
+        self._cleaner: asyncio.Task | None = None
 
     def _notify(self) -> None:
         self._changed.set()
@@ -72,9 +81,11 @@ class ReplicaActor:
 
     # --- role changes -------------------------------------------------------------
 
-    def _start_retention(self) -> None:
+    def _start_log_maintenance(self) -> None:
         if self._retention is None:
             self._retention = asyncio.get_running_loop().create_task(self._enforce_retention_forever())
+        if self._cleaner is None and self.replica.log.config.compacted:
+            self._cleaner = asyncio.get_running_loop().create_task(self._compact_forever())
 
     async def _enforce_retention_forever(self) -> None:
         """Kafka's log.retention.check.interval.ms: every replica deletes its own
@@ -87,12 +98,34 @@ class ReplicaActor:
             except Exception as error:  # a full disk or a vanished file: try again next time
                 logger.warning("%s: retention failed: %s", self.replica.name, error)
 
+    async def _compact_forever(self) -> None:
+        """Kafka's log cleaner, per replica (each cleans its own log, as each broker
+        does): every log.cleaner.backoff.ms, if a segment became cleanable or a kept
+        tombstone is due, the cleaned bytes are computed on a thread (reads of sealed
+        segments only) and swapped in on the event loop, between requests."""
+        while True:
+            await asyncio.sleep(self.log_cleaner_backoff_ms / 1000)
+            try:
+                await self.compact()
+            except Exception as error:  # a vanished segment or a full disk: the next pass retries
+                logger.warning("%s: compaction failed: %s", self.replica.name, error)
+
+    async def compact(self) -> dict | None:
+        log = self.replica.log
+        plan = log.plan_compaction()
+        if plan is None:
+            return None
+        cleaned = await asyncio.to_thread(log.clean, plan)
+        if self.replica.log is not log:   # the log was replaced meanwhile
+            return None
+        return dataclasses.asdict(log.apply_compaction(plan, cleaned))
+
     def enforce_retention(self) -> int:
         return self.replica.log.enforce_retention()
 
     async def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
                             partition_epoch: int) -> None:
-        self._start_retention()
+        self._start_log_maintenance()
         await self._stop_fetcher()
         self.replica.become_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr,
                                    partition_epoch=partition_epoch)
@@ -101,7 +134,7 @@ class ReplicaActor:
             self._isr_keeper = asyncio.get_running_loop().create_task(self._keep_isr())
 
     async def become_follower(self, leader_id: int, leader_epoch: int) -> None:
-        self._start_retention()
+        self._start_log_maintenance()
         await self._stop_fetcher()
         self.replica.become_follower(leader_id=leader_id, leader_epoch=leader_epoch)
         self._notify()  # parked acks=all produces of a deposed leader fail now
@@ -265,8 +298,14 @@ class ReplicaActor:
     async def read_below_high_watermark(self) -> bytes:
         """Every byte of the log below the HW (tests compare replicas with it)."""
         log = self.replica.log
-        return log.read(log.log_start_offset, 1 << 30, max_offset=log.high_watermark) \
-            if log.high_watermark > log.log_start_offset else b""
+        chunks, position = [], log.log_start_offset
+        while position < log.high_watermark:   # a read stops at its segment's end
+            data = log.read(position, 1 << 30, max_offset=log.high_watermark)
+            if not data:
+                break
+            chunks.append(data)
+            position = max(header.next_offset for _, header in iter_batches(data, verify_crc=False))
+        return b"".join(chunks)
 
     async def ping(self) -> dict:
         """Liveness and role, for the controller's watch loop. A restarted actor

@@ -22,7 +22,8 @@ unflushed tail, which recovery at open cuts at the first torn or corrupt batch.
 Hot path: appends and reads move whole batches as bytes. The leader rewrites only
 each batch's first 16 bytes (base offset, leader epoch); no record is decoded
 except on compacted topics, whose records must each carry a key.
-Caller: the partition replica actor, from one thread.
+Caller: the partition replica actor, from one thread; only `clean` (compaction's
+read-only middle step) may run on another.
 """
 
 from __future__ import annotations
@@ -66,6 +67,21 @@ class CompactionResult:
     bytes_after: int
 
 
+@dataclasses.dataclass(frozen=True)
+class CompactionPlan:
+    segments: tuple[Segment, ...]   # sealed, wholly below the HW, past min.compaction.lag.ms
+    next_base_offset: int           # base offset of the first segment after them
+    now_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanedSegment:
+    segment: Segment
+    cleaned_bytes: bytes
+    records_removed: int
+    tombstones_kept_until_ms: int | None   # when a kept tombstone may go (delete.retention.ms)
+
+
 class PartitionLog:
     def __init__(self, directory: str | os.PathLike, config: TopicConfig | None = None,
                  clock=None) -> None:
@@ -81,6 +97,8 @@ class PartitionLog:
         self.high_watermark = 0
         self.recovery_point = 0
         self.bytes_cut_at_recovery = 0
+        self._cleaned_through = 0                 # compaction: segments below this were cleaned
+        self._tombstones_due_ms: int | None = None  # compaction: the first kept tombstone may go after this
         self._open()
 
     # --- state --------------------------------------------------------------------
@@ -399,9 +417,20 @@ class PartitionLog:
         """cleanup.policy=compact: in non-active segments wholly below the HW and older
         than min.compaction.lag.ms, keep only the newest record of each key; drop
         tombstones once their segment is older than delete.retention.ms. Kept records
-        keep their offsets; a batch keeps its last offset."""
-        if not self.config.compacted:
+        keep their offsets; a batch keeps its last offset. The three steps below, at
+        once; a replica runs the middle one on a thread (`clean` only reads)."""
+        plan = self.plan_compaction(force=True)
+        if plan is None:
             return CompactionResult(0, 0, 0, 0)
+        return self.apply_compaction(plan, self.clean(plan))
+
+    def plan_compaction(self, *, force: bool = False) -> CompactionPlan | None:
+        """The cleanable segments, or None when a pass would change nothing: no segment
+        became cleanable since the last pass and no kept tombstone is due (`force`
+        plans anyway). The cleaner checkpoint is kept in memory: after a restart the
+        first pass reads every cleanable segment again."""
+        if not self.config.compacted:
+            return None
         now_ms = self.clock.now_ms()
         cleanable: list[Segment] = []
         for i, segment in enumerate(self._segments[:-1]):
@@ -409,31 +438,61 @@ class PartitionLog:
                     or now_ms - segment.max_timestamp < self.config.min_compaction_lag_ms):
                 break
             cleanable.append(segment)
+        if not cleanable:
+            return None
+        next_base_offset = self._segments[len(cleanable)].base_offset
+        tombstones_due = self._tombstones_due_ms is not None and now_ms > self._tombstones_due_ms
+        if not (force or next_base_offset > self._cleaned_through or tombstones_due):
+            return None
+        return CompactionPlan(tuple(cleanable), next_base_offset, now_ms)
+
+    def clean(self, plan: CompactionPlan) -> list[CleanedSegment]:
+        """The planned segments' cleaned bytes. Only reads sealed segments (pread), so
+        it may run on another thread while the log appends; nothing changes on disk."""
         latest_offset_by_key: dict[bytes, int] = {}
-        for segment in cleanable:
+        for segment in plan.segments:
             for _, _, records in segment.iter_batches_with_records():
                 for record in records:
                     latest_offset_by_key[record.key] = record.offset
+        cleaned = []
+        for segment in plan.segments:
+            tombstones_go_at_ms = segment.max_timestamp + self.config.delete_retention_ms
+            cleaned_bytes, removed, tombstones_kept = self._clean_segment(
+                segment, latest_offset_by_key, drop_tombstones=plan.now_ms > tombstones_go_at_ms)
+            cleaned.append(CleanedSegment(segment, cleaned_bytes, removed,
+                                          tombstones_go_at_ms if tombstones_kept else None))
+        return cleaned
+
+    def apply_compaction(self, plan: CompactionPlan, cleaned: list[CleanedSegment]) -> CompactionResult:
+        """Swap the cleaned segments in (crash-safe renames). A segment no longer in the
+        log (retention, truncation, a reset since the plan) is left alone."""
         removed = before = after = 0
-        for index, segment in enumerate(cleanable):
-            drop_tombstones = now_ms - segment.max_timestamp > self.config.delete_retention_ms
-            cleaned_bytes, removed_here = self._clean_segment(segment, latest_offset_by_key, drop_tombstones)
-            before += segment.size_bytes
-            after += len(cleaned_bytes)
-            removed += removed_here
-            if removed_here:
-                self._swap_in(index, cleaned_bytes)
-        return CompactionResult(len(cleanable), removed, before, after)
+        for result in cleaned:
+            index = next((i for i, s in enumerate(self._segments) if s is result.segment), None)
+            if index is None or index == len(self._segments) - 1:
+                continue
+            before += result.segment.size_bytes
+            after += len(result.cleaned_bytes)
+            removed += result.records_removed
+            if result.records_removed:
+                self._swap_in(index, result.cleaned_bytes)
+        self._cleaned_through = max(self._cleaned_through, plan.next_base_offset)
+        due = [r.tombstones_kept_until_ms for r in cleaned if r.tombstones_kept_until_ms is not None]
+        self._tombstones_due_ms = min(due) if due else None
+        return CompactionResult(len(cleaned), removed, before, after)
 
     @staticmethod
     def _clean_segment(segment: Segment, latest_offset_by_key: dict[bytes, int],
-                       drop_tombstones: bool) -> tuple[bytes, int]:
+                       drop_tombstones: bool) -> tuple[bytes, int, bool]:
+        """(cleaned bytes, records removed, whether a tombstone was kept)."""
         out: list[bytes] = []
         removed = 0
+        tombstones_kept = False
         for header, batch, records in segment.iter_batches_with_records():
             kept = [r for r in records if latest_offset_by_key.get(r.key) == r.offset
                     and not (drop_tombstones and r.value is None)]
             removed += len(records) - len(kept)
+            tombstones_kept = tombstones_kept or any(r.value is None for r in kept)
             if not kept:
                 continue
             if len(kept) == len(records):
@@ -446,7 +505,7 @@ class PartitionLog:
                 base_sequence=header.base_sequence, attributes=header.attributes,
                 offset_deltas=[r.offset - header.base_offset for r in kept],
                 last_offset_delta=header.last_offset_delta))
-        return b"".join(out), removed
+        return b"".join(out), removed, tombstones_kept
 
     def _swap_in(self, index: int, cleaned_bytes: bytes) -> None:
         """Replace segment `index` by `cleaned_bytes`, crash-safely (.cleaned -> .swap

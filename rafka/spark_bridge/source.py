@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +47,7 @@ FETCH_MAX_BYTES = 4 << 20   # per leader fetch: under Ray's 4 MiB inline limit s
 # concurrent read task is a Ray worker process, and on 2 cores extra tasks only add
 # worker start-ups (600k records: 3 tasks 2.2 s, 6 tasks 5.7-9.4 s, 12 tasks 11.6 s).
 SPARK_BLOCK_MAX_RECORDS = 500_000
+LEADER_CATCH_UP_TIMEOUT_S = 60.0   # a read waits this long for a new leader's HW to reach the snapshot's
 
 # read id -> the object refs of its Arrow IPC blocks, kept until release / stop_spark
 _kept_blocks: dict[str, list] = {}
@@ -108,12 +110,18 @@ def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES
     metadata = MetadataCache(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE))
     parts = []
     position = offset_range.start
+    deadline_s = time.monotonic() + LEADER_CATCH_UP_TIMEOUT_S
     while position < offset_range.end:
         result = call_leader(metadata, offset_range.topic, offset_range.partition, "consumer_fetch", position,
                              fetch_max_bytes, 0, timeout_s=60.0, retry_backoff_s=0.1)
         if not result.records:
-            raise RuntimeError(f"{offset_range}: the leader returned nothing at offset {position}, below "
-                               f"the planned end (its HW is {result.high_watermark})")
+            if result.high_watermark >= offset_range.end:
+                break   # a compacted topic: nothing is left in [position, end)
+            if time.monotonic() > deadline_s:   # a new leader whose HW has not reached the snapshot's
+                raise RuntimeError(f"{offset_range}: the leader's HW {result.high_watermark} stayed below "
+                                   f"the planned end for {LEADER_CATCH_UP_TIMEOUT_S:g} s")
+            time.sleep(0.1)
+            continue
         part = decode_columns(result.records)
         parts.append(part)
         position = max(position, min(part.next_offset, offset_range.end))

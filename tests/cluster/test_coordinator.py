@@ -10,6 +10,7 @@ import ray
 from rafka.core.errors import (IllegalGeneration, NotCoordinator, OffsetMetadataTooLarge, RequestTimedOut,
                                UnknownMemberId)
 from rafka.core.offsets_schema import partition_for_group
+from rafka.core.records import decode_records
 from tests.harness import describe_replica, partition_state, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -297,3 +298,32 @@ def test_commit_async__many_in_a_row__the_committed_offset_never_moves_back(clus
         assert reports == [None] * 40          # every callback ran before commit_sync returned
         assert consumer.committed([tp])[tp].offset == 41
     assert seen == sorted(seen) and seen and seen[-1] <= 41
+
+
+def test_offsets_log_compacted__a_reloaded_coordinator_returns_the_latest_offsets(cluster, coordinator):
+    """Small offsets segments (tests/harness.py): the replicas' log cleaner keeps the
+    newest commit per key, and the loader reads the compacted log (batches whose last
+    records were removed keep their last offset) into the same cache."""
+    from rafka.actors.coordinator import OFFSETS_TOPIC
+    from tests.harness import replica
+    groups = [f"compacted-{i}" for i in range(4)]
+    for round_ in range(60):   # one batch of two records per commit
+        for group in groups:
+            ray.get(coordinator.commit_offsets.remote(group, {("orders", 0): (round_, 0, ""),
+                                                              ("orders", 1): (round_, 0, "")}))
+    for round_ in range(60, 120):   # then only partition 1: each last two-record batch loses its last record
+        for group in groups:
+            ray.get(coordinator.commit_offsets.remote(group, {("orders", 1): (round_, 0, "")}))
+    state = partition_state(cluster, OFFSETS_TOPIC, 0)
+    leader = replica(OFFSETS_TOPIC, 0, state["leader"])
+    high_watermark = ray.get(leader.describe.remote())["high_watermark"]
+    wait_until(lambda: len(decode_records(ray.get(leader.read_below_high_watermark.remote()))) < high_watermark // 2,
+               timeout_s=30, what="the offsets leader's log cleaner removing superseded commits")
+    before = {g: ray.get(coordinator.fetch_offsets.remote(g)) for g in groups}
+    pid = ray.get(coordinator.ping.remote())["pid"]
+    ray.kill(coordinator, no_restart=False)
+    wait_until(lambda: (p := ray.get(coordinator.ping.remote(), timeout=5))["pid"] != pid and p["loaded"],
+               what="the restarted coordinator loading the compacted log")
+    after = {g: ray.get(coordinator.fetch_offsets.remote(g)) for g in groups}
+    assert after == before
+    assert all((a[("orders", 0)], a[("orders", 1)]) == ((59, 0, ""), (119, 0, "")) for a in after.values())

@@ -270,6 +270,47 @@ def test_compaction__tombstones_go_only_after_delete_retention_ms(tmp_path):
     assert all(k != b"a" for k, _ in keys) and (b"b", b"1") in keys
 
 
+def test_compaction_plan__only_when_a_segment_became_cleanable_or_a_tombstone_is_due(tmp_path):
+    clock = FakeClock(now_ms=10_000)
+    log = open_log(tmp_path, clock, **{"cleanup.policy": "compact", "segment.bytes": 200,
+                                       "delete.retention.ms": 5_000})
+    for i in range(6):
+        log.append_as_leader(keyed_batch([(b"k", b"%d" % i)], timestamp_ms=10_000), leader_epoch=0)
+    assert log.plan_compaction() is None                  # nothing below the HW yet
+    log.update_high_watermark(log.log_end_offset)
+    plan = log.plan_compaction()
+    assert plan is not None and len(plan.segments) == len(log.segment_base_offsets()) - 1
+    assert log.apply_compaction(plan, log.clean(plan)).records_removed > 0
+    assert log.plan_compaction() is None                  # cleaned, and nothing new
+    tombstone_offset = log.log_end_offset
+    log.append_as_leader(keyed_batch([(b"k", None)], timestamp_ms=10_000), leader_epoch=0)
+    while log.segment_base_offsets()[-1] <= tombstone_offset:
+        log.append_as_leader(keyed_batch([(b"other", b"x")], timestamp_ms=10_000), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+    plan = log.plan_compaction()                          # the tombstone's segment rolled
+    assert plan is not None
+    log.apply_compaction(plan, log.clean(plan))
+    assert (b"k", None) in [(r.key, r.value) for r in read_all(log)]
+    assert log.plan_compaction() is None                  # the tombstone is not due yet
+    clock.advance(5_001)
+    plan = log.plan_compaction()
+    assert plan is not None
+    log.apply_compaction(plan, log.clean(plan))
+    assert all(r.key != b"k" for r in read_all(log))
+
+
+def test_compaction_apply__a_segment_gone_since_the_plan_is_left_alone(tmp_path):
+    log = open_log(tmp_path, **{"cleanup.policy": "compact", "segment.bytes": 200})
+    for i in range(10):
+        log.append_as_leader(keyed_batch([(b"k", b"%d" % i)]), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+    plan = log.plan_compaction()
+    cleaned = log.clean(plan)
+    log.truncate_fully_and_start_at(50)                  # a follower reset below the leader's log start
+    result = log.apply_compaction(plan, cleaned)
+    assert result.records_removed == 0 and log.log_end_offset == 50
+
+
 def test_compaction__keyless_record_on_compacted_topic__invalid_record(tmp_path):
     log = open_log(tmp_path, **{"cleanup.policy": "compact"})
     with pytest.raises(InvalidRecord):

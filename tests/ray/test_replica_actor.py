@@ -61,3 +61,28 @@ def test_deposed_leader__parked_acks_all_produce_fails_not_leader(ray_node, tmp_
     ray.get(leader.become_follower.remote(1, 1))
     with pytest.raises(NotLeaderOrFollower):
         ray.get(parked)
+
+
+def test_compacted_topic__every_replica_cleans_its_own_log_on_a_timer(ray_node, tmp_path):
+    from tests.harness import wait_until
+    config = {"cleanup.policy": "compact", "segment.bytes": "300", "min.insync.replicas": "2"}
+    actor = ray.remote(ReplicaActor)
+    leader, follower = [actor.options(name=replica_actor_name("compacted", 0, i), num_cpus=0).remote(
+        topic="compacted", partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config=config,
+        fetch_max_wait_ms=100, log_cleaner_backoff_ms=100) for i in range(2)]
+    ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
+    ray.get(follower.become_follower.remote(0, 0))
+    for i in range(60):
+        batch = encode_batch([RecordInput(b"value-%d" % i, b"key-%d" % (i % 4))])
+        ray.get(leader.produce.remote(batch, ACKS_ALL, 10_000))
+    latest = {b"key-%d" % k: b"value-%d" % (56 + k) for k in range(4)}
+
+    def cleaned(replica) -> bool:
+        records = decode_records(ray.get(replica.read_below_high_watermark.remote()))
+        offsets = [r.offset for r in records]
+        newest = {}
+        for r in records:
+            newest[r.key] = r.value
+        return len(records) < 20 and offsets == sorted(offsets) and newest == latest
+    wait_until(lambda: cleaned(leader) and cleaned(follower), timeout_s=30, what="both replicas compacted")
+    assert ray.get(leader.describe.remote())["high_watermark"] == 60   # offsets kept, nothing re-numbered
