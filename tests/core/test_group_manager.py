@@ -103,7 +103,7 @@ def test_last_member_leaves__group_empty_with_a_record_and_replay_restores_it():
 
 
 def test_bad_join__typed_error_and_nothing_changes():
-    manager, clock = GroupManager(max_group_size=1), FakeClock()
+    manager = GroupManager(max_group_size=1)
     with pytest.raises(InvalidSessionTimeout):
         manager.join("g", "", client_id="c", client_host="h", topics=["t"], session_timeout_ms=1,
                      rebalance_timeout_ms=1, assignor_name="range", now_ms=0)
