@@ -68,6 +68,7 @@ class ReplicaActor:
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
         self._retention: asyncio.Task | None = None
         self._cleaner: asyncio.Task | None = None
+        self._compaction_lock = asyncio.Lock()   # one pass at a time (the timer, or a call to compact)
 
     def _notify(self) -> None:
         self._changed.set()
@@ -111,14 +112,14 @@ class ReplicaActor:
                 logger.warning("%s: compaction failed: %s", self.replica.name, error)
 
     async def compact(self) -> dict | None:
-        log = self.replica.log
-        plan = log.plan_compaction()
-        if plan is None:
-            return None
-        cleaned = await asyncio.to_thread(log.clean, plan)
-        if self.replica.log is not log:   # the log was replaced meanwhile
-            return None
-        return dataclasses.asdict(log.apply_compaction(plan, cleaned))
+        async with self._compaction_lock:
+            log = self.replica.log
+            plan = log.plan_compaction()
+            if plan is None:
+                return None
+            cleaned = await asyncio.to_thread(log.clean, plan)
+            # a truncation meanwhile voids the plan: apply_compaction then changes nothing
+            return dataclasses.asdict(log.apply_compaction(plan, cleaned))
 
     def enforce_retention(self) -> int:
         return self.replica.log.enforce_retention()

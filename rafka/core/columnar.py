@@ -106,11 +106,13 @@ def _gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
 def _record_starts(buf, pos: int, count: int, end: int) -> tuple[np.ndarray, np.ndarray]:
     """(start of each record's body, end of each record): the sequential walk over
     the length prefixes, kept to a few operations per record (one- and two-byte
-    lengths inline); lengths are checked for all records after the walk."""
+    lengths inline)."""
     starts, lengths = [], []
     cursor = pos + HEADER_SIZE
     try:
         for _ in range(count):
+            if cursor >= end:
+                raise CorruptRecord(f"the batch at {pos} ends before its record count")
             first = buf[cursor]
             if first < 0x80:
                 z = first
@@ -124,18 +126,24 @@ def _record_starts(buf, pos: int, count: int, end: int) -> tuple[np.ndarray, np.
                     length, cursor = read_zigzag_varint(buf, cursor, end)
                     z = (length << 1) ^ (length >> 63)
             length = (z >> 1) ^ -(z & 1)
+            if length < 1 or cursor + length > end:   # at once: a corrupt count must not make the walk long
+                raise CorruptRecord(f"a record of the batch at {pos} has length {length}, outside its batch")
             starts.append(cursor)
             lengths.append(length)
-            cursor += length          # a length below 1 fails the check after the walk
+            cursor += length
     except IndexError:
         raise CorruptRecord(f"a record of the batch at {pos} overruns the buffer") from None
     starts_array = np.array(starts, dtype=np.int64)
     ends = starts_array + np.array(lengths, dtype=np.int64)
-    if count and ((ends <= starts_array).any() or ends[-1] > end):
-        raise CorruptRecord(f"a record of the batch at {pos} overruns its batch")
     if cursor != end:
         raise CorruptRecord(f"the batch at {pos} has bytes after its last record")
     return starts_array, ends
+
+
+def _check_lengths(lengths: np.ndarray, starts: np.ndarray, ends: np.ndarray, pos: int) -> None:
+    """Before any position is moved by them (a huge length would wrap int64)."""
+    if (lengths < -1).any() or (lengths > ends - starts).any():
+        raise CorruptRecord(f"a field length overruns its record in the batch at {pos}")
 
 
 def _decode_batch(buf, data: np.ndarray, pos: int, header) -> Columns:
@@ -145,14 +153,14 @@ def _decode_batch(buf, data: np.ndarray, pos: int, header) -> Columns:
     timestamp_deltas, cursor = _varints_at(data, cursor, ends)
     offset_deltas, cursor = _varints_at(data, cursor, ends)
     key_lengths, cursor = _varints_at(data, cursor, ends)
+    _check_lengths(key_lengths, cursor, ends, pos)
     key_starts = cursor
     cursor = cursor + np.maximum(key_lengths, 0)
     value_lengths, cursor = _varints_at(data, cursor, ends)
+    _check_lengths(value_lengths, cursor, ends, pos)
     value_starts = cursor
     cursor = cursor + np.maximum(value_lengths, 0)
     header_counts, cursor = _varints_at(data, cursor, ends)
-    if (key_lengths < -1).any() or (value_lengths < -1).any() or (cursor > ends).any():
-        raise CorruptRecord(f"a field length overruns its record in the batch at {pos}")
     if header_counts.any():
         return _decode_batch_with_headers(buf, pos, header)
     if (cursor != ends).any():

@@ -72,6 +72,7 @@ class CompactionPlan:
     segments: tuple[Segment, ...]   # sealed, wholly below the HW, past min.compaction.lag.ms
     next_base_offset: int           # base offset of the first segment after them
     now_ms: int
+    truncations: int                # the log's truncation count when planned: a plan outlived by one is void
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +100,7 @@ class PartitionLog:
         self.bytes_cut_at_recovery = 0
         self._cleaned_through = 0                 # compaction: segments below this were cleaned
         self._tombstones_due_ms: int | None = None  # compaction: the first kept tombstone may go after this
+        self._truncations = 0                     # compaction: a plan made before a truncation is void
         self._open()
 
     # --- state --------------------------------------------------------------------
@@ -374,6 +376,8 @@ class PartitionLog:
         self._after_truncation()
 
     def _after_truncation(self) -> None:
+        self._truncations += 1
+        self._cleaned_through = min(self._cleaned_through, self.log_end_offset)
         leo = self.log_end_offset
         self.epochs.truncate_from_end(leo)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), leo)
@@ -444,7 +448,7 @@ class PartitionLog:
         tombstones_due = self._tombstones_due_ms is not None and now_ms > self._tombstones_due_ms
         if not (force or next_base_offset > self._cleaned_through or tombstones_due):
             return None
-        return CompactionPlan(tuple(cleanable), next_base_offset, now_ms)
+        return CompactionPlan(tuple(cleanable), next_base_offset, now_ms, self._truncations)
 
     def clean(self, plan: CompactionPlan) -> list[CleanedSegment]:
         """The planned segments' cleaned bytes. Only reads sealed segments (pread), so
@@ -464,8 +468,12 @@ class PartitionLog:
         return cleaned
 
     def apply_compaction(self, plan: CompactionPlan, cleaned: list[CleanedSegment]) -> CompactionResult:
-        """Swap the cleaned segments in (crash-safe renames). A segment no longer in the
-        log (retention, truncation, a reset since the plan) is left alone."""
+        """Swap the cleaned segments in (crash-safe renames). After a truncation since
+        the plan nothing is applied: a planned segment may have been cut, or cut and
+        written again as the same object, and its cleaned bytes would bring back what
+        the truncation removed."""
+        if plan.truncations != self._truncations:
+            return CompactionResult(0, 0, 0, 0)
         removed = before = after = 0
         for result in cleaned:
             index = next((i for i, s in enumerate(self._segments) if s is result.segment), None)
@@ -476,9 +484,11 @@ class PartitionLog:
             removed += result.records_removed
             if result.records_removed:
                 self._swap_in(index, result.cleaned_bytes)
-        self._cleaned_through = max(self._cleaned_through, plan.next_base_offset)
         due = [r.tombstones_kept_until_ms for r in cleaned if r.tombstones_kept_until_ms is not None]
+        if plan.next_base_offset < self._cleaned_through and self._tombstones_due_ms is not None:
+            due.append(self._tombstones_due_ms)   # a shorter pass (the HW went down): keep the later segments' deadline
         self._tombstones_due_ms = min(due) if due else None
+        self._cleaned_through = max(self._cleaned_through, plan.next_base_offset)
         return CompactionResult(len(cleaned), removed, before, after)
 
     @staticmethod

@@ -100,35 +100,43 @@ def plan_read(admin, topic: str, starting_offsets="earliest", ending_offsets=LAT
 def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES) -> pa.Table:
     """One range, from the partition's leader, as an Arrow table (runs in a read task).
     Whole batches are decoded into columns (core/columnar.py: no Python object per
-    record), and the table is sliced to the range at the end."""
+    record), one table chunk per fetch (so a range may hold more than the 2 GiB one
+    binary array can), and the table is sliced to the range at the end."""
     from rafka.actors.controller import CONTROLLER_NAME
     from rafka.actors.replica import NAMESPACE
     from rafka.client.metadata import MetadataCache
     from rafka.client.retry import call_leader
-    from rafka.core.columnar import concat_columns, decode_columns
+    from rafka.core.columnar import decode_columns
 
     metadata = MetadataCache(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE))
-    parts = []
+    chunks, offsets = [], []
     position = offset_range.start
-    deadline_s = time.monotonic() + LEADER_CATCH_UP_TIMEOUT_S
+    waiting_since_s = None
     while position < offset_range.end:
         result = call_leader(metadata, offset_range.topic, offset_range.partition, "consumer_fetch", position,
                              fetch_max_bytes, 0, timeout_s=60.0, retry_backoff_s=0.1)
         if not result.records:
             if result.high_watermark >= offset_range.end:
                 break   # a compacted topic: nothing is left in [position, end)
-            if time.monotonic() > deadline_s:   # a new leader whose HW has not reached the snapshot's
+            waiting_since_s = waiting_since_s or time.monotonic()
+            if time.monotonic() - waiting_since_s > LEADER_CATCH_UP_TIMEOUT_S:   # a new leader behind the snapshot
                 raise RuntimeError(f"{offset_range}: the leader's HW {result.high_watermark} stayed below "
                                    f"the planned end for {LEADER_CATCH_UP_TIMEOUT_S:g} s")
             time.sleep(0.1)
             continue
-        part = decode_columns(result.records)
-        parts.append(part)
-        position = max(position, min(part.next_offset, offset_range.end))
-    columns = concat_columns(parts)
+        waiting_since_s = None
+        columns = decode_columns(result.records)
+        chunks.append(_as_table(offset_range, columns))
+        offsets.append(columns.offsets)
+        position = max(position, min(columns.next_offset, offset_range.end))
+    if not chunks:
+        return KAFKA_ARROW_SCHEMA.empty_table()
     # whole batches were decoded: keep offsets start .. end - 1 (offsets ascend)
-    first, stop = np.searchsorted(columns.offsets, [offset_range.start, offset_range.end])
-    columns = columns.slice(int(first), int(stop))
+    first, stop = np.searchsorted(np.concatenate(offsets), [offset_range.start, offset_range.end])
+    return pa.concat_tables(chunks).slice(int(first), int(stop - first))
+
+
+def _as_table(offset_range: OffsetRange, columns) -> pa.Table:
     count = len(columns)
     return pa.Table.from_arrays([
         columns.keys, columns.values, pa.repeat(pa.scalar(offset_range.topic, pa.string()), count),

@@ -85,3 +85,29 @@ def test_decode_columns__a_compacted_batch_reports_its_own_next_offset():
                          offset_deltas=[0, 2], last_offset_delta=5)
     columns = decode_columns(restamped_batch(batch, 10, 0))
     assert columns.offsets.tolist() == [10, 12] and columns.next_offset == 16
+
+
+def _batch_of_raw_records(raw: bytes, record_count: int) -> bytes:
+    """A batch header (valid CRC) over hand-made record bytes."""
+    body = bytearray(encode_batch([RecordInput(b"v")])[:HEADER_SIZE]) + raw
+    body[8:12] = (len(body) - 12).to_bytes(4, "big")
+    body[57:61] = record_count.to_bytes(4, "big")
+    return _with_crc_fixed(body)
+
+
+def test_decode_columns__a_negative_record_length_fails_at_once_whatever_the_record_count():
+    bad = _batch_of_raw_records(bytes([0x01]) + b"\x00" * 20, record_count=2**31 - 1)   # length -1
+    with pytest.raises(CorruptRecord):
+        list(decode_batches(bad))
+    with pytest.raises(CorruptRecord):   # before the walk ran 2^31 times
+        decode_columns(bad)
+
+
+def test_decode_columns__a_huge_key_length_is_corrupt_not_an_index_error():
+    from rafka.core.records import zigzag_varint
+    fields = b"\x00" + zigzag_varint(0) + zigzag_varint(0) + zigzag_varint(2**63 - 1) + b"xy"
+    bad = _batch_of_raw_records(zigzag_varint(len(fields)) + fields, record_count=1)
+    with pytest.raises(CorruptRecord):
+        list(decode_batches(bad))
+    with pytest.raises(CorruptRecord):
+        decode_columns(bad)

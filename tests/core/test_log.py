@@ -311,6 +311,44 @@ def test_compaction_apply__a_segment_gone_since_the_plan_is_left_alone(tmp_path)
     assert result.records_removed == 0 and log.log_end_offset == 50
 
 
+def test_compaction_apply__a_truncation_since_the_plan_voids_it(tmp_path):
+    log = open_log(tmp_path, **{"cleanup.policy": "compact", "segment.bytes": 200})
+    for i in range(10):
+        log.append_as_leader(keyed_batch([(b"k", b"%d" % i)]), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+    plan = log.plan_compaction()
+    cleaned = log.clean(plan)
+    cut_at = log.segment_base_offsets()[1] + 1          # inside the second planned segment
+    log.truncate_to(cut_at)
+    log.append_as_leader(keyed_batch([(b"k", b"divergent")]), leader_epoch=1)
+    expected = [(r.offset, r.value) for r in read_all(log)]
+    assert log.apply_compaction(plan, cleaned).records_removed == 0
+    assert [(r.offset, r.value) for r in read_all(log)] == expected
+
+
+def test_compaction_plan__a_shorter_pass_keeps_the_later_tombstone_deadline(tmp_path):
+    clock = FakeClock(now_ms=10_000)
+    log = open_log(tmp_path, clock, **{"cleanup.policy": "compact", "segment.bytes": 200,
+                                       "delete.retention.ms": 5_000})
+    log.append_as_leader(keyed_batch([(b"a", b"1")], timestamp_ms=10_000), leader_epoch=0)
+    while len(log.segment_base_offsets()) < 2:
+        log.append_as_leader(keyed_batch([(b"b", b"1")], timestamp_ms=10_000), leader_epoch=0)
+    log.append_as_leader(keyed_batch([(b"a", None)], timestamp_ms=10_000), leader_epoch=0)   # tombstone, segment 2
+    while len(log.segment_base_offsets()) < 4:
+        log.append_as_leader(keyed_batch([(b"c", b"1")], timestamp_ms=10_000), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+    log.compact()                                          # the tombstone is kept until 15_000
+    log.high_watermark = log.segment_base_offsets()[1]     # a follower's HW went down with a lagging leader's
+    clock.advance(6_000)
+    plan = log.plan_compaction()                           # due: plans only the first segment
+    log.apply_compaction(plan, log.clean(plan))
+    log.update_high_watermark(log.log_end_offset)
+    plan = log.plan_compaction()
+    assert plan is not None                                # the tombstone's deadline was not forgotten
+    log.apply_compaction(plan, log.clean(plan))
+    assert all(r.key != b"a" for r in read_all(log))
+
+
 def test_compaction__keyless_record_on_compacted_topic__invalid_record(tmp_path):
     log = open_log(tmp_path, **{"cleanup.policy": "compact"})
     with pytest.raises(InvalidRecord):
