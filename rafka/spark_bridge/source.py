@@ -47,6 +47,7 @@ FETCH_MAX_BYTES = 4 << 20   # per leader fetch: under Ray's 4 MiB inline limit s
 # concurrent read task is a Ray worker process, and on 2 cores extra tasks only add
 # worker start-ups (600k records: 3 tasks 2.2 s, 6 tasks 5.7-9.4 s, 12 tasks 11.6 s).
 SPARK_BLOCK_MAX_RECORDS = 500_000
+IPC_BLOCK_MAX_BYTES = 256 << 20   # per object Spark's executors read (a Java array holds < 2 GiB)
 LEADER_CATCH_UP_TIMEOUT_S = 60.0   # a read waits this long for a new leader's HW to reach the snapshot's
 
 # read id -> the object refs of its Arrow IPC blocks, kept until release / stop_spark
@@ -183,24 +184,41 @@ def _split(ranges: list[OffsetRange], max_records: int) -> list[OffsetRange]:
 @functools.cache
 def _read_range_as_ipc():
     @ray.remote(num_cpus=READ_TASK_CPUS)
-    def read_range_as_ipc(offset_range: OffsetRange) -> bytes:
-        """Python `bytes` are stored raw in the object store, so Java can read them."""
+    def read_range_as_ipc(offset_range: OffsetRange, block_max_bytes: int):
+        """Yields the range as Arrow IPC streams of about `block_max_bytes` at most (a
+        Java byte[] holds under 2 GiB). Python `bytes` are stored raw in the object
+        store, so Java can read them."""
         table = read_range(offset_range)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return sink.getvalue().to_pybytes()
+        rows_per_block = max(1, int(table.num_rows * block_max_bytes / max(1, table.nbytes)))
+        pieces, size = [], 0
+        for record_batch in table.to_batches(max_chunksize=rows_per_block):
+            if pieces and size + record_batch.nbytes > block_max_bytes:
+                yield _ipc_bytes(pieces)
+                pieces, size = [], 0
+            pieces.append(record_batch)
+            size += record_batch.nbytes
+        yield _ipc_bytes(pieces)
     return read_range_as_ipc
 
 
-def to_dataframe(spark, ranges: list[OffsetRange]):
+def _ipc_bytes(record_batches: list) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, KAFKA_ARROW_SCHEMA) as writer:
+        for record_batch in record_batches:
+            writer.write_batch(record_batch)
+    return sink.getvalue().to_pybytes()
+
+
+def to_dataframe(spark, ranges: list[OffsetRange], *, ipc_block_max_bytes: int = IPC_BLOCK_MAX_BYTES):
     """The ranges as a Spark DataFrame with Spark's Kafka-source schema; the ranges
     on `df.offset_ranges`, the id its blocks are kept under on `df.read_id`."""
     import uuid
     from raydp.spark.dataset import ray_dataset_to_spark_dataframe
 
-    blocks = [_read_range_as_ipc().remote(r) for r in _split([r for r in ranges if r.count > 0],
-                                                            SPARK_BLOCK_MAX_RECORDS)]
+    # each task streams its blocks' refs back (a Ray generator task), owned by this driver
+    readers = [_read_range_as_ipc().remote(r, ipc_block_max_bytes) for r in _split([r for r in ranges if r.count > 0],
+                                                             SPARK_BLOCK_MAX_RECORDS)]
+    blocks = [block for reader in readers for block in reader]
     if not blocks:   # RayDP's reader needs at least one block
         from pyspark.sql.pandas.types import from_arrow_schema
         df = spark.createDataFrame([], from_arrow_schema(KAFKA_ARROW_SCHEMA))
