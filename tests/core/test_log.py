@@ -299,28 +299,23 @@ def test_compaction_plan__only_when_a_segment_became_cleanable_or_a_tombstone_is
     assert all(r.key != b"k" for r in read_all(log))
 
 
-def test_compaction_apply__a_segment_gone_since_the_plan_is_left_alone(tmp_path):
-    log = open_log(tmp_path, **{"cleanup.policy": "compact", "segment.bytes": 200})
-    for i in range(10):
-        log.append_as_leader(keyed_batch([(b"k", b"%d" % i)]), leader_epoch=0)
-    log.update_high_watermark(log.log_end_offset)
-    plan = log.plan_compaction()
-    cleaned = log.clean(plan)
-    log.truncate_fully_and_start_at(50)                  # a follower reset below the leader's log start
-    result = log.apply_compaction(plan, cleaned)
-    assert result.records_removed == 0 and log.log_end_offset == 50
-
-
-def test_compaction_apply__a_truncation_since_the_plan_voids_it(tmp_path):
-    log = open_log(tmp_path, **{"cleanup.policy": "compact", "segment.bytes": 200})
-    for i in range(10):
-        log.append_as_leader(keyed_batch([(b"k", b"%d" % i)]), leader_epoch=0)
-    log.update_high_watermark(log.log_end_offset)
-    plan = log.plan_compaction()
-    cleaned = log.clean(plan)
-    cut_at = log.segment_base_offsets()[1] + 1          # inside the second planned segment
-    log.truncate_to(cut_at)
+def _truncate_inside_the_plan(log):
+    log.truncate_to(log.segment_base_offsets()[1] + 1)   # inside the second planned segment
     log.append_as_leader(keyed_batch([(b"k", b"divergent")]), leader_epoch=1)
+
+
+@pytest.mark.parametrize("truncate", [
+    _truncate_inside_the_plan,
+    lambda log: log.truncate_fully_and_start_at(50),     # a follower reset below the leader's log start
+], ids=["truncate_to", "truncate_fully"])
+def test_compaction_apply__a_truncation_since_the_plan_voids_it(tmp_path, truncate):
+    log = open_log(tmp_path, **{"cleanup.policy": "compact", "segment.bytes": 200})
+    for i in range(10):
+        log.append_as_leader(keyed_batch([(b"k", b"%d" % i)]), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+    plan = log.plan_compaction()
+    cleaned = log.clean(plan)
+    truncate(log)
     expected = [(r.offset, r.value) for r in read_all(log)]
     assert log.apply_compaction(plan, cleaned).records_removed == 0
     assert [(r.offset, r.value) for r in read_all(log)] == expected
