@@ -63,8 +63,11 @@ class ControllerActor:
         self._watcher: asyncio.Task | None = None
         self._starting: set[tuple[str, int]] = set()  # partitions not yet announced: not watched
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
-        # the watch loop, so a restarted controller watches leaders again at once.
-        ray.get_runtime_context().current_actor.ping.remote()
+        # the watch loop, so a restarted controller watches leaders again at once. The
+        # ping is retried: a restarting actor's call to itself from __init__ can fail
+        # with ACTOR_UNAVAILABLE ("the actor is restarting"; seen with Ray 2.60), and
+        # then only the next caller's ping would start the loop.
+        ray.get_runtime_context().current_actor.ping.options(max_task_retries=-1).remote()
 
     # --- the metadata log ---------------------------------------------------------
 

@@ -71,12 +71,18 @@ class GroupCoordinatorActor:
                                    group_max_session_timeout_ms=group_max_session_timeout_ms,
                                    max_group_size=group_max_size)
         self._loaded = False
+        self._load_position = -1      # how far loading got, and why it last failed (ping shows both)
+        self._load_error: str | None = None
         self._leader_cache = None
         self._write_lock = asyncio.Lock()
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self._changed = asyncio.Event()
-        ray.get_runtime_context().current_actor.start_loading.remote()
+        # Loading starts from a call to ourselves (an actor cannot start tasks in
+        # __init__), retried: a restarting actor's call to itself from __init__ can fail
+        # with ACTOR_UNAVAILABLE ("the actor is restarting"; seen with Ray 2.60, the
+        # coordinator then never loaded). Every request also starts it if it is not.
+        ray.get_runtime_context().current_actor.start_loading.options(max_task_retries=-1).remote()
 
     TICK_S = 0.1  # how often session expiry and join deadlines are checked
 
@@ -87,6 +93,10 @@ class GroupCoordinatorActor:
     # --- loading ------------------------------------------------------------------
 
     async def start_loading(self) -> None:
+        self._start_loading()
+
+    def _start_loading(self) -> None:
+        """From the event loop: the loader and the ticker, if not running yet."""
         if self._loader is None:
             self._loader = asyncio.get_running_loop().create_task(self._load())
         if self._ticker is None:
@@ -116,6 +126,7 @@ class GroupCoordinatorActor:
                 end = (await asyncio.wait_for(leader.list_offset.remote(-1, leader_epoch), timeout_s))[0]
                 position = (await asyncio.wait_for(leader.list_offset.remote(-2, leader_epoch), timeout_s))[0]
                 while position < end:
+                    self._load_position = position
                     result = await asyncio.wait_for(
                         leader.consumer_fetch.remote(position, 1 << 20, 0, leader_epoch), timeout_s)
                     if not result.records:   # compaction removed everything in [position, end)
@@ -130,6 +141,7 @@ class GroupCoordinatorActor:
                 logger.info("coordinator %d loaded %s up to offset %d", self.partition, OFFSETS_TOPIC, end)
                 return
             except (KafkaError, ray.exceptions.RayError, ValueError, asyncio.TimeoutError) as error:
+                self._load_error = f"{type(error).__name__}: {error}"
                 logger.info("coordinator %d: loading failed, retrying: %s", self.partition, error)
                 self._forget_leader()
                 await asyncio.sleep(self.retry_backoff_s)
@@ -161,6 +173,7 @@ class GroupCoordinatorActor:
         return handle, state["leader_epoch"]
 
     def _require_loaded(self, group: str) -> None:
+        self._start_loading()
         if partition_for_group(group, self.partition_count) != self.partition:
             raise NotCoordinator(f"group {group!r} lives in {OFFSETS_TOPIC}-"
                                  f"{partition_for_group(group, self.partition_count)}, not {self.partition}")
@@ -332,4 +345,6 @@ class GroupCoordinatorActor:
         await self._write(records)
 
     async def ping(self) -> dict:
-        return {"partition": self.partition, "loaded": self._loaded, "pid": os.getpid()}
+        self._start_loading()
+        return {"partition": self.partition, "loaded": self._loaded, "pid": os.getpid(),
+                "load_position": self._load_position, "load_error": self._load_error}

@@ -322,8 +322,12 @@ def test_offsets_log_compacted__a_reloaded_coordinator_returns_the_latest_offset
     before = {g: ray.get(coordinator.fetch_offsets.remote(g)) for g in groups}
     pid = ray.get(coordinator.ping.remote())["pid"]
     ray.kill(coordinator, no_restart=False)
-    wait_until(lambda: (p := ray.get(coordinator.ping.remote(), timeout=5))["pid"] != pid and p["loaded"],
-               what="the restarted coordinator loading the compacted log")
+    try:
+        wait_until(lambda: (p := ray.get(coordinator.ping.remote(), timeout=5))["pid"] != pid and p["loaded"],
+                   what="the restarted coordinator loading the compacted log")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; coordinator: {ray.get(coordinator.ping.remote(), timeout=5)}; leader: "
+                             f"{ray.get(leader.describe.remote(), timeout=5)}") from None
     after = {g: ray.get(coordinator.fetch_offsets.remote(g)) for g in groups}
     assert after == before
     assert all((a[("orders", 0)], a[("orders", 1)]) == ((59, 0, ""), (119, 0, "")) for a in after.values())
