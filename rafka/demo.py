@@ -68,23 +68,26 @@ def order_value(i: int) -> bytes:
 BILLING_BATCH = 100  # max_poll_records of a billing member: its uncommitted window
 
 
-def bill_to(directory: str):
-    """The billing handler the member actors run: one 'pid partition offset' line per
-    order, appended to a file per process (what was written survives a kill), and a
-    pause per batch, as a real billing call would take."""
-    def bill(records) -> None:
-        with open(os.path.join(directory, f"billed-{os.getpid()}.log"), "a") as out:
+def recording_handler(directory: str, pause_s: float = 0.0):
+    """A member actor's handler that records what it handled: one 'pid partition
+    offset' line per record, appended to a file per process (what was written
+    survives a kill), then a pause per batch (the demo's stands for a billing call;
+    the tests' keeps a stream going while they strike)."""
+    def handle(records) -> None:
+        with open(os.path.join(directory, f"handled-{os.getpid()}.log"), "a") as out:
             out.write("".join(f"{os.getpid()} {r.partition} {r.offset}\n" for r in records))
-        time.sleep(0.1)
-    return bill
+        if pause_s:
+            time.sleep(pause_s)
+    return handle
 
 
-def read_billed(directory: str) -> list[tuple[int, int, int]]:
-    billed = []
+def read_recorded(directory: str) -> list[tuple[int, int, int]]:
+    """(pid, partition, offset) of every record a recording_handler handled."""
+    recorded = []
     for name in os.listdir(directory):
         with open(os.path.join(directory, name)) as source:
-            billed += [tuple(map(int, line.split())) for line in source if line.strip()]
-    return billed
+            recorded += [tuple(map(int, line.split())) for line in source if line.strip()]
+    return recorded
 
 
 def print_group_lag(admin, group: str) -> list[dict]:
@@ -106,7 +109,8 @@ def run_billing(cluster, acked: dict) -> None:
     billing_dir = tempfile.mkdtemp(prefix="rafka-billing-")
     try:
         print("\n4. the billing group: 3 member actors bill the orders, committing after each batch")
-        group = cluster.run_consumer_group("billing", ["orders"], bill_to(billing_dir), members=3,
+        bill = recording_handler(billing_dir, pause_s=0.1)   # the pause stands for a billing call
+        group = cluster.run_consumer_group("billing", ["orders"], bill, members=3,
                                            max_poll_records=BILLING_BATCH, session_timeout_ms=3_000,
                                            heartbeat_interval_ms=300, fetch_max_wait_ms=100)
 
@@ -130,7 +134,7 @@ def run_billing(cluster, acked: dict) -> None:
         rows = print_group_lag(admin, "billing")
         check(all(r["lag"] == 0 for r in rows), "LAG is 0 on every partition")
         final = group.stop()
-        billed = read_billed(billing_dir)
+        billed = read_recorded(billing_dir)
         by_partition: dict[int, list[int]] = {}
         for _, partition, offset in billed:
             by_partition.setdefault(partition, []).append(offset)

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 import ray
 
 from rafka.actors.replica import NAMESPACE, replica_actor_name
+# member actors' handlers in tests record what they handle as the demo's do
+from rafka.demo import read_recorded as handled_records, recording_handler  # noqa: F401 (re-exported)
 from rafka.core.records import decode_records
 
 
@@ -101,25 +103,3 @@ def paused(pid: int):
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
-
-
-def recording_handler(directory: str, pause_s: float = 0.0):
-    """A handler for member actors: appends 'pid partition offset' lines to a file
-    per process (the kernel keeps what was written when the process is killed),
-    then pauses `pause_s`, so a stream is still going when a test strikes."""
-    def handler(records):
-        import time as clock
-        with open(os.path.join(directory, f"handled-{os.getpid()}.log"), "a") as out:
-            out.write("".join(f"{os.getpid()} {r.partition} {r.offset}\n" for r in records))
-        if pause_s:
-            clock.sleep(pause_s)
-    return handler
-
-
-def handled_records(directory: str) -> list[tuple[int, int, int]]:
-    """(pid, partition, offset) of every record a recording_handler saw."""
-    lines = []
-    for name in os.listdir(directory):
-        with open(os.path.join(directory, name)) as source:
-            lines += [tuple(map(int, line.split())) for line in source if line.strip()]
-    return lines

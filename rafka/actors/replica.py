@@ -84,32 +84,28 @@ class ReplicaActor:
 
     def _start_log_maintenance(self) -> None:
         if self._retention is None:
-            self._retention = asyncio.get_running_loop().create_task(self._enforce_retention_forever())
+            # Kafka's log.retention.check.interval.ms: every replica deletes its own
+            # segments past retention.ms / retention.bytes (only below its HW), which
+            # moves its log start offset; a consumer below it gets OFFSET_OUT_OF_RANGE.
+            self._retention = asyncio.get_running_loop().create_task(
+                self._every(self.log_retention_check_interval_ms, self.enforce_retention, "retention"))
         if self._cleaner is None and self.replica.log.config.compacted:
-            self._cleaner = asyncio.get_running_loop().create_task(self._compact_forever())
+            # Kafka's log cleaner, per replica (each cleans its own log, as each broker
+            # does): if a segment became cleanable or a kept tombstone is due, the
+            # cleaned bytes are computed on a thread (reads of sealed segments only)
+            # and swapped in on the event loop, between requests.
+            self._cleaner = asyncio.get_running_loop().create_task(
+                self._every(self.log_cleaner_backoff_ms, self.compact, "compaction"))
 
-    async def _enforce_retention_forever(self) -> None:
-        """Kafka's log.retention.check.interval.ms: every replica deletes its own
-        segments past retention.ms / retention.bytes (only below its HW), which
-        moves its log start offset; a consumer below it gets OFFSET_OUT_OF_RANGE."""
+    async def _every(self, interval_ms: int, step, what: str) -> None:
+        """`await step()` every `interval_ms`, for good; a failed step (a full disk, a
+        vanished file) is logged and tried again."""
         while True:
-            await asyncio.sleep(self.log_retention_check_interval_ms / 1000)
+            await asyncio.sleep(interval_ms / 1000)
             try:
-                self.enforce_retention()
-            except Exception as error:  # a full disk or a vanished file: try again next time
-                logger.warning("%s: retention failed: %s", self.replica.name, error)
-
-    async def _compact_forever(self) -> None:
-        """Kafka's log cleaner, per replica (each cleans its own log, as each broker
-        does): every log.cleaner.backoff.ms, if a segment became cleanable or a kept
-        tombstone is due, the cleaned bytes are computed on a thread (reads of sealed
-        segments only) and swapped in on the event loop, between requests."""
-        while True:
-            await asyncio.sleep(self.log_cleaner_backoff_ms / 1000)
-            try:
-                await self.compact()
-            except Exception as error:  # a vanished segment or a full disk: the next pass retries
-                logger.warning("%s: compaction failed: %s", self.replica.name, error)
+                await step()
+            except Exception as error:
+                logger.warning("%s: %s failed: %s", self.replica.name, what, error)
 
     async def compact(self) -> dict | None:
         async with self._compaction_lock:
@@ -121,7 +117,7 @@ class ReplicaActor:
             # a truncation meanwhile voids the plan: apply_compaction then changes nothing
             return dataclasses.asdict(log.apply_compaction(plan, cleaned))
 
-    def enforce_retention(self) -> int:
+    async def enforce_retention(self) -> int:
         return self.replica.log.enforce_retention()
 
     async def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],

@@ -51,11 +51,6 @@ class Columns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def slice(self, start: int, stop: int) -> Columns:
-        return Columns(self.offsets[start:stop], self.timestamps_ms[start:stop],
-                       self.timestamp_types[start:stop], self.keys[start:stop], self.values[start:stop],
-                       self.headers[start:stop], self.next_offset)
-
 
 def _varints_at(data: np.ndarray, positions: np.ndarray, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Zigzag varints starting at `positions`, each of which must end before its
