@@ -68,6 +68,14 @@ def cmd_down(args) -> int:
     from rafka.actors.replica import NAMESPACE
 
     ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING")
+    try:   # replicas close their logs cleanly first: the next `rafka up` skips recovery
+        from rafka.actors.controller import CONTROLLER_NAME
+        closed = ray.get(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).shutdown_replicas.remote(),
+                         timeout=120)
+        print(f"replicas shut down cleanly: {closed['closed']} of {closed['replicas']}")
+    except (ValueError, ray.exceptions.RayError) as error:
+        print(f"warning: replicas were not shut down cleanly ({error}); their logs recover at the next start",
+              file=sys.stderr)
     killed = 0
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] == NAMESPACE:
@@ -95,7 +103,8 @@ def cmd_status(args) -> int:
     print(f"controller epoch:  {snapshot['controller_epoch']}")
     print(f"brokers:           {len(brokers)}")
     for broker in brokers:
-        print(f"  {broker['node_id']}  {broker['address']}")
+        broker_id = broker["broker_id"] if broker["broker_id"] is not None else "(no broker id label)"
+        print(f"  {broker_id}  {broker['address']}  node {broker['node_id']}")
     print(f"topics:            {len(snapshot['topics'])} ({len(partitions)} partitions, "
           f"{under} under-replicated, {offline} offline)")
     return 0
@@ -104,6 +113,14 @@ def cmd_status(args) -> int:
 def _connect(args):
     import rafka
     return rafka.connect(_address(args))
+
+
+def cmd_broker_id(args) -> int:
+    """Print this host's broker id from its log dir, creating the identity on first
+    use; `ray start --labels rafka-broker-id=$(rafka broker-id)` (cluster.yaml)."""
+    from rafka.core.broker_identity import identity_in_data_dir
+    print(identity_in_data_dir(args.data_dir, broker_id=args.broker_id).broker_id)
+    return 0
 
 
 # --- topics -----------------------------------------------------------------------
@@ -172,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--offsets-topic-num-partitions", type=int, default=1,
                     help="partitions of __consumer_offsets, one group coordinator each (Kafka: 50)")
     sub.add_parser("down", help="stop rafka's actors (logs stay on disk)")
+    broker_id = sub.add_parser("broker-id", help="print this host's broker id from its log dir "
+                                                 "(created on first use), for ray start --labels")
+    broker_id.add_argument("--data-dir", default=os.environ.get("RAFKA_DATA_DIR", DEFAULT_DATA_DIR),
+                           help="the data dir given to `rafka up`; the log dir is <data dir>/broker-<id>")
+    broker_id.add_argument("--broker-id", type=int, help="the id to take on first use (default: generated)")
     sub.add_parser("status", help="cluster id, controller epoch, brokers, topics")
 
     topics = sub.add_parser("topics", help="create, list, describe, delete topics (kafka-topics.sh)")
@@ -186,12 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     cli_groups.add_parsers(sub)
 
     for p in sub.choices.values():
-        if p.prog.split()[-1] != "demo":
+        if p.prog.split()[-1] not in ("demo", "broker-id"):
             p.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else auto)")
     return parser
 
 
 COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "topics": cmd_topics,
+            "broker-id": cmd_broker_id,
             "consumer-groups": lambda args: cli_groups.cmd_consumer_groups(_connect(args).admin(), args),
             "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),
             "console-producer": lambda args: cli_groups.cmd_console_producer(_connect(args), args),
@@ -207,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except (KafkaError, UsageError, NotRunning) as error:
         print(f"Error while executing {args.command} command : {error}", file=sys.stderr)
+        return 1
+    except ConnectionError:  # ray.init's answer when no Ray cluster is at the address (or "auto" finds none)
+        print(f"Error: no Ray cluster at {_address(args)!r}: start one with `ray start --head` or pass --address",
+              file=sys.stderr)
         return 1
 
 

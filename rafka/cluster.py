@@ -6,6 +6,11 @@ actor, and factories for Admin, Producer and Consumer. `local_cluster` starts a
 replicas) and one Ray node per simulated broker, each with its own resources and
 object store, so placement groups and node loss behave as on a real cluster and
 any broker node can be removed without taking the driver or the controller down.
+
+Brokers have stable ids (DESIGN section 4): simulated node k carries the label
+`rafka-broker-id=k` and keeps its log dir in `<data_dir>/broker-k`, so a second
+`local_cluster(data_dir=D)` is the same brokers restarted on the same disks, and
+`restart_node(k)` restarts one broker (a new Ray node, the same label and disk).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -23,7 +29,8 @@ from rafka.client.admin import Admin
 from rafka.client.consumer import Consumer
 from rafka.client.producer import Producer
 from rafka.cluster_errors import NotRunning
-from rafka.placement.groups import BROKER_RESOURCE
+from rafka.core.broker_identity import BROKER_ID_LABEL, broker_log_dir, ensure_identity
+from rafka.placement.brokers import BROKER_RESOURCE, broker_nodes
 
 NODE_CPUS = 2  # logical CPUs per simulated broker node: replicas ask for none, Spark executors do
 HEAD_CPUS = 1  # the head runs the controller (0 CPUs) and tasks the driver starts
@@ -81,7 +88,9 @@ class Cluster:
             admin.create_topic(OFFSETS_TOPIC, partitions=offsets_topic_num_partitions, replication_factor=rf,
                                config={"cleanup.policy": "compact", "min.insync.replicas": str(min(rf, 2)),
                                        "segment.bytes": str(offsets_topic_segment_bytes)})
-        count = len(admin.describe_topics([OFFSETS_TOPIC])[OFFSETS_TOPIC]["partitions"])
+        # from the metadata, not the replicas: after a restart they may still be starting
+        snapshot = ray.get(self.controller.metadata_snapshot.remote())
+        count = len(snapshot["topics"][OFFSETS_TOPIC]["partitions"])
         actor = ray.remote(GroupCoordinatorActor)
         handles = [actor.options(name=coordinator_actor_name(p), namespace=NAMESPACE, lifetime="detached",
                                  get_if_exists=True, max_restarts=-1, num_cpus=0,
@@ -94,14 +103,32 @@ class Cluster:
     def replica(self, topic: str, partition: int, replica_id: int):
         return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
 
-    def add_node(self) -> str:
-        """Embedded only: a fresh simulated broker node; returns its Ray node id."""
-        node = self.ray_cluster.add_node(num_cpus=NODE_CPUS, resources={BROKER_RESOURCE: 1})
+    def add_node(self, broker_id: int | None = None) -> str:
+        """Embedded only: a broker node (a new broker id unless given: then that
+        broker, restarted on its log dir); returns its Ray node id."""
+        if broker_id is None:
+            known = [int(p.name[len("broker-"):]) for p in Path(self.data_dir).glob("broker-*")
+                     if p.name[len("broker-"):].isdigit()]
+            broker_id = max(known, default=-1) + 1
+        node = _add_broker_node(self.ray_cluster, self.data_dir, broker_id)
         self.ray_cluster.wait_for_nodes()
         return node.node_id
 
+    def node_of_broker(self, broker_id: int) -> str:
+        for broker in broker_nodes():
+            if broker["broker_id"] == broker_id:
+                return broker["node_id"]
+        raise ValueError(f"broker {broker_id} is not running")
+
+    def broker_of_node(self, node_id: str) -> int:
+        for broker in broker_nodes():
+            if broker["node_id"] == node_id:
+                return broker["broker_id"]
+        raise ValueError(f"node {node_id} is not a running broker")
+
     def remove_node(self, node_id: str) -> None:
-        """Embedded only: kill a broker node's processes (its replicas die with it)."""
+        """Embedded only: kill a broker node's processes (its replicas die with it;
+        its log dir stays, for `add_node(broker_id)`)."""
         for node in self.ray_cluster.list_all_nodes():
             if node.node_id == node_id:
                 if node is self.ray_cluster.head_node:
@@ -110,8 +137,23 @@ class Cluster:
                 return
         raise ValueError(f"no node {node_id} in this embedded cluster")
 
+    def restart_node(self, broker_id: int) -> str:
+        """Embedded only: stop broker `broker_id`'s node and start it again with its
+        label and log dir (a new Ray node id); returns the new node id."""
+        self.remove_node(self.node_of_broker(broker_id))
+        return self.add_node(broker_id)
+
     def shutdown(self) -> None:
+        """Leave the cluster. An embedded cluster whose data dir outlives it first
+        shuts every replica down cleanly (flush, checkpoints, clean-shutdown
+        marker), so the next `local_cluster(data_dir=...)` reopens the logs
+        without a recovery scan."""
         if self.ray_cluster is not None:
+            if not self._owns_data_dir:
+                try:
+                    ray.get(self.controller.shutdown_replicas.remote(), timeout=60)
+                except ray.exceptions.RayError as error:   # a crashed cluster still shuts down
+                    print(f"rafka: replicas were not shut down cleanly: {error}")
             ray.shutdown()
             self.ray_cluster.shutdown()
             self.ray_cluster = None
@@ -137,11 +179,11 @@ def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_
     if nodes < 1:
         raise ValueError("nodes must be at least 1")
     owns = data_dir is None
-    data_dir = data_dir or tempfile.mkdtemp(prefix="rafka-")
+    data_dir = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="rafka-"))
     ray_cluster = RayCluster(initialize_head=True, head_node_args={
         "num_cpus": HEAD_CPUS, "include_dashboard": False, "_system_config": RAY_SYSTEM_CONFIG})
-    for _ in range(nodes):
-        ray_cluster.add_node(num_cpus=NODE_CPUS, resources={BROKER_RESOURCE: 1})
+    for broker_id in range(nodes):
+        _add_broker_node(ray_cluster, data_dir, broker_id)
     ray_cluster.wait_for_nodes()
     ray.init(address=ray_cluster.address, namespace=NAMESPACE)
     controller = start_controller(data_dir, **controller_options)
@@ -151,6 +193,14 @@ def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_
                                      offsets_topic_segment_bytes=offsets_topic_segment_bytes,
                                      **(coordinator_options or {}))
     return cluster
+
+
+def _add_broker_node(ray_cluster, data_dir: str, broker_id: int):
+    """A simulated broker node: its log dir's identity is written (first start) or
+    checked (restart) before Ray starts it, as `rafka broker-id` does on a host."""
+    ensure_identity(broker_log_dir(data_dir, broker_id), broker_id=broker_id)
+    return ray_cluster.add_node(num_cpus=NODE_CPUS, resources={BROKER_RESOURCE: 1},
+                                labels={BROKER_ID_LABEL: str(broker_id)})
 
 
 def start_controller(data_dir: str, **controller_options):

@@ -1,4 +1,5 @@
-"""The controller actor: owns the cluster metadata and the replica actors' lives.
+"""The controller actor: owns the cluster metadata and reconciles it into running
+replica actors.
 
 State changes go through core.metadata (handlers return records, `replay`
 applies them). The controller appends each record to its metadata log (JSON
@@ -6,10 +7,14 @@ lines, fsynced) before replaying it, so a killed and restarted controller reads
 the log back and has the same topics, leaders, epochs and ISRs; its controller
 epoch goes up by one at every start.
 
-The controller creates one placement group per partition (STRICT_SPREAD) and a
-named, restartable replica actor per bundle; it tells each replica its role. A
-watch loop pings every leader: a leader that is dead or does not answer within
-`leader_ping_timeout_ms` is replaced by the first available ISR member.
+Reconciliation: the metadata says which replicas exist and on which broker; the
+watch loop makes the running actors match it, every `watch_interval_ms`. A
+replica actor that is missing (after `rafka down` + `rafka up`, a whole-cluster
+restart, or a first start) is created in its placement group on its broker; one
+that restarted (it answers with no role) is given its role again; a leader that is
+dead, unresponsive within `leader_ping_timeout_ms` or restarted is replaced by an
+ISR member (core.metadata decides which). So every partition comes back online
+whenever an ISR member's broker is up, with that broker's log.
 
 Named `controller` in namespace `rafka`, detached, pinned to the head node.
 """
@@ -24,19 +29,15 @@ from pathlib import Path
 
 import ray
 
-from rafka.actors.replica import NAMESPACE, ReplicaActor, replica_actor_name
+from rafka.actors.replica import NAMESPACE, OFFLINE, ReplicaActor, replica_actor_name
 from rafka.core.metadata import ClusterMetadata, PartitionState
-from rafka.placement.groups import (BROKER_RESOURCE, in_bundle, partition_group_name,
-                                   partition_placement_group, remove_placement_group)
+from rafka.placement.brokers import broker_nodes, live_broker_ids
+from rafka.placement.groups import (existing_replica_group, in_bundle, remove_placement_group,
+                                   replica_placement_group)
 
 CONTROLLER_NAME = "controller"
 METADATA_LOG = "metadata.log"
 logger = logging.getLogger(__name__)
-
-
-def live_broker_nodes() -> list[str]:
-    return [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(BROKER_RESOURCE, 0) > 0]
-
 
 RESTARTED = ("follower", -1)  # a replica actor that came back and was not told its role yet
 
@@ -45,14 +46,21 @@ class ControllerActor:
     def __init__(self, *, data_dir: str, replica_lag_time_max_ms: int = 30_000,
                  fetch_max_wait_ms: int = 500, leader_ping_timeout_ms: int = 2_000,
                  log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
+                 replica_high_watermark_checkpoint_interval_ms: int = 5_000,
                  watch_interval_ms: int = 250) -> None:
         self.data_dir = data_dir
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
+        self.replica_high_watermark_checkpoint_interval_ms = replica_high_watermark_checkpoint_interval_ms
         self.leader_ping_timeout_ms = leader_ping_timeout_ms
         self.watch_interval_ms = watch_interval_ms
+        # Ray warns at every replica started in a placement group with restarts on:
+        # "the actor cannot restart once its group is removed". rafka removes a
+        # replica's group only after killing the replica on purpose (delete_topic,
+        # `rafka down`), so the warning says nothing here; it would flood the logs.
+        logging.getLogger("ray.actor").setLevel(logging.ERROR)
         directory = Path(data_dir) / "controller"
         directory.mkdir(parents=True, exist_ok=True)
         self.metadata = ClusterMetadata()
@@ -62,6 +70,7 @@ class ControllerActor:
         self._lock = asyncio.Lock()
         self._watcher: asyncio.Task | None = None
         self._starting: set[tuple[str, int]] = set()  # partitions not yet announced: not watched
+        self._stopping = False    # shutdown_replicas ran: watch nothing, elect nobody
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
         # the watch loop, so a restarted controller watches leaders again at once. The
         # ping is retried: a restarting actor's call to itself from __init__ can fail
@@ -102,7 +111,7 @@ class ControllerActor:
                            config: dict | None = None) -> dict:
         async with self._lock:
             records, topic = self.metadata.handle_create_topic(
-                name, partitions, replication_factor, config, len(live_broker_nodes()))
+                name, partitions, replication_factor, config, live_broker_ids())
             self._commit(records)
             self._starting.update((name, p) for p in range(partitions))
         try:
@@ -114,30 +123,51 @@ class ControllerActor:
 
     async def _start_partition(self, topic: str, partition: int) -> None:
         state = self.metadata.partition(topic, partition)
-        group = partition_placement_group(topic, partition, len(state.replicas))
-        await group.ready()
-        config = self.metadata.topic(topic).config
-        actor = ray.remote(ReplicaActor)
         for replica_id in state.replicas:
-            actor.options(name=replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE,
-                          lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
-                          scheduling_strategy=in_bundle(group, replica_id)).remote(
-                topic=topic, partition=partition, replica_id=replica_id, data_dir=self.data_dir,
-                config=config, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                fetch_max_wait_ms=self.fetch_max_wait_ms,
-                log_retention_check_interval_ms=self.log_retention_check_interval_ms,
-                log_cleaner_backoff_ms=self.log_cleaner_backoff_ms)
+            self._ensure_replica(topic, partition, replica_id, state)
         await self._announce(topic, partition, state)
 
+    def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState):
+        """The replica's actor, created (with its placement group on its broker) if it
+        does not exist. A replica whose broker is down is created all the same: Ray
+        starts it when the broker's node comes back."""
+        try:
+            return self._replica(topic, partition, replica_id)
+        except ValueError:
+            pass
+        group = replica_placement_group(topic, partition, replica_id, state.broker_of(replica_id))
+        topic_metadata = self.metadata.topic(topic)
+        logger.info("%s-%d: starting replica %d on broker %d", topic, partition, replica_id,
+                    state.broker_of(replica_id))
+        return ray.remote(ReplicaActor).options(
+            name=replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE, get_if_exists=True,
+            lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
+            scheduling_strategy=in_bundle(group, 0)).remote(
+            topic=topic, partition=partition, replica_id=replica_id, data_dir=self.data_dir,
+            topic_id=topic_metadata.topic_id, cluster_id=self.metadata.cluster_id,
+            config=topic_metadata.config, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            fetch_max_wait_ms=self.fetch_max_wait_ms,
+            log_retention_check_interval_ms=self.log_retention_check_interval_ms,
+            log_cleaner_backoff_ms=self.log_cleaner_backoff_ms,
+            replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms)
+
     async def _announce(self, topic: str, partition: int, state: PartitionState) -> None:
-        """Tell the leader, then the followers, their roles at the current epoch."""
+        """Tell the leader, then the followers, their roles at the current epoch. A
+        replica that cannot take its role now (its broker is down, it is still
+        starting) is told again by the watch loop."""
         if not state.online:
             return
         leader = self._replica(topic, partition, state.leader)
-        await leader.become_leader.remote(state.leader_epoch, list(state.replicas), list(state.isr),
-                                          state.partition_epoch)
+        try:
+            await asyncio.wait_for(leader.become_leader.remote(
+                state.leader_epoch, list(state.replicas), list(state.isr), state.partition_epoch),
+                timeout=self.leader_ping_timeout_ms / 1000)
+        except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
+            logger.info("%s-%d: the leader did not take its role yet: %s", topic, partition, error)
+            return
         followers = [self._replica(topic, partition, r) for r in state.replicas if r != state.leader]
-        results = await asyncio.gather(*(f.become_follower.remote(state.leader, state.leader_epoch)
+        results = await asyncio.gather(*(asyncio.wait_for(f.become_follower.remote(state.leader, state.leader_epoch),
+                                                          timeout=self.leader_ping_timeout_ms / 1000)
                                          for f in followers), return_exceptions=True)
         for result in results:
             if isinstance(result, Exception):
@@ -155,7 +185,9 @@ class ControllerActor:
 
     async def delete_topic(self, name: str) -> None:
         """Remove the topic from the metadata first (clients stop finding it), then
-        its replicas' logs, actors and placement groups."""
+        its replicas' logs, actors and placement groups. A replica whose broker is
+        down keeps its log; partition.metadata names the old topic id, so a topic
+        created again under this name never reopens it."""
         async with self._lock:
             topic = self.metadata.topic(name)
             self._commit(self.metadata.handle_delete_topic(name))
@@ -163,24 +195,24 @@ class ControllerActor:
             replicas = []
             for replica_id in state.replicas:
                 try:
-                    replicas.append(self._replica(name, partition, replica_id))
+                    replicas.append((replica_id, self._replica(name, partition, replica_id)))
                 except ValueError:
                     continue
-            results = await asyncio.gather(*(r.delete_log.remote() for r in replicas), return_exceptions=True)
-            for replica, result in zip(replicas, results):
+            results = await asyncio.gather(*(asyncio.wait_for(r.delete_log.remote(), self.leader_ping_timeout_ms / 1000)
+                                             for _, r in replicas), return_exceptions=True)
+            for (_, replica), result in zip(replicas, results):
                 if isinstance(result, Exception):
                     logger.warning("%s-%d: a replica's log was not deleted: %s", name, partition, result)
                 ray.kill(replica, no_restart=True)
-            try:
-                remove_placement_group(ray.util.get_placement_group(partition_group_name(name, partition)))
-            except ValueError:
-                pass
+            for replica_id in state.replicas:
+                group = existing_replica_group(name, partition, replica_id)
+                if group is not None:
+                    remove_placement_group(group)
 
     async def list_brokers(self) -> list[dict]:
-        """The broker registry: live Ray nodes that offer the rafka broker resource. A
-        node that dies leaves it (Ray's node table is the source of liveness)."""
-        return [{"node_id": n["NodeID"], "address": n["NodeManagerAddress"]}
-                for n in ray.nodes() if n["Alive"] and n["Resources"].get(BROKER_RESOURCE, 0) > 0]
+        """The broker registry (placement/brokers.py): [{broker_id, node_id, address}]
+        of the live Ray nodes that offer the rafka broker resource."""
+        return broker_nodes()
 
     async def list_topics(self) -> list[str]:
         return sorted(self.metadata.topics)
@@ -194,7 +226,8 @@ class ControllerActor:
         return {"name": name, "topic_id": topic.topic_id, "config": topic.config,
                 "partitions": [{"partition": p, "leader": s.leader, "leader_epoch": s.leader_epoch,
                                 "partition_epoch": s.partition_epoch, "replicas": list(s.replicas),
-                                "isr": list(s.isr)} for p, s in enumerate(topic.partitions)]}
+                                "isr": list(s.isr), "brokers": list(s.brokers)}
+                               for p, s in enumerate(topic.partitions)]}
 
     # --- ISR changes and elections ------------------------------------------------
 
@@ -206,14 +239,19 @@ class ControllerActor:
             self._commit(records)
         return {"isr": list(state.isr), "partition_epoch": state.partition_epoch}
 
-    async def elect_leader(self, topic: str, partition: int, unavailable: list[int]) -> dict:
+    async def elect_leader(self, topic: str, partition: int, unavailable: list[int],
+                           restarted: list[int] = ()) -> dict:
         async with self._lock:
-            records, state = self.metadata.handle_elect_leader(topic, partition, unavailable)
+            records, state = self.metadata.handle_elect_leader(topic, partition, unavailable, restarted)
             self._commit(records)
+        logger.info("%s-%d: leader %d at epoch %d, ISR %s", topic, partition, state.leader,
+                    state.leader_epoch, list(state.isr))
         await self._announce(topic, partition, state)
         return {"leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr)}
 
     def _ensure_watcher(self) -> None:
+        if self._stopping:
+            return
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.get_running_loop().create_task(self._watch_leaders())
 
@@ -221,7 +259,7 @@ class ControllerActor:
         """Every partition is checked concurrently: a paused node makes each of its
         pings wait `leader_ping_timeout_ms`, which must not delay the failover of
         partitions elsewhere."""
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.watch_interval_ms / 1000)
             partitions = [(name, p) for name, topic in list(self.metadata.topics.items())
                           for p in range(len(topic.partitions)) if (name, p) not in self._starting]
@@ -232,26 +270,36 @@ class ControllerActor:
                     logger.warning("checking %s-%d failed: %s", name, partition, result)
 
     async def _check_partition(self, topic: str, partition: int) -> None:
-        """Replace a leader that is gone, unresponsive or restarted (a restarted actor
-        has no role); give restarted followers their role back."""
+        """Make the partition's actors match its metadata: create missing replicas,
+        replace a leader that is gone, unresponsive or restarted, bring an offline
+        partition back when an ISR member is up, give restarted replicas their role."""
+        if self._stopping:
+            return
         state = self.metadata.partition(topic, partition)
-        roles = await asyncio.gather(*(self._role_of(topic, partition, r) for r in state.replicas))
+        roles = await asyncio.gather(*(self._role_of(topic, partition, r, state) for r in state.replicas))
         role_by_replica = dict(zip(state.replicas, roles))
-        # Gone, paused or restarted (its log may be gone with its node) replicas may not lead.
-        unavailable = [r for r, role in role_by_replica.items() if role is None or role == RESTARTED]
+        # Gone, paused, still starting or with an unusable log dir: may not lead.
+        unavailable = sorted(r for r, role in role_by_replica.items() if role is None or role[0] == OFFLINE)
+        # Came back with its log and no role: may lead only if no running ISR member can.
+        restarted = sorted(r for r, role in role_by_replica.items() if role == RESTARTED)
+        if self._stopping or self.metadata.partition(topic, partition) != state:
+            return   # changed meanwhile (an ISR change, another check): look again next round
         if state.online and role_by_replica[state.leader] != ("leader", state.leader_epoch):
-            await self.elect_leader(topic, partition, sorted(set(unavailable) | {state.leader}))
+            if state.leader not in restarted:
+                unavailable = sorted(set(unavailable) | {state.leader})
+            await self.elect_leader(topic, partition, unavailable, restarted)
             return
         if not state.online:
             if any(r in state.isr for r in state.replicas if r not in unavailable):
-                await self.elect_leader(topic, partition, unavailable)
+                await self.elect_leader(topic, partition, unavailable, restarted)
             return
-        restarted = [r for r, role in role_by_replica.items() if role == RESTARTED and r in state.isr]
-        if restarted:
-            await self._remove_from_isr(topic, partition, restarted)
+        restarted_in_isr = [r for r in restarted if r in state.isr]
+        if restarted_in_isr:
+            await self._remove_from_isr(topic, partition, restarted_in_isr)
             state = self.metadata.partition(topic, partition)
         for replica_id, role in role_by_replica.items():
-            if replica_id != state.leader and role is not None and role != ("follower", state.leader_epoch):
+            if (replica_id != state.leader and role is not None and role[0] != OFFLINE
+                    and role != ("follower", state.leader_epoch)):
                 await self._replica(topic, partition, replica_id).become_follower.remote(
                     state.leader, state.leader_epoch)
 
@@ -264,13 +312,42 @@ class ControllerActor:
             await self._replica(topic, partition, state.leader).apply_isr.remote(
                 list(state.isr), state.partition_epoch)
 
-    async def _role_of(self, topic: str, partition: int, replica_id: int):
+    async def _role_of(self, topic: str, partition: int, replica_id: int, state: PartitionState):
+        """(role, leader epoch) as the replica answers, or None if it does not in time.
+        A replica with no actor is created (reconciliation) and counts as None."""
         try:
             replica = self._replica(topic, partition, replica_id)
+        except ValueError:
+            if not self._stopping:
+                self._ensure_replica(topic, partition, replica_id, state)
+            return None
+        try:
             answer = await asyncio.wait_for(replica.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
             return answer["role"], answer["leader_epoch"]
-        except (asyncio.TimeoutError, ValueError, ray.exceptions.RayActorError):
+        except (asyncio.TimeoutError, ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             return None
+
+    async def shutdown_replicas(self) -> dict:
+        """A planned stop of every replica (`rafka down`, leaving `local_cluster`):
+        the watch loop stops first, so nothing is elected while replicas close;
+        each replica flushes and checkpoints its log and marks it cleanly shut
+        down. The metadata is untouched: the next start brings back the same
+        leaders (at a new epoch) from the same logs."""
+        self._stopping = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+        replicas = []
+        for name, topic in list(self.metadata.topics.items()):
+            for partition, state in enumerate(topic.partitions):
+                for replica_id in state.replicas:
+                    try:
+                        replicas.append(self._replica(name, partition, replica_id))
+                    except ValueError:
+                        continue
+        results = await asyncio.gather(*(asyncio.wait_for(r.shutdown.remote(), timeout=30) for r in replicas),
+                                       return_exceptions=True)
+        closed = sum(1 for r in results if isinstance(r, dict) and r.get("closed"))
+        return {"replicas": len(replicas), "closed": closed}
 
     async def ping(self) -> int:
         self._ensure_watcher()

@@ -12,7 +12,17 @@ cleaner's read-only step (`PartitionLog.clean`), which runs on a thread so that 
 large compaction does not stall fetches; its result is applied on the loop.
 
 Timers, per replica: retention every `log_retention_check_interval_ms`; compaction
-of a compacted topic every `log_cleaner_backoff_ms` (only when there is work).
+of a compacted topic every `log_cleaner_backoff_ms` (only when there is work); the
+HW / recovery-point checkpoint every `replica_high_watermark_checkpoint_interval_ms`
+(Kafka's replica.high.watermark.checkpoint.interval.ms).
+
+Storage and identity (DESIGN section 4): the replica runs on the broker its
+placement group bundle names (node label `rafka-broker-id`); its log is
+`<data dir>/broker-<id>/<topic>-<partition>/`, so a replica restarted on that
+broker, by Ray or by a whole-cluster restart, reopens its own log. A log dir of
+another broker or cluster (meta.properties), or a node without the label, leaves
+the replica offline: it answers every request with that typed error and the
+controller never elects it; nothing on the disk is touched.
 
 Named `replica:<topic>:<partition>:<replica index>` in namespace `rafka`.
 """
@@ -26,13 +36,17 @@ import os
 
 import ray
 
+from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
+                                        ensure_identity)
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (KafkaError, NotLeaderOrFollower, OffsetOutOfRange, RequestTimedOut)
+from rafka.core.errors import (InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange,
+                               RequestTimedOut)
 from rafka.core.records import iter_batches
 from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
 
 NAMESPACE = "rafka"
+OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
 logger = logging.getLogger(__name__)
 
 
@@ -40,23 +54,50 @@ def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
     return f"replica:{topic}:{partition}:{replica_id}"
 
 
-def replica_directory(data_dir: str, node_id: str, topic: str, partition: int) -> str:
-    """Node-local: a replica restarted on another node starts empty and re-replicates."""
-    return os.path.join(data_dir, node_id, f"{topic}-{partition}")
+def replica_directory(log_dir, topic: str, partition: int) -> str:
+    """Kafka's layout: one directory per partition under the broker's log dir."""
+    return os.path.join(log_dir, f"{topic}-{partition}")
+
+
+def node_broker_id() -> int | None:
+    """The broker id of the node this process runs on (its `rafka-broker-id` label)."""
+    label = ray.get_runtime_context().get_node_labels().get(BROKER_ID_LABEL)
+    return int(label) if label is not None and label.isdigit() else None
 
 
 class ReplicaActor:
-    def __init__(self, *, topic: str, partition: int, replica_id: int, data_dir: str,
-                 config: dict, replica_lag_time_max_ms: int = 30_000,
+    def __init__(self, *, topic: str, partition: int, replica_id: int, data_dir: str, topic_id: str,
+                 cluster_id: str, config: dict, replica_lag_time_max_ms: int = 30_000,
                  replica_fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
-                 log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000) -> None:
-        node_id = ray.get_runtime_context().get_node_id()
-        self.replica = PartitionReplica(
-            topic=topic, partition=partition, replica_id=replica_id,
-            directory=replica_directory(data_dir, node_id, topic, partition),
-            config=TopicConfig.from_dict(config), clock=SystemClock(),
-            replica_lag_time_max_ms=replica_lag_time_max_ms)
-        self.node_id = node_id
+                 log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
+                 replica_high_watermark_checkpoint_interval_ms: int = 5_000) -> None:
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.broker_id = node_broker_id()
+        self.name = f"{topic}-{partition} replica {replica_id}"
+        self.replica: PartitionReplica | None = None
+        self.storage_error: KafkaError | None = None
+        try:
+            if self.broker_id is None:
+                raise InconsistentBrokerId(f"node {self.node_id} has no {BROKER_ID_LABEL} label: "
+                                           f"it cannot hold replicas")
+            log_dir = broker_log_dir(data_dir, self.broker_id)
+            ensure_identity(log_dir, broker_id=self.broker_id, cluster_id=cluster_id)
+            directory = replica_directory(log_dir, topic, partition)
+            stray = claim_partition_directory(directory, topic_id)
+            if stray is not None:
+                logger.warning("%s: a log of an earlier topic %r was moved aside to %s", self.name, topic, stray)
+            self.replica = PartitionReplica(
+                topic=topic, partition=partition, replica_id=replica_id, directory=directory,
+                config=TopicConfig.from_dict(config), clock=SystemClock(),
+                replica_lag_time_max_ms=replica_lag_time_max_ms)
+        except KafkaError as error:   # offline: answer every request with it, never lead
+            logger.error("%s: log dir unusable, replica offline: %s", self.name, error)
+            self.storage_error = error
+        # What the log held when this process opened it, before any fetch: a
+        # restarted replica reopened its own log if this is its LEO before the restart.
+        self.opened_log_end_offset = self.replica.log.log_end_offset if self.replica else -1
+        self.opened_after_clean_shutdown = self.replica.log.opened_after_clean_shutdown if self.replica else False
+        self.fetched_bytes = 0    # appended from the leader since this process started
         self.replica_fetch_max_bytes = replica_fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self._changed = asyncio.Event()
@@ -66,9 +107,17 @@ class ReplicaActor:
         self._isr_keeper: asyncio.Task | None = None
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
-        self._retention: asyncio.Task | None = None
-        self._cleaner: asyncio.Task | None = None
+        self.replica_high_watermark_checkpoint_interval_ms = replica_high_watermark_checkpoint_interval_ms
+        self._timers: list[asyncio.Task] = []
         self._compaction_lock = asyncio.Lock()   # one pass at a time (the timer, or a call to compact)
+        self._stopped = False
+
+    def _usable(self) -> PartitionReplica:
+        if self.storage_error is not None:
+            raise self.storage_error
+        if self._stopped:
+            raise NotLeaderOrFollower(f"{self.name} is shut down")
+        return self.replica
 
     def _notify(self) -> None:
         self._changed.set()
@@ -83,19 +132,28 @@ class ReplicaActor:
     # --- role changes -------------------------------------------------------------
 
     def _start_log_maintenance(self) -> None:
-        if self._retention is None:
-            # Kafka's log.retention.check.interval.ms: every replica deletes its own
-            # segments past retention.ms / retention.bytes (only below its HW), which
-            # moves its log start offset; a consumer below it gets OFFSET_OUT_OF_RANGE.
-            self._retention = asyncio.get_running_loop().create_task(
-                self._every(self.log_retention_check_interval_ms, self.enforce_retention, "retention"))
-        if self._cleaner is None and self.replica.log.config.compacted:
+        if self._timers:
+            return
+        loop = asyncio.get_running_loop()
+        # Kafka's log.retention.check.interval.ms: every replica deletes its own
+        # segments past retention.ms / retention.bytes (only below its HW), which
+        # moves its log start offset; a consumer below it gets OFFSET_OUT_OF_RANGE.
+        self._timers.append(loop.create_task(
+            self._every(self.log_retention_check_interval_ms, self.enforce_retention, "retention")))
+        # The HW, recovery point and log start survive a crash up to this interval
+        # old (a restart then truncates and catches up by leader epoch, as Kafka's).
+        self._timers.append(loop.create_task(
+            self._every(self.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "checkpoint")))
+        if self.replica.log.config.compacted:
             # Kafka's log cleaner, per replica (each cleans its own log, as each broker
             # does): if a segment became cleanable or a kept tombstone is due, the
             # cleaned bytes are computed on a thread (reads of sealed segments only)
             # and swapped in on the event loop, between requests.
-            self._cleaner = asyncio.get_running_loop().create_task(
-                self._every(self.log_cleaner_backoff_ms, self.compact, "compaction"))
+            self._timers.append(loop.create_task(
+                self._every(self.log_cleaner_backoff_ms, self.compact, "compaction")))
+
+    async def _checkpoint(self) -> None:
+        self.replica.log.checkpoint()
 
     async def _every(self, interval_ms: int, step, what: str) -> None:
         """`await step()` every `interval_ms`, for good; a failed step (a full disk, a
@@ -122,6 +180,7 @@ class ReplicaActor:
 
     async def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
                             partition_epoch: int) -> None:
+        self._usable()
         self._start_log_maintenance()
         await self._stop_fetcher()
         self.replica.become_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr,
@@ -131,6 +190,7 @@ class ReplicaActor:
             self._isr_keeper = asyncio.get_running_loop().create_task(self._keep_isr())
 
     async def become_follower(self, leader_id: int, leader_epoch: int) -> None:
+        self._usable()
         self._start_log_maintenance()
         await self._stop_fetcher()
         self.replica.become_follower(leader_id=leader_id, leader_epoch=leader_epoch)
@@ -138,6 +198,7 @@ class ReplicaActor:
         self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop(leader_id, leader_epoch))
 
     async def apply_isr(self, isr: list[int], partition_epoch: int) -> None:
+        self._usable()
         if self.replica.apply_isr(isr, partition_epoch):
             self._notify()
 
@@ -153,7 +214,7 @@ class ReplicaActor:
     # --- leader side --------------------------------------------------------------
 
     async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
-        result = self.replica.append(records, acks=acks)
+        result = self._usable().append(records, acks=acks)
         epoch = self.replica.leader_epoch
         self._notify()
         if acks != ACKS_ALL:
@@ -174,6 +235,7 @@ class ReplicaActor:
     async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int,
                     max_bytes: int, max_wait_ms: int) -> FetchResult:
         """A follower's fetch: answers at once with data, else parks up to max_wait_ms."""
+        self._usable()
         deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
         while True:
             high_watermark = self.replica.log.high_watermark
@@ -196,6 +258,7 @@ class ReplicaActor:
     async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
                              leader_epoch: int | None = None) -> FetchResult:
         """A consumer's fetch: only batches below the HW; parks while there are none."""
+        self._usable()
         deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
         while True:
             result = self.replica.fetch_for_consumer(fetch_offset=fetch_offset, max_bytes=max_bytes,
@@ -206,39 +269,63 @@ class ReplicaActor:
             await self._wait_for_change(remaining)
 
     async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
-        return self.replica.list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
+        return self._usable().list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
 
     async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int) -> tuple[int, int]:
-        return self.replica.end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
+        return self._usable().end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
 
     async def _keep_isr(self) -> None:
         """Leader only: propose ISR shrinks (followers lagging for longer than
         replica.lag.time.max.ms) and expansions (caught-up followers) to the
-        controller, with this leader's epochs; apply what it accepts."""
+        controller, with this leader's epochs, one change at a time (KIP-497). The
+        change is recorded in core before the call, so a follower being added holds
+        the HW back while the controller may already count it. The controller's
+        answer becomes the committed ISR; a refusal (a typed error: it applied
+        nothing) drops the change. A call that failed otherwise (the controller died
+        or the answer was lost) may have been applied: the change stays in flight,
+        holding the HW back, until the controller's record is read back."""
         try:
             controller = ray.get_actor("controller", namespace=NAMESPACE)
         except ValueError:
             logger.warning("%s: no controller: the ISR stays as it is", self.replica.name)
             return
         interval_s = max(0.05, self.replica.replica_lag_time_max_ms / 4000)
+        unanswered = None   # a change whose outcome is unknown
         while self.replica.role is Role.LEADER:
             await asyncio.sleep(interval_s)
             if self.replica.role is not Role.LEADER:
                 return
-            isr = set(self.replica.leader.isr)
-            proposed = (isr - self.replica.lagging_isr_members()) | self.replica.caught_up_outside_isr()
-            if proposed == isr:
+            change = unanswered or self.replica.maybe_propose_isr_change()
+            if change is None:
                 continue
-            epoch, partition_epoch = self.replica.leader_epoch, self.replica.partition_epoch
+            topic, partition = self.replica.topic, self.replica.partition
             try:
-                accepted = await controller.alter_isr.remote(
-                    self.replica.topic, self.replica.partition, self.replica.replica_id, epoch,
-                    partition_epoch, sorted(proposed))
-            except (KafkaError, ray.exceptions.RayError) as error:
-                logger.info("%s: ISR change %s refused: %s", self.replica.name, sorted(proposed), error)
+                if unanswered is None:
+                    answer = await controller.alter_isr.remote(
+                        topic, partition, self.replica.replica_id, change.leader_epoch,
+                        change.partition_epoch, sorted(change.proposed_isr))
+                else:
+                    snapshot = await controller.metadata_snapshot.remote()
+                    answer = snapshot["topics"][topic]["partitions"][partition]
+                    if answer["leader_epoch"] != change.leader_epoch:
+                        return   # deposed: the controller tells this replica its new role
+                unanswered = None
+            except KafkaError as error:   # refused: nothing was applied
+                logger.info("%s: ISR change to %s refused: %s", self.replica.name,
+                            sorted(change.proposed_isr), error)
+                if self.replica.leader_epoch == change.leader_epoch and self.replica.role is Role.LEADER \
+                        and self.replica.isr_change_refused(change):
+                    self._notify()
                 continue
-            if self.replica.role is Role.LEADER and self.replica.leader_epoch == epoch:
-                await self.apply_isr(accepted["isr"], accepted["partition_epoch"])
+            except (ray.exceptions.RayError, KeyError, IndexError) as error:
+                logger.warning("%s: ISR change to %s: no answer (%s); reading the controller's record next",
+                               self.replica.name, sorted(change.proposed_isr), error)
+                unanswered = change
+                continue
+            if self.replica.role is Role.LEADER and self.replica.leader_epoch == change.leader_epoch:
+                if self.replica.isr_change_answered(change, isr=answer["isr"],
+                                                    partition_epoch=answer["partition_epoch"]):
+                    self._notify()
 
     # --- follower side ------------------------------------------------------------
 
@@ -256,6 +343,7 @@ class ReplicaActor:
                                                    leader_epoch, self.replica_fetch_max_bytes,
                                                    self.fetch_max_wait_ms)
                 self.replica.apply_fetched(result)
+                self.fetched_bytes += len(result.records)
                 self._notify()
             except asyncio.CancelledError:
                 raise
@@ -271,6 +359,7 @@ class ReplicaActor:
 
     async def delete_log(self) -> None:
         """The topic was deleted: stop replicating and remove the log's files."""
+        self._usable()
         await self._stop_fetcher()
         self.replica.become_follower(leader_id=-1, leader_epoch=max(self.replica.leader_epoch, 0) + 1)
         self._notify()
@@ -279,10 +368,16 @@ class ReplicaActor:
     # --- introspection ------------------------------------------------------------
 
     async def describe(self) -> dict:
+        identity = {"node_id": self.node_id, "broker_id": self.broker_id, "pid": os.getpid(),
+                    "opened_log_end_offset": self.opened_log_end_offset,
+                    "opened_after_clean_shutdown": self.opened_after_clean_shutdown,
+                    "fetched_bytes": self.fetched_bytes}
+        if self.storage_error is not None:
+            return {**identity, "role": OFFLINE, "leader_epoch": -1, "error": str(self.storage_error)}
         log = self.replica.log
         leader = self.replica.leader
-        return {"topic": self.replica.topic, "partition": self.replica.partition,
-                "replica_id": self.replica.replica_id, "node_id": self.node_id, "pid": os.getpid(),
+        return {**identity, "topic": self.replica.topic, "partition": self.replica.partition,
+                "replica_id": self.replica.replica_id,
                 "role": self.replica.role.value, "leader_epoch": self.replica.leader_epoch,
                 "leader_id": self.replica.leader_id, "log_start_offset": log.log_start_offset,
                 "high_watermark": log.high_watermark, "log_end_offset": log.log_end_offset,
@@ -294,7 +389,7 @@ class ReplicaActor:
 
     async def read_below_high_watermark(self) -> bytes:
         """Every byte of the log below the HW (tests compare replicas with it)."""
-        log = self.replica.log
+        log = self._usable().log
         chunks, position = [], log.log_start_offset
         while position < log.high_watermark:   # a read stops at its segment's end
             data = log.read(position, 1 << 30, max_offset=log.high_watermark)
@@ -306,6 +401,28 @@ class ReplicaActor:
 
     async def ping(self) -> dict:
         """Liveness and role, for the controller's watch loop. A restarted actor
-        answers with role follower and epoch -1 until it is told its role."""
+        answers with role follower and epoch -1 until it is told its role; one
+        whose log dir cannot be used answers `offline`."""
+        if self.storage_error is not None or self._stopped:
+            return {"node_id": self.node_id, "role": OFFLINE, "leader_epoch": -1}
         return {"node_id": self.node_id, "role": self.replica.role.value,
                 "leader_epoch": self.replica.leader_epoch}
+
+    async def shutdown(self) -> dict:
+        """A planned stop (`rafka down`, leaving `local_cluster`): stop replicating,
+        fail parked produces, then flush, checkpoint the HW and recovery point and
+        leave the clean-shutdown marker, so the next open skips the recovery scan.
+        The actor answers nothing after this; the caller then kills it."""
+        if self.storage_error is not None or self._stopped:
+            return {"closed": False}
+        self._stopped = True
+        await self._stop_fetcher()
+        for task in [self._isr_keeper, *self._timers]:
+            if task is not None:
+                task.cancel()
+        async with self._compaction_lock:   # never close under a cleaner pass
+            self.replica.become_follower(leader_id=-1, leader_epoch=self.replica.leader_epoch)
+            self._notify()
+            log_end_offset = self.replica.log.log_end_offset
+            self.replica.log.close(clean_shutdown=True)
+        return {"closed": True, "log_end_offset": log_end_offset}

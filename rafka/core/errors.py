@@ -110,6 +110,14 @@ GroupMaxSizeReached = _error("GroupMaxSizeReached", 81, "GROUP_MAX_SIZE_REACHED"
 InvalidRecord = _error("InvalidRecord", 87, "INVALID_RECORD", False,
                        "A record is not valid for this topic (e.g. no key on a compacted topic).")
 
+InconsistentClusterId = _error("InconsistentClusterId", 104, "INCONSISTENT_CLUSTER_ID", False,
+                               "A log dir's meta.properties names another cluster id.")
+# Kafka refuses to start a broker whose log dir names another broker id
+# (InconsistentBrokerIdException, a startup error with no wire code of its own); a
+# replica here reports it as a storage error that no retry can clear.
+InconsistentBrokerId = _error("InconsistentBrokerId", 56, "KAFKA_STORAGE_ERROR", False,
+                              "A log dir's meta.properties names another broker id.")
+
 
 class NoOffsetForPartitionError(KafkaError):
     """Client side: no committed offset and auto_offset_reset='none'."""
@@ -119,6 +127,19 @@ class NoOffsetForPartitionError(KafkaError):
     retriable = False
 
 
-ERRORS_BY_CODE: dict[int, type[KafkaError]] = {
-    cls.code: cls for cls in KafkaError.__subclasses__() if cls.code >= 0
-}
+class SerializationError(KafkaError, TypeError):
+    """Client side: a record's key, value, headers, partition or timestamp cannot
+    be written as the wire format wants it (Kafka's SerializationException: no
+    serializer fits). The producer raises it from send, before queuing anything.
+    Also a TypeError, which is what it is in Python terms."""
+
+    code = -1
+    kafka_name = "SERIALIZATION"
+    retriable = False
+
+
+ERRORS_BY_CODE: dict[int, type[KafkaError]] = {}
+for _cls in KafkaError.__subclasses__():   # the first class of a code is the one its code decodes to
+    if _cls.code >= 0:
+        ERRORS_BY_CODE.setdefault(_cls.code, _cls)
+del _cls

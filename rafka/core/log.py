@@ -47,6 +47,10 @@ from rafka.core.segment import Segment, segment_file_name
 
 CHECKPOINT_FILE = "recovery-point-checkpoint"
 LOCK_FILE = ".lock"
+# Written by a clean close after the last flush and checkpoint; an open that finds
+# it trusts every segment (no CRC scan of the active one) and removes it, so a
+# crash after that open recovers as usual (Kafka's .kafka_cleanshutdown).
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +145,11 @@ class PartitionLog:
 
     def _open(self) -> None:
         self._finish_interrupted_compaction()
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        self.opened_after_clean_shutdown = marker.exists()
+        if self.opened_after_clean_shutdown:
+            marker.unlink()
+            checkpoint.fsync_dir(self.directory)
         entries = checkpoint.read_entries(self.directory / CHECKPOINT_FILE) or []
         saved = {name: int(value) for name, value in entries}
         bases = sorted(int(p.name[:20]) for p in self.directory.glob("*.log")
@@ -153,6 +162,8 @@ class PartitionLog:
             return
         recovery_point = saved.get("recovery_point", 0)
         first_to_recover = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        if self.opened_after_clean_shutdown and "recovery_point" in saved:
+            first_to_recover = len(bases)   # flushed and closed: nothing to scan
         for i, base in enumerate(bases):
             if i < first_to_recover:
                 self._add_segment(Segment.open_trusted(self.directory, base, **self._segment_args()))
@@ -543,10 +554,17 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self._write_checkpoint()
 
-    def close(self) -> None:
+    def close(self, *, clean_shutdown: bool = False) -> None:
+        """Flush, checkpoint and close. `clean_shutdown`: also leave the marker that
+        lets the next open skip the recovery scan (a planned stop)."""
         self.flush()
         for segment in self._segments:
             segment.close()
+        if clean_shutdown:
+            with open(self.directory / CLEAN_SHUTDOWN_FILE, "w") as f:
+                f.flush()
+                os.fsync(f.fileno())
+            checkpoint.fsync_dir(self.directory)
         self._segments, self._bases = [], []
         self._unlock()
 

@@ -12,6 +12,13 @@ Invariants:
   the ISR is a non-empty subset of the replicas while the partition is online
   leader_epoch increases by one at every leader change; partition_epoch at every
   leader or ISR change (an AlterPartition request must name the current ones)
+  replica ids are a partition's own small numbers (the actor name's replica
+  index); `brokers` maps each to the broker id whose disk holds its log, fixed at
+  creation (Kafka's rack-unaware assignment): a replica restarts on that broker
+  only, so it reopens its own log
+  only an ISR member may lead (no unclean election); one that restarted leads
+  only when no ISR member that kept running is available (it reopened its log,
+  which holds every record below the HW, but may be behind the others)
 Pure logic, no I/O. Caller: the controller actor.
 """
 
@@ -19,9 +26,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import random
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rafka.core.config import TopicConfig
@@ -31,6 +39,9 @@ from rafka.core.errors import (FencedLeaderEpoch, InvalidPartitions, InvalidRepl
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 NO_LEADER = -1
+# Every partition is RF actor processes (~80 MB each): a typo of 10000 would hang
+# the cluster placing them. Kafka has no such limit; rafka's actors need one.
+MAX_PARTITIONS_PER_TOPIC = 1024
 Record = dict[str, Any]
 
 
@@ -52,10 +63,38 @@ class PartitionState:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    brokers: tuple[int, ...] = ()     # brokers[i]: the broker id of replicas[i]
 
     @property
     def online(self) -> bool:
         return self.leader != NO_LEADER
+
+    def broker_of(self, replica_id: int) -> int:
+        return self.brokers[self.replicas.index(replica_id)]
+
+
+def assign_replicas_to_brokers(broker_ids: Sequence[int], partitions: int, replication_factor: int,
+                               *, start_index: int, replica_shift: int,
+                               first_partition: int = 0) -> list[list[int]]:
+    """Kafka's rack-unaware assignment: partition p's first replica goes to broker
+    (p + start_index) mod n, so leaders spread evenly; the others follow it at a
+    distance that grows by one every n partitions, so that the followers of one
+    broker's leaders spread over every other broker, not over its neighbours only.
+    The two offsets are random in Kafka (AdminUtils); passed in here. `brokers`
+    is sorted, so the outcome depends on the set of ids only."""
+    brokers = sorted(broker_ids)
+    n = len(brokers)
+    assignment = []
+    shift = replica_shift
+    for p in range(first_partition, first_partition + partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start_index) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        assignment.append(replicas)
+    return assignment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,30 +151,44 @@ class ClusterMetadata:
         return records
 
     def handle_create_topic(self, name: str, partitions: int, replication_factor: int,
-                            config: dict[str, Any] | None, live_node_count: int) -> tuple[list[Record], TopicMetadata]:
+                            config: dict[str, Any] | None, broker_ids: Sequence[int],
+                            rng: random.Random | None = None) -> tuple[list[Record], TopicMetadata]:
+        """`broker_ids`: the live brokers; each partition's replicas are assigned to
+        `replication_factor` different ones (the placement group pins them there)."""
         validate_topic_name(name)
         if name in self.topics:
             raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-        if not isinstance(partitions, int) or partitions < 1:
+        # bool is an int in Python: create_topic(partitions=True) must not mean 1
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise InvalidPartitions(f"Number of partitions must be larger than 0, got {partitions!r}.")
-        if not isinstance(replication_factor, int) or replication_factor < 1:
+        if partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitions(f"Number of partitions {partitions} is larger than this cluster's "
+                                    f"limit of {MAX_PARTITIONS_PER_TOPIC} per topic.")
+        if (isinstance(replication_factor, bool) or not isinstance(replication_factor, int)
+                or replication_factor < 1):
             raise InvalidReplicationFactor(
                 f"Replication factor must be larger than 0, got {replication_factor!r}.")
-        if replication_factor > live_node_count:
+        if replication_factor > len(broker_ids):
             raise InvalidReplicationFactor(
-                f"Replication factor: {replication_factor} larger than available brokers: {live_node_count}.")
+                f"Replication factor: {replication_factor} larger than available brokers: {len(broker_ids)}.")
         topic_config = TopicConfig.from_dict(config or {})
         if topic_config.min_insync_replicas > replication_factor:
             # Kafka accepts this and fails acks=all later; rafka says so at creation.
             raise InvalidReplicationFactor(
                 f"min.insync.replicas ({topic_config.min_insync_replicas}) is larger than the "
                 f"replication factor ({replication_factor}).")
+        rng = rng or random.Random()
+        assignment = assign_replicas_to_brokers(
+            broker_ids, partitions, replication_factor,
+            start_index=rng.randrange(len(broker_ids)), replica_shift=rng.randrange(len(broker_ids)))
         replicas = tuple(range(replication_factor))
         partition_records = []
         for p in range(partitions):
             leader = p % replication_factor  # spread leaders over the replica slots
             ordered = replicas[leader:] + replicas[:leader]
-            partition_records.append({"replicas": list(ordered), "isr": list(ordered),
+            # the preferred leader (replica `leader`) goes to the assignment's first broker
+            brokers = [assignment[p][(r - leader) % replication_factor] for r in ordered]
+            partition_records.append({"replicas": list(ordered), "isr": list(ordered), "brokers": brokers,
                                       "leader": leader, "leader_epoch": 0, "partition_epoch": 0})
         record = {"type": "topic", "name": name, "topic_id": new_cluster_id(),
                   "config": dict(config or {}), "partitions": partition_records}
@@ -151,21 +204,28 @@ class ClusterMetadata:
         self.topic(name)
         return [{"type": "remove_topic", "name": name}]
 
-    def handle_elect_leader(self, topic: str, partition: int,
-                            unavailable_replicas: Iterable[int]) -> tuple[list[Record], PartitionState]:
-        """The leader is gone or unreachable: the first ISR member that is available
-        leads, epoch + 1; if none is, the partition goes offline (leader -1, ISR kept:
-        unclean election is off, so only an ISR member may lead again)."""
+    def handle_elect_leader(self, topic: str, partition: int, unavailable_replicas: Iterable[int],
+                            restarted_replicas: Iterable[int] = ()) -> tuple[list[Record], PartitionState]:
+        """The leader is gone, unreachable or restarted: a new leader from the ISR,
+        epoch + 1. ISR members that kept running come first (they are caught up);
+        only when none is available does a restarted one lead (it reopened its log
+        on its broker's disk: an RF=1 partition, an ISR shrunk to one replica, a
+        whole-cluster restart), as Kafka elects a re-registered broker that is the
+        last ISR member. Restarted members leave the new ISR and rejoin once caught
+        up. If no ISR member is available the partition goes offline (leader -1, ISR
+        kept: unclean election is off, so only an ISR member may lead again)."""
         state = self.partition(topic, partition)
-        unavailable = set(unavailable_replicas)
-        candidates = [r for r in state.isr if r not in unavailable]
-        if candidates:
-            leader = candidates[0]
-            isr = tuple(r for r in state.isr if r not in unavailable) or (leader,)
+        unavailable, restarted = set(unavailable_replicas), set(restarted_replicas)
+        running = [r for r in state.isr if r not in unavailable and r not in restarted]
+        reopened = [r for r in state.isr if r not in unavailable and r in restarted]
+        if running:
+            leader, isr = running[0], tuple(running)
+        elif reopened:
+            leader, isr = reopened[0], (reopened[0],)
         else:
             leader, isr = NO_LEADER, state.isr
-        new = PartitionState(state.replicas, isr, leader, state.leader_epoch + 1,
-                             state.partition_epoch + 1)
+        new = dataclasses.replace(state, isr=isr, leader=leader, leader_epoch=state.leader_epoch + 1,
+                                  partition_epoch=state.partition_epoch + 1)
         return [_partition_record(topic, partition, new)], new
 
     def handle_remove_from_isr(self, topic: str, partition: int,
@@ -220,10 +280,10 @@ class ClusterMetadata:
 
 def _partition(record: Record) -> PartitionState:
     return PartitionState(tuple(record["replicas"]), tuple(record["isr"]), record["leader"],
-                          record["leader_epoch"], record["partition_epoch"])
+                          record["leader_epoch"], record["partition_epoch"], tuple(record["brokers"]))
 
 
 def _partition_record(topic: str, partition: int, state: PartitionState) -> Record:
     return {"type": "partition", "topic": topic, "partition": partition,
-            "replicas": list(state.replicas), "isr": list(state.isr), "leader": state.leader,
-            "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch}
+            "replicas": list(state.replicas), "isr": list(state.isr), "brokers": list(state.brokers),
+            "leader": state.leader, "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch}

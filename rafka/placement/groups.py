@@ -1,10 +1,21 @@
-"""Where replicas run: one STRICT_SPREAD placement group per partition.
+"""Where replicas run: one placement group per replica, its one bundle pinned to
+the replica's broker by the `rafka-broker-id` node label.
 
-Each bundle holds one replica actor, so a partition's replicas sit on different
-Ray nodes (Ray refuses to place the group when there are fewer nodes than
-replicas: creation waits, and `wait_ready` times out with LeaderNotAvailable).
-Bundles ask for a custom resource that every rafka node advertises, so replicas
-avoid nodes that were not given to rafka (e.g. a head node reserved for drivers).
+A partition's replicas sit on different brokers because the controller assigns
+them to different broker ids (DESIGN section 4); the label pins each one there.
+When a broker's node dies its bundles wait (Ray reschedules them) until a node
+with the same label, the broker restarted with its disk, comes back; the replica
+actor restarts there and reopens its own log. A broker gone for good is replaced
+by reassignment (a new replica and group), never by Ray moving a bundle.
+
+Why a group per replica and not DESIGN's one STRICT_SPREAD group per partition: a
+group is placed all or nothing, so a partition's group created while one of its
+brokers is down (after `rafka down` + `rafka up`, or a whole-cluster restart,
+without that broker) would keep every replica of the partition off, though the
+rest of its ISR could serve it. Label pinning to distinct broker ids is the
+stronger spread: distinct broker identities, not only distinct Ray nodes.
+Bundles ask for a sliver of the `rafka_broker` resource too, so replicas avoid
+nodes not given to rafka (e.g. a head node reserved for drivers).
 """
 
 from __future__ import annotations
@@ -13,21 +24,34 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group  # noqa: F401 (re-exported)
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.errors import LeaderNotAvailable
+from rafka.placement.brokers import BROKER_RESOURCE  # noqa: F401 (re-exported)
 
-BROKER_RESOURCE = "rafka_broker"
 REPLICA_CPU = 0.01  # replicas are mostly waiting on I/O; many share a core
+GROUP_PREFIX = "rafka:"
 
 
-def partition_group_name(topic: str, partition: int) -> str:
-    return f"rafka:{topic}:{partition}"
+def replica_group_name(topic: str, partition: int, replica_id: int) -> str:
+    return f"{GROUP_PREFIX}{topic}:{partition}:{replica_id}"
 
 
-def partition_placement_group(topic: str, partition: int, replication_factor: int) -> PlacementGroup:
-    bundles = [{"CPU": REPLICA_CPU, BROKER_RESOURCE: 0.001} for _ in range(replication_factor)]
-    # Detached: the group (and so its replicas) outlives the controller that made it.
-    return placement_group(bundles, strategy="STRICT_SPREAD", name=partition_group_name(topic, partition),
-                           lifetime="detached")
+def replica_placement_group(topic: str, partition: int, replica_id: int, broker_id: int) -> PlacementGroup:
+    """The group of one replica, on broker `broker_id` only; an existing one is reused."""
+    existing = existing_replica_group(topic, partition, replica_id)
+    if existing is not None:
+        return existing
+    # Detached: the group (and so its replica) outlives the controller that made it.
+    return placement_group([{"CPU": REPLICA_CPU, BROKER_RESOURCE: 0.001}], strategy="STRICT_PACK",
+                           name=replica_group_name(topic, partition, replica_id), lifetime="detached",
+                           bundle_label_selector=[{BROKER_ID_LABEL: str(broker_id)}])
+
+
+def existing_replica_group(topic: str, partition: int, replica_id: int) -> PlacementGroup | None:
+    try:
+        return ray.util.get_placement_group(replica_group_name(topic, partition, replica_id))
+    except ValueError:
+        return None
 
 
 def wait_ready(group: PlacementGroup, timeout_s: float) -> None:
@@ -41,4 +65,3 @@ def in_bundle(group: PlacementGroup, bundle_index: int) -> PlacementGroupSchedul
     return PlacementGroupSchedulingStrategy(placement_group=group,
                                             placement_group_bundle_index=bundle_index,
                                             placement_group_capture_child_tasks=False)
-

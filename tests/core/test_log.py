@@ -454,3 +454,17 @@ def test_log_directory__a_second_opener_is_refused_until_the_first_closes(tmp_pa
         open_log(tmp_path)
     first.close()
     open_log(tmp_path).close()
+
+
+def test_clean_shutdown__next_open_skips_recovery__a_crash_does_not(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(b"a", b"b"), leader_epoch=0)
+    log.update_high_watermark(2)
+    log.close(clean_shutdown=True)
+    reopened = open_log(tmp_path)
+    assert reopened.opened_after_clean_shutdown
+    assert (reopened.log_end_offset, reopened.high_watermark) == (2, 2)
+    reopened.append_as_leader(batch(b"c"), leader_epoch=0)
+    reopened._unlock()   # a crash: no close, no marker
+    crashed = open_log(tmp_path)
+    assert not crashed.opened_after_clean_shutdown and crashed.log_end_offset == 3

@@ -35,7 +35,7 @@ def test_start__cluster_id_is_22_url_safe_chars_and_epoch_grows_per_restart():
 
 def test_create_topic__replicas_spread_leaders_and_replay_rebuilds_the_same_state():
     metadata, log = started()
-    records, topic = metadata.handle_create_topic("orders", 3, 3, {"min.insync.replicas": "2"}, 3)
+    records, topic = metadata.handle_create_topic("orders", 3, 3, {"min.insync.replicas": "2"}, [0, 1, 2])
     assert "orders" not in metadata.topics  # handlers change nothing
     log += apply(metadata, records)
     assert [p.leader for p in metadata.topics["orders"].partitions] == [0, 1, 2]
@@ -56,10 +56,10 @@ def test_create_topic__replicas_spread_leaders_and_replay_rebuilds_the_same_stat
 ])
 def test_create_topic__bad_input__typed_error_and_nothing_changes(name, partitions, rf, config, error, message):
     metadata, _ = started()
-    apply(metadata, metadata.handle_create_topic("orders", 1, 1, None, 3)[0])
+    apply(metadata, metadata.handle_create_topic("orders", 1, 1, None, [0, 1, 2])[0])
     before = dict(metadata.topics)
     with pytest.raises(error) as raised:
-        metadata.handle_create_topic(name, partitions, rf, config, 3)
+        metadata.handle_create_topic(name, partitions, rf, config, [0, 1, 2])
     if message:
         assert raised.value.message == message
     assert metadata.topics == before
@@ -67,7 +67,7 @@ def test_create_topic__bad_input__typed_error_and_nothing_changes(name, partitio
 
 def test_elect_leader__first_available_isr_member_and_epoch_plus_one():
     metadata, _ = started()
-    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, 3)[0])
+    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, [0, 1, 2])[0])
     records, state = metadata.handle_elect_leader("orders", 0, unavailable_replicas={0})
     apply(metadata, records)
     assert (state.leader, state.leader_epoch, state.isr) == (1, 1, (1, 2))
@@ -75,7 +75,7 @@ def test_elect_leader__first_available_isr_member_and_epoch_plus_one():
 
 def test_elect_leader__no_live_isr_member__offline_not_unclean():
     metadata, _ = started()
-    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, 3)[0])
+    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, [0, 1, 2])[0])
     state = metadata.partition("orders", 0)
     apply(metadata, metadata.handle_alter_isr("orders", 0, 0, 0, state.partition_epoch, [0])[0])
     records, state = metadata.handle_elect_leader("orders", 0, unavailable_replicas={0})
@@ -87,7 +87,7 @@ def test_elect_leader__no_live_isr_member__offline_not_unclean():
 
 def test_alter_isr__stale_leader_epoch_is_fenced():
     metadata, _ = started()
-    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, 3)[0])
+    apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, [0, 1, 2])[0])
     apply(metadata, metadata.handle_elect_leader("orders", 0, {0})[0])
     state = metadata.partition("orders", 0)
     with pytest.raises(FencedLeaderEpoch):
@@ -102,7 +102,7 @@ def test_unknown_topic_or_partition():
     metadata, _ = started()
     with pytest.raises(UnknownTopicOrPartition):
         metadata.partition("nope", 0)
-    apply(metadata, metadata.handle_create_topic("orders", 1, 1, None, 1)[0])
+    apply(metadata, metadata.handle_create_topic("orders", 1, 1, None, [0])[0])
     with pytest.raises(UnknownTopicOrPartition):
         metadata.partition("orders", 1)
     apply(metadata, metadata.handle_delete_topic("orders"))
@@ -123,7 +123,7 @@ def test_producer_ids__never_handed_out_twice_across_restarts():
 
 def test_remove_from_isr__restarted_follower_leaves_isr_leader_stays_and_epoch_bumps():
     metadata, _ = started()
-    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, 3)[0])
+    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, [0, 1, 2])[0])
     before = metadata.partition("t", 0)
     follower = [r for r in before.replicas if r != before.leader][0]
     records, after = metadata.handle_remove_from_isr("t", 0, [follower, before.leader])
@@ -132,3 +132,70 @@ def test_remove_from_isr__restarted_follower_leaves_isr_leader_stays_and_epoch_b
     assert after.leader == before.leader and after.leader_epoch == before.leader_epoch
     assert after.partition_epoch == before.partition_epoch + 1
     assert metadata.handle_remove_from_isr("t", 0, [follower]) == ([], after)
+
+
+# --- broker assignment (DESIGN section 4) --------------------------------------------
+
+def test_assignment__kafka_rack_unaware__leaders_even_followers_spread_replicas_distinct():
+    from rafka.core.metadata import assign_replicas_to_brokers
+    assignment = assign_replicas_to_brokers([10, 11, 12, 13], 8, 3, start_index=0, replica_shift=0)
+    assert assignment[:4] == [[10, 11, 12], [11, 12, 13], [12, 13, 10], [13, 10, 11]]
+    assert all(len(set(replicas)) == 3 for replicas in assignment)
+    leaders = [replicas[0] for replicas in assignment]
+    assert sorted(leaders) == [10, 10, 11, 11, 12, 12, 13, 13]
+    # the second round shifts the followers: broker 10's leaders get different followers
+    assert assignment[4] == [10, 12, 13] and assignment[0] != assignment[4]
+
+
+def test_create_topic__replicas_on_distinct_brokers_preferred_leader_on_the_first_assigned():
+    import random
+    metadata, log = started()
+    records, topic = metadata.handle_create_topic("orders", 6, 3, None, [5, 7, 9, 11], random.Random(1))
+    log += apply(metadata, records)
+    for state in metadata.topics["orders"].partitions:
+        assert len(set(state.brokers)) == 3 and set(state.brokers) <= {5, 7, 9, 11}
+        assert state.broker_of(state.leader) == state.brokers[0]
+    replayed = ClusterMetadata()
+    apply(replayed, log)
+    assert replayed.topics == metadata.topics   # the assignment is in the metadata log
+
+
+@pytest.mark.parametrize("partitions", [True, False, 1.0, "3", 10_000])
+def test_create_topic__partition_count_not_a_placeable_int__invalid_partitions_nothing_changes(partitions):
+    metadata, _ = started()
+    with pytest.raises(InvalidPartitions):
+        metadata.handle_create_topic("t", partitions, 1, None, [0, 1, 2])
+    assert metadata.topics == {}
+
+
+# --- elections after restarts (DESIGN invariant 13) ----------------------------------
+
+def test_elect_leader__rf1_replica_restarted__it_leads_again_with_a_new_epoch():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("solo", 1, 1, None, [4])[0])
+    records, state = metadata.handle_elect_leader("solo", 0, unavailable_replicas=[], restarted_replicas=[0])
+    apply(metadata, records)
+    assert (state.leader, state.leader_epoch, state.isr) == (0, 1, (0,))
+
+
+def test_elect_leader__a_running_isr_member_is_preferred_to_a_restarted_one():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, [0, 1, 2])[0])
+    records, state = metadata.handle_elect_leader("t", 0, unavailable_replicas=[0], restarted_replicas=[1])
+    assert (state.leader, state.isr) == (2, (2,))   # restarted 1 rejoins once caught up
+
+
+def test_elect_leader__whole_cluster_restarted__a_restarted_isr_member_leads_alone_in_the_isr():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, [0, 1, 2])[0])
+    records, state = metadata.handle_elect_leader("t", 0, unavailable_replicas=[0], restarted_replicas=[1, 2])
+    assert (state.leader, state.isr, state.leader_epoch) == (1, (1,), 1)
+
+
+def test_elect_leader__restarted_replica_outside_the_isr_never_leads():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, [0, 1, 2])[0])
+    state = metadata.partition("t", 0)
+    apply(metadata, metadata.handle_alter_isr("t", 0, 0, 0, state.partition_epoch, [0])[0])
+    records, state = metadata.handle_elect_leader("t", 0, unavailable_replicas=[0], restarted_replicas=[1, 2])
+    assert (state.leader, state.isr) == (NO_LEADER, (0,))
