@@ -295,12 +295,15 @@ class ReplicaActor:
             await asyncio.sleep(interval_s)
             if self.replica.role is not Role.LEADER:
                 return
+            if unanswered is not None and unanswered.leader_epoch != self.replica.leader_epoch:
+                unanswered = None   # led again since, at a new epoch: a fresh ISR state
             change = unanswered or self.replica.maybe_propose_isr_change()
             if change is None:
                 continue
             topic, partition = self.replica.topic, self.replica.partition
+            proposing = unanswered is None
             try:
-                if unanswered is None:
+                if proposing:
                     answer = await controller.alter_isr.remote(
                         topic, partition, self.replica.replica_id, change.leader_epoch,
                         change.partition_epoch, sorted(change.proposed_isr))
@@ -308,9 +311,16 @@ class ReplicaActor:
                     snapshot = await controller.metadata_snapshot.remote()
                     answer = snapshot["topics"][topic]["partitions"][partition]
                     if answer["leader_epoch"] != change.leader_epoch:
-                        return   # deposed: the controller tells this replica its new role
+                        # Deposed: the change stays in flight (holding the HW back)
+                        # until the controller tells this replica its new role.
+                        unanswered = None
+                        continue
                 unanswered = None
-            except KafkaError as error:   # refused: nothing was applied
+            except KafkaError as error:
+                if not proposing:   # the read-back failed: still unknown, try again
+                    logger.warning("%s: reading the controller's record failed: %s", self.replica.name, error)
+                    continue
+                # refused (fenced, stale partition epoch, not the leader): nothing applied
                 logger.info("%s: ISR change to %s refused: %s", self.replica.name,
                             sorted(change.proposed_isr), error)
                 if self.replica.leader_epoch == change.leader_epoch and self.replica.role is Role.LEADER \

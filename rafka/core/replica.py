@@ -8,10 +8,16 @@ Invariants:
   only the leader appends produced batches, and only at its current epoch
   a request naming an older leader epoch is fenced (FENCED_LEADER_EPOCH), a newer
   one is not known yet (UNKNOWN_LEADER_EPOCH)
-  consumers never get a batch at or above the HW
+  consumers never get a batch at or above the HW; a consumer fetch in [HW, LEO] is
+  answered with no records (it waits), never OFFSET_OUT_OF_RANGE: a consumer at the
+  tail of an old leader may be ahead of a new leader's HW, but not of its LEO
   a follower truncates to the leader's end offset for its latest epoch (KIP-101)
   before it appends anything fetched in a new epoch
-  acks=all needs at least min.insync.replicas in the ISR when the batch arrives
+  acks=all needs at least min.insync.replicas in the committed ISR when the batch
+  arrives, and in the maximal ISR when the HW passes it (Kafka's Partition)
+  the leader's ISR changes go through `maybe_propose_isr_change` and then the
+  controller's answer (core.replication: at most one in flight, HW over the
+  maximal ISR)
 Caller: the partition replica actor, from one thread.
 """
 
@@ -24,12 +30,12 @@ from pathlib import Path
 from rafka.core.config import TopicConfig
 from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRequest, InvalidRequiredAcks, NotEnoughReplicas,
                                NotEnoughReplicasAfterAppend,
-                               NotLeaderOrFollower, OffsetOutOfRange, UnknownLeaderEpoch)
+                               NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange, UnknownLeaderEpoch)
 from rafka.core.leader_epoch import UNDEFINED_OFFSET
 from rafka.core.log import PartitionLog
 from rafka.core.producer_state import ProducerStateTable
 from rafka.core.records import iter_batches
-from rafka.core.replication import LeaderState, follower_high_watermark
+from rafka.core.replication import LeaderState, PendingIsrChange, follower_high_watermark
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest.EARLIEST/LATEST_TIMESTAMP).
@@ -82,12 +88,16 @@ class PartitionReplica:
         self.role = Role.FOLLOWER
         self.leader_epoch = -1
         self.leader_id = -1
-        self.partition_epoch = -1
         self.leader: LeaderState | None = None
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition} replica {self.replica_id}"
+
+    @property
+    def partition_epoch(self) -> int:
+        """The partition epoch of the leader's committed ISR; -1 when not leading."""
+        return self.leader.partition_epoch if self.leader is not None else -1
 
     # --- role changes (from the controller) ---------------------------------------
 
@@ -95,9 +105,10 @@ class PartitionReplica:
                       partition_epoch: int) -> None:
         self._check_new_epoch(leader_epoch)
         self.role = Role.LEADER
-        self.leader_epoch, self.leader_id, self.partition_epoch = leader_epoch, self.replica_id, partition_epoch
+        self.leader_epoch, self.leader_id = leader_epoch, self.replica_id
         self.leader = LeaderState(replica_id=self.replica_id, replicas=replicas, isr=isr,
-                                  leader_epoch=leader_epoch, log=self.log, now_ms=self.clock.monotonic_ms(),
+                                  leader_epoch=leader_epoch, partition_epoch=partition_epoch,
+                                  log=self.log, now_ms=self.clock.monotonic_ms(),
                                   replica_lag_time_max_ms=self.replica_lag_time_max_ms)
         self.log.epochs.assign(leader_epoch, self.log.log_end_offset)
         self.leader.maybe_advance_high_watermark()
@@ -113,10 +124,27 @@ class PartitionReplica:
             raise FencedLeaderEpoch(f"{self.name}: epoch {leader_epoch} is older than {self.leader_epoch}")
 
     def apply_isr(self, isr: list[int], partition_epoch: int) -> bool:
-        """The controller accepted an ISR change; True if the HW moved."""
+        """An ISR change the controller made on its own and pushed here (ignored
+        unless its partition epoch is newer); True if the HW moved."""
         self._require_leader(self.leader_epoch)
-        self.partition_epoch = partition_epoch
-        return self.leader.apply_isr(isr)
+        return self.leader.apply_isr(isr, partition_epoch)
+
+    def maybe_propose_isr_change(self) -> PendingIsrChange | None:
+        """The ISR change to send to the controller now, already counted in the
+        maximal ISR; None while one is in flight or when nothing would change."""
+        self._require_leader(self.leader_epoch)
+        return self.leader.maybe_propose_isr_change(self.clock.monotonic_ms())
+
+    def isr_change_answered(self, change: PendingIsrChange, *, isr: list[int], partition_epoch: int) -> bool:
+        """The controller's record after it handled `change` becomes the committed
+        ISR (unless older than the one held); True if the HW moved."""
+        self._require_leader(change.leader_epoch)
+        return self.leader.isr_change_answered(change, isr=isr, partition_epoch=partition_epoch)
+
+    def isr_change_refused(self, change: PendingIsrChange) -> bool:
+        """The controller refused `change`: dropped; True if the HW moved."""
+        self._require_leader(change.leader_epoch)
+        return self.leader.isr_change_refused(change)
 
     # --- produce (leader) ---------------------------------------------------------
 
@@ -126,6 +154,9 @@ class PartitionReplica:
         `is_committed(last_offset)`. Duplicate batches of an idempotent producer are
         answered with their original offsets."""
         self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
+        # The committed ISR, not the maximal one, as Kafka's Partition.appendRecordsToLeader
+        # (partitionState.isr): a follower whose addition is still in flight may be
+        # refused, and must not let a write in that the ISR cannot yet hold.
         if acks == ACKS_ALL and len(self.leader.isr) < self.config.min_insync_replicas:
             raise NotEnoughReplicas(f"{self.name}: ISR {sorted(self.leader.isr)} is smaller than "
                                     f"min.insync.replicas {self.config.min_insync_replicas}")
@@ -159,10 +190,13 @@ class PartitionReplica:
         """Kafka's rule when the HW reaches an acks=all batch: if the ISR shrank below
         min.insync.replicas while it waited, the write is below the HW but was not
         replicated as promised: NOT_ENOUGH_REPLICAS_AFTER_APPEND (retriable; an
-        idempotent resend is answered with the same offsets)."""
-        if self.leader is not None and len(self.leader.isr) < self.config.min_insync_replicas:
+        idempotent resend is answered with the same offsets).
+        Counted over the maximal ISR, as Kafka's Partition.checkEnoughReplicasReachOffset
+        (partitionState.maximalIsr): the HW is computed over it, so a batch below
+        the HW is on every one of its members, committed or being added."""
+        if self.leader is not None and len(self.leader.maximal_isr) < self.config.min_insync_replicas:
             raise NotEnoughReplicasAfterAppend(
-                f"{self.name}: ISR {sorted(self.leader.isr)} shrank below min.insync.replicas "
+                f"{self.name}: ISR {sorted(self.leader.maximal_isr)} shrank below min.insync.replicas "
                 f"{self.config.min_insync_replicas} before the batch was replicated")
 
     # --- fetch (leader) -----------------------------------------------------------
@@ -178,25 +212,43 @@ class PartitionReplica:
 
     def fetch_for_consumer(self, *, fetch_offset: int, max_bytes: int,
                            leader_epoch: int | None = None) -> FetchResult:
-        """Batches below the HW only (read_uncommitted)."""
+        """Batches below the HW only (read_uncommitted). Out of range is below the log
+        start offset or above the LEO; at or above the HW (up to the LEO) there is
+        nothing to read yet, as Kafka's LocalLog.read with FetchHighWatermark
+        isolation: a new leader's HW may trail the old leader's for a fetch round,
+        and a consumer at the old tail must wait, not be reset."""
         self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
-        if fetch_offset > self.log.high_watermark:
-            raise OffsetOutOfRange(f"{self.name}: offset {fetch_offset} is above the HW "
-                                   f"{self.log.high_watermark}")
-        return self._fetch_result(self.log.read(fetch_offset, max_bytes, max_offset=self.log.high_watermark))
+        log = self.log
+        if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
+            raise OffsetOutOfRange(f"{self.name}: offset {fetch_offset} is outside "
+                                   f"[{log.log_start_offset}, {log.log_end_offset}]")
+        if fetch_offset >= log.high_watermark:
+            return self._fetch_result(b"")
+        return self._fetch_result(log.read(fetch_offset, max_bytes, max_offset=log.high_watermark))
 
     def list_offset(self, *, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
         """ListOffsets as a read_uncommitted consumer sees it: EARLIEST_TIMESTAMP gives
         the log start offset, LATEST_TIMESTAMP the HW, a timestamp the first offset
-        below the HW whose record timestamp is >= it. (offset, timestamp) or None."""
+        below the HW whose record timestamp is >= it. (offset, timestamp) or None.
+        A new leader whose HW has not reached the start of its epoch answers
+        OFFSET_NOT_AVAILABLE (retriable) where the HW would matter, as Kafka's
+        Partition.fetchOffsetForTimestamp: its HW may still be below the old
+        leader's, and "latest" must not move a consumer (or a coordinator loading
+        its partition) back."""
         self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
         if timestamp_ms == EARLIEST_TIMESTAMP:
             return self.log.log_start_offset, -1
+        if timestamp_ms != LATEST_TIMESTAMP and timestamp_ms < 0:
+            raise InvalidRequest(f"{self.name}: timestamp {timestamp_ms} is negative")
+        found = (None if timestamp_ms == LATEST_TIMESTAMP
+                 else self.log.offset_for_timestamp(timestamp_ms, max_offset=self.log.high_watermark))
+        if found is None and self.log.high_watermark < self.leader.leader_epoch_start_offset:
+            raise OffsetNotAvailable(f"{self.name}: the HW {self.log.high_watermark} has not reached the "
+                                     f"start offset {self.leader.leader_epoch_start_offset} of leader "
+                                     f"epoch {self.leader_epoch} yet")
         if timestamp_ms == LATEST_TIMESTAMP:
             return self.log.high_watermark, -1
-        if timestamp_ms < 0:
-            raise InvalidRequest(f"{self.name}: timestamp {timestamp_ms} is negative")
-        return self.log.offset_for_timestamp(timestamp_ms, max_offset=self.log.high_watermark)
+        return found
 
     def _fetch_result(self, records: bytes) -> FetchResult:
         return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,

@@ -10,17 +10,28 @@ Invariants:
   under this leader, reached the HW, and was caught up within the lag time (a
   paused follower whose old LEO happens to equal the HW must not rejoin)
   ISR changes are proposals: the controller accepts them with the current leader
-  epoch; the leader applies them only when accepted (`apply_isr`)
+  and partition epochs; the committed ISR changes only to a record of the
+  controller's (`isr_change_answered`, `apply_isr`)
+  at most one ISR change is in flight, as an immutable value (`PendingIsrChange`)
+  the HW is computed over the maximal ISR (KIP-497) = committed ISR | followers
+  being added: an added follower holds the HW back from the moment it is proposed
+  (the controller may accept it and then elect it before the leader hears back); a
+  removed one keeps holding it back until the controller's answer (if the change
+  is refused, the HW must not already have passed it). So every record below the
+  HW is on every replica the controller may elect.
 
 Pure logic, no I/O: the replica actor feeds it fetches and the clock's time, and
 reads back HW moves, ISR proposals and completed produce waits.
-Caller: the partition replica actor, from one thread.
+Caller: the partition replica actor (through core.replica.PartitionReplica), from
+one thread.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
+from typing import ClassVar
 
 from rafka.core.log import PartitionLog
 
@@ -38,13 +49,70 @@ def follower_high_watermark(leader_high_watermark: int, own_log_end_offset: int)
     return min(leader_high_watermark, own_log_end_offset)
 
 
+@dataclasses.dataclass(frozen=True)
+class CommittedIsr:
+    """The controller's ISR at `partition_epoch`, no change in flight (Kafka's
+    CommittedPartitionState)."""
+    isr: frozenset[int]
+    partition_epoch: int
+    in_flight: ClassVar[bool] = False
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        return self.isr
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingIsrChange:
+    """An ISR change sent to the controller and not answered yet. Kafka keeps an
+    expansion (PendingExpandIsr) and a shrink (PendingShrinkIsr) apart because it
+    proposes them from different code paths; one value serves both here, since the
+    ISR keeper proposes removals and additions together and the rule for the HW is
+    the same: added followers count at once, removed ones still count."""
+    proposed_isr: frozenset[int]
+    leader_epoch: int
+    last_committed: CommittedIsr
+    in_flight: ClassVar[bool] = True
+
+    @property
+    def isr(self) -> frozenset[int]:
+        """The committed ISR: what min.insync.replicas is checked against on append."""
+        return self.last_committed.isr
+
+    @property
+    def partition_epoch(self) -> int:
+        """The partition epoch the change was proposed at (the controller refuses it
+        if its record moved on meanwhile)."""
+        return self.last_committed.partition_epoch
+
+    @property
+    def added(self) -> frozenset[int]:
+        return self.proposed_isr - self.isr
+
+    @property
+    def removed(self) -> frozenset[int]:
+        return self.isr - self.proposed_isr
+
+    @functools.cached_property
+    def maximal_isr(self) -> frozenset[int]:
+        return self.isr | self.added
+
+
+IsrState = CommittedIsr | PendingIsrChange
+
+
+class IsrChangeInFlight(RuntimeError):
+    """A second ISR change was proposed while one is in flight: a bug in the caller
+    (`maybe_propose_isr_change` never does it)."""
+
+
 class LeaderState:
     def __init__(self, *, replica_id: int, replicas: Iterable[int], isr: Iterable[int],
-                 leader_epoch: int, log: PartitionLog, now_ms: int,
+                 leader_epoch: int, partition_epoch: int, log: PartitionLog, now_ms: int,
                  replica_lag_time_max_ms: int) -> None:
         self.replica_id = replica_id
         self.replicas = list(replicas)
-        self.isr = set(isr) | {replica_id}
+        self.isr_state: IsrState = CommittedIsr(frozenset(isr) | {replica_id}, partition_epoch)
         self.leader_epoch = leader_epoch
         self.log = log
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -56,6 +124,20 @@ class LeaderState:
     @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
+
+    @property
+    def isr(self) -> frozenset[int]:
+        """The committed ISR (the controller's record)."""
+        return self.isr_state.isr
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        """The committed ISR plus the followers an in-flight change adds (KIP-497)."""
+        return self.isr_state.maximal_isr
+
+    @property
+    def partition_epoch(self) -> int:
+        return self.isr_state.partition_epoch
 
     def on_follower_fetch(self, follower_id: int, fetch_offset: int, now_ms: int) -> bool:
         """A follower fetched from `fetch_offset` (its LEO). Returns True if the HW moved."""
@@ -72,10 +154,11 @@ class LeaderState:
         return self.maybe_advance_high_watermark()
 
     def maybe_advance_high_watermark(self) -> bool:
-        """HW = max(HW, min LEO of the ISR). True if it moved."""
-        isr_end_offsets = [self.log.log_end_offset] + [
-            self.followers[r].log_end_offset for r in self.isr if r != self.replica_id]
-        candidate = min(isr_end_offsets)
+        """HW = max(HW, min LEO of the maximal ISR). True if it moved."""
+        candidate = self.log.log_end_offset
+        for r in self.maximal_isr:
+            if r != self.replica_id:
+                candidate = min(candidate, self.followers[r].log_end_offset)
         if candidate <= self.log.high_watermark:
             return False
         return self.log.update_high_watermark(candidate)
@@ -93,8 +176,59 @@ class LeaderState:
                 and p.log_end_offset >= max(self.log.high_watermark, self.leader_epoch_start_offset)
                 and now_ms - p.last_caught_up_ms <= self.replica_lag_time_max_ms}
 
-    def apply_isr(self, isr: Iterable[int]) -> bool:
-        """The controller accepted a new ISR. Returns True if the HW moved (a
-        shrink can let it advance)."""
-        self.isr = set(isr) | {self.replica_id}
+    # --- ISR changes: propose, then the controller's answer -----------------------
+
+    def maybe_propose_isr_change(self, now_ms: int) -> PendingIsrChange | None:
+        """The ISR change to send to the controller, recorded as in flight: lagging
+        members out, caught-up followers in. None while a change is in flight (one
+        at a time, as Kafka's isInflight) or when nothing would change."""
+        if self.isr_state.in_flight:
+            return None
+        isr = self.isr_state.isr
+        proposed = (isr - self.lagging_isr_members(now_ms)) | self.caught_up_outside_isr(now_ms)
+        if proposed == isr:
+            return None
+        return self.propose_isr(proposed)
+
+    def propose_isr(self, proposed_isr: Iterable[int]) -> PendingIsrChange:
+        """Record `proposed_isr` as in flight, before it is sent: from now on the
+        followers it adds hold the HW back."""
+        if self.isr_state.in_flight:
+            raise IsrChangeInFlight(f"ISR change to {sorted(proposed_isr)} proposed while "
+                                    f"{self.isr_state} is in flight")
+        proposed = frozenset(proposed_isr)
+        if self.replica_id not in proposed or not proposed <= set(self.replicas):
+            raise ValueError(f"ISR {sorted(proposed)} must hold the leader {self.replica_id} "
+                             f"and only replicas {self.replicas}")
+        change = PendingIsrChange(proposed, self.leader_epoch, self.isr_state)
+        self.isr_state = change
+        return change
+
+    def isr_change_answered(self, change: PendingIsrChange, *, isr: Iterable[int],
+                            partition_epoch: int) -> bool:
+        """The controller's record after it handled `change` (its answer, or its
+        record read back when the answer was lost): it becomes the committed ISR,
+        unless a newer one is already held (Kafka's handleAlterPartitionUpdate).
+        True if the HW moved (a shrink can let it advance)."""
+        if change.leader_epoch != self.leader_epoch or partition_epoch < self.isr_state.partition_epoch:
+            return False
+        self.isr_state = CommittedIsr(frozenset(isr) | {self.replica_id}, partition_epoch)
+        return self.maybe_advance_high_watermark()
+
+    def isr_change_refused(self, change: PendingIsrChange) -> bool:
+        """The controller refused `change` (so it was not applied): drop it. True if
+        the HW moved (dropping an expansion can let it advance)."""
+        if self.isr_state is not change:   # superseded by a newer record already
+            return False
+        self.isr_state = change.last_committed
+        return self.maybe_advance_high_watermark()
+
+    def apply_isr(self, isr: Iterable[int], partition_epoch: int) -> bool:
+        """A change the controller made on its own (e.g. a restarted replica fenced
+        out of the ISR). Only a newer partition epoch counts; it replaces any change
+        in flight, which the controller then refuses as proposed at an old epoch (or
+        already applied, and this record includes it). True if the HW moved."""
+        if partition_epoch <= self.isr_state.partition_epoch:
+            return False
+        self.isr_state = CommittedIsr(frozenset(isr) | {self.replica_id}, partition_epoch)
         return self.maybe_advance_high_watermark()

@@ -4,9 +4,10 @@ import pytest
 
 from rafka.core.clock import FakeClock
 from rafka.core.config import TopicConfig
-from rafka.core.errors import FencedLeaderEpoch, NotEnoughReplicas, NotLeaderOrFollower
+from rafka.core.errors import (FencedLeaderEpoch, NotEnoughReplicas, NotEnoughReplicasAfterAppend,
+                               NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange)
 from rafka.core.records import RecordInput, decode_records, encode_batch
-from rafka.core.replica import ACKS_ALL, ACKS_LEADER, PartitionReplica
+from rafka.core.replica import ACKS_ALL, ACKS_LEADER, LATEST_TIMESTAMP, PartitionReplica
 
 pytestmark = pytest.mark.core
 
@@ -105,3 +106,108 @@ def test_idempotent_retry__after_append_before_ack__in_the_log_once(tmp_path):
     again = b.append(batch, acks=ACKS_ALL)
     assert (again.base_offset, again.duplicate) == (first.base_offset, True)
     assert b.log.log_end_offset == 1
+
+
+def values(data):
+    return [r.value for r in decode_records(data)]
+
+
+# --- KIP-497: an expansion in flight holds the HW back ----------------------------
+
+
+def test_isr_expansion_in_flight__joining_follower_elected__no_acked_record_lost(tmp_path):
+    """c joins the ISR. Had the HW counted only the committed ISR {a, b} while the
+    expansion was in flight, "during" would be acked with c not having it, and the
+    controller, having applied {a, b, c}, may elect c once a dies."""
+    _, (a, b, c) = replicas(tmp_path, **{"min.insync.replicas": 2})
+    elect(a, [b, c], 0, isr=[0, 1])                       # c outside the ISR, catching up
+    before = a.append(records(b"before"), acks=ACKS_ALL)
+    fetch(a, b), fetch(a, c), fetch(a, b), fetch(a, c)
+    assert a.is_committed(before.last_offset)
+    expand = a.maybe_propose_isr_change()                 # the ISR keeper, before calling the controller
+    assert expand.proposed_isr == {0, 1, 2} and a.leader.isr == {0, 1}
+    during = a.append(records(b"during"), acks=ACKS_ALL)  # committed ISR {a, b}: at min.insync.replicas
+    fetch(a, b), fetch(a, b)                              # b has it; c is slow
+    assert a.log.high_watermark == c.log.log_end_offset == 1
+    assert not a.is_committed(during.last_offset)         # not acked: c does not have it
+    a.isr_change_answered(expand, isr=[0, 1, 2], partition_epoch=1)   # the controller applied it
+    acked_below = a.log.high_watermark
+    # a dies; c is in the ISR, so a clean election may pick it
+    elect(c, [b], 1, isr=[1, 2])
+    assert c.log.log_end_offset >= acked_below
+    assert log_bytes(c, acked_below) == log_bytes(a, acked_below)
+    after = c.append(records(b"after"), acks=ACKS_ALL)
+    fetch(c, b), fetch(c, b)
+    assert c.is_committed(after.last_offset)
+    assert values(log_bytes(c, c.log.high_watermark)) == [b"before", b"after"]
+    assert log_bytes(b, c.log.high_watermark) == log_bytes(c, c.log.high_watermark)
+
+
+def test_min_insync__append_counts_the_committed_isr__after_append_the_maximal_isr(tmp_path):
+    """Kafka's Partition: appendRecordsToLeader checks partitionState.isr,
+    checkEnoughReplicasReachOffset partitionState.maximalIsr."""
+    _, (a, b, c) = replicas(tmp_path, **{"min.insync.replicas": 2})
+    elect(a, [b, c], 0, isr=[0])
+    fetch(a, b)                                           # b caught up at the HW 0
+    expand = a.maybe_propose_isr_change()
+    assert expand.added == {1}
+    with pytest.raises(NotEnoughReplicas):                # b might still be refused
+        a.append(records(b"x"), acks=ACKS_ALL)
+    a.isr_change_answered(expand, isr=[0, 1], partition_epoch=1)
+    x = a.append(records(b"x"), acks=ACKS_ALL)
+    a.apply_isr([0], 2)                                   # the controller fenced a restarted b ...
+    assert a.is_committed(x.last_offset)                  # ... so the HW passed x, on a alone
+    fetch(a, b), fetch(a, b)                              # b is back and caught up; then the
+    rejoin = a.maybe_propose_isr_change()                 # acks=all waiter runs, after the keeper
+    assert a.leader.isr == {0} and a.leader.maximal_isr == {0, 1}
+    a.check_enough_replicas_after_append()                # x is on a and on b: two copies
+    a.isr_change_refused(rejoin)
+    with pytest.raises(NotEnoughReplicasAfterAppend):
+        a.check_enough_replicas_after_append()
+
+
+# --- consumer fetches between the HW and the LEO ----------------------------------
+
+
+def test_consumer_fetch_between_hw_and_leo__empty_not_out_of_range(tmp_path):
+    """Out of range is below the log start offset or above the LEO, as Kafka's
+    LocalLog.read; at or above the HW up to the LEO there is nothing to read yet."""
+    _, (a, b, c) = replicas(tmp_path)
+    for replica in (a, b, c):
+        replica.restart_from(5)                           # logs that start at 5 (retention moved it)
+    elect(a, [b, c], 0, isr=[0, 1, 2])
+    a.append(records(b"x"), acks=ACKS_ALL)
+    fetch(a, b), fetch(a, c), fetch(a, b), fetch(a, c)
+    a.append(records(b"y"), acks=ACKS_ALL)
+    assert (a.log.log_start_offset, a.log.high_watermark, a.log.log_end_offset) == (5, 6, 7)
+    for offset in (6, 7):                                 # at the HW, and in [HW, LEO]
+        result = a.fetch_for_consumer(fetch_offset=offset, max_bytes=1 << 20)
+        assert (result.records, result.high_watermark, result.log_end_offset) == (b"", 6, 7)
+    assert values(a.fetch_for_consumer(fetch_offset=5, max_bytes=1 << 20).records) == [b"x"]
+    for offset in (4, 8):                                 # below the log start, above the LEO
+        with pytest.raises(OffsetOutOfRange):
+            a.fetch_for_consumer(fetch_offset=offset, max_bytes=1 << 20)
+
+
+def test_leader_change__consumer_at_the_old_tail__waits_and_is_not_reset(tmp_path):
+    """The new leader's HW trails the old one's by a fetch round (follower HW =
+    min(leader HW, own LEO) as of its last fetch): a consumer that read up to the old
+    HW is above the new HW but not above the new LEO."""
+    _, (a, b, c) = replicas(tmp_path)
+    elect(a, [b, c], 0, isr=[0, 1, 2])
+    a.append(records(b"x", b"y"), acks=ACKS_ALL)
+    fetch(a, b), fetch(a, c), fetch(a, b), fetch(a, c)   # c's fetch moved the HW; b had fetched before
+    assert (a.log.high_watermark, b.log.high_watermark) == (2, 0)
+    position = 2                                          # a consumer read x and y from a
+    elect(b, [c], 1, isr=[1, 2])                          # a dies
+    result = b.fetch_for_consumer(fetch_offset=position, max_bytes=1 << 20, leader_epoch=1)
+    assert (result.records, result.high_watermark) == (b"", 0)
+    with pytest.raises(OffsetNotAvailable):               # "latest" would move a consumer back to 0
+        b.list_offset(timestamp_ms=LATEST_TIMESTAMP, leader_epoch=1)
+    with pytest.raises(OffsetNotAvailable):               # so would a timestamp found nowhere below the HW
+        b.list_offset(timestamp_ms=0, leader_epoch=1)
+    fetch(b, c), fetch(b, c)
+    assert b.list_offset(timestamp_ms=LATEST_TIMESTAMP, leader_epoch=1) == (2, -1)
+    b.append(records(b"z"), acks=ACKS_ALL)
+    fetch(b, c), fetch(b, c)
+    assert values(b.fetch_for_consumer(fetch_offset=position, max_bytes=1 << 20, leader_epoch=1).records) == [b"z"]

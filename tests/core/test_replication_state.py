@@ -4,7 +4,7 @@ import pytest
 
 from rafka.core.clock import FakeClock
 from rafka.core.log import PartitionLog
-from rafka.core.replication import LeaderState, follower_high_watermark
+from rafka.core.replication import CommittedIsr, IsrChangeInFlight, LeaderState, follower_high_watermark
 from rafka.core.records import decode_records
 
 from tests.core.helpers import batch
@@ -17,13 +17,14 @@ LAG_MS = 10_000
 class Pair:
     """Leader replica 0 and follower replica 1 of one partition, fetching by hand."""
 
-    def __init__(self, tmp_path, followers=(1,)):
+    def __init__(self, tmp_path, followers=(1,), isr=None):
         self.clock = FakeClock()
         self.leader_log = PartitionLog(tmp_path / "leader", clock=self.clock)
         self.follower_logs = {f: PartitionLog(tmp_path / f"follower-{f}", clock=self.clock) for f in followers}
-        self.leader = LeaderState(replica_id=0, replicas=[0, *followers], isr=[0, *followers],
-                                  leader_epoch=0, log=self.leader_log, now_ms=self.clock.now_ms(),
-                                  replica_lag_time_max_ms=LAG_MS)
+        isr = [0, *followers] if isr is None else isr
+        self.leader = LeaderState(replica_id=0, replicas=[0, *followers], isr=isr,
+                                  leader_epoch=0, partition_epoch=0, log=self.leader_log,
+                                  now_ms=self.clock.now_ms(), replica_lag_time_max_ms=LAG_MS)
 
     def produce(self, *values):
         self.leader_log.append_as_leader(batch(*values), leader_epoch=0)
@@ -37,6 +38,16 @@ class Pair:
         if data:
             log.append_as_follower(data)
         log.update_high_watermark(follower_high_watermark(self.leader.high_watermark, log.log_end_offset))
+
+    def propose(self):
+        """The ISR keeper's step: the change it would send to the controller now."""
+        return self.leader.maybe_propose_isr_change(self.clock.now_ms())
+
+    def accept(self, change):
+        """The controller accepts `change` as proposed (its record's epoch + 1).
+        True if the HW moved."""
+        return self.leader.isr_change_answered(change, isr=change.proposed_isr,
+                                               partition_epoch=change.partition_epoch + 1)
 
     def row(self, follower=1):
         f = self.follower_logs[follower]
@@ -81,14 +92,18 @@ def test_isr__lagging_follower_leaves_after_lag_time_and_rejoins_when_caught_up(
     pair.clock.advance(2)
     assert pair.leader.lagging_isr_members(pair.clock.now_ms()) == {2}
     assert pair.leader.high_watermark == 0       # held back: follower 2 has not confirmed offset 0
-    assert pair.leader.apply_isr({0, 1})         # the controller accepted the shrink
+    shrink = pair.propose()
+    assert shrink.proposed_isr == {0, 1}
+    assert pair.leader.high_watermark == 0       # a removal counts once the controller applied it
+    assert pair.accept(shrink)
     assert pair.leader.high_watermark == 2
     assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == set()
     pair.fetch(2)
     assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == set()  # fetched, LEO not confirmed
     pair.fetch(2)
     assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == {2}
-    pair.leader.apply_isr({0, 1, 2})
+    pair.accept(pair.propose())
+    assert pair.leader.isr == {0, 1, 2}
     assert [r.value for r in decode_records(pair.follower_logs[2].read(0, 1 << 20))] == [b"a", b"b"]
 
 
@@ -100,6 +115,87 @@ def test_isr__paused_follower_whose_leo_equals_the_hw_does_not_rejoin_without_fe
     pair.clock.advance(LAG_MS + 1)
     pair.fetch(1)
     assert pair.leader.lagging_isr_members(pair.clock.now_ms()) == {2}
-    pair.leader.apply_isr({0, 1})
+    pair.accept(pair.propose())
     assert pair.leader.high_watermark == pair.leader.followers[2].log_end_offset == 0
     assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == set()
+
+
+# --- KIP-497: the HW over the maximal ISR, one ISR change in flight ---------------
+
+
+def joining_follower_caught_up(tmp_path):
+    """ISR {0, 1}; follower 2 outside it, fetching, caught up at the HW 1."""
+    pair = Pair(tmp_path, followers=(1, 2), isr=[0, 1])
+    pair.produce(b"a")
+    pair.fetch(1), pair.fetch(2), pair.fetch(1), pair.fetch(2)
+    assert pair.leader.high_watermark == 1
+    assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == {2}
+    return pair
+
+
+def test_isr_expansion_in_flight__hw_cannot_pass_the_joining_followers_leo(tmp_path):
+    pair = joining_follower_caught_up(tmp_path)
+    expand = pair.propose()
+    assert (expand.added, expand.removed) == ({2}, set())
+    assert pair.leader.isr == {0, 1} and pair.leader.maximal_isr == {0, 1, 2}
+    pair.produce(b"b")
+    pair.fetch(1), pair.fetch(1)                 # ISR member 1 confirms offset 1; 2 stays at LEO 1
+    assert pair.leader.high_watermark == pair.leader.followers[2].log_end_offset == 1
+    pair.fetch(2), pair.fetch(2)
+    assert pair.leader.high_watermark == 2
+    assert not pair.accept(expand)               # nothing left to move: the HW already counted 2
+    assert pair.leader.isr_state == CommittedIsr(frozenset({0, 1, 2}), 1)
+
+
+def test_isr_shrink_in_flight__removed_follower_holds_the_hw_until_the_controller_applies_it(tmp_path):
+    pair = Pair(tmp_path, followers=(1, 2))
+    pair.produce(b"a")
+    pair.fetch(1), pair.fetch(1)                 # follower 2 never fetches
+    pair.clock.advance(LAG_MS + 1)
+    pair.fetch(1)
+    shrink = pair.propose()
+    assert (shrink.added, shrink.removed) == (set(), {2})
+    assert pair.leader.maximal_isr == {0, 1, 2}
+    pair.fetch(1)
+    assert pair.leader.high_watermark == 0       # the controller may still refuse it
+    assert pair.accept(shrink)
+    assert pair.leader.high_watermark == 1
+
+
+def test_isr_change_refused__dropped_and_the_hw_moves_past_the_follower(tmp_path):
+    pair = joining_follower_caught_up(tmp_path)
+    expand = pair.propose()
+    pair.produce(b"b")
+    pair.fetch(1), pair.fetch(1)
+    assert pair.leader.high_watermark == 1
+    assert pair.leader.isr_change_refused(expand)    # e.g. FENCED_LEADER_EPOCH: not applied
+    assert pair.leader.isr_state == CommittedIsr(frozenset({0, 1}), 0)
+    assert pair.leader.high_watermark == 2
+    pair.fetch(2), pair.fetch(2)
+    assert pair.propose().added == {2}               # caught up again: a later tick proposes again
+
+
+def test_isr_change_in_flight__no_second_proposal(tmp_path):
+    pair = joining_follower_caught_up(tmp_path)
+    expand = pair.propose()
+    pair.clock.advance(LAG_MS + 1)                   # follower 1 now lags too
+    pair.fetch(2)
+    assert pair.leader.lagging_isr_members(pair.clock.now_ms()) == {1}
+    assert pair.propose() is None
+    with pytest.raises(IsrChangeInFlight):
+        pair.leader.propose_isr({0, 2})
+    assert pair.leader.isr_state is expand
+
+
+def test_isr_answer_older_than_a_pushed_record__ignored(tmp_path):
+    """The controller accepted the expansion (epoch 1), then fenced restarted
+    follower 1 itself (epoch 2) and pushed that; its answer to the expansion comes
+    after the push and must not bring follower 1 back."""
+    pair = joining_follower_caught_up(tmp_path)
+    expand = pair.propose()
+    pair.leader.apply_isr({0, 2}, 2)
+    assert pair.leader.isr_state == CommittedIsr(frozenset({0, 2}), 2)
+    assert not pair.leader.isr_change_answered(expand, isr={0, 1, 2}, partition_epoch=1)
+    assert not pair.leader.isr_change_refused(expand)
+    assert pair.leader.isr_state == CommittedIsr(frozenset({0, 2}), 2)
+    assert not pair.leader.apply_isr({0, 1, 2}, 2)   # a record the leader already holds
