@@ -137,16 +137,37 @@ def _reset_spec(args):
         raise UsageError(str(error)) from None
 
 
-def _reset_partitions(admin, args, committed) -> list[TopicPartition]:
+def parse_topic_partitions(text: str) -> tuple[str, list[int] | None]:
+    """--topic's value: "T" (every partition: None) or "T:0,1" (those partitions);
+    UsageError for anything else, before the cluster is asked anything."""
+    topic, _, listed = text.partition(":")
+    if not topic:
+        raise UsageError(f"Invalid --topic '{text}': expected T or T:0,1 (a topic, then partition numbers)")
+    if not listed:
+        return topic, None
+    numbers = listed.split(",")
+    if not all(n.isascii() and n.isdigit() for n in numbers):
+        raise UsageError(f"Invalid --topic '{text}': partitions must be numbers separated by commas, "
+                         f"as in {topic}:0,1")
+    return topic, [int(n) for n in numbers]
+
+
+def _reset_topics(args) -> list[tuple[str, list[int] | None]] | None:
+    """--topic values parsed (None: --all-topics); UsageError before the cluster is asked."""
     if args.all_topics:
-        return sorted(committed)
+        return None
     if not args.topic:
         raise UsageError("Option --reset-offsets needs --topic or --all-topics")
+    return [parse_topic_partitions(text) for text in args.topic]
+
+
+def _reset_partitions(admin, topics, committed) -> list[TopicPartition]:
+    if topics is None:
+        return sorted(committed)
     partitions = []
-    for text in args.topic:
-        topic, _, listed = text.partition(":")
-        if listed:
-            partitions += [TopicPartition(topic, int(p)) for p in listed.split(",")]
+    for topic, listed in topics:
+        if listed is not None:
+            partitions += [TopicPartition(topic, p) for p in listed]
         else:
             partitions += admin.topic_partitions(topic)
     return partitions
@@ -154,13 +175,14 @@ def _reset_partitions(admin, args, committed) -> list[TopicPartition]:
 
 def _reset(admin, args) -> int:
     spec = _reset_spec(args)
+    topics = _reset_topics(args)
     state = admin.describe_consumer_group(args.group)["state"]
     if state not in ("Empty", "Dead"):
         print(f"Error: Assignments can only be reset if the group '{args.group}' is inactive, but the current "
               f"state is {state}.", file=sys.stderr)
         return 1
     committed = admin.list_consumer_group_offsets(args.group)
-    partitions = _reset_partitions(admin, args, committed)
+    partitions = _reset_partitions(admin, topics, committed)
     beginning, end = admin.beginning_offsets(partitions), admin.end_offsets(partitions)
 
     def offsets_for_time(tp, timestamp_ms):

@@ -57,6 +57,7 @@ from rafka.actors.coordinator import OFFSETS_TOPIC
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
 from rafka.client.retry import call_leader, is_retriable, kafka_cause
+from rafka.core.config import ConfigDef, at_least
 from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)
 from rafka.core.offset_reset import parse_auto_offset_reset
@@ -66,6 +67,10 @@ from rafka.core.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimes
 
 logger = logging.getLogger(__name__)
 _MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId)
+# Checked at construction (InvalidConfig), not at the first fetch: a leader
+# refuses a fetch of 0 bytes (Kafka's allows it), so no poll would return a record.
+MAX_POLL_RECORDS = ConfigDef("max.poll.records", int, 500, at_least(1), ">= 1")
+MAX_PARTITION_FETCH_BYTES = ConfigDef("max.partition.fetch.bytes", int, 1_048_576, at_least(1), ">= 1")
 
 
 class ConsumerRebalanceListener:
@@ -111,11 +116,9 @@ class Consumer:
                  heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: str = "range", metadata_max_age_ms: int = 300_000) -> None:
         self.auto_offset_reset, self._reset_duration_ms = parse_auto_offset_reset(auto_offset_reset)
-        if max_poll_records < 1:
-            raise ValueError(f"max_poll_records must be at least 1, got {max_poll_records}")
-        self.max_poll_records = max_poll_records
+        self.max_poll_records = MAX_POLL_RECORDS.parse(max_poll_records)
         self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.max_partition_fetch_bytes = MAX_PARTITION_FETCH_BYTES.parse(max_partition_fetch_bytes)
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.request_timeout_s = request_timeout_ms / 1000
         self.default_api_timeout_s = default_api_timeout_ms / 1000

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import operator
 import threading
 import time
 from concurrent.futures import Future
@@ -33,7 +34,7 @@ import ray
 
 from rafka.client.metadata import MetadataCache
 from rafka.client.retry import is_retriable, kafka_cause
-from rafka.core.errors import RecordTooLarge, RequestTimedOut, UnknownTopicOrPartition
+from rafka.core.errors import RecordTooLarge, RequestTimedOut, SerializationError, UnknownTopicOrPartition
 from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
 from rafka.core.structs import RecordMetadata
@@ -42,6 +43,56 @@ from rafka.core.replica import ACKS_ALL, ACKS_NONE, parse_acks
 
 RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
+BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def record_fields(value, key, partition, timestamp_ms, headers):
+    """send's arguments as the record will hold them, or SerializationError.
+
+    Checked in send, before anything is queued: a value the sender thread cannot
+    encode would otherwise fail there, after send returned, and stop the sender.
+    Key and value: bytes-like or None (bytearray and memoryview are copied to bytes
+    now, as Kafka serializes in send: a later change to the caller's buffer does
+    not reach the record). Headers: (str, bytes-like or None) pairs. Partition and
+    timestamp: ints or None. Type checks only: this runs on every send.
+    """
+    return (_as_bytes(value, "value"), _as_bytes(key, "key"), _as_int(partition, "partition"),
+            _as_int(timestamp_ms, "timestamp_ms"), _as_headers(headers))
+
+
+def _as_bytes(data, what: str):
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, BYTES_LIKE):
+        return bytes(data)
+    raise SerializationError(f"Can't send {what} of type {type(data).__name__}: the producer takes bytes, "
+                             f"bytearray, memoryview or None (encode a str first)")
+
+
+def _as_int(number, what: str):
+    if number is None or type(number) is int:
+        return number
+    if not isinstance(number, bool):
+        try:
+            return operator.index(number)  # e.g. a numpy integer
+        except TypeError:
+            pass
+    raise SerializationError(f"Can't send {what} {number!r} of type {type(number).__name__}: "
+                             f"expected an int or None")
+
+
+def _as_headers(headers) -> tuple:
+    if headers is None:
+        return ()
+    if not isinstance(headers, (list, tuple)):
+        raise SerializationError(f"Can't send headers of type {type(headers).__name__}: expected a list of "
+                                 f"(str, bytes or None) pairs")
+    checked = []
+    for header in headers:
+        if not (isinstance(header, (tuple, list)) and len(header) == 2 and isinstance(header[0], str)):
+            raise SerializationError(f"Can't send header {header!r}: expected a (str, bytes or None) pair")
+        checked.append((header[0], _as_bytes(header[1], f"the value of header {header[0]!r}")))
+    return tuple(checked)
 
 
 @dataclasses.dataclass
@@ -134,9 +185,10 @@ class Producer:
              headers: list[tuple[str, bytes | None]] | None = None) -> RecordFuture:
         if self._closed:
             raise RuntimeError("send after close")
+        value, key, partition, timestamp_ms, headers = record_fields(value, key, partition, timestamp_ms, headers)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        record = RecordInput(value, key, timestamp_ms, tuple(headers) if headers else ())
+        record = RecordInput(value, key, timestamp_ms, headers)
         size = len(value or b"") + len(key or b"") + RECORD_OVERHEAD_BYTES
         if size > self.max_request_size:
             raise RecordTooLarge(f"The message is {size} bytes when serialized which is larger than "

@@ -4,8 +4,8 @@ import pytest
 import ray
 
 from rafka.client.consumer import IllegalStateError
-from rafka.core.errors import (InvalidReplicationFactor, InvalidTopic, NoOffsetForPartitionError,
-                               RecordTooLarge, TopicAlreadyExists, UnknownTopicOrPartition)
+from rafka.core.errors import (InvalidConfig, InvalidReplicationFactor, InvalidTopic, NoOffsetForPartitionError,
+                               RecordTooLarge, SerializationError, TopicAlreadyExists, UnknownTopicOrPartition)
 from rafka.core.structs import OffsetAndTimestamp, TopicPartition
 from tests.harness import describe_replica, wait_until
 
@@ -177,3 +177,26 @@ def test_producer__acks_0__fire_and_forget_offset_unknown_record_still_written(c
     assert sorted(r.value for r in got) == [b"f-%d" % i for i in range(5)]  # acks=0: no order promised
     with pytest.raises(ValueError, match="Must set acks to all in order to use the idempotent producer."):
         cluster.producer(acks=0, enable_idempotence=True)
+
+
+def test_producer_consumer__not_bytes_or_bad_sizes__typed_error_at_the_call_and_later_calls_work(cluster):
+    """A str value used to kill the sender thread (every later future hung); a
+    0-byte fetch size made poll return nothing, forever."""
+    cluster.admin().create_topic("typed", partitions=1, replication_factor=3)
+    tp = TopicPartition("typed", 0)
+    with cluster.producer(acks="all") as producer:
+        for bad in (dict(value="a str"), dict(value=b"v", key="a str"), dict(value=b"v", partition="0"),
+                    dict(value=b"v", headers=[("h", "a str")]), dict(value=b"v", timestamp_ms=1.5)):
+            with pytest.raises(SerializationError):
+                producer.send("typed", **bad)
+        assert producer.send("typed", b"ok", partition=0).result(timeout=30).offset == 0
+        assert producer.send("typed", bytearray(b"ok-2"), key=memoryview(b"k"), partition=0,
+                             headers=[("h", b"1")]).result(timeout=30).offset == 1
+    with pytest.raises(InvalidConfig, match="Invalid value 0 for configuration max.partition.fetch.bytes"):
+        cluster.consumer(max_partition_fetch_bytes=0)
+    with cluster.consumer(auto_offset_reset="earliest", max_partition_fetch_bytes=1) as consumer:
+        consumer.assign([tp])   # 1 byte still fetches a whole batch: the consumer progresses
+        got = []
+        wait_until(lambda: got.extend(consumer.poll(timeout=0.5)) or len(got) >= 2, what="2 records")
+    assert [(r.offset, r.key, r.value, r.headers) for r in got] == [(0, None, b"ok", ()),
+                                                                      (1, b"k", b"ok-2", (("h", b"1"),))]

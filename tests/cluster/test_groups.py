@@ -5,11 +5,12 @@ the log start, lag, the admin's group operations, and member actors."""
 import time
 
 import pytest
+import ray
 
 from rafka.core.errors import (GroupIdNotFound, NoOffsetForPartitionError, NonEmptyGroup, OffsetOutOfRange,
                                UnknownMemberId)
 from rafka.core.structs import TopicPartition
-from tests.harness import handled_records, recording_handler, wait_until
+from tests.harness import handled_records, partition_state, recording_handler, replica, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -196,11 +197,12 @@ def truncated(cluster):
     fill(cluster, "trimmed", 10, timestamp_ms=NOW_MS - 600_000, create=False, batch_per_record=True)
     tp = TopicPartition("trimmed", 0)
     admin = cluster.admin()
-    def settled():   # retention runs every 200 ms: the start must have stopped moving
-        first = admin.beginning_offsets([tp])[tp]
-        time.sleep(0.5)
-        return first > 0 and admin.beginning_offsets([tp])[tp] == first
-    wait_until(settled, what="retention moved the log start, and it settled")
+    only_replica = replica("trimmed", 0, partition_state(cluster, "trimmed", 0)["replicas"][0])
+
+    def settled():   # every record is written: once a retention pass deletes nothing, the start stays put
+        return (ray.get(only_replica.enforce_retention.remote()) == 0
+                and admin.beginning_offsets([tp])[tp] > 0)
+    wait_until(settled, what="retention moved the log start, and has nothing left to delete")
     for group in ("cut-earliest", "cut-latest", "cut-none", "cut-duration"):
         admin.alter_consumer_group_offsets(group, {tp: 0})
     start, end = admin.beginning_offsets([tp])[tp], admin.end_offsets([tp])[tp]
