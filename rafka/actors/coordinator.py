@@ -1,24 +1,28 @@
 """The group coordinator actor of one `__consumer_offsets` partition: a thin
-asyncio shell around core.OffsetStore and core.GroupManager.
+asyncio shell around core.CoordinatorShard (which decides, and orders every
+request of a group under that group's lock: see its docstring). The actor loads,
+finds its partition's leader and produces.
 
 Loading: at start (and so after every restart) it reads its partition from the
 partition's leader, from the log start to the HW, and replays every record; until
 that is done every request gets COORDINATOR_LOAD_IN_PROGRESS, never stale data.
 
-Writes: a handler returns records; the actor encodes them as one batch and
-produces it with acks=all to its partition's leader, and replays them, and
-answers, only once the leader acknowledged them (so they are below the HW:
-invariant 8). One write is in flight at a time, so the cache replays records in
-log order; a write that cannot complete within `offsets_commit_timeout_ms` (the
-ISR below min.insync.replicas, no leader) fails with REQUEST_TIMED_OUT, a
-retriable error, and changes nothing in the cache.
+Writes: the shard's handlers return records; `_append` encodes them as one batch
+and produces it with acks=all to its partition's leader, and the shard replays
+them, and answers, only once the leader acknowledged them (so they are below the
+HW: invariant 8). One write is in flight at a time; the shard's group locks keep
+each group's records in log order from decision to replay. A write that cannot
+complete within `offsets_commit_timeout_ms` (the ISR below min.insync.replicas, no
+leader) fails with REQUEST_TIMED_OUT, a retriable error, and changes nothing in
+the cache.
 
 Named `coordinator:<offsets partition>` in namespace `rafka`, detached,
 restartable, spread over the broker nodes.
 Membership: join parks until the group's join phase completes (every member
 rejoined, or the rebalance deadline passed), as Kafka's JoinGroup does; sync,
-heartbeat and leave answer at once; a ticker expires members whose session timed
-out and completes joins whose deadline passed.
+heartbeat and leave answer at once (after the group's write in flight, if any); a
+ticker expires members whose session timed out, expires offsets past retention and
+completes joins whose deadline passed.
 """
 
 from __future__ import annotations
@@ -32,13 +36,11 @@ import ray
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.clock import SystemClock
-from rafka.core.errors import (CoordinatorLoadInProgress, GroupIdNotFound, KafkaError, NonEmptyGroup,
-                               NotCoordinator, RequestTimedOut, UnknownMemberId)
+from rafka.core.coordinator_shard import CoordinatorShard
+from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut
 from rafka.core.group_manager import GroupManager
-from rafka.core.group_state import GroupState, validate_offset_commit
-from rafka.core.offset_store import OffsetCommit, OffsetStore
-from rafka.core.offsets_schema import (GroupKey, OffsetKey, decode_key, decode_value, encode_key, encode_value,
-                                       partition_for_group)
+from rafka.core.offset_store import OffsetStore
+from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
 from rafka.core.records import RecordInput, decode_batches, encode_batch
 from rafka.core.replica import ACKS_ALL
 
@@ -62,14 +64,16 @@ class GroupCoordinatorActor:
         self.offsets_commit_timeout_ms = offsets_commit_timeout_ms
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.clock = SystemClock()
-        self.offsets = OffsetStore(offset_metadata_max_bytes=offset_metadata_max_bytes,
-                                   offsets_retention_ms=int(offsets_retention_minutes * 60_000))
-        self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
-        self._next_retention_check_ms = 0
-        self.groups = GroupManager(group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
-                                   group_min_session_timeout_ms=group_min_session_timeout_ms,
-                                   group_max_session_timeout_ms=group_max_session_timeout_ms,
-                                   max_group_size=group_max_size)
+        self.shard = CoordinatorShard(
+            offsets=OffsetStore(offset_metadata_max_bytes=offset_metadata_max_bytes,
+                                offsets_retention_ms=int(offsets_retention_minutes * 60_000)),
+            groups=GroupManager(group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms,
+                                group_min_session_timeout_ms=group_min_session_timeout_ms,
+                                group_max_session_timeout_ms=group_max_session_timeout_ms,
+                                max_group_size=group_max_size),
+            clock=self.clock, append=self._append, partitions_per_topic=self._partitions_per_topic,
+            offsets_retention_check_interval_ms=offsets_retention_check_interval_ms,
+            join_poll_interval_ms=int(self.TICK_S * 1000))
         self._loaded = False
         self._load_position = -1      # how far loading got, and why it last failed (ping shows both)
         self._load_error: str | None = None
@@ -77,7 +81,6 @@ class GroupCoordinatorActor:
         self._write_lock = asyncio.Lock()
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
-        self._changed = asyncio.Event()
         # Loading starts from a call to ourselves (an actor cannot start tasks in
         # __init__), retried: a restarting actor's call to itself from __init__ can fail
         # with ACTOR_UNAVAILABLE ("the actor is restarting"; seen with Ray 2.60, the
@@ -85,10 +88,6 @@ class GroupCoordinatorActor:
         ray.get_runtime_context().current_actor.start_loading.options(max_task_retries=-1).remote()
 
     TICK_S = 0.1  # how often session expiry and join deadlines are checked
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
 
     # --- loading ------------------------------------------------------------------
 
@@ -108,14 +107,9 @@ class GroupCoordinatorActor:
             if not self._loaded:
                 continue
             try:
-                records = self.groups.expire_members(self.clock.now_ms())
-                if self.clock.now_ms() >= self._next_retention_check_ms:
-                    self._next_retention_check_ms = self.clock.now_ms() + self.offsets_retention_check_interval_ms
-                    records += self._expired_offsets()
-                await self._write(records)
+                await self.shard.tick()
             except Exception as error:  # the next tick retries what is still due
-                logger.warning("coordinator %d: expiring members failed: %s", self.partition, error)
-            self._notify()
+                logger.warning("coordinator %d: expiring members or offsets failed: %s", self.partition, error)
 
     async def _load(self) -> None:
         while True:
@@ -134,7 +128,8 @@ class GroupCoordinatorActor:
                     for header, records in decode_batches(result.records):
                         for record in records:
                             if position <= record.offset < end:
-                                self._replay(record.key, record.value)
+                                key = decode_key(record.key)
+                                self.shard.replay(key, decode_value(key, record.value))
                         # a compacted batch keeps its last offset, not its last record
                         position = max(position, header.next_offset)
                 self._loaded = True
@@ -145,12 +140,6 @@ class GroupCoordinatorActor:
                 logger.info("coordinator %d: loading failed, retrying: %s", self.partition, error)
                 self._forget_leader()
                 await asyncio.sleep(self.retry_backoff_s)
-
-    def _replay(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
-        key = decode_key(key_bytes)
-        value = decode_value(key, value_bytes)
-        self.offsets.replay(key, value)
-        self.groups.replay(key, value, self.clock.now_ms())
 
     async def _leader(self):
         """(leader replica actor, leader epoch) of this coordinator's partition, cached
@@ -182,11 +171,10 @@ class GroupCoordinatorActor:
 
     # --- writes -------------------------------------------------------------------
 
-    async def _write(self, records: list) -> None:
-        """acks=all to the partition's leader, retried on retriable errors until the
-        commit timeout; replayed only once acknowledged."""
-        if not records:
-            return
+    async def _append(self, records: list) -> None:
+        """The shard's append: acks=all to the partition's leader, retried on
+        retriable errors until the commit timeout; returns once acknowledged (the
+        shard replays then)."""
         batch = encode_batch([RecordInput(encode_value(value), encode_key(key), self.clock.now_ms())
                               for key, value in records])
         loop = asyncio.get_running_loop()
@@ -200,42 +188,32 @@ class GroupCoordinatorActor:
                 try:
                     leader, _ = await self._leader()
                     await leader.produce.remote(batch, ACKS_ALL, remaining_ms)
-                    break
+                    return
                 except Exception as error:
                     if not is_retriable(error):
                         cause = kafka_cause(error)
                         raise cause if isinstance(cause, KafkaError) else error
                     self._forget_leader()
                     await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - loop.time())))
-            for key, value in records:
-                self.offsets.replay(key, value)
-                self.groups.replay(key, value, self.clock.now_ms())
 
-    # --- offsets --------------------------------------------------------------------
+    async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
+        controller = ray.get_actor("controller", namespace=NAMESPACE)
+        snapshot = (await controller.metadata_snapshot.remote())["topics"]
+        return {t: len(snapshot[t]["partitions"]) for t in topics if t in snapshot}
+
+    # --- requests: checked here (ownership, loading), decided by the shard ------------
 
     async def commit_offsets(self, group: str, offsets: dict, member_id: str = "",
                              generation: int = -1) -> dict:
         """offsets: {(topic, partition): (offset, leader_epoch, metadata)}. Returns
         {(topic, partition): None or the partition's error}."""
         self._require_loaded(group)
-        known = self.groups.groups.get(group)
-        validate_offset_commit(state=known.state if known else GroupState.EMPTY,
-                               generation=known.generation if known else -1,
-                               members=set(known.members) if known else set(),
-                               member_id=member_id, commit_generation=generation)
-        commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
-        result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
-        await self._write(result.records)
-        return result.response
+        return await self.shard.commit_offsets(group, offsets, member_id, generation)
 
     async def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
         """{(topic, partition): (offset, leader_epoch, metadata) or None}."""
         self._require_loaded(group)
-        fetched = self.offsets.fetch(group, partitions)
-        return {tp: (v.offset, v.leader_epoch, v.metadata) if v is not None else None
-                for tp, v in fetched.items()}
-
-    # --- membership -------------------------------------------------------------------
+        return self.shard.fetch_offsets(group, partitions)
 
     async def join_group(self, group: str, member_id: str, *, client_id: str, client_host: str,
                          topics: list[str], session_timeout_ms: int, rebalance_timeout_ms: int,
@@ -243,106 +221,41 @@ class GroupCoordinatorActor:
         """Parks until this join's generation completes: {member_id, generation,
         leader}. The assignment comes from sync_group."""
         self._require_loaded(group)
-        member_id = self.groups.join(group, member_id, client_id=client_id, client_host=client_host,
-                                     topics=topics, session_timeout_ms=session_timeout_ms,
-                                     rebalance_timeout_ms=rebalance_timeout_ms, assignor_name=assignor_name,
-                                     now_ms=self.clock.now_ms(), owned=owned)
-        generation_at_join = self.groups.groups[group].generation
-        self._notify()
-        while True:
-            state = self.groups.groups[group]
-            if member_id not in state.members:
-                raise UnknownMemberId(f"member {member_id!r} was removed before the join completed")
-            if state.generation > generation_at_join:
-                return {"member_id": member_id, "generation": state.generation, "leader": state.leader}
-            # A member parked in its join is alive: it is waiting on us, not silent.
-            state.members[member_id].last_heartbeat_ms = self.clock.now_ms()
-            partitions = await self._partitions_per_topic(
-                {t for m in state.members.values() for t in m.topics})
-            if self.groups.maybe_complete_join(group, partitions, self.clock.now_ms()):
-                self._notify()
-                continue
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout=self.TICK_S)
-            except asyncio.TimeoutError:
-                pass
-
-    def _expired_offsets(self) -> list:
-        """KIP-211: tombstones for offsets past retention, and for Empty groups left
-        with no offsets, a tombstone of the group itself (it becomes Dead)."""
-        now_ms = self.clock.now_ms()
-        empty_since_ms = {name: (g.state_since_ms if g.state is GroupState.EMPTY else None)
-                          for name, g in self.groups.groups.items()}
-        records = self.offsets.handle_expire(now_ms, empty_since_ms).records
-        expiring = {}
-        for key, _ in records:
-            expiring.setdefault(key.group, set()).add((key.topic, key.partition))
-        for name, since_ms in empty_since_ms.items():
-            left = set(self.offsets.fetch(name)) - expiring.get(name, set())
-            if since_ms is not None and not left and now_ms - since_ms >= self.offsets.offsets_retention_ms:
-                records.append((GroupKey(name), None))
-        return records
-
-    async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
-        controller = ray.get_actor("controller", namespace=NAMESPACE)
-        snapshot = (await controller.metadata_snapshot.remote())["topics"]
-        return {t: len(snapshot[t]["partitions"]) for t in topics if t in snapshot}
+        return await self.shard.join_group(group, member_id, client_id=client_id, client_host=client_host,
+                                           topics=topics, session_timeout_ms=session_timeout_ms,
+                                           rebalance_timeout_ms=rebalance_timeout_ms,
+                                           assignor_name=assignor_name, owned=owned)
 
     async def sync_group(self, group: str, member_id: str, generation: int) -> list:
         self._require_loaded(group)
-        records, assignment = self.groups.sync(group, member_id, generation, self.clock.now_ms())
-        await self._write(records)
-        return assignment
+        return await self.shard.sync_group(group, member_id, generation)
 
     async def heartbeat(self, group: str, member_id: str, generation: int) -> None:
         self._require_loaded(group)
-        self.groups.heartbeat(group, member_id, generation, self.clock.now_ms())
+        await self.shard.heartbeat(group, member_id, generation)
 
     async def leave_group(self, group: str, member_id: str) -> None:
         self._require_loaded(group)
-        await self._write(self.groups.leave(group, member_id, self.clock.now_ms()))
-        self._notify()
+        await self.shard.leave_group(group, member_id)
 
     async def describe_group(self, group: str) -> dict:
-        """State, generation, members (client, host, subscribed topics, assignment).
-        A group known only by its offsets (assign-mode commits) is Empty; an
-        unknown one is Dead, as Kafka's DescribeGroups answers."""
+        """State, generation, members (client, host, subscribed topics, assignment);
+        Empty for a group known only by its offsets, Dead for an unknown one."""
         self._require_loaded(group)
-        state = self.groups.groups.get(group)
-        if state is None:
-            known = bool(self.offsets.fetch(group))
-            return {"group": group, "state": "Empty" if known else "Dead", "generation": -1 if not known else 0,
-                    "leader": None, "assignor": "", "members": {}}
-        return {"group": group, "state": state.state.value, "generation": state.generation,
-                "leader": state.leader, "assignor": state.assignor_name,
-                "members": {m.member_id: {"client_id": m.client_id, "host": m.client_host,
-                                          "topics": list(m.topics), "assignment": list(m.assignment)}
-                            for m in state.members.values()}}
+        return self.shard.describe_group(group)
 
     async def list_groups(self) -> list[dict]:
         """Every group of this partition: [{group, state}], those known only by
         their committed offsets included (Empty)."""
         if not self._loaded:
             raise CoordinatorLoadInProgress(f"coordinator {self.partition} is loading {OFFSETS_TOPIC}")
-        names = set(self.groups.groups) | set(self.offsets.offsets_by_group)
-        return [{"group": name, "state": self.groups.groups[name].state.value
-                 if name in self.groups.groups else "Empty"} for name in sorted(names)]
+        return self.shard.list_groups()
 
     async def delete_group(self, group: str) -> None:
-        """Kafka's DeleteGroups: only a group without members (NON_EMPTY_GROUP),
-        only a known one (GROUP_ID_NOT_FOUND); tombstones for its offsets and for
-        the group, acknowledged once replicated."""
+        """Kafka's DeleteGroups (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND): tombstones for
+        the group's offsets and the group, acknowledged once replicated."""
         self._require_loaded(group)
-        state = self.groups.groups.get(group)
-        offsets = self.offsets.fetch(group)
-        if state is None and not offsets:
-            raise GroupIdNotFound(f"Group '{group}' does not exist.")
-        if state is not None and state.members:
-            raise NonEmptyGroup(f"The group '{group}' is not empty (state {state.state.value}).")
-        records = [(OffsetKey(group, topic, partition), None) for topic, partition in sorted(offsets)]
-        if state is not None:
-            records.append((GroupKey(group), None))
-        await self._write(records)
+        await self.shard.delete_group(group)
 
     async def ping(self) -> dict:
         self._start_loading()

@@ -8,18 +8,28 @@ rebalance deadline (the largest rebalance timeout, i.e. max.poll.interval.ms;
 for a group that was Empty, at least `group.initial.rebalance.delay.ms` so that
 members starting together land in one generation). `maybe_complete_join` then
 drops members that did not rejoin, bumps the generation, picks a leader, runs the
-group's assignor and moves to CompletingRebalance; the first sync moves it to
-Stable and returns the group metadata record to write. Heartbeats keep a member;
+group's assignor and moves to CompletingRebalance; the first sync returns the
+group metadata record to write, whose replay makes it Stable. Heartbeats keep a member;
 `expire_members` removes members silent for longer than their session timeout.
 
+Written and transient changes: a change that writes a group metadata record (the
+first sync of a generation makes the group Stable; the last member leaving or
+expiring makes it Empty) changes nothing here: the handler returns the record and
+the group moves when the caller replays it, once acked, so a failed write leaves
+the group as it was and the retried request redoes it (STYLE point 2). Changes
+that are never written (a join, a rebalance starting, a member leaving while others
+stay, heartbeats) apply at once.
+
 Invariants:
-  state changes only through group_state.next_state (the one table)
+  state changes only through group_state.next_state (the one table), or by replay
   the generation grows by one at every completed join; a member's sync and
   heartbeat name the current generation or get ILLEGAL_GENERATION
   a group holds at most `max_group_size` members (GROUP_MAX_SIZE_REACHED)
   every group metadata record written replays to the same members and generation
-Pure logic, no I/O; time is passed in. Caller: the group coordinator actor, which
-parks join requests until `maybe_complete_join` completes their generation.
+  as the state it was decided on; the caller keeps that state still until then
+  (core.coordinator_shard's per-group lock)
+Pure logic, no I/O; time is passed in. Caller: core.coordinator_shard, which parks
+join requests until `maybe_complete_join` completes their generation.
 """
 
 from __future__ import annotations
@@ -117,12 +127,9 @@ class GroupManager:
     def maybe_complete_join(self, group_id: str, partitions_per_topic: dict[str, int], now_ms: int) -> bool:
         """Completes the join phase when every member rejoined (and the initial
         delay passed) or the deadline passed. True if the generation moved on."""
-        group = self.groups.get(group_id)
-        if group is None or group.state is not GroupState.PREPARING_REBALANCE:
+        if not self.join_complete_due(group_id, now_ms):
             return False
-        everyone = all(m.joined for m in group.members.values())
-        if not (everyone and now_ms >= group.join_not_before_ms) and now_ms < group.join_deadline_ms:
-            return False
+        group = self.groups[group_id]
         for member_id in [m for m, member in group.members.items() if not member.joined]:
             del group.members[member_id]
         group.generation += 1
@@ -139,16 +146,27 @@ class GroupManager:
         group.move(GroupEvent.JOIN_COMPLETES, now_ms)
         return True
 
+    def join_complete_due(self, group_id: str, now_ms: int) -> bool:
+        """True when `maybe_complete_join` would complete the join phase now: every
+        member rejoined (and the initial delay passed), or the deadline passed."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is not GroupState.PREPARING_REBALANCE:
+            return False
+        everyone = all(m.joined for m in group.members.values())
+        return (everyone and now_ms >= group.join_not_before_ms) or now_ms >= group.join_deadline_ms
+
     def sync(self, group_id: str, member_id: str, generation: int, now_ms: int):
         """(records to write, the member's assignment). The first sync of a
-        generation makes the group Stable and writes its metadata record."""
+        generation returns the group's metadata record; replaying it makes the
+        group Stable (until then the group stays CompletingRebalance, so a failed
+        write is redone by the next sync)."""
         group, member = self._member(group_id, member_id, generation)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgress(f"group {group_id} is rebalancing: rejoin")
         member.last_heartbeat_ms = now_ms
         records = []
         if group.state is GroupState.COMPLETING_REBALANCE:
-            group.move(GroupEvent.LEADER_SYNCS, now_ms)
+            next_state(group.state, GroupEvent.LEADER_SYNCS)  # the move replay makes must be in the table
             records.append(self.metadata_record(group, now_ms))
         return records, list(member.assignment)
 
@@ -166,29 +184,42 @@ class GroupManager:
 
     def expire_members(self, now_ms: int) -> list:
         """Removes members silent for longer than their session timeout; returns
-        the records to write (groups that became Empty)."""
+        the records to write (groups whose last member went: replaying them makes
+        those groups Empty)."""
         records = []
-        for group in self.groups.values():
-            silent = [m.member_id for m in group.members.values()
-                      if now_ms - m.last_heartbeat_ms > m.session_timeout_ms]
-            if silent:
-                records += self._remove(group, silent, now_ms)
+        for group_id in list(self.groups):
+            records += self.expire_group_members(group_id, now_ms)
         return records
 
+    def has_silent_members(self, group_id: str, now_ms: int) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and any(now_ms - m.last_heartbeat_ms > m.session_timeout_ms
+                                         for m in group.members.values())
+
+    def expire_group_members(self, group_id: str, now_ms: int) -> list:
+        """`expire_members` for one group (the coordinator expires each group under
+        its own lock)."""
+        group = self.groups.get(group_id)
+        if not self.has_silent_members(group_id, now_ms):
+            return []
+        silent = [m.member_id for m in group.members.values()
+                  if now_ms - m.last_heartbeat_ms > m.session_timeout_ms]
+        return self._remove(group, silent, now_ms)
+
     def _remove(self, group: Group, member_ids: list[str], now_ms: int) -> list:
+        if set(member_ids) >= set(group.members):
+            # The group becomes Empty by replaying this record once it is written.
+            next_state(group.state, GroupEvent.LAST_MEMBER_LEAVES)
+            empty = dataclasses.replace(group, members={}, generation=group.generation + 1, leader=None)
+            return [self.metadata_record(empty, now_ms)]
         for member_id in member_ids:
             del group.members[member_id]
-        if group.members:
-            if group.state is not GroupState.PREPARING_REBALANCE:
-                group.move(GroupEvent.MEMBER_LEAVES, now_ms)
-                for member in group.members.values():
-                    member.joined = False
-                group.join_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
-            return []
-        group.generation += 1
-        group.leader = None
-        group.move(GroupEvent.LAST_MEMBER_LEAVES, now_ms)
-        return [self.metadata_record(group, now_ms)]
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            group.move(GroupEvent.MEMBER_LEAVES, now_ms)
+            for member in group.members.values():
+                member.joined = False
+            group.join_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
+        return []
 
     def _member(self, group_id: str, member_id: str, generation: int) -> tuple[Group, Member]:
         group = self.groups.get(group_id)
@@ -212,8 +243,10 @@ class GroupManager:
                                                     group.leader, now_ms, members)
 
     def replay(self, key, value, now_ms: int) -> None:
-        """Loading: a group comes back with its members and generation (Stable) or
-        Empty; its members must heartbeat within their session timeout from now."""
+        """A written group record, when loading and once acked live (the one way a
+        group becomes Stable or Empty): the group comes back with its members and
+        generation (Stable) or Empty; its members must heartbeat within their
+        session timeout from now. A tombstone removes the group."""
         if not isinstance(key, GroupKey):
             return
         if value is None:

@@ -17,7 +17,8 @@ Invariants:
   expiry (KIP-211): a group's offsets expire offsets.retention.ms after the group
   became Empty; offsets of a group without membership (assign mode) expire that
   long after their commit; a group with members never loses offsets
-Pure logic, no I/O; the clock is passed in. Caller: the group coordinator actor.
+Pure logic, no I/O; the clock is passed in. Caller: core.coordinator_shard (for the
+group coordinator actor).
 """
 
 from __future__ import annotations
@@ -74,12 +75,21 @@ class OffsetStore:
                                 OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)))
         return CoordinatorResult(records, response)
 
-    def handle_expire(self, now_ms: int, empty_since_ms_by_group: Mapping[str, int | None]) -> CoordinatorResult:
-        """Tombstones for expired offsets. `empty_since_ms_by_group`: for each group
-        with membership metadata, when it became Empty, or None while it has
-        members; a group absent from it commits outside the group protocol."""
+    def handle_expire(self, now_ms: int, empty_since_ms_by_group: Mapping[str, int | None], *,
+                      only_group: str | None = None) -> CoordinatorResult:
+        """Tombstones for expired offsets (of every group, or of `only_group`).
+        `empty_since_ms_by_group`: for each group with membership metadata, when it
+        became Empty, or None while it has members; a group absent from it commits
+        outside the group protocol. The decision holds only until the group's next
+        commit: the caller writes the tombstones before any later commit of the
+        group is acked (core.coordinator_shard decides and writes under the group's
+        lock), or a tombstone would delete a newer commit."""
         records: list[Record] = []
-        for group, offsets in sorted(self.offsets_by_group.items()):
+        if only_group is None:
+            groups = sorted(self.offsets_by_group.items())
+        else:
+            groups = [(only_group, self.offsets_by_group[only_group])] if only_group in self.offsets_by_group else []
+        for group, offsets in groups:
             if group in empty_since_ms_by_group:
                 empty_since_ms = empty_since_ms_by_group[group]
                 if empty_since_ms is None or now_ms - empty_since_ms < self.offsets_retention_ms:

@@ -20,6 +20,13 @@ def join(manager, clock, member_id="", client="c"):
                         assignor_name="range", now_ms=clock.now_ms())
 
 
+def written(manager, clock, records):
+    """What the coordinator does once the records are acked: replay them."""
+    for key, value in records:
+        manager.replay(key, value, clock.now_ms())
+    return records
+
+
 def stable_group_of_two():
     manager, clock = GroupManager(group_initial_rebalance_delay_ms=DELAY_MS), FakeClock()
     a, b = join(manager, clock, client="a"), join(manager, clock, client="b")
@@ -34,15 +41,18 @@ def test_join_sync__two_members_one_generation_range_assignment_and_a_record():
     group = manager.groups["billing"]
     assert (group.state, group.generation) == (GroupState.COMPLETING_REBALANCE, 1)
     records, assignment_a = manager.sync("billing", a, 1, clock.now_ms())
-    assert group.state is GroupState.STABLE and len(records) == 1
-    _, assignment_b = manager.sync("billing", b, 1, clock.now_ms())
+    assert group.state is GroupState.COMPLETING_REBALANCE and len(records) == 1  # until written
+    written(manager, clock, records)
+    assert manager.groups["billing"].state is GroupState.STABLE
+    records_b, assignment_b = manager.sync("billing", b, 1, clock.now_ms())
+    assert records_b == []
     assert sorted(assignment_a + assignment_b) == [("orders", p) for p in range(4)]
     assert len(assignment_a) == len(assignment_b) == 2
 
 
 def test_new_member__rebalance__old_generation_fenced_then_everyone_rejoins():
     manager, clock, a, b = stable_group_of_two()
-    manager.sync("billing", a, 1, clock.now_ms())
+    written(manager, clock, manager.sync("billing", a, 1, clock.now_ms())[0])
     c = join(manager, clock, client="c")
     assert manager.groups["billing"].state is GroupState.PREPARING_REBALANCE
     with pytest.raises(RebalanceInProgress):
@@ -58,7 +68,7 @@ def test_new_member__rebalance__old_generation_fenced_then_everyone_rejoins():
 
 def test_member_silent_past_session_timeout__evicted_and_its_commit_refused():
     manager, clock, a, b = stable_group_of_two()
-    manager.sync("billing", a, 1, clock.now_ms())
+    written(manager, clock, manager.sync("billing", a, 1, clock.now_ms())[0])
     clock.advance(SESSION_MS // 2)
     manager.heartbeat("billing", b, 1, clock.now_ms())
     clock.advance(SESSION_MS // 2 + 1)
@@ -77,7 +87,7 @@ def test_member_silent_past_session_timeout__evicted_and_its_commit_refused():
 
 def test_member_that_does_not_rejoin_in_time__dropped_at_the_rebalance_deadline():
     manager, clock, a, b = stable_group_of_two()
-    manager.sync("billing", a, 1, clock.now_ms())
+    written(manager, clock, manager.sync("billing", a, 1, clock.now_ms())[0])
     join(manager, clock, a)                                    # a rejoins; b never does
     assert not manager.maybe_complete_join("billing", TOPICS, clock.now_ms())
     clock.advance(REBALANCE_MS)
@@ -88,7 +98,7 @@ def test_member_that_does_not_rejoin_in_time__dropped_at_the_rebalance_deadline(
 
 def test_last_member_leaves__group_empty_with_a_record_and_replay_restores_it():
     manager, clock, a, b = stable_group_of_two()
-    records, _ = manager.sync("billing", a, 1, clock.now_ms())
+    records = written(manager, clock, manager.sync("billing", a, 1, clock.now_ms())[0])
     loaded = GroupManager()
     for key, value in records:
         key = decode_key(encode_key(key))
@@ -97,7 +107,9 @@ def test_last_member_leaves__group_empty_with_a_record_and_replay_restores_it():
     assert (restored.state, restored.generation, set(restored.members)) == (GroupState.STABLE, 1, {a, b})
     assert manager.leave("billing", a, clock.now_ms()) == []
     (key, value), = manager.leave("billing", b, clock.now_ms())
-    assert manager.groups["billing"].state is GroupState.EMPTY and value.members == ()
+    assert value.members == () and set(manager.groups["billing"].members) == {b}   # until written
+    written(manager, clock, [(key, value)])
+    assert manager.groups["billing"].state is GroupState.EMPTY
     loaded.replay(key, value, clock.now_ms())
     assert loaded.groups["billing"].state is GroupState.EMPTY
 

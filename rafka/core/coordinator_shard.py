@@ -1,0 +1,293 @@
+"""The decisions of the group coordinator of one `__consumer_offsets` partition
+(Kafka's GroupCoordinatorShard): offset commits and fetches, membership, member
+expiry and offsets retention, over an injected acks=all append. No Ray.
+
+Ordering, the design: one asyncio lock per group, held by a request from its
+validation through the append of its records and their replay. Every request of a
+group takes it (commit, join, sync, heartbeat, leave, delete, and the ticker's
+member expiry and retention), so each one sees the state the one before it left,
+and a record is replayed over exactly the state it was decided on. Without it, a
+join admitted while a group record was being written was wiped out when that
+record replayed over the group, and a retention decision taken while a commit was
+in flight wrote a tombstone that deleted the commit once acked (and again at every
+reload, the tombstone following it in the log). A JoinGroup holds the lock only to
+register and to try to complete its generation, never while it is parked.
+Reads (fetch offsets, describe, list) take no lock: the cache changes only by
+replaying acked records, so they never see an unacked commit.
+
+Why a lock, not Kafka's CoordinatorRuntime (apply records at once to timeline data
+structures, answer once committed, revert to a snapshot when a write fails): that
+needs every structure here to be snapshotable and every read to be made at the
+committed offset; the lock needs neither, and keeps "the cache is what replaying
+the log gives" (loading is the same replay). The cost, as with the group lock that
+Kafka's classic coordinator holds around its appends: a group's requests wait
+behind its write in flight (each at most offsets.commit.timeout.ms). Other groups
+never wait for this lock.
+
+Invariants:
+  the records of one group are appended and replayed in one order, each decided on
+  the state every earlier one left; a failed append replays nothing
+  the cache is what replaying the partition's acked records gives, plus the
+  transient membership of rebalances in progress (core.group_manager)
+  a retention tombstone is decided and written under its group's lock, so it never
+  deletes a commit acked after its decision (KIP-211 expiry)
+  a group's lock is held only in validation, append and replay, never by a parked
+  join; at most `max_queued_requests_per_group` requests wait for it, more are
+  refused COORDINATOR_NOT_AVAILABLE (retriable)
+Pure logic over asyncio; the clock, the append and the topic metadata are passed
+in. Caller: the group coordinator actor (rafka/actors/coordinator.py), which loads
+its partition through `replay` before it serves a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterable
+
+from rafka.core.errors import CoordinatorNotAvailable, GroupIdNotFound, NonEmptyGroup, UnknownMemberId
+from rafka.core.group_manager import GroupManager
+from rafka.core.group_state import GroupState, validate_offset_commit
+from rafka.core.offset_store import OffsetCommit, OffsetStore, Record
+from rafka.core.offsets_schema import GroupKey, OffsetKey
+
+# acks=all append of records to the partition; returns once they are below the HW,
+# raises (a KafkaError) if they could not be written
+Append = Callable[[list[Record]], Awaitable[None]]
+# {topic: partition count} of the given topics that exist
+PartitionsPerTopic = Callable[[set[str]], Awaitable[dict[str, int]]]
+
+
+@dataclasses.dataclass
+class _GroupLock:
+    lock: asyncio.Lock
+    users: int = 0     # holding or waiting
+
+
+class GroupLocks:
+    """One lock per group, dropped once nobody holds or waits for it (a partition
+    can hold many groups, most of them idle)."""
+
+    def __init__(self, *, max_queued_requests_per_group: int) -> None:
+        self.max_queued_requests_per_group = max_queued_requests_per_group
+        self._by_group: dict[str, _GroupLock] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, group: str):
+        entry = self._by_group.get(group)
+        if entry is None:
+            entry = self._by_group[group] = _GroupLock(asyncio.Lock())
+        if entry.users >= self.max_queued_requests_per_group:
+            raise CoordinatorNotAvailable(f"group {group!r} has {entry.users} requests queued, the most the "
+                                          f"coordinator keeps: retry")
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._by_group[group]
+
+    def held(self, group: str) -> bool:
+        entry = self._by_group.get(group)
+        return entry is not None and entry.lock.locked()
+
+
+class CoordinatorShard:
+    # max_queued_requests_per_group: room for a join, a heartbeat and a commit from
+    # each of group.max.size (1000) members, queued behind one write.
+    def __init__(self, *, offsets: OffsetStore, groups: GroupManager, clock, append: Append,
+                 partitions_per_topic: PartitionsPerTopic, offsets_retention_check_interval_ms: int = 600_000,
+                 join_poll_interval_ms: int = 100, max_queued_requests_per_group: int = 4_000) -> None:
+        self.offsets = offsets
+        self.groups = groups
+        self.clock = clock
+        self._append = append
+        self._partitions_per_topic = partitions_per_topic
+        self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
+        self._next_retention_check_ms = 0
+        self.join_poll_interval_ms = join_poll_interval_ms
+        self.locks = GroupLocks(max_queued_requests_per_group=max_queued_requests_per_group)
+        self._changed = asyncio.Event()
+
+    # --- the one way the cache changes ----------------------------------------------
+
+    def replay(self, key, value) -> None:
+        """One record of the partition: when loading, and once an append is acked."""
+        self.offsets.replay(key, value)
+        self.groups.replay(key, value, self.clock.now_ms())
+
+    async def _write(self, records: list[Record]) -> None:
+        """Append, then replay. The caller holds the lock of every group the records
+        name, so nothing of theirs changes between the decision and the replay."""
+        if not records:
+            return
+        await self._append(records)
+        for key, value in records:
+            self.replay(key, value)
+
+    def _notify(self) -> None:
+        """Wakes parked joins: a group they wait on may have moved."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # --- offsets ----------------------------------------------------------------------
+
+    async def commit_offsets(self, group: str, offsets: dict, member_id: str = "", generation: int = -1) -> dict:
+        """offsets: {(topic, partition): (offset, leader_epoch, metadata)}. Returns
+        {(topic, partition): None or the partition's error}, once written."""
+        async with self.locks.hold(group):
+            known = self.groups.groups.get(group)
+            validate_offset_commit(state=known.state if known else GroupState.EMPTY,
+                                   generation=known.generation if known else -1,
+                                   members=set(known.members) if known else set(),
+                                   member_id=member_id, commit_generation=generation)
+            commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
+            result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
+            await self._write(result.records)
+        return result.response
+
+    def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
+        """{(topic, partition): (offset, leader_epoch, metadata) or None}."""
+        fetched = self.offsets.fetch(group, partitions)
+        return {tp: (v.offset, v.leader_epoch, v.metadata) if v is not None else None
+                for tp, v in fetched.items()}
+
+    # --- membership -------------------------------------------------------------------
+
+    async def join_group(self, group: str, member_id: str, *, client_id: str, client_host: str,
+                         topics: list[str], session_timeout_ms: int, rebalance_timeout_ms: int,
+                         assignor_name: str = "range", owned: Iterable = ()) -> dict:
+        """Parks until this join's generation completes: {member_id, generation,
+        leader}. The assignment comes from sync_group."""
+        async with self.locks.hold(group):
+            member_id = self.groups.join(group, member_id, client_id=client_id, client_host=client_host,
+                                         topics=topics, session_timeout_ms=session_timeout_ms,
+                                         rebalance_timeout_ms=rebalance_timeout_ms, assignor_name=assignor_name,
+                                         now_ms=self.clock.now_ms(), owned=owned)
+            generation_at_join = self.groups.groups[group].generation
+        self._notify()
+        fresh: tuple[set[str], dict[str, int]] | None = None   # (topics looked up, their partitions)
+        while True:
+            wanted: set[str] | None = None
+            async with self.locks.hold(group):
+                looked_up, fresh = fresh, None    # used once: partition counts change
+                state = self.groups.groups.get(group)
+                if state is None or member_id not in state.members:
+                    raise UnknownMemberId(f"member {member_id!r} was removed before the join completed")
+                if state.generation > generation_at_join:
+                    return {"member_id": member_id, "generation": state.generation, "leader": state.leader}
+                now_ms = self.clock.now_ms()
+                # A member parked in its join is alive: it is waiting on us, not silent.
+                state.members[member_id].last_heartbeat_ms = now_ms
+                if self.groups.join_complete_due(group, now_ms):
+                    topics_now = {t for m in state.members.values() for t in m.topics}
+                    if looked_up is not None and topics_now <= looked_up[0]:
+                        self.groups.maybe_complete_join(group, looked_up[1], now_ms)
+                        self._notify()
+                        continue
+                    wanted = topics_now
+            if wanted is not None:
+                # The lookup is a call to the controller: made without the lock, then
+                # the completion is decided again under it (members may have changed).
+                fresh = (wanted, await self._partitions_per_topic(wanted))
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=self.join_poll_interval_ms / 1000)
+
+    async def sync_group(self, group: str, member_id: str, generation: int) -> list:
+        async with self.locks.hold(group):
+            records, assignment = self.groups.sync(group, member_id, generation, self.clock.now_ms())
+            await self._write(records)
+        return assignment
+
+    async def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        async with self.locks.hold(group):
+            self.groups.heartbeat(group, member_id, generation, self.clock.now_ms())
+
+    async def leave_group(self, group: str, member_id: str) -> None:
+        async with self.locks.hold(group):
+            await self._write(self.groups.leave(group, member_id, self.clock.now_ms()))
+        self._notify()
+
+    def describe_group(self, group: str) -> dict:
+        """State, generation, members (client, host, subscribed topics, assignment).
+        A group known only by its offsets (assign-mode commits) is Empty; an
+        unknown one is Dead, as Kafka's DescribeGroups answers."""
+        state = self.groups.groups.get(group)
+        if state is None:
+            known = bool(self.offsets.fetch(group))
+            return {"group": group, "state": "Empty" if known else "Dead", "generation": -1 if not known else 0,
+                    "leader": None, "assignor": "", "members": {}}
+        return {"group": group, "state": state.state.value, "generation": state.generation,
+                "leader": state.leader, "assignor": state.assignor_name,
+                "members": {m.member_id: {"client_id": m.client_id, "host": m.client_host,
+                                          "topics": list(m.topics), "assignment": list(m.assignment)}
+                            for m in state.members.values()}}
+
+    def list_groups(self) -> list[dict]:
+        """Every group of this partition: [{group, state}], those known only by
+        their committed offsets included (Empty)."""
+        names = set(self.groups.groups) | set(self.offsets.offsets_by_group)
+        return [{"group": name, "state": self.groups.groups[name].state.value
+                 if name in self.groups.groups else "Empty"} for name in sorted(names)]
+
+    async def delete_group(self, group: str) -> None:
+        """Kafka's DeleteGroups: only a group without members (NON_EMPTY_GROUP),
+        only a known one (GROUP_ID_NOT_FOUND); tombstones for its offsets and for
+        the group, acknowledged once replicated."""
+        async with self.locks.hold(group):
+            state = self.groups.groups.get(group)
+            offsets = self.offsets.fetch(group)
+            if state is None and not offsets:
+                raise GroupIdNotFound(f"Group '{group}' does not exist.")
+            if state is not None and state.members:
+                raise NonEmptyGroup(f"The group '{group}' is not empty (state {state.state.value}).")
+            records: list[Record] = [(OffsetKey(group, topic, partition), None)
+                                     for topic, partition in sorted(offsets)]
+            if state is not None:
+                records.append((GroupKey(group), None))
+            await self._write(records)
+
+    # --- the ticker: member expiry and offsets retention --------------------------------
+
+    async def tick(self) -> None:
+        """Expires members silent past their session timeout and, every
+        `offsets_retention_check_interval_ms`, offsets past retention. Each group is
+        decided again under its lock, right before its records are written. The
+        first failed write raises: the next tick retries what is still due."""
+        started_ms = self.clock.now_ms()
+        retention_due = started_ms >= self._next_retention_check_ms
+        if retention_due:
+            candidates = set(self.groups.groups) | set(self.offsets.offsets_by_group)
+        else:
+            candidates = {g for g in self.groups.groups if self.groups.has_silent_members(g, started_ms)}
+        try:
+            for group in sorted(candidates):
+                async with self.locks.hold(group):
+                    now_ms = self.clock.now_ms()
+                    records = self.groups.expire_group_members(group, now_ms)
+                    if retention_due:
+                        records += self._expired(group, now_ms)
+                    await self._write(records)
+        finally:
+            self._notify()   # parked joins check their deadlines (members may have gone)
+        if retention_due:   # only once every group was checked: a failed tick retries at once
+            self._next_retention_check_ms = started_ms + self.offsets_retention_check_interval_ms
+
+    def _expired(self, group: str, now_ms: int) -> list[Record]:
+        """KIP-211, decided now for one group (its lock held): tombstones for its
+        offsets past retention, and if it is Empty past retention with no offsets
+        left, a tombstone of the group itself (it becomes Dead)."""
+        state = self.groups.groups.get(group)
+        empty_since_ms = {} if state is None else {
+            group: state.state_since_ms if state.state is GroupState.EMPTY else None}
+        records = self.offsets.handle_expire(now_ms, empty_since_ms, only_group=group).records
+        expiring = {(key.topic, key.partition) for key, _ in records}
+        since_ms = empty_since_ms.get(group)
+        if (since_ms is not None and not set(self.offsets.fetch(group)) - expiring
+                and now_ms - since_ms >= self.offsets.offsets_retention_ms):
+            records.append((GroupKey(group), None))
+        return records

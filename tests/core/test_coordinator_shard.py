@@ -1,0 +1,267 @@
+"""The coordinator's ordering, without Ray: a fake offsets partition whose appends
+a test holds until it releases them, so a join, a commit or a retention check can
+be made to arrive while a write is in flight. Each scenario ends by reloading a
+fresh shard from the records the partition holds (what a restarted coordinator
+does) and comparing."""
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from rafka.core.clock import FakeClock
+from rafka.core.coordinator_shard import CoordinatorShard
+from rafka.core.errors import CoordinatorNotAvailable, RequestTimedOut
+from rafka.core.group_manager import GroupManager
+from rafka.core.group_state import GroupState
+from rafka.core.offset_store import OffsetStore
+from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value
+
+pytestmark = pytest.mark.core
+G = "billing"
+ALL_PARTITIONS = [("orders", p) for p in range(4)]
+SESSION_MS, REBALANCE_MS, DAY_MS = 10_000, 60_000, 24 * 3600 * 1000
+
+
+@dataclasses.dataclass
+class Hold:
+    started: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    released: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+class FakeOffsetsPartition:
+    """The shard's acks=all append: one append in flight at a time (as the actor's
+    write lock), its records kept encoded as the replicas would hold them. A test
+    holds the next append (`hold_next`) or fails it (`fail_next`)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+        self.fail_next = 0
+        self._holds: list[Hold] = []
+        self._one_in_flight = asyncio.Lock()
+
+    def hold_next(self) -> Hold:
+        hold = Hold()
+        self._holds.append(hold)
+        return hold
+
+    async def append(self, records) -> None:
+        async with self._one_in_flight:
+            if self._holds:
+                hold = self._holds.pop(0)
+                hold.started.set()
+                await hold.released.wait()
+            if self.fail_next:
+                self.fail_next -= 1
+                raise RequestTimedOut("__consumer_offsets-0: the write was not replicated (fake)")
+            self.records += [(encode_key(key), encode_value(value)) for key, value in records]
+
+
+async def partitions_per_topic(topics):
+    return {t: 4 for t in topics if t == "orders"}
+
+
+def shard_on(partition, clock, *, delay_ms=0, retention_ms=DAY_MS, max_queued=4_000):
+    return CoordinatorShard(offsets=OffsetStore(offsets_retention_ms=retention_ms),
+                            groups=GroupManager(group_initial_rebalance_delay_ms=delay_ms),
+                            clock=clock, append=partition.append, partitions_per_topic=partitions_per_topic,
+                            join_poll_interval_ms=5, max_queued_requests_per_group=max_queued)
+
+
+def reloaded(partition, clock):
+    """A restarted coordinator: a fresh shard replaying what the partition holds."""
+    shard = shard_on(FakeOffsetsPartition(), clock)
+    for key_bytes, value_bytes in partition.records:
+        key = decode_key(key_bytes)
+        shard.replay(key, decode_value(key, value_bytes))
+    return shard
+
+
+def join(shard, client, member_id=""):
+    return shard.join_group(G, member_id, client_id=client, client_host="/127.0.0.1", topics=["orders"],
+                            session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS)
+
+
+async def settle(steps=50):
+    """Lets every runnable task run until it blocks (on a lock, a held append, a park)."""
+    for _ in range(steps):
+        await asyncio.sleep(0)
+
+
+def members_and_generation(shard):
+    group = shard.groups.groups[G]
+    return group.state, group.generation, set(group.members)
+
+
+def test_joins_during_the_first_sync_write__all_admitted_into_the_next_generation():
+    """a is alone in generation 1; its sync writes the group record. b, c and d join
+    while that record is in flight: none may be wiped out when it is replayed over
+    the group. They and a (rejoining) make generation 2, which the log keeps."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        a = await join(shard, "a")
+        assert a["generation"] == 1
+        hold = partition.hold_next()
+        sync_a = asyncio.create_task(shard.sync_group(G, a["member_id"], 1))
+        await hold.started.wait()
+        late = [asyncio.create_task(join(shard, client)) for client in ("b", "c", "d")]
+        await settle()
+        hold.release()
+        assert sorted(await sync_a) == ALL_PARTITIONS
+        await settle()
+        lost = [task.exception() for task in late if task.done()]
+        assert lost == [], f"joins that arrived during the write were lost: {lost}"
+        assert len(shard.groups.groups[G].members) == 4
+        answers = await asyncio.wait_for(asyncio.gather(join(shard, "a", a["member_id"]), *late), timeout=5)
+        assert {answer["generation"] for answer in answers} == {2}
+        assert len({answer["leader"] for answer in answers}) == 1
+        ids = {answer["member_id"] for answer in answers}
+        assert members_and_generation(shard) == (GroupState.COMPLETING_REBALANCE, 2, ids)
+        assignments = [await shard.sync_group(G, member_id, 2) for member_id in sorted(ids)]
+        assert sorted(tp for got in assignments for tp in got) == ALL_PARTITIONS
+        assert members_and_generation(shard) == (GroupState.STABLE, 2, ids)
+        assert members_and_generation(reloaded(partition, clock)) == (GroupState.STABLE, 2, ids)
+    asyncio.run(scenario())
+
+
+def test_join_during_the_last_members_leave_write__admitted_not_wiped_by_the_empty_record():
+    """a, the last member, leaves: the Empty group record is in flight when c joins.
+    c must land in the group the record leaves (generation 2, Empty) and make
+    generation 3 alone, not vanish when the record replays."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        a = await join(shard, "a")
+        await shard.sync_group(G, a["member_id"], 1)
+        hold = partition.hold_next()
+        leave = asyncio.create_task(shard.leave_group(G, a["member_id"]))
+        await hold.started.wait()
+        joining = asyncio.create_task(join(shard, "c"))
+        await settle()
+        hold.release()
+        await leave
+        c = await asyncio.wait_for(joining, timeout=5)
+        assert c["generation"] == 3
+        assert members_and_generation(shard) == (GroupState.COMPLETING_REBALANCE, 3, {c["member_id"]})
+        assert await shard.sync_group(G, c["member_id"], 3) == ALL_PARTITIONS
+        assert members_and_generation(reloaded(partition, clock)) == (GroupState.STABLE, 3, {c["member_id"]})
+    asyncio.run(scenario())
+
+
+def test_commit_in_flight_when_retention_runs__acked_commit_survives_in_cache_and_after_reload():
+    """An assign-mode group's offset is past retention; a new commit of the same
+    partition is being written when the retention check runs. The commit is acked:
+    no tombstone decided before it may delete it, in the cache nor at a reload
+    (which replays the log in order). A day later, untouched, it does expire."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        await shard.commit_offsets("audit", {("orders", 0): (3, -1, "")})
+        clock.advance(DAY_MS)
+        hold = partition.hold_next()
+        commit = asyncio.create_task(shard.commit_offsets("audit", {("orders", 0): (42, -1, "")}))
+        await hold.started.wait()
+        retention = asyncio.create_task(shard.tick())
+        await settle()
+        hold.release()
+        assert await commit == {("orders", 0): None}
+        await retention
+        assert shard.fetch_offsets("audit") == {("orders", 0): (42, -1, "")}
+        assert reloaded(partition, clock).fetch_offsets("audit") == {("orders", 0): (42, -1, "")}
+        clock.advance(DAY_MS)
+        await shard.tick()
+        assert shard.fetch_offsets("audit") == {} == reloaded(partition, clock).fetch_offsets("audit")
+    asyncio.run(scenario())
+
+
+def test_empty_group_past_retention__offsets_and_group_tombstoned_then_dead_after_reload():
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        a = await join(shard, "a")
+        await shard.sync_group(G, a["member_id"], 1)
+        await shard.commit_offsets(G, {("orders", 1): (7, -1, "")}, a["member_id"], 1)
+        await shard.leave_group(G, a["member_id"])
+        await shard.tick()
+        assert shard.fetch_offsets(G) == {("orders", 1): (7, -1, "")}    # Empty, not for long enough
+        clock.advance(DAY_MS)
+        await shard.tick()
+        for coordinator in (shard, reloaded(partition, clock)):
+            assert coordinator.fetch_offsets(G) == {} and coordinator.describe_group(G)["state"] == "Dead"
+    asyncio.run(scenario())
+
+
+def test_sync_write_fails__group_unchanged_and_the_retried_sync_writes_the_record():
+    """The first sync's record is not replicated: the group stays CompletingRebalance
+    (nothing written, nothing changed), and the member's retry writes it."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        a = await join(shard, "a")
+        partition.fail_next = 1
+        with pytest.raises(RequestTimedOut):
+            await shard.sync_group(G, a["member_id"], 1)
+        assert members_and_generation(shard) == (GroupState.COMPLETING_REBALANCE, 1, {a["member_id"]})
+        assert partition.records == []
+        assert await shard.sync_group(G, a["member_id"], 1) == ALL_PARTITIONS
+        assert len(partition.records) == 1
+        assert members_and_generation(reloaded(partition, clock)) == (GroupState.STABLE, 1, {a["member_id"]})
+    asyncio.run(scenario())
+
+
+def test_last_member_expiry_write_fails__member_kept_and_the_next_tick_writes_the_empty_group():
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        a = await join(shard, "a")
+        await shard.sync_group(G, a["member_id"], 1)
+        clock.advance(SESSION_MS + 1)
+        partition.fail_next = 1
+        with pytest.raises(RequestTimedOut):
+            await shard.tick()
+        assert members_and_generation(shard) == (GroupState.STABLE, 1, {a["member_id"]})
+        await shard.tick()
+        assert members_and_generation(shard) == (GroupState.EMPTY, 2, set())
+        assert members_and_generation(reloaded(partition, clock)) == (GroupState.EMPTY, 2, set())
+    asyncio.run(scenario())
+
+
+def test_parked_joins__hold_no_lock__the_group_serves_others_while_they_wait():
+    """Joins park through the initial rebalance delay without the group's lock: a
+    second member registers and an assign-mode fetch answers meanwhile."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock, delay_ms=3_000)
+        first = asyncio.create_task(join(shard, "a"))
+        await settle()
+        assert not shard.locks.held(G) and not first.done()
+        second = asyncio.create_task(join(shard, "b"))
+        await settle()
+        assert len(shard.groups.groups[G].members) == 2 and not second.done()
+        clock.advance(3_000)
+        a, b = await asyncio.wait_for(asyncio.gather(first, second), timeout=5)
+        assert a["generation"] == b["generation"] == 1
+    asyncio.run(scenario())
+
+
+def test_requests_queued_behind_a_write__bounded__the_next_one_refused_retriable():
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock, max_queued=2)
+        hold = partition.hold_next()
+        writing = asyncio.create_task(shard.commit_offsets(G, {("orders", 0): (1, -1, "")}))
+        await hold.started.wait()
+        waiting = asyncio.create_task(shard.commit_offsets(G, {("orders", 0): (2, -1, "")}))
+        await settle()
+        with pytest.raises(CoordinatorNotAvailable) as refused:
+            await shard.commit_offsets(G, {("orders", 0): (3, -1, "")})
+        assert refused.value.retriable
+        hold.release()
+        await asyncio.gather(writing, waiting)
+        assert shard.fetch_offsets(G) == {("orders", 0): (2, -1, "")}
+        assert not shard.locks.held(G)
+    asyncio.run(scenario())
