@@ -144,15 +144,49 @@ def cmd_topics(args) -> int:
         _require(args, "topic")
         admin.delete_topic(args.topic)
     elif args.alter:
-        raise UsageError("--alter is not supported yet: partitions and configs are fixed at creation")
+        _require(args, "topic", "partitions")
+        admin.create_partitions(args.topic, args.partitions)
+        print(f"Adding partitions succeeded! The topic {args.topic} now has {args.partitions} partitions.")
     else:
         raise UsageError("Command must include exactly one action: --list, --describe, --create, "
                                "--alter or --delete")
     return 0
 
 
+def cmd_reassign_partitions(args) -> int:
+    """kafka-reassign-partitions.sh with a JSON plan:
+    {"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [broker ids]}]}.
+    --execute starts the moves; --verify reports each one as complete or in progress."""
+    import json
+    try:
+        with open(args.reassignment_json_file) as f:
+            plan = json.load(f)
+        moves = {(entry["topic"], int(entry["partition"])): [int(b) for b in entry["replicas"]]
+                 for entry in plan["partitions"]}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"Invalid reassignment JSON file {args.reassignment_json_file!r}: {error}") from None
+    admin = _connect(args).admin()
+    if args.execute:
+        admin.alter_partition_reassignments(moves)
+        print(f"Successfully started partition reassignment{'s' if len(moves) > 1 else ''} for "
+              + ",".join(f"{t}-{p}" for t, p in moves))
+        return 0
+    if not args.verify:
+        raise UsageError("Command must include exactly one action: --execute or --verify")
+    described = admin.describe_topics(sorted({t for t, _ in moves}))
+    print("Status of partition reassignment:")
+    done = True
+    for (topic, partition), brokers in moves.items():
+        state = described[topic]["partitions"][partition]
+        complete = not state.get("adding") and not state.get("removing") and sorted(state["brokers"]) == sorted(brokers)
+        done &= complete
+        print(f"Reassignment of partition {topic}-{partition} is "
+              f"{'completed' if complete else 'still in progress'}.")
+    return 0 if done else 1
+
+
 def format_topic(topic: dict) -> str:
-    """kafka-topics.sh --describe's layout, plus each partition's epoch, HW and LEOs."""
+    """kafka-topics.sh --describe's layout, plus each partition's epoch, HW, LEOs and replicas' brokers."""
     configs = ",".join(f"{k}={v}" for k, v in sorted(topic["config"].items()))
     lines = [f"Topic: {topic['name']}\tTopicId: {topic['topic_id']}\tPartitionCount: "
              f"{len(topic['partitions'])}\tReplicationFactor: {len(topic['partitions'][0]['replicas'])}\t"
@@ -163,7 +197,9 @@ def format_topic(topic: dict) -> str:
                      f"{p['leader'] if p['leader'] >= 0 else 'none'}\tReplicas: "
                      f"{','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}\t"
                      f"LeaderEpoch: {p['leader_epoch']}\tHighWatermark: {p.get('high_watermark')}\t"
-                     f"LogEndOffsets: {leos}")
+                     f"LogEndOffsets: {leos}\tBrokers: {','.join(map(str, p.get('brokers', [])))}"
+                     + (f"\tAdding: {','.join(map(str, p['adding']))}\tRemoving: "
+                        f"{','.join(map(str, p['removing']))}" if p.get("adding") or p.get("removing") else ""))
     return "\n".join(lines)
 
 
@@ -206,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--config", action="append", metavar="NAME=VALUE")
     topics.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets")
     cli_groups.add_parsers(sub)
+    reassign = sub.add_parser("reassign-partitions", help="move replicas between brokers "
+                                                          "(kafka-reassign-partitions.sh)")
+    reassign.add_argument("--reassignment-json-file", required=True)
+    reassign_action = reassign.add_mutually_exclusive_group(required=True)
+    reassign_action.add_argument("--execute", action="store_true")
+    reassign_action.add_argument("--verify", action="store_true")
 
     for p in sub.choices.values():
         if p.prog.split()[-1] not in ("demo", "broker-id"):
@@ -214,15 +256,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "topics": cmd_topics,
-            "broker-id": cmd_broker_id,
+            "broker-id": cmd_broker_id, "reassign-partitions": cmd_reassign_partitions,
             "consumer-groups": lambda args: cli_groups.cmd_consumer_groups(_connect(args).admin(), args),
             "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),
             "console-producer": lambda args: cli_groups.cmd_console_producer(_connect(args), args),
             "console-consumer": lambda args: cli_groups.cmd_console_consumer(_connect(args), args)}
 
 
+# An address with no Ray cluster behind it: Ray 2.60 retries its GCS connection 20
+# times (about 14 minutes with its timeouts). A command line should say so within
+# seconds; an operator's own RAY_* settings win.
+FAST_RAY_CONNECT = {"RAY_NUM_REDIS_GET_RETRIES": "3", "RAY_py_gcs_connect_timeout_s": "3",
+                    "RAY_gcs_rpc_server_connect_timeout_s": "3"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in ("demo", "broker-id"):
+        for name, value in FAST_RAY_CONNECT.items():   # read when ray is imported: before that
+            os.environ.setdefault(name, value)
     if args.command == "demo":
         from rafka.demo import main as demo_main
         return demo_main()

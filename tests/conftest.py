@@ -1,7 +1,17 @@
 """Shared fixtures. Tier markers (core, ray, cluster, chaos, spark) are set per
 module with `pytestmark`; `pytest -m core` runs the fast tier alone."""
 
+import os
+
 import pytest
+from hypothesis import settings
+
+# CI runs each property on hypothesis's fixed example sequence, so a landing is never
+# blocked by a new random case; runs on a developer's machine keep exploring (and a
+# failure found there becomes an explicit @example).
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="module")

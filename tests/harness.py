@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from contextlib import contextmanager
 
@@ -18,6 +19,7 @@ from rafka.actors.replica import NAMESPACE, replica_actor_name
 # member actors' handlers in tests record what they handle as the demo's do
 from rafka.demo import read_recorded as handled_records, recording_handler  # noqa: F401 (re-exported)
 from rafka.core.records import decode_records
+from rafka.core.structs import TopicPartition
 
 
 # Fast failure detection for tests: short lag window, quick pings and long polls.
@@ -64,7 +66,8 @@ def partition_state(cluster, topic: str, partition: int) -> dict:
     return ray.get(cluster.controller.metadata_snapshot.remote())["topics"][topic]["partitions"][partition]
 
 
-def wait_for_leader(cluster, topic: str, partition: int, *, newer_than_epoch: int = -1) -> dict:
+def wait_for_leader(cluster, topic: str, partition: int, *, newer_than_epoch: int = -1,
+                    timeout_s: float = 60.0) -> dict:
     """The controller's state once its leader answers as leader at that epoch."""
     def ready():
         state = partition_state(cluster, topic, partition)
@@ -72,7 +75,8 @@ def wait_for_leader(cluster, topic: str, partition: int, *, newer_than_epoch: in
             return None
         answer = describe_replica(topic, partition, state["leader"], timeout_s=2.0)
         return state if (answer["role"], answer["leader_epoch"]) == ("leader", state["leader_epoch"]) else None
-    return wait_until(ready, what=f"{topic}-{partition} leader newer than epoch {newer_than_epoch}")
+    return wait_until(ready, timeout_s=timeout_s,
+                      what=f"{topic}-{partition} leader newer than epoch {newer_than_epoch}")
 
 
 def values_below_high_watermark(topic: str, partition: int, replica_id: int) -> list[bytes]:
@@ -103,3 +107,79 @@ def paused(pid: int):
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+class StreamingProducer:
+    """Sends `count` numbered records (acks=all) from a thread; `fault` runs once
+    `fault_after` of them are acked. Collects (offset, value) of every ack."""
+
+    def __init__(self, cluster, topic, *, count=300, fault_after=100, **options):
+        self.topic, self.count, self.fault_after = topic, count, fault_after
+        self.producer = cluster.producer(acks="all", linger_ms=2, batch_size=2_000,
+                                         request_timeout_ms=3_000, **options)
+        self.acked: list[tuple[int, bytes]] = []
+        self.halfway = threading.Event()
+
+    def run(self, fault):
+        thread = threading.Thread(target=self._send_all)
+        thread.start()
+        assert self.halfway.wait(60), "the first records were never acknowledged"
+        fault()
+        thread.join(180)
+        assert not thread.is_alive(), "the producer did not finish"
+        self.producer.close()
+        assert len(self.acked) == self.count
+        return self.acked
+
+    def _send_all(self):
+        futures = []
+        for i in range(self.count):
+            value = b"%s-%05d" % (self.topic.encode(), i)
+            futures.append((value, self.producer.send(self.topic, value, partition=0)))
+            if i == self.fault_after:
+                for v, f in futures:
+                    self.acked.append((f.result(timeout=60).offset, v))
+                futures = []
+                self.halfway.set()
+        for v, f in futures:
+            self.acked.append((f.result(timeout=120).offset, v))
+
+
+def read_back(cluster, topic, partition=0):
+    """Every record of the partition from its log start to its HW: [(offset, value)]."""
+    tp = TopicPartition(topic, partition)
+    with cluster.consumer(auto_offset_reset="earliest", max_poll_records=10_000) as consumer:
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp])[tp]
+        records = []
+        wait_until(lambda: records.extend(consumer.poll(timeout=0.5)) or consumer.position(tp) >= end,
+                   what=f"reading {topic}-{partition} to its HW {end}")
+    return [(r.offset, r.value) for r in records]
+
+
+def wait_until_serving(cluster, timeout_s: float = 120.0) -> float:
+    """Every partition of every topic has a leader that answers as leader at the
+    controller's epoch, and every group coordinator has loaded; returns the
+    seconds it took."""
+    from rafka.actors.coordinator import coordinator_actor_name
+    started_s = time.monotonic()
+    snapshot = ray.get(cluster.controller.metadata_snapshot.remote())["topics"]
+    for name, topic in snapshot.items():
+        for p in topic["partitions"]:
+            wait_for_leader(cluster, name, p["partition"], timeout_s=timeout_s)
+    for p in range(len(snapshot.get("__consumer_offsets", {}).get("partitions", []))):
+        coordinator = ray.get_actor(coordinator_actor_name(p), namespace=NAMESPACE)
+        wait_until(lambda: ray.get(coordinator.ping.remote(), timeout=5)["loaded"], timeout_s=timeout_s,
+                   what=f"coordinator {p} loaded")
+    return time.monotonic() - started_s
+
+
+def assert_acked_once_in_order(cluster, topic, acked):
+    read = read_back(cluster, topic)
+    values = [v for _, v in read]
+    assert len(values) == len(set(values)), "a record was written twice"
+    assert [o for o, _ in read] == list(range(read[0][0], read[0][0] + len(read))), "offsets not dense"
+    acked_values = {v for _, v in acked}
+    assert [pair for pair in read if pair[1] in acked_values] == sorted(acked), \
+        "acked records missing, moved or out of order"
+    assert_replicas_identical_below_high_watermark(cluster, topic, 0)

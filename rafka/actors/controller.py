@@ -16,6 +16,12 @@ dead, unresponsive within `leader_ping_timeout_ms` or restarted is replaced by a
 ISR member (core.metadata decides which). So every partition comes back online
 whenever an ISR member's broker is up, with that broker's log.
 
+Brokers: a broker that is down keeps its replicas (they restart with its disk when
+it comes back); one gone longer than `broker_replacement_timeout_ms` has its
+replicas reassigned to live brokers (Kafka's partition reassignment: the new
+replica catches up and joins the ISR before the old one is dropped). Operators
+reassign by hand with `reassign_partition` (`rafka reassign-partitions`).
+
 Named `controller` in namespace `rafka`, detached, pinned to the head node.
 """
 
@@ -25,6 +31,8 @@ import asyncio
 import json
 import logging
 import os
+import time
+from collections import Counter
 from pathlib import Path
 
 import ray
@@ -47,7 +55,7 @@ class ControllerActor:
                  fetch_max_wait_ms: int = 500, leader_ping_timeout_ms: int = 2_000,
                  log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000,
-                 watch_interval_ms: int = 250) -> None:
+                 broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 250) -> None:
         self.data_dir = data_dir
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -55,6 +63,11 @@ class ControllerActor:
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
         self.replica_high_watermark_checkpoint_interval_ms = replica_high_watermark_checkpoint_interval_ms
         self.leader_ping_timeout_ms = leader_ping_timeout_ms
+        # Like Cruise Control's broker-failure self-healing threshold (30 min): a
+        # reboot or a disk swap comes back long before; a host that is gone does not.
+        self.broker_replacement_timeout_ms = broker_replacement_timeout_ms
+        self._broker_down_since_s: dict[int, float] = {}   # not persisted: a new controller waits afresh
+        self._next_broker_check_s = 0.0
         self.watch_interval_ms = watch_interval_ms
         # Ray warns at every replica started in a placement group with restarts on:
         # "the actor cannot restart once its group is removed". rafka removes a
@@ -209,6 +222,109 @@ class ControllerActor:
                 if group is not None:
                     remove_placement_group(group)
 
+    async def add_partitions(self, name: str, count: int) -> dict:
+        """kafka-topics.sh --alter --partitions: the new partitions are assigned to
+        live brokers and started as at creation."""
+        async with self._lock:
+            before = len(self.metadata.topic(name).partitions)
+            records, _ = self.metadata.handle_add_partitions(name, count, live_broker_ids())
+            self._commit(records)
+            self._starting.update((name, p) for p in range(before, count))
+        try:
+            await asyncio.gather(*(self._start_partition(name, p) for p in range(before, count)))
+        finally:
+            self._starting.difference_update((name, p) for p in range(before, count))
+        return self._describe_topic(name)
+
+    async def reassign_partition(self, topic: str, partition: int, brokers: list[int]) -> dict:
+        """Move the partition's replicas onto `brokers` (kafka-reassign-partitions
+        --execute): new replicas start now and catch up; the watch loop drops the
+        replaced ones once every new one is in the ISR."""
+        async with self._lock:
+            records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
+                                                                     live_broker_ids())
+            self._commit(records)
+        if records:
+            logger.info("%s-%d: reassigning to brokers %s (adding replicas %s, removing %s)", topic, partition,
+                        brokers, list(state.adding), list(state.removing))
+            await self._after_replica_change(topic, partition, state, removed=list(state.removing)
+                                             if not state.adding else [])
+        return self._describe_topic(topic)["partitions"][partition]
+
+    async def _complete_reassignment(self, topic: str, partition: int) -> None:
+        async with self._lock:
+            removing = list(self.metadata.partition(topic, partition).removing)
+            records, state = self.metadata.handle_complete_reassignment(topic, partition)
+            self._commit(records)
+        if records:
+            logger.info("%s-%d: reassignment complete, replicas %s on brokers %s", topic, partition,
+                        list(state.replicas), list(state.brokers))
+            await self._after_replica_change(topic, partition, state, removed=removing)
+
+    async def _after_replica_change(self, topic: str, partition: int, state: PartitionState,
+                                    removed: list[int]) -> None:
+        """Start replicas the metadata names, announce the new epoch, then stop the
+        removed ones: their logs are deleted where their broker is up."""
+        for replica_id in state.replicas:
+            self._ensure_replica(topic, partition, replica_id, state)
+        await self._announce(topic, partition, state)
+        for replica_id in removed:
+            try:
+                handle = self._replica(topic, partition, replica_id)
+            except ValueError:
+                handle = None
+            if handle is not None:
+                try:
+                    await asyncio.wait_for(handle.delete_log.remote(), self.leader_ping_timeout_ms / 1000)
+                except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
+                    logger.info("%s-%d: removed replica %d kept its log (broker down?): %s", topic, partition,
+                                replica_id, error)
+                ray.kill(handle, no_restart=True)
+            group = existing_replica_group(topic, partition, replica_id)
+            if group is not None:
+                remove_placement_group(group)
+
+    async def _replace_lost_brokers(self) -> None:
+        """Reassign the replicas of brokers gone longer than the replacement timeout
+        to the live brokers holding the fewest replicas (online partitions only: an
+        offline one has no leader to copy from)."""
+        now_s = time.monotonic()
+        if now_s < self._next_broker_check_s:
+            return
+        self._next_broker_check_s = now_s + 1.0
+        live = live_broker_ids()
+        partitions = [(name, p, state) for name, topic in list(self.metadata.topics.items())
+                      for p, state in enumerate(topic.partitions)]
+        referenced = {b for _, _, state in partitions for b in state.brokers}
+        for broker_id in referenced - set(live):
+            self._broker_down_since_s.setdefault(broker_id, now_s)
+        for broker_id in list(self._broker_down_since_s):
+            if broker_id in live or broker_id not in referenced:
+                del self._broker_down_since_s[broker_id]
+        lost = {b for b, since_s in self._broker_down_since_s.items()
+                if (now_s - since_s) * 1000 >= self.broker_replacement_timeout_ms}
+        if not lost:
+            return
+        load = Counter(b for _, _, state in partitions for b in state.brokers)
+        for name, partition, state in partitions:
+            if not state.online or state.adding or state.removing or not set(state.brokers) & lost:
+                continue
+            target = list(state.brokers)
+            for i, broker_id in enumerate(target):
+                if broker_id in lost:
+                    candidates = [c for c in live if c not in target]
+                    if not candidates:
+                        break
+                    target[i] = min(candidates, key=lambda c: (load[c], c))
+                    load[target[i]] += 1
+            else:
+                logger.warning("%s-%d: brokers %s gone for %d ms: replicas move to %s", name, partition,
+                               sorted(set(state.brokers) & lost), self.broker_replacement_timeout_ms, target)
+                try:
+                    await self.reassign_partition(name, partition, target)
+                except Exception as error:   # the next check tries again
+                    logger.warning("%s-%d: reassignment failed: %s", name, partition, error)
+
     async def list_brokers(self) -> list[dict]:
         """The broker registry (placement/brokers.py): [{broker_id, node_id, address}]
         of the live Ray nodes that offer the rafka broker resource."""
@@ -226,7 +342,8 @@ class ControllerActor:
         return {"name": name, "topic_id": topic.topic_id, "config": topic.config,
                 "partitions": [{"partition": p, "leader": s.leader, "leader_epoch": s.leader_epoch,
                                 "partition_epoch": s.partition_epoch, "replicas": list(s.replicas),
-                                "isr": list(s.isr), "brokers": list(s.brokers)}
+                                "isr": list(s.isr), "brokers": list(s.brokers),
+                                "adding": list(s.adding), "removing": list(s.removing)}
                                for p, s in enumerate(topic.partitions)]}
 
     # --- ISR changes and elections ------------------------------------------------
@@ -261,6 +378,10 @@ class ControllerActor:
         partitions elsewhere."""
         while not self._stopping:
             await asyncio.sleep(self.watch_interval_ms / 1000)
+            try:
+                await self._replace_lost_brokers()
+            except Exception as error:
+                logger.warning("checking for lost brokers failed: %s", error)
             partitions = [(name, p) for name, topic in list(self.metadata.topics.items())
                           for p in range(len(topic.partitions)) if (name, p) not in self._starting]
             results = await asyncio.gather(*(self._check_partition(name, p) for name, p in partitions),
@@ -276,6 +397,9 @@ class ControllerActor:
         if self._stopping:
             return
         state = self.metadata.partition(topic, partition)
+        if (state.adding or state.removing) and set(state.adding) <= set(state.isr):
+            await self._complete_reassignment(topic, partition)
+            return
         roles = await asyncio.gather(*(self._role_of(topic, partition, r, state) for r in state.replicas))
         role_by_replica = dict(zip(state.replicas, roles))
         # Gone, paused, still starting or with an unusable log dir: may not lead.

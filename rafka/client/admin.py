@@ -33,6 +33,17 @@ class Admin:
                      config: dict | None = None) -> dict:
         return ray.get(self._controller.create_topic.remote(name, partitions, replication_factor, config))
 
+    def create_partitions(self, name: str, count: int) -> dict:
+        """Grow `name` to `count` partitions (Kafka's AdminClient.createPartitions)."""
+        return ray.get(self._controller.add_partitions.remote(name, count))
+
+    def alter_partition_reassignments(self, reassignments: dict[tuple[str, int], list[int]]) -> dict:
+        """{(topic, partition): [broker ids]}: start moving each partition's replicas
+        there (Kafka's alterPartitionReassignments). Returns each partition's state."""
+        refs = {tp: self._controller.reassign_partition.remote(tp[0], tp[1], list(brokers))
+                for tp, brokers in reassignments.items()}
+        return {tp: ray.get(ref) for tp, ref in refs.items()}
+
     def delete_topic(self, name: str) -> None:
         ray.get(self._controller.delete_topic.remote(name))
 

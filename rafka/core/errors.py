@@ -110,6 +110,10 @@ GroupMaxSizeReached = _error("GroupMaxSizeReached", 81, "GROUP_MAX_SIZE_REACHED"
 InvalidRecord = _error("InvalidRecord", 87, "INVALID_RECORD", False,
                        "A record is not valid for this topic (e.g. no key on a compacted topic).")
 
+InvalidReplicaAssignment = _error("InvalidReplicaAssignment", 39, "INVALID_REPLICA_ASSIGNMENT", False,
+                                  "A replica assignment names a broker twice, or one that is not live.")
+ReassignmentInProgress = _error("ReassignmentInProgress", 60, "REASSIGNMENT_IN_PROGRESS", False,
+                                "The partition is being reassigned: wait for that to complete.")
 InconsistentClusterId = _error("InconsistentClusterId", 104, "INCONSISTENT_CLUSTER_ID", False,
                                "A log dir's meta.properties names another cluster id.")
 # Kafka refuses to start a broker whose log dir names another broker id

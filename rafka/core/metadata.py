@@ -16,6 +16,9 @@ Invariants:
   index); `brokers` maps each to the broker id whose disk holds its log, fixed at
   creation (Kafka's rack-unaware assignment): a replica restarts on that broker
   only, so it reopens its own log
+  a reassignment (Kafka's KIP-455) first adds the new replicas, which catch up
+  from the leader; only once all of them are in the ISR are the removed ones
+  dropped, so the ISR never shrinks below what it was for a move
   only an ISR member may lead (no unclean election); one that restarted leads
   only when no ISR member that kept running is available (it reopened its log,
   which holds every record below the HW, but may be behind the others)
@@ -33,9 +36,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (FencedLeaderEpoch, InvalidPartitions, InvalidReplicationFactor,
-                               InvalidRequest, InvalidTopic, NotLeaderOrFollower,
-                               TopicAlreadyExists, UnknownTopicOrPartition)
+from rafka.core.errors import (FencedLeaderEpoch, InvalidPartitions, InvalidReplicaAssignment,
+                               InvalidReplicationFactor, InvalidRequest, InvalidTopic, LeaderNotAvailable,
+                               NotLeaderOrFollower, ReassignmentInProgress, TopicAlreadyExists,
+                               UnknownTopicOrPartition)
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 NO_LEADER = -1
@@ -64,6 +68,8 @@ class PartitionState:
     leader_epoch: int
     partition_epoch: int
     brokers: tuple[int, ...] = ()     # brokers[i]: the broker id of replicas[i]
+    adding: tuple[int, ...] = ()      # a reassignment's new replicas, catching up
+    removing: tuple[int, ...] = ()    # replicas that leave once every adding one is in the ISR
 
     @property
     def online(self) -> bool:
@@ -133,6 +139,10 @@ class ClusterMetadata:
             partitions = list(topic.partitions)
             partitions[record["partition"]] = _partition(record)
             self.topics[topic.name] = dataclasses.replace(topic, partitions=tuple(partitions))
+        elif kind == "add_partitions":
+            topic = self.topics[record["topic"]]
+            self.topics[topic.name] = dataclasses.replace(
+                topic, partitions=topic.partitions + tuple(_partition(p) for p in record["partitions"]))
         elif kind == "remove_topic":
             self.topics.pop(record["name"], None)
         elif kind == "producer_ids":
@@ -177,24 +187,85 @@ class ClusterMetadata:
             raise InvalidReplicationFactor(
                 f"min.insync.replicas ({topic_config.min_insync_replicas}) is larger than the "
                 f"replication factor ({replication_factor}).")
-        rng = rng or random.Random()
-        assignment = assign_replicas_to_brokers(
-            broker_ids, partitions, replication_factor,
-            start_index=rng.randrange(len(broker_ids)), replica_shift=rng.randrange(len(broker_ids)))
-        replicas = tuple(range(replication_factor))
-        partition_records = []
-        for p in range(partitions):
-            leader = p % replication_factor  # spread leaders over the replica slots
-            ordered = replicas[leader:] + replicas[:leader]
-            # the preferred leader (replica `leader`) goes to the assignment's first broker
-            brokers = [assignment[p][(r - leader) % replication_factor] for r in ordered]
-            partition_records.append({"replicas": list(ordered), "isr": list(ordered), "brokers": brokers,
-                                      "leader": leader, "leader_epoch": 0, "partition_epoch": 0})
+        partition_records = _new_partitions(0, partitions, replication_factor, broker_ids, rng or random.Random())
         record = {"type": "topic", "name": name, "topic_id": new_cluster_id(),
                   "config": dict(config or {}), "partitions": partition_records}
         staged = ClusterMetadata()
         staged.replay(record)
         return [record], staged.topics[name]
+
+    def handle_add_partitions(self, name: str, count: int, broker_ids: Sequence[int],
+                              rng: random.Random | None = None) -> tuple[list[Record], TopicMetadata]:
+        """kafka-topics.sh --alter --partitions: grow the topic to `count` partitions
+        (never shrink: keys would move), the new ones assigned as at creation."""
+        topic = self.topic(name)
+        current = len(topic.partitions)
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise InvalidPartitions(f"Number of partitions must be an integer, got {count!r}.")
+        if count <= current:
+            raise InvalidPartitions(f"Topic currently has {current} partitions, which is higher than "
+                                    f"the requested {count}." if count < current else
+                                    f"Topic already has {current} partitions.")
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitions(f"Number of partitions {count} is larger than this cluster's "
+                                    f"limit of {MAX_PARTITIONS_PER_TOPIC} per topic.")
+        if topic.replication_factor > len(broker_ids):
+            raise InvalidReplicationFactor(f"Replication factor: {topic.replication_factor} larger than "
+                                           f"available brokers: {len(broker_ids)}.")
+        record = {"type": "add_partitions", "topic": name,
+                  "partitions": _new_partitions(current, count - current, topic.replication_factor,
+                                                broker_ids, rng or random.Random())}
+        staged = ClusterMetadata()
+        staged.topics[name] = topic
+        staged.replay(record)
+        return [record], staged.topics[name]
+
+    def handle_reassign_partition(self, topic: str, partition: int, target_brokers: Sequence[int],
+                                  live_broker_ids: Iterable[int]) -> tuple[list[Record], PartitionState]:
+        """Start moving the partition's replicas onto `target_brokers` (Kafka's
+        AlterPartitionReassignments): replicas for the new brokers are added now,
+        with a new leader epoch so the leader tracks them; the ones on brokers not in
+        the target are `removing` until `handle_complete_reassignment`. No records if
+        the partition already lives there."""
+        state = self.partition(topic, partition)
+        target = list(target_brokers)
+        live = set(live_broker_ids)
+        if (not target or len(set(target)) != len(target)
+                or any(isinstance(b, bool) or not isinstance(b, int) for b in target)):
+            raise InvalidReplicaAssignment(f"{topic}-{partition}: the target {target!r} must name distinct "
+                                           f"broker ids")
+        if state.adding or state.removing:
+            raise ReassignmentInProgress(f"{topic}-{partition} is already being reassigned")
+        adding_brokers = [b for b in target if b not in state.brokers]
+        not_live = [b for b in adding_brokers if b not in live]
+        if not_live:
+            raise InvalidReplicaAssignment(f"{topic}-{partition}: brokers {not_live} are not live")
+        if not state.online:
+            raise LeaderNotAvailable(f"{topic}-{partition} is offline: new replicas have no leader to "
+                                     f"copy from")
+        removing = tuple(r for r, b in zip(state.replicas, state.brokers) if b not in target)
+        if not adding_brokers and not removing:
+            return [], state
+        first_new = max(state.replicas) + 1     # ids only grow: a removed replica's id is never reused
+        adding = tuple(range(first_new, first_new + len(adding_brokers)))
+        new = dataclasses.replace(state, replicas=state.replicas + adding,
+                                  brokers=state.brokers + tuple(adding_brokers), adding=adding,
+                                  removing=removing, leader_epoch=state.leader_epoch + 1,
+                                  partition_epoch=state.partition_epoch + 1)
+        if not adding:   # only removals: nothing to wait for
+            new = _completed(new)
+        return [_partition_record(topic, partition, new)], new
+
+    def handle_complete_reassignment(self, topic: str,
+                                     partition: int) -> tuple[list[Record], PartitionState]:
+        """Every added replica is in the ISR: drop the removed ones (a removed leader
+        hands over to the first remaining ISR member), epoch + 1. No records while
+        an added replica is still catching up."""
+        state = self.partition(topic, partition)
+        if not (state.adding or state.removing) or not set(state.adding) <= set(state.isr):
+            return [], state
+        new = _completed(state)
+        return [_partition_record(topic, partition, new)], new
 
     def handle_allocate_producer_id(self) -> tuple[list[Record], int]:
         """A producer id never handed out before (idempotent producers)."""
@@ -278,12 +349,43 @@ class ClusterMetadata:
         return partitions[partition]
 
 
+def _new_partitions(first: int, count: int, replication_factor: int, broker_ids: Sequence[int],
+                    rng: random.Random) -> list[Record]:
+    """Partition records for partitions first .. first+count-1: replica ids 0..RF-1,
+    leaders spread over them, brokers by Kafka's rack-unaware assignment with the
+    preferred leader on each partition's first assigned broker."""
+    assignment = assign_replicas_to_brokers(
+        broker_ids, count, replication_factor, first_partition=first,
+        start_index=rng.randrange(len(broker_ids)), replica_shift=rng.randrange(len(broker_ids)))
+    replicas = tuple(range(replication_factor))
+    records = []
+    for p, assigned in zip(range(first, first + count), assignment):
+        leader = p % replication_factor  # spread leaders over the replica slots
+        ordered = replicas[leader:] + replicas[:leader]
+        brokers = [assigned[(r - leader) % replication_factor] for r in ordered]
+        records.append({"replicas": list(ordered), "isr": list(ordered), "brokers": brokers,
+                        "leader": leader, "leader_epoch": 0, "partition_epoch": 0})
+    return records
+
+
+def _completed(state: PartitionState) -> PartitionState:
+    keep = [i for i, r in enumerate(state.replicas) if r not in state.removing]
+    replicas = tuple(state.replicas[i] for i in keep)
+    isr = tuple(r for r in state.isr if r not in state.removing)
+    leader = state.leader if state.leader not in state.removing else (isr[0] if isr else NO_LEADER)
+    return dataclasses.replace(state, replicas=replicas, brokers=tuple(state.brokers[i] for i in keep),
+                               isr=isr or state.isr, leader=leader, adding=(), removing=(),
+                               leader_epoch=state.leader_epoch + 1, partition_epoch=state.partition_epoch + 1)
+
+
 def _partition(record: Record) -> PartitionState:
     return PartitionState(tuple(record["replicas"]), tuple(record["isr"]), record["leader"],
-                          record["leader_epoch"], record["partition_epoch"], tuple(record["brokers"]))
+                          record["leader_epoch"], record["partition_epoch"], tuple(record["brokers"]),
+                          tuple(record.get("adding", ())), tuple(record.get("removing", ())))
 
 
 def _partition_record(topic: str, partition: int, state: PartitionState) -> Record:
     return {"type": "partition", "topic": topic, "partition": partition,
             "replicas": list(state.replicas), "isr": list(state.isr), "brokers": list(state.brokers),
+            "adding": list(state.adding), "removing": list(state.removing),
             "leader": state.leader, "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch}

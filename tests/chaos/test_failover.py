@@ -7,7 +7,6 @@ and every replica's log below the HW is the same bytes as the leader's.
 
 import os
 import signal
-import threading
 
 import pytest
 import ray
@@ -17,9 +16,9 @@ from rafka.actors.replica import NAMESPACE
 from rafka.core.errors import NotEnoughReplicas, NotLeaderOrFollower
 from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, ACKS_LEADER
-from rafka.core.structs import TopicPartition
-from tests.harness import (assert_replicas_identical_below_high_watermark, describe_replica,
-                           partition_state, paused, replica, wait_for_leader, wait_until)
+from tests.harness import (StreamingProducer, assert_acked_once_in_order,
+                           assert_replicas_identical_below_high_watermark, describe_replica,
+                           partition_state, paused, read_back, replica, wait_for_leader, wait_until)
 
 pytestmark = pytest.mark.chaos
 
@@ -27,64 +26,6 @@ def create(cluster, topic):
     cluster.admin().create_topic(topic, partitions=1, replication_factor=3,
                                  config={"min.insync.replicas": "2"})
     return wait_for_leader(cluster, topic, 0)
-
-
-class StreamingProducer:
-    """Sends `count` numbered records (acks=all) from a thread; `fault` runs once
-    `fault_after` of them are acked. Collects (offset, value) of every ack."""
-
-    def __init__(self, cluster, topic, *, count=300, fault_after=100, **options):
-        self.topic, self.count, self.fault_after = topic, count, fault_after
-        self.producer = cluster.producer(acks="all", linger_ms=2, batch_size=2_000,
-                                         request_timeout_ms=3_000, **options)
-        self.acked: list[tuple[int, bytes]] = []
-        self.halfway = threading.Event()
-
-    def run(self, fault):
-        thread = threading.Thread(target=self._send_all)
-        thread.start()
-        assert self.halfway.wait(60), "the first records were never acknowledged"
-        fault()
-        thread.join(180)
-        assert not thread.is_alive(), "the producer did not finish"
-        self.producer.close()
-        assert len(self.acked) == self.count
-        return self.acked
-
-    def _send_all(self):
-        futures = []
-        for i in range(self.count):
-            value = b"%s-%05d" % (self.topic.encode(), i)
-            futures.append((value, self.producer.send(self.topic, value, partition=0)))
-            if i == self.fault_after:
-                for v, f in futures:
-                    self.acked.append((f.result(timeout=60).offset, v))
-                futures = []
-                self.halfway.set()
-        for v, f in futures:
-            self.acked.append((f.result(timeout=120).offset, v))
-
-
-def read_back(cluster, topic):
-    tp = TopicPartition(topic, 0)
-    with cluster.consumer(auto_offset_reset="earliest", max_poll_records=10_000) as consumer:
-        consumer.assign([tp])
-        end = consumer.end_offsets([tp])[tp]
-        records = []
-        wait_until(lambda: records.extend(consumer.poll(timeout=0.5)) or consumer.position(tp) >= end,
-                   what=f"reading {topic} to its HW {end}")
-    return [(r.offset, r.value) for r in records]
-
-
-def assert_acked_once_in_order(cluster, topic, acked):
-    read = read_back(cluster, topic)
-    values = [v for _, v in read]
-    assert len(values) == len(set(values)), "a record was written twice"
-    assert [o for o, _ in read] == list(range(read[0][0], read[0][0] + len(read))), "offsets not dense"
-    acked_values = {v for _, v in acked}
-    assert [pair for pair in read if pair[1] in acked_values] == sorted(acked), \
-        "acked records missing, moved or out of order"
-    assert_replicas_identical_below_high_watermark(cluster, topic, 0)
 
 
 def test_leader_actor_killed__acked_writes_survive(cluster):
@@ -108,27 +49,43 @@ def test_follower_killed__acked_writes_survive_and_it_rejoins_isr(cluster):
     assert describe_replica("kill-follower", 0, follower)["pid"] != pid
 
 
-def test_leader_node_removed__fresh_node_rebuilds_the_replica_from_empty(cluster):
+@pytest.fixture(scope="module")
+def cluster():
+    """The module's cluster replaces a broker gone for 5 s (Kafka-like clusters wait
+    far longer; brokers restarted in other modules must not be replaced)."""
+    import rafka
+    from tests.harness import TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS
+    with rafka.local_cluster(nodes=3, coordinator_options=TEST_COORDINATOR_OPTIONS, offsets_topic_segment_bytes=16_384,
+                             broker_replacement_timeout_ms=5_000, **TEST_CLUSTER_OPTIONS) as embedded:
+        yield embedded
+
+
+def test_broker_removed_for_good__its_replicas_move_to_a_new_broker_after_the_timeout(cluster):
     before = create(cluster, "lose-node")
-    leader_node = describe_replica("lose-node", 0, before["leader"])["node_id"]
+    leader_broker = before["brokers"][before["replicas"].index(before["leader"])]
+    leader_node = cluster.node_of_broker(leader_broker)
 
     def brokers():
-        return {b["node_id"] for b in ray.get(cluster.controller.list_brokers.remote())}
-    assert leader_node in brokers() and len(brokers()) == 3
+        return {b["broker_id"] for b in ray.get(cluster.controller.list_brokers.remote())}
+    assert brokers() == {0, 1, 2}
     stream = StreamingProducer(cluster, "lose-node")
     acked = stream.run(lambda: cluster.remove_node(leader_node))
     after = wait_for_leader(cluster, "lose-node", 0, newer_than_epoch=before["leader_epoch"])
     assert before["leader"] not in after["isr"]
-    wait_until(lambda: leader_node not in brokers(), what="the dead node leaving the broker registry")
-    new_node = cluster.add_node()
-    assert new_node in brokers() and len(brokers()) == 3
-    wait_until(lambda: describe_replica("lose-node", 0, before["leader"])["node_id"] == new_node,
-               what="the lost replica restarted on the new node")
-    wait_until(lambda: set(partition_state(cluster, "lose-node", 0)["isr"]) == {0, 1, 2},
-               what="the rebuilt replica back in the ISR")
+    wait_until(lambda: leader_broker not in brokers(), what="the dead broker leaving the registry")
+    cluster.add_node()                                   # a new machine: a new broker id
+    new_broker = max(brokers())
+    assert new_broker not in before["brokers"]
+    moved = wait_until(lambda: (lambda s: s if leader_broker not in s["brokers"] and not s["adding"]
+                                and len(s["isr"]) == 3 else None)(partition_state(cluster, "lose-node", 0)),
+                       timeout_s=90, what="the lost broker's replica replaced and the ISR full again")
+    assert sorted(moved["brokers"]) == sorted([b for b in before["brokers"] if b != leader_broker] + [new_broker])
+    assert before["leader"] not in moved["replicas"]
     assert_acked_once_in_order(cluster, "lose-node", acked)
-    rebuilt = describe_replica("lose-node", 0, before["leader"])
-    assert rebuilt["log_start_offset"] == 0 and rebuilt["log_end_offset"] >= len(acked)
+    new_replica = [r for r, b in zip(moved["replicas"], moved["brokers"]) if b == new_broker][0]
+    rebuilt = describe_replica("lose-node", 0, new_replica)
+    assert rebuilt["broker_id"] == new_broker and rebuilt["opened_log_end_offset"] == 0
+    assert rebuilt["log_end_offset"] >= len(acked)
 
 
 def test_leader_paused_until_replaced__cannot_ack_steps_down_and_truncates_its_tail(cluster):

@@ -54,9 +54,10 @@ def test_member_actor_killed__no_record_skipped_duplicates_only_from_the_uncommi
 
 
 def test_offsets_leader_node_removed__every_committed_offset_returned_unchanged(cluster):
-    """Offsets of several groups; the node of the __consumer_offsets-0 leader (and
-    whatever coordinator it hosts) is removed; after failover every group's
-    offsets come back exactly as committed. A fresh node is added back."""
+    """Offsets of several groups; the node of the __consumer_offsets-0 leader is
+    removed and the coordinator killed too, so it reloads from the new leader;
+    every group's offsets come back exactly as committed. The broker then comes
+    back with its disk and its replica rejoins the ISR."""
     admin = cluster.admin()
     admin.create_topic("ledger", partitions=2, replication_factor=1)
     committed = {}
@@ -66,19 +67,22 @@ def test_offsets_leader_node_removed__every_committed_offset_returned_unchanged(
         admin.alter_consumer_group_offsets(group, offsets)
         committed[group] = offsets
     state = wait_for_leader(cluster, OFFSETS_TOPIC, 0)
-    leader_node = ray.get(cluster.replica(OFFSETS_TOPIC, 0, state["leader"]).describe.remote())["node_id"]
-    cluster.remove_node(leader_node)
+    leader_broker = state["brokers"][state["replicas"].index(state["leader"])]
+    cluster.remove_node(cluster.node_of_broker(leader_broker))
     wait_for_leader(cluster, OFFSETS_TOPIC, 0, newer_than_epoch=state["leader_epoch"])
     coordinator = ray.get_actor(coordinator_actor_name(0), namespace=NAMESPACE)
-    wait_until(lambda: ray.get(coordinator.ping.remote(), timeout=5)["loaded"], what="the coordinator loaded")
+    pid = ray.get(coordinator.ping.remote(), timeout=30)["pid"]
+    ray.kill(coordinator, no_restart=False)            # its cache is gone: it must reload
+    wait_until(lambda: (lambda a: a["loaded"] and a["pid"] != pid)(ray.get(coordinator.ping.remote(), timeout=5)),
+               what="the restarted coordinator loaded from the new leader")
     for group, offsets in committed.items():
         assert admin.list_consumer_group_offsets(group) == _as_tps(offsets)
     # commits keep working on the new leader
     admin.alter_consumer_group_offsets("accounts-0", {("ledger", 0): 150})
     assert admin.list_consumer_group_offsets("accounts-0")[_tp("ledger", 0)] == 150
-    cluster.add_node()
+    cluster.add_node(leader_broker)                    # the broker back, with its disk
     wait_until(lambda: len(partition_state(cluster, OFFSETS_TOPIC, 0)["isr"]) == 3, timeout_s=90,
-               what="the offsets partition back to 3 in-sync replicas on the fresh node")
+               what="the offsets partition back to 3 in-sync replicas")
 
 
 def _tp(topic, partition):

@@ -1,9 +1,11 @@
 """The CLI on a Ray cluster started by hand, as an operator would after `ray up`:
 `rafka up`, `status`, `topics --create/--list/--describe/--delete`, `down`."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -13,11 +15,23 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def ray_address(tmp_path_factory):
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("rafka-data")
+
+
+@pytest.fixture(scope="module")
+def ray_address(data_dir):
+    """Two broker nodes started as cluster.yaml starts them: `rafka broker-id` gives
+    each its id from its log dir (here one data dir holds both: ids are explicit)."""
     from ray.cluster_utils import Cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1, resources={BROKER_RESOURCE: 1})
+    for broker_id in range(2):
+        done = subprocess.run([sys.executable, "-m", "rafka.cli", "broker-id", "--data-dir",
+                               str(data_dir / f"host-{broker_id}"), "--broker-id", str(broker_id)],
+                              capture_output=True, text=True, timeout=60, check=True)
+        assert done.stdout == f"{broker_id}\n"
+        (data_dir / f"host-{broker_id}" / f"broker-{broker_id}").rename(data_dir / f"broker-{broker_id}")
+        cluster.add_node(num_cpus=1, resources={BROKER_RESOURCE: 1}, labels={"rafka-broker-id": done.stdout.strip()})
     cluster.wait_for_nodes()
     yield cluster.address
     cluster.shutdown()
@@ -69,6 +83,12 @@ def check_group_commands(address):
     assert code == 0
     after = offsets_table(rafka(address, "consumer-groups", "--describe", "--group", "readers")[1])
     assert after[0] == table[0] and after[1] == (str(int(table[1][0]) - 1), table[1][1], "1")
+    code, _, err = rafka(address, "consumer-groups", "--reset-offsets", "--group", "readers", "--topic",
+                         "clicks:x", "--to-earliest", "--execute")
+    assert code == 1 and "Traceback" not in err
+    assert ("Error while executing consumer-groups command : Invalid --topic 'clicks:x': partitions must be "
+            "numbers separated by commas, as in clicks:0,1") in err
+    assert offsets_table(rafka(address, "consumer-groups", "--describe", "--group", "readers")[1]) == after
 
     import rafka as rafka_api
     with rafka_api.connect(address).consumer(group_id="readers", session_timeout_ms=6_000) as member:
@@ -92,13 +112,45 @@ def check_group_commands(address):
     assert code == 1 and "Consumer group 'readers' does not exist." in err
 
 
+def check_alter_and_reassign(address, data_dir):
+    """topics --alter --partitions grows `clicks`; reassign-partitions moves an RF=1
+    partition to the other broker, with its records, and --verify reports it done."""
+    code, out, _ = rafka(address, "topics", "--alter", "--topic", "clicks", "--partitions", "3")
+    assert (code, out) == (0, "Adding partitions succeeded! The topic clicks now has 3 partitions.\n")
+    code, _, err = rafka(address, "topics", "--alter", "--topic", "clicks", "--partitions", "2")
+    assert code == 1 and "Topic currently has 3 partitions, which is higher than the requested 2." in err
+    assert "PartitionCount: 3" in rafka(address, "topics", "--describe", "--topic", "clicks")[1]
+
+    assert rafka(address, "topics", "--create", "--topic", "moving", "--partitions", "1",
+                 "--replication-factor", "1")[0] == 0
+    assert rafka(address, "console-producer", "--topic", "moving",
+                 stdin="".join(f"m-{i}\n" for i in range(5)))[0] == 0
+    described = rafka(address, "topics", "--describe", "--topic", "moving")[1]
+    source = int(described.splitlines()[1].split("Brokers: ")[1].split("\t")[0])
+    plan = data_dir / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "moving", "partition": 0, "replicas": [1 - source]}]}))
+    code, out, _ = rafka(address, "reassign-partitions", "--reassignment-json-file", str(plan), "--execute")
+    assert (code, out) == (0, "Successfully started partition reassignment for moving-0\n")
+    deadline = time.monotonic() + 60
+    while rafka(address, "reassign-partitions", "--reassignment-json-file", str(plan), "--verify")[0] != 0:
+        assert time.monotonic() < deadline, "the reassignment did not complete"
+    code, out, _ = rafka(address, "reassign-partitions", "--reassignment-json-file", str(plan), "--verify")
+    assert "Reassignment of partition moving-0 is completed." in out
+    assert f"Brokers: {1 - source}" in rafka(address, "topics", "--describe", "--topic", "moving")[1]
+    code, out, _ = rafka(address, "console-consumer", "--topic", "moving", "--from-beginning", "--max-messages", "5")
+    assert code == 0 and out.split() == [f"m-{i}" for i in range(5)]
+    assert not (data_dir / f"broker-{source}" / "moving-0").exists()    # the moved-away log is deleted
+    assert rafka(address, "topics", "--delete", "--topic", "moving")[0] == 0
+
+
 def test_cli__before_up__status_says_to_run_up(ray_address):
     code, _, err = rafka(ray_address, "status")
     assert code == 1 and "rafka is not up" in err and "run `rafka up`" in err
 
 
-def test_cli__up_topics_status_down(ray_address, tmp_path):
-    code, out, _ = rafka(ray_address, "up", "--data-dir", str(tmp_path))
+def test_cli__up_topics_status_down(ray_address, data_dir):
+    code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir))
     assert code == 0 and "2 broker node(s)" in out and "controller epoch 1" in out
     assert "group coordinators: 1" in out
 
@@ -125,10 +177,12 @@ def test_cli__up_topics_status_down(ray_address, tmp_path):
     assert code == 0 and "brokers:           2" in out and "topics:            2 (3 partitions" in out
 
     check_group_commands(ray_address)
+    check_alter_and_reassign(ray_address, data_dir)
 
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""
     code, out, _ = rafka(ray_address, "down")
     # the controller, 2 replicas of __consumer_offsets, 1 coordinator
     assert code == 0 and "rafka is down: 4 actor(s) stopped" in out
+    assert "replicas shut down cleanly: 2 of 2" in out
     assert rafka(ray_address, "status")[0] == 1

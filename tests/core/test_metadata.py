@@ -199,3 +199,73 @@ def test_elect_leader__restarted_replica_outside_the_isr_never_leads():
     apply(metadata, metadata.handle_alter_isr("t", 0, 0, 0, state.partition_epoch, [0])[0])
     records, state = metadata.handle_elect_leader("t", 0, unavailable_replicas=[0], restarted_replicas=[1, 2])
     assert (state.leader, state.isr) == (NO_LEADER, (0,))
+
+
+# --- reassignment and added partitions ----------------------------------------------
+
+def test_reassign__new_replica_added_first__old_one_dropped_only_once_the_new_is_in_the_isr():
+    from rafka.core.errors import ReassignmentInProgress
+    metadata, log = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, [0, 1, 2])[0])
+    before = metadata.partition("t", 0)
+    lost = before.broker_of(2)
+    target = [b if b != lost else 3 for b in before.brokers]
+    records, moving = metadata.handle_reassign_partition("t", 0, target, [0, 1, 2, 3])
+    log += apply(metadata, records)
+    assert moving.replicas == (0, 1, 2, 3) and moving.broker_of(3) == 3
+    assert (moving.adding, moving.removing, moving.isr) == ((3,), (2,), before.isr)
+    assert moving.leader_epoch == before.leader_epoch + 1     # the leader learns its new follower
+    with pytest.raises(ReassignmentInProgress):
+        metadata.handle_reassign_partition("t", 0, [0, 1, 2], [0, 1, 2, 3])
+    assert metadata.handle_complete_reassignment("t", 0) == ([], moving)   # 3 still catching up
+    isr_records, _ = metadata.handle_alter_isr("t", 0, moving.leader, moving.leader_epoch,
+                                               moving.partition_epoch, list(moving.isr) + [3])
+    apply(metadata, isr_records)
+    records, done = metadata.handle_complete_reassignment("t", 0)
+    apply(metadata, records)
+    assert done.replicas == (0, 1, 3) and sorted(done.brokers) == sorted(target)
+    assert 2 not in done.isr and (done.adding, done.removing) == ((), ())
+    assert done.leader_epoch == moving.leader_epoch + 1
+
+
+@pytest.mark.parametrize("target, live, error", [
+    ([0, 0, 1], [0, 1, 2, 3], "InvalidReplicaAssignment"),     # a broker twice
+    ([0, 1, 9], [0, 1, 2, 3], "InvalidReplicaAssignment"),     # not live
+    ([], [0, 1, 2], "InvalidReplicaAssignment"),
+])
+def test_reassign__bad_target__typed_error_and_nothing_changes(target, live, error):
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, [0, 1, 2])[0])
+    before = dict(metadata.topics)
+    with pytest.raises(Exception) as raised:
+        metadata.handle_reassign_partition("t", 0, target, live)
+    assert type(raised.value).__name__ == error and metadata.topics == before
+
+
+def test_reassign__removed_leader_hands_over_to_a_remaining_isr_member():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 2, None, [0, 1, 2])[0])
+    state = metadata.partition("t", 0)
+    leader_broker = state.broker_of(state.leader)
+    others = [b for b in state.brokers if b != leader_broker]
+    records, done = metadata.handle_reassign_partition("t", 0, others, [0, 1, 2])   # only a removal
+    assert state.leader not in done.replicas and done.leader in done.isr and done.brokers == tuple(others)
+
+
+def test_add_partitions__grows_never_shrinks_and_new_partitions_are_assigned():
+    metadata, log = started()
+    log += apply(metadata, metadata.handle_create_topic("t", 2, 2, None, [0, 1, 2])[0])
+    with pytest.raises(InvalidPartitions, match="Topic currently has 2 partitions, which is higher than "
+                                                 "the requested 1."):
+        metadata.handle_add_partitions("t", 1, [0, 1, 2])
+    with pytest.raises(InvalidPartitions):
+        metadata.handle_add_partitions("t", True, [0, 1, 2])
+    records, topic = metadata.handle_add_partitions("t", 5, [0, 1, 2])
+    assert len(metadata.topics["t"].partitions) == 2        # handlers change nothing
+    log += apply(metadata, records)
+    partitions = metadata.topics["t"].partitions
+    assert len(partitions) == 5 and partitions[:2] == topic.partitions[:2]
+    assert all(len(set(p.brokers)) == 2 and p.leader_epoch == 0 for p in partitions[2:])
+    replayed = ClusterMetadata()
+    apply(replayed, log)
+    assert replayed.topics == metadata.topics

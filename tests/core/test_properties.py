@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from rafka.core.clock import FakeClock
 from rafka.core.config import TopicConfig
+from rafka.core.errors import RecordListTooLarge
 from rafka.core.log import PartitionLog
 from rafka.core.records import Record, RecordInput, decode_records, encode_batch
 
@@ -54,8 +55,12 @@ def test_log__append_read_truncate_reopen__matches_an_in_memory_model(ops, segme
         for op, arg in ops:
             if op == "append":
                 base = model[-1][-1][0] + 1 if model else 0
-                result = log.append_as_leader(
-                    encode_batch([RecordInput(v, b"k", 5) for v in arg]), leader_epoch=epoch)
+                data = encode_batch([RecordInput(v, b"k", 5) for v in arg])
+                if len(data) > segment_bytes:   # never fits a segment: refused, nothing written
+                    with pytest.raises(RecordListTooLarge):
+                        log.append_as_leader(data, leader_epoch=epoch)
+                    continue
+                result = log.append_as_leader(data, leader_epoch=epoch)
                 assert result.base_offset == base
                 model.append([(base + i, v) for i, v in enumerate(arg)])
             elif op == "truncate":
