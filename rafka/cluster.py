@@ -143,13 +143,14 @@ class Cluster:
         self.remove_node(self.node_of_broker(broker_id))
         return self.add_node(broker_id)
 
-    def shutdown(self) -> None:
+    def shutdown(self, *, clean: bool = True) -> None:
         """Leave the cluster. An embedded cluster whose data dir outlives it first
         shuts every replica down cleanly (flush, checkpoints, clean-shutdown
         marker), so the next `local_cluster(data_dir=...)` reopens the logs
-        without a recovery scan."""
+        without a recovery scan. `clean=False` stops every node as a power cut
+        would (tests, benchmarks): no replica closes its log."""
         if self.ray_cluster is not None:
-            if not self._owns_data_dir:
+            if clean and not self._owns_data_dir:
                 try:
                     ray.get(self.controller.shutdown_replicas.remote(), timeout=60)
                 except ray.exceptions.RayError as error:   # a crashed cluster still shuts down

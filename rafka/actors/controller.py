@@ -63,6 +63,7 @@ class ControllerActor:
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
         self.replica_high_watermark_checkpoint_interval_ms = replica_high_watermark_checkpoint_interval_ms
         self.leader_ping_timeout_ms = leader_ping_timeout_ms
+        self.replica_start_timeout_ms = 120_000
         # Like Cruise Control's broker-failure self-healing threshold (30 min): a
         # reboot or a disk swap comes back long before; a host that is gone does not.
         self.broker_replacement_timeout_ms = broker_replacement_timeout_ms
@@ -135,9 +136,17 @@ class ControllerActor:
         return self._describe_topic(name)
 
     async def _start_partition(self, topic: str, partition: int) -> None:
+        """A new partition's replicas, started and told their roles. The partition is
+        not watched meanwhile (`_starting`): replicas still starting would look like
+        restarted ones, and the watch loop would elect one of them alone."""
         state = self.metadata.partition(topic, partition)
-        for replica_id in state.replicas:
-            self._ensure_replica(topic, partition, replica_id, state)
+        replicas = [self._ensure_replica(topic, partition, r, state) for r in state.replicas]
+        try:   # placing and starting a worker process each: seconds on a busy machine
+            await asyncio.wait_for(asyncio.gather(*(r.ping.remote() for r in replicas)),
+                                   timeout=self.replica_start_timeout_ms / 1000)
+        except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
+            logger.warning("%s-%d: replicas not all started in %d ms (the watch loop takes over): %s", topic,
+                           partition, self.replica_start_timeout_ms, error)
         await self._announce(topic, partition, state)
 
     def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState):

@@ -32,6 +32,7 @@ import dataclasses
 import random
 import re
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -46,6 +47,10 @@ NO_LEADER = -1
 # Every partition is RF actor processes (~80 MB each): a typo of 10000 would hang
 # the cluster placing them. Kafka has no such limit; rafka's actors need one.
 MAX_PARTITIONS_PER_TOPIC = 1024
+# A replica's placement group bundle holds 1/1000 of its broker's `rafka_broker`
+# resource, so a broker holds at most 1000 replicas; past that Ray would never place
+# the group and creation would hang. The controller checks it before writing.
+MAX_REPLICAS_PER_BROKER = 1000
 Record = dict[str, Any]
 
 
@@ -188,6 +193,7 @@ class ClusterMetadata:
                 f"min.insync.replicas ({topic_config.min_insync_replicas}) is larger than the "
                 f"replication factor ({replication_factor}).")
         partition_records = _new_partitions(0, partitions, replication_factor, broker_ids, rng or random.Random())
+        self._check_broker_capacity(partition_records)
         record = {"type": "topic", "name": name, "topic_id": new_cluster_id(),
                   "config": dict(config or {}), "partitions": partition_records}
         staged = ClusterMetadata()
@@ -215,6 +221,7 @@ class ClusterMetadata:
         record = {"type": "add_partitions", "topic": name,
                   "partitions": _new_partitions(current, count - current, topic.replication_factor,
                                                 broker_ids, rng or random.Random())}
+        self._check_broker_capacity(record["partitions"])
         staged = ClusterMetadata()
         staged.topics[name] = topic
         staged.replay(record)
@@ -266,6 +273,18 @@ class ClusterMetadata:
             return [], state
         new = _completed(state)
         return [_partition_record(topic, partition, new)], new
+
+    def replicas_per_broker(self) -> Counter:
+        return Counter(b for topic in self.topics.values() for p in topic.partitions for b in p.brokers)
+
+    def _check_broker_capacity(self, partition_records: list[Record]) -> None:
+        load = self.replicas_per_broker()
+        load.update(b for p in partition_records for b in p["brokers"])
+        full = sorted(b for b, count in load.items() if count > MAX_REPLICAS_PER_BROKER)
+        if full:
+            raise InvalidPartitions(
+                f"{len(partition_records)} partitions cannot be placed: brokers {full} would hold more "
+                f"than {MAX_REPLICAS_PER_BROKER} replicas each; add brokers or use fewer partitions.")
 
     def handle_allocate_producer_id(self) -> tuple[list[Record], int]:
         """A producer id never handed out before (idempotent producers)."""

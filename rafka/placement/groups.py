@@ -14,8 +14,8 @@ brokers is down (after `rafka down` + `rafka up`, or a whole-cluster restart,
 without that broker) would keep every replica of the partition off, though the
 rest of its ISR could serve it. Label pinning to distinct broker ids is the
 stronger spread: distinct broker identities, not only distinct Ray nodes.
-Bundles ask for a sliver of the `rafka_broker` resource too, so replicas avoid
-nodes not given to rafka (e.g. a head node reserved for drivers).
+Bundles ask for a sliver of the `rafka_broker` resource, so replicas avoid nodes
+not given to rafka (e.g. a head node reserved for drivers).
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.errors import LeaderNotAvailable
 from rafka.placement.brokers import BROKER_RESOURCE  # noqa: F401 (re-exported)
 
-REPLICA_CPU = 0.01  # replicas are mostly waiting on I/O; many share a core
+# A bundle holds no CPU: replicas wait on I/O and many share a core, and Spark
+# executors on the same nodes take whole CPUs. Its sliver of `rafka_broker` is what
+# pins it to broker nodes, and bounds a broker to 1000 replicas (metadata's
+# MAX_REPLICAS_PER_BROKER, checked before a topic is written).
+REPLICA_BROKER_SHARE = 0.001
 GROUP_PREFIX = "rafka:"
 
 
@@ -42,7 +46,7 @@ def replica_placement_group(topic: str, partition: int, replica_id: int, broker_
     if existing is not None:
         return existing
     # Detached: the group (and so its replica) outlives the controller that made it.
-    return placement_group([{"CPU": REPLICA_CPU, BROKER_RESOURCE: 0.001}], strategy="STRICT_PACK",
+    return placement_group([{BROKER_RESOURCE: REPLICA_BROKER_SHARE}], strategy="STRICT_PACK",
                            name=replica_group_name(topic, partition, replica_id), lifetime="detached",
                            bundle_label_selector=[{BROKER_ID_LABEL: str(broker_id)}])
 

@@ -1,12 +1,15 @@
 """Consumer groups under faults: a member actor killed while consuming, and the
 node of the `__consumer_offsets` leader removed while groups hold offsets."""
 
+import threading
+
 import pytest
 import ray
 
 from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.actors.replica import NAMESPACE
-from tests.harness import handled_records, partition_state, recording_handler, wait_for_leader, wait_until
+from tests.harness import (StreamingProducer, handled_records, partition_state, recording_handler, replica,
+                           wait_for_leader, wait_until)
 
 pytestmark = pytest.mark.chaos
 
@@ -51,6 +54,43 @@ def test_member_actor_killed__no_record_skipped_duplicates_only_from_the_uncommi
         assert duplicates == list(range(duplicates[0], duplicates[0] + len(duplicates))) if duplicates else True
         if duplicates:
             assert {pid for pid, p, o in seen if p == partition and o in duplicates} >= {victim["pid"]}
+
+
+def test_member_at_the_tail_across_a_leader_failover__no_reset_no_rewind_commits_never_move_back(cluster, tmp_path):
+    """A member actor (auto_offset_reset=earliest, the members' default) keeps up
+    with a stream; the leader is killed. The new leader's HW may trail the member's
+    position for a moment: its fetch must wait there (DESIGN invariant 12), not get
+    OFFSET_OUT_OF_RANGE and reset to the earliest offset, which would handle the
+    partition again and move the committed offset back."""
+    admin = cluster.admin()
+    admin.create_topic("tail", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    before = wait_for_leader(cluster, "tail", 0)
+    group = cluster.run_consumer_group("tailers", ["tail"], recording_handler(str(tmp_path)), members=1, **FAST_GROUP)
+    sampled, sampling = [], threading.Event()
+
+    def sample_commits():
+        while not sampling.is_set():
+            sampled.append(admin.list_consumer_group_offsets("tailers").get(_tp("tail", 0), -1))
+            sampling.wait(0.05)
+    sampler = threading.Thread(target=sample_commits)
+    sampler.start()
+
+    def kill_leader_at_the_tail():
+        wait_until(lambda: (lambda c: c is not None and c >= 100)(
+            admin.list_consumer_group_offsets("tailers").get(_tp("tail", 0))), what="the member at the tail")
+        ray.kill(replica("tail", 0, before["leader"]), no_restart=False)
+    stream = StreamingProducer(cluster, "tail", count=600, fault_after=100)
+    acked = stream.run(kill_leader_at_the_tail)
+    wait_until(lambda: admin.list_consumer_group_offsets("tailers").get(_tp("tail", 0)) == 600, timeout_s=120,
+               what="the member committed every record")
+    sampling.set()
+    sampler.join()
+    group.stop()
+    assert wait_for_leader(cluster, "tail", 0)["leader_epoch"] > before["leader_epoch"]
+    assert sampled == sorted(sampled), "the committed offset moved back"
+    handled = [offset for _, partition, offset in handled_records(str(tmp_path)) if partition == 0]
+    assert handled == list(range(600)), "records skipped, or handled again after a reset"
+    assert sorted(offset for offset, _ in acked) == list(range(600))
 
 
 def test_offsets_leader_node_removed__every_committed_offset_returned_unchanged(cluster):

@@ -128,6 +128,30 @@ def test_joins_during_the_first_sync_write__all_admitted_into_the_next_generatio
     asyncio.run(scenario())
 
 
+def test_joins_during_a_commit_write__all_admitted_and_the_commit_kept():
+    """a (generation 1, Stable) commits; while that commit is being written b, c and
+    d join. Each join waits for the commit's write and replay, then is admitted:
+    generation 2 holds all four, and the commit is in the cache and the log."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        a = await join(shard, "a")
+        await shard.sync_group(G, a["member_id"], 1)
+        hold = partition.hold_next()
+        commit = asyncio.create_task(shard.commit_offsets(G, {("orders", 1): (7, -1, "")}, a["member_id"], 1))
+        await hold.started.wait()
+        late = [asyncio.create_task(join(shard, client)) for client in ("b", "c", "d")]
+        await settle()
+        hold.release()
+        assert await commit == {("orders", 1): None}
+        answers = await asyncio.wait_for(asyncio.gather(join(shard, "a", a["member_id"]), *late), timeout=5)
+        assert {answer["generation"] for answer in answers} == {2} and len(answers) == 4
+        assert members_and_generation(shard)[1:] == (2, {answer["member_id"] for answer in answers})
+        assert shard.fetch_offsets(G) == {("orders", 1): (7, -1, "")}
+        assert reloaded(partition, clock).fetch_offsets(G) == {("orders", 1): (7, -1, "")}
+    asyncio.run(scenario())
+
+
 def test_join_during_the_last_members_leave_write__admitted_not_wiped_by_the_empty_record():
     """a, the last member, leaves: the Empty group record is in flight when c joins.
     c must land in the group the record leaves (generation 2, Empty) and make

@@ -269,3 +269,16 @@ def test_add_partitions__grows_never_shrinks_and_new_partitions_are_assigned():
     replayed = ClusterMetadata()
     apply(replayed, log)
     assert replayed.topics == metadata.topics
+
+
+def test_create_topic__more_replicas_than_the_brokers_can_place__invalid_partitions_nothing_written(monkeypatch):
+    from rafka.core import metadata as metadata_module
+    monkeypatch.setattr(metadata_module, "MAX_REPLICAS_PER_BROKER", 4)
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("a", 3, 3, None, [0, 1, 2])[0])    # 3 replicas per broker
+    with pytest.raises(InvalidPartitions, match="cannot be placed"):
+        metadata.handle_create_topic("b", 2, 3, None, [0, 1, 2])
+    with pytest.raises(InvalidPartitions, match="cannot be placed"):
+        metadata.handle_add_partitions("a", 5, [0, 1, 2])
+    assert list(metadata.topics) == ["a"] and len(metadata.topics["a"].partitions) == 3
+    assert metadata.handle_create_topic("b", 1, 3, None, [0, 1, 2])[1].name == "b"   # what fits still does
