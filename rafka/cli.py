@@ -156,7 +156,8 @@ def cmd_topics(args) -> int:
 def cmd_reassign_partitions(args) -> int:
     """kafka-reassign-partitions.sh with a JSON plan:
     {"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [broker ids]}]}.
-    --execute starts the moves; --verify reports each one as complete or in progress."""
+    --execute starts the moves; --verify reports each one as complete or in progress;
+    --cancel stops them (the replicas being added are dropped)."""
     import json
     try:
         with open(args.reassignment_json_file) as f:
@@ -166,6 +167,11 @@ def cmd_reassign_partitions(args) -> int:
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"Invalid reassignment JSON file {args.reassignment_json_file!r}: {error}") from None
     admin = _connect(args).admin()
+    if args.cancel:
+        admin.cancel_partition_reassignments(list(moves))
+        print("Successfully cancelled partition reassignment" + ("s" if len(moves) > 1 else "") + " for "
+              + ",".join(f"{t}-{p}" for t, p in moves))
+        return 0
     if args.execute:
         admin.alter_partition_reassignments(moves)
         print(f"Successfully started partition reassignment{'s' if len(moves) > 1 else ''} for "
@@ -248,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign_action = reassign.add_mutually_exclusive_group(required=True)
     reassign_action.add_argument("--execute", action="store_true")
     reassign_action.add_argument("--verify", action="store_true")
+    reassign_action.add_argument("--cancel", action="store_true")
 
     for p in sub.choices.values():
         if p.prog.split()[-1] not in ("demo", "broker-id"):

@@ -38,6 +38,7 @@ from pathlib import Path
 import ray
 
 from rafka.actors.replica import NAMESPACE, OFFLINE, ReplicaActor, replica_actor_name
+from rafka.core.errors import TopicDeletionInProgress
 from rafka.core.metadata import ClusterMetadata, PartitionState
 from rafka.placement.brokers import broker_nodes, live_broker_ids
 from rafka.placement.groups import (existing_replica_group, in_bundle, remove_placement_group,
@@ -85,6 +86,8 @@ class ControllerActor:
         self._watcher: asyncio.Task | None = None
         self._starting: set[tuple[str, int]] = set()  # partitions not yet announced: not watched
         self._stopping = False    # shutdown_replicas ran: watch nothing, elect nobody
+        self._replacer: asyncio.Task | None = None
+        self._deleting: set[str] = set()   # topics whose replicas are being torn down
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
         # the watch loop, so a restarted controller watches leaders again at once. The
         # ping is retried: a restarting actor's call to itself from __init__ can fail
@@ -123,6 +126,8 @@ class ControllerActor:
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            config: dict | None = None) -> dict:
+        if name in self._deleting:
+            raise TopicDeletionInProgress(f"Topic '{name}' is being deleted: try again when it is gone.")
         async with self._lock:
             records, topic = self.metadata.handle_create_topic(
                 name, partitions, replication_factor, config, live_broker_ids())
@@ -213,23 +218,35 @@ class ControllerActor:
         async with self._lock:
             topic = self.metadata.topic(name)
             self._commit(self.metadata.handle_delete_topic(name))
-        for partition, state in enumerate(topic.partitions):
-            replicas = []
-            for replica_id in state.replicas:
-                try:
-                    replicas.append((replica_id, self._replica(name, partition, replica_id)))
-                except ValueError:
-                    continue
-            results = await asyncio.gather(*(asyncio.wait_for(r.delete_log.remote(), self.leader_ping_timeout_ms / 1000)
-                                             for _, r in replicas), return_exceptions=True)
-            for (_, replica), result in zip(replicas, results):
-                if isinstance(result, Exception):
-                    logger.warning("%s-%d: a replica's log was not deleted: %s", name, partition, result)
-                ray.kill(replica, no_restart=True)
-            for replica_id in state.replicas:
-                group = existing_replica_group(name, partition, replica_id)
-                if group is not None:
-                    remove_placement_group(group)
+            self._deleting.add(name)
+        try:
+            await self._tear_down(name, topic)
+        finally:
+            self._deleting.discard(name)
+
+    async def _tear_down(self, name: str, topic) -> None:
+        await asyncio.gather(*(self._retire_replica(name, partition, replica_id)
+                               for partition, state in enumerate(topic.partitions) for replica_id in state.replicas))
+
+    async def _retire_replica(self, topic: str, partition: int, replica_id: int) -> None:
+        """A replica leaves for good (its topic deleted, or moved off its broker):
+        its log is deleted if its broker is up (else it stays, and partition.metadata
+        keeps it from ever being reopened as another topic's), then its actor and
+        placement group go."""
+        try:
+            handle = self._replica(topic, partition, replica_id)
+        except ValueError:
+            handle = None
+        if handle is not None:
+            try:
+                await asyncio.wait_for(handle.delete_log.remote(), self.leader_ping_timeout_ms / 1000)
+            except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
+                logger.info("%s-%d: replica %d kept its log (its broker down?): %s", topic, partition,
+                            replica_id, error)
+            ray.kill(handle, no_restart=True)
+        group = existing_replica_group(topic, partition, replica_id)
+        if group is not None:
+            remove_placement_group(group)
 
     async def add_partitions(self, name: str, count: int) -> dict:
         """kafka-topics.sh --alter --partitions: the new partitions are assigned to
@@ -256,11 +273,22 @@ class ControllerActor:
         if records:
             logger.info("%s-%d: reassigning to brokers %s (adding replicas %s, removing %s)", topic, partition,
                         brokers, list(state.adding), list(state.removing))
-            await self._after_replica_change(topic, partition, state, removed=list(state.removing)
-                                             if not state.adding else [])
+            await self._after_replica_change(topic, partition, state, removed=[])
         return self._describe_topic(topic)["partitions"][partition]
 
-    async def _complete_reassignment(self, topic: str, partition: int) -> None:
+    async def cancel_reassignment(self, topic: str, partition: int) -> dict:
+        """kafka-reassign-partitions --cancel: drop the replicas being added."""
+        async with self._lock:
+            adding = list(self.metadata.partition(topic, partition).adding)
+            records, state = self.metadata.handle_cancel_reassignment(topic, partition)
+            self._commit(records)
+        if records:
+            logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, adding)
+            await self._after_replica_change(topic, partition, state, removed=adding)
+        return self._describe_topic(topic)["partitions"][partition]
+
+    async def _complete_reassignment(self, topic: str, partition: int) -> bool:
+        """True if the reassignment completed now (every staying replica in the ISR)."""
         async with self._lock:
             removing = list(self.metadata.partition(topic, partition).removing)
             records, state = self.metadata.handle_complete_reassignment(topic, partition)
@@ -269,6 +297,7 @@ class ControllerActor:
             logger.info("%s-%d: reassignment complete, replicas %s on brokers %s", topic, partition,
                         list(state.replicas), list(state.brokers))
             await self._after_replica_change(topic, partition, state, removed=removing)
+        return bool(records)
 
     async def _after_replica_change(self, topic: str, partition: int, state: PartitionState,
                                     removed: list[int]) -> None:
@@ -277,21 +306,7 @@ class ControllerActor:
         for replica_id in state.replicas:
             self._ensure_replica(topic, partition, replica_id, state)
         await self._announce(topic, partition, state)
-        for replica_id in removed:
-            try:
-                handle = self._replica(topic, partition, replica_id)
-            except ValueError:
-                handle = None
-            if handle is not None:
-                try:
-                    await asyncio.wait_for(handle.delete_log.remote(), self.leader_ping_timeout_ms / 1000)
-                except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
-                    logger.info("%s-%d: removed replica %d kept its log (broker down?): %s", topic, partition,
-                                replica_id, error)
-                ray.kill(handle, no_restart=True)
-            group = existing_replica_group(topic, partition, replica_id)
-            if group is not None:
-                remove_placement_group(group)
+        await asyncio.gather(*(self._retire_replica(topic, partition, r) for r in removed))
 
     async def _replace_lost_brokers(self) -> None:
         """Reassign the replicas of brokers gone longer than the replacement timeout
@@ -310,12 +325,20 @@ class ControllerActor:
         for broker_id in list(self._broker_down_since_s):
             if broker_id in live or broker_id not in referenced:
                 del self._broker_down_since_s[broker_id]
-        lost = {b for b, since_s in self._broker_down_since_s.items()
+        lost = {b for b, since_s in list(self._broker_down_since_s.items())
                 if (now_s - since_s) * 1000 >= self.broker_replacement_timeout_ms}
         if not lost:
             return
         load = Counter(b for _, _, state in partitions for b in state.brokers)
         for name, partition, state in partitions:
+            moving_to_lost = [r for r in state.adding if state.broker_of(r) in lost]
+            if moving_to_lost and state.online:   # a move onto a broker that left: undo it first
+                try:
+                    await self.cancel_reassignment(name, partition)
+                    state = self.metadata.partition(name, partition)
+                except Exception as error:
+                    logger.warning("%s-%d: cancelling the move to a lost broker failed: %s", name, partition, error)
+                    continue
             if not state.online or state.adding or state.removing or not set(state.brokers) & lost:
                 continue
             target = list(state.brokers)
@@ -366,8 +389,14 @@ class ControllerActor:
         return {"isr": list(state.isr), "partition_epoch": state.partition_epoch}
 
     async def elect_leader(self, topic: str, partition: int, unavailable: list[int],
-                           restarted: list[int] = ()) -> dict:
+                           restarted: list[int] = (), *, partition_epoch: int | None = None) -> dict:
+        """`partition_epoch`: the state the caller judged `unavailable` and
+        `restarted` on; if the partition changed since, nothing is elected (the
+        watch loop looks again)."""
         async with self._lock:
+            state = self.metadata.partition(topic, partition)
+            if partition_epoch is not None and state.partition_epoch != partition_epoch:
+                return {"leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr)}
             records, state = self.metadata.handle_elect_leader(topic, partition, unavailable, restarted)
             self._commit(records)
         logger.info("%s-%d: leader %d at epoch %d, ISR %s", topic, partition, state.leader,
@@ -387,10 +416,10 @@ class ControllerActor:
         partitions elsewhere."""
         while not self._stopping:
             await asyncio.sleep(self.watch_interval_ms / 1000)
-            try:
-                await self._replace_lost_brokers()
-            except Exception as error:
-                logger.warning("checking for lost brokers failed: %s", error)
+            if self._replacer is None or self._replacer.done():
+                # its own task: reassignments announce to new replicas (seconds each)
+                # and must never delay a leader election in this loop
+                self._replacer = asyncio.get_running_loop().create_task(self._replace_lost_brokers())
             partitions = [(name, p) for name, topic in list(self.metadata.topics.items())
                           for p in range(len(topic.partitions)) if (name, p) not in self._starting]
             results = await asyncio.gather(*(self._check_partition(name, p) for name, p in partitions),
@@ -406,8 +435,7 @@ class ControllerActor:
         if self._stopping:
             return
         state = self.metadata.partition(topic, partition)
-        if (state.adding or state.removing) and set(state.adding) <= set(state.isr):
-            await self._complete_reassignment(topic, partition)
+        if (state.adding or state.removing) and await self._complete_reassignment(topic, partition):
             return
         roles = await asyncio.gather(*(self._role_of(topic, partition, r, state) for r in state.replicas))
         role_by_replica = dict(zip(state.replicas, roles))
@@ -420,11 +448,12 @@ class ControllerActor:
         if state.online and role_by_replica[state.leader] != ("leader", state.leader_epoch):
             if state.leader not in restarted:
                 unavailable = sorted(set(unavailable) | {state.leader})
-            await self.elect_leader(topic, partition, unavailable, restarted)
+            await self.elect_leader(topic, partition, unavailable, restarted, partition_epoch=state.partition_epoch)
             return
         if not state.online:
             if any(r in state.isr for r in state.replicas if r not in unavailable):
-                await self.elect_leader(topic, partition, unavailable, restarted)
+                await self.elect_leader(topic, partition, unavailable, restarted,
+                                        partition_epoch=state.partition_epoch)
             return
         restarted_in_isr = [r for r in restarted if r in state.isr]
         if restarted_in_isr:
@@ -433,8 +462,8 @@ class ControllerActor:
         for replica_id, role in role_by_replica.items():
             if (replica_id != state.leader and role is not None and role[0] != OFFLINE
                     and role != ("follower", state.leader_epoch)):
-                await self._replica(topic, partition, replica_id).become_follower.remote(
-                    state.leader, state.leader_epoch)
+                await self._bounded(self._replica(topic, partition, replica_id).become_follower.remote(
+                    state.leader, state.leader_epoch), f"{topic}-{partition} replica {replica_id}: become_follower")
 
     async def _remove_from_isr(self, topic: str, partition: int, replica_ids: list[int]) -> None:
         async with self._lock:
@@ -442,8 +471,17 @@ class ControllerActor:
             self._commit(records)
         if records:
             logger.info("%s-%d: restarted replicas %s leave the ISR", topic, partition, replica_ids)
-            await self._replica(topic, partition, state.leader).apply_isr.remote(
-                list(state.isr), state.partition_epoch)
+            await self._bounded(self._replica(topic, partition, state.leader).apply_isr.remote(
+                list(state.isr), state.partition_epoch), f"{topic}-{partition}: apply_isr")
+
+    async def _bounded(self, ref, what: str) -> None:
+        """A control call from the watch loop, bounded: one paused replica must not
+        stall the loop (and every other partition's failover). Not answered in
+        time: the next round sees the replica's role and tries again."""
+        try:
+            await asyncio.wait_for(ref, timeout=self.leader_ping_timeout_ms / 1000)
+        except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
+            logger.info("%s not done: %s", what, error)
 
     async def _role_of(self, topic: str, partition: int, replica_id: int, state: PartitionState):
         """(role, leader epoch) as the replica answers, or None if it does not in time.
@@ -456,9 +494,19 @@ class ControllerActor:
             return None
         try:
             answer = await asyncio.wait_for(replica.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
-            return answer["role"], answer["leader_epoch"]
         except (asyncio.TimeoutError, ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             return None
+        if answer.get("topic_id") not in (None, self.metadata.topic(topic).topic_id) and not self._stopping:
+            # a replica of an earlier topic of this name (deleted while the controller
+            # was down or mid-teardown): never let it serve the new topic's log
+            logger.warning("%s-%d: replica %d belongs to topic id %s: replaced", topic, partition, replica_id,
+                           answer.get("topic_id"))
+            ray.kill(replica, no_restart=True)
+            group = existing_replica_group(topic, partition, replica_id)
+            if group is not None:
+                remove_placement_group(group)
+            return None
+        return answer["role"], answer["leader_epoch"]
 
     async def shutdown_replicas(self) -> dict:
         """A planned stop of every replica (`rafka down`, leaving `local_cluster`):

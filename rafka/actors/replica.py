@@ -74,6 +74,7 @@ class ReplicaActor:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.broker_id = node_broker_id()
         self.name = f"{topic}-{partition} replica {replica_id}"
+        self.topic_id = topic_id
         self.replica: PartitionReplica | None = None
         self.storage_error: KafkaError | None = None
         try:
@@ -378,7 +379,7 @@ class ReplicaActor:
     # --- introspection ------------------------------------------------------------
 
     async def describe(self) -> dict:
-        identity = {"node_id": self.node_id, "broker_id": self.broker_id, "pid": os.getpid(),
+        identity = {"node_id": self.node_id, "broker_id": self.broker_id, "topic_id": self.topic_id, "pid": os.getpid(),
                     "opened_log_end_offset": self.opened_log_end_offset,
                     "opened_after_clean_shutdown": self.opened_after_clean_shutdown,
                     "fetched_bytes": self.fetched_bytes}
@@ -414,8 +415,8 @@ class ReplicaActor:
         answers with role follower and epoch -1 until it is told its role; one
         whose log dir cannot be used answers `offline`."""
         if self.storage_error is not None or self._stopped:
-            return {"node_id": self.node_id, "role": OFFLINE, "leader_epoch": -1}
-        return {"node_id": self.node_id, "role": self.replica.role.value,
+            return {"node_id": self.node_id, "topic_id": self.topic_id, "role": OFFLINE, "leader_epoch": -1}
+        return {"node_id": self.node_id, "topic_id": self.topic_id, "role": self.replica.role.value,
                 "leader_epoch": self.replica.leader_epoch}
 
     async def shutdown(self) -> dict:

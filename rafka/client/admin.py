@@ -44,6 +44,11 @@ class Admin:
                 for tp, brokers in reassignments.items()}
         return {tp: ray.get(ref) for tp, ref in refs.items()}
 
+    def cancel_partition_reassignments(self, partitions: list[tuple[str, int]]) -> dict:
+        """Stop moving these partitions: the replicas being added are dropped."""
+        refs = {tp: self._controller.cancel_reassignment.remote(tp[0], tp[1]) for tp in partitions}
+        return {tp: ray.get(ref) for tp, ref in refs.items()}
+
     def delete_topic(self, name: str) -> None:
         ray.get(self._controller.delete_topic.remote(name))
 

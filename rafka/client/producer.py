@@ -44,6 +44,7 @@ from rafka.core.replica import ACKS_ALL, ACKS_NONE, parse_acks
 RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
 BYTES_LIKE = (bytes, bytearray, memoryview)
+MAX_TIMESTAMP_MS = 1 << 63
 
 
 def record_fields(value, key, partition, timestamp_ms, headers):
@@ -56,8 +57,12 @@ def record_fields(value, key, partition, timestamp_ms, headers):
     not reach the record). Headers: (str, bytes-like or None) pairs. Partition and
     timestamp: ints or None. Type checks only: this runs on every send.
     """
+    timestamp_ms = _as_int(timestamp_ms, "timestamp_ms")
+    if timestamp_ms is not None and not 0 <= timestamp_ms < MAX_TIMESTAMP_MS:
+        # Kafka's producer: "Invalid timestamp" (an int64 of milliseconds, not negative)
+        raise SerializationError(f"Can't send timestamp_ms {timestamp_ms}: expected 0 <= timestamp_ms < 2**63")
     return (_as_bytes(value, "value"), _as_bytes(key, "key"), _as_int(partition, "partition"),
-            _as_int(timestamp_ms, "timestamp_ms"), _as_headers(headers))
+            timestamp_ms, _as_headers(headers))
 
 
 def _as_bytes(data, what: str):
@@ -91,6 +96,11 @@ def _as_headers(headers) -> tuple:
     for header in headers:
         if not (isinstance(header, (tuple, list)) and len(header) == 2 and isinstance(header[0], str)):
             raise SerializationError(f"Can't send header {header!r}: expected a (str, bytes or None) pair")
+        if not header[0].isascii():   # the common case costs one check; others must encode as UTF-8
+            try:
+                header[0].encode("utf-8")
+            except UnicodeEncodeError:
+                raise SerializationError(f"Can't send header key {header[0]!r}: not encodable as UTF-8") from None
         checked.append((header[0], _as_bytes(header[1], f"the value of header {header[0]!r}")))
     return tuple(checked)
 
@@ -324,8 +334,14 @@ class Producer:
         key_tp = (batch.topic, batch.partition)
         if batch.encoded is None:
             sequence = self._next_sequence[key_tp] if self.producer_id != NO_PRODUCER_ID else -1
-            batch.encoded = encode_batch(batch.records, producer_id=self.producer_id,
-                                         producer_epoch=self.producer_epoch, base_sequence=sequence)
+            try:
+                batch.encoded = encode_batch(batch.records, producer_id=self.producer_id,
+                                             producer_epoch=self.producer_epoch, base_sequence=sequence)
+            except Exception as error:   # send checked every field; should one still not encode,
+                # this batch fails, not the sender thread (every later future would hang)
+                self._metrics["record-error-total"] += len(batch.records)
+                self._finish(batch, -1, SerializationError(f"the batch could not be encoded: {error!r}"))
+                return
             if sequence >= 0:
                 self._next_sequence[key_tp] = (sequence + len(batch.records)) % SEQUENCE_MODULUS
             batch.first_send_s = time.monotonic()

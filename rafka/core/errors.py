@@ -114,6 +114,11 @@ InvalidReplicaAssignment = _error("InvalidReplicaAssignment", 39, "INVALID_REPLI
                                   "A replica assignment names a broker twice, or one that is not live.")
 ReassignmentInProgress = _error("ReassignmentInProgress", 60, "REASSIGNMENT_IN_PROGRESS", False,
                                 "The partition is being reassigned: wait for that to complete.")
+# Kafka answers a create of a topic still marked for deletion with
+# TOPIC_ALREADY_EXISTS ("is marked for deletion"); here the teardown takes a
+# moment, so the error says so and is retriable.
+TopicDeletionInProgress = _error("TopicDeletionInProgress", 36, "TOPIC_ALREADY_EXISTS", True,
+                                 "A topic of this name is still being deleted.")
 InconsistentClusterId = _error("InconsistentClusterId", 104, "INCONSISTENT_CLUSTER_ID", False,
                                "A log dir's meta.properties names another cluster id.")
 # Kafka refuses to start a broker whose log dir names another broker id

@@ -173,12 +173,9 @@ class ClusterMetadata:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-        # bool is an int in Python: create_topic(partitions=True) must not mean 1
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        _validate_partition_count(partitions)
+        if partitions < 1:
             raise InvalidPartitions(f"Number of partitions must be larger than 0, got {partitions!r}.")
-        if partitions > MAX_PARTITIONS_PER_TOPIC:
-            raise InvalidPartitions(f"Number of partitions {partitions} is larger than this cluster's "
-                                    f"limit of {MAX_PARTITIONS_PER_TOPIC} per topic.")
         if (isinstance(replication_factor, bool) or not isinstance(replication_factor, int)
                 or replication_factor < 1):
             raise InvalidReplicationFactor(
@@ -206,15 +203,11 @@ class ClusterMetadata:
         (never shrink: keys would move), the new ones assigned as at creation."""
         topic = self.topic(name)
         current = len(topic.partitions)
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise InvalidPartitions(f"Number of partitions must be an integer, got {count!r}.")
+        _validate_partition_count(count)
         if count <= current:
             raise InvalidPartitions(f"Topic currently has {current} partitions, which is higher than "
                                     f"the requested {count}." if count < current else
                                     f"Topic already has {current} partitions.")
-        if count > MAX_PARTITIONS_PER_TOPIC:
-            raise InvalidPartitions(f"Number of partitions {count} is larger than this cluster's "
-                                    f"limit of {MAX_PARTITIONS_PER_TOPIC} per topic.")
         if topic.replication_factor > len(broker_ids):
             raise InvalidReplicationFactor(f"Replication factor: {topic.replication_factor} larger than "
                                            f"available brokers: {len(broker_ids)}.")
@@ -259,17 +252,18 @@ class ClusterMetadata:
                                   brokers=state.brokers + tuple(adding_brokers), adding=adding,
                                   removing=removing, leader_epoch=state.leader_epoch + 1,
                                   partition_epoch=state.partition_epoch + 1)
-        if not adding:   # only removals: nothing to wait for
-            new = _completed(new)
         return [_partition_record(topic, partition, new)], new
 
     def handle_complete_reassignment(self, topic: str,
                                      partition: int) -> tuple[list[Record], PartitionState]:
-        """Every added replica is in the ISR: drop the removed ones (a removed leader
-        hands over to the first remaining ISR member), epoch + 1. No records while
-        an added replica is still catching up."""
+        """Every replica that stays is in the ISR (Kafka's maybeCompleteReassignment:
+        the target ISR holds the whole target): drop the removed ones (a removed
+        leader hands over to a remaining ISR member), epoch + 1. No records while a
+        staying replica is still catching up, so a move never leaves the partition
+        without an in-sync copy, even one that only removes replicas."""
         state = self.partition(topic, partition)
-        if not (state.adding or state.removing) or not set(state.adding) <= set(state.isr):
+        staying = set(state.replicas) - set(state.removing)
+        if not (state.adding or state.removing) or not staying <= set(state.isr):
             return [], state
         new = _completed(state)
         return [_partition_record(topic, partition, new)], new
@@ -285,6 +279,20 @@ class ClusterMetadata:
             raise InvalidPartitions(
                 f"{len(partition_records)} partitions cannot be placed: brokers {full} would hold more "
                 f"than {MAX_REPLICAS_PER_BROKER} replicas each; add brokers or use fewer partitions.")
+
+    def handle_cancel_reassignment(self, topic: str, partition: int) -> tuple[list[Record], PartitionState]:
+        """kafka-reassign-partitions --cancel: the added replicas go, the removing
+        ones stay. Refused if that would leave no in-sync replica (an added one is
+        the only ISR member left); no records if nothing is moving."""
+        state = self.partition(topic, partition)
+        if not (state.adding or state.removing):
+            return [], state
+        isr = tuple(r for r in state.isr if r not in state.adding)
+        if not isr:
+            raise ReassignmentInProgress(f"{topic}-{partition}: only new replicas are in sync; cancelling "
+                                         f"would leave none: let the reassignment complete")
+        new = _completed(dataclasses.replace(state, removing=state.adding, adding=()))
+        return [_partition_record(topic, partition, new)], new
 
     def handle_allocate_producer_id(self) -> tuple[list[Record], int]:
         """A producer id never handed out before (idempotent producers)."""
@@ -368,6 +376,15 @@ class ClusterMetadata:
         return partitions[partition]
 
 
+def _validate_partition_count(count) -> None:
+    # bool is an int in Python: create_topic(partitions=True) must not mean 1
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidPartitions(f"Number of partitions must be an integer, got {count!r}.")
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        raise InvalidPartitions(f"Number of partitions {count} is larger than this cluster's "
+                                f"limit of {MAX_PARTITIONS_PER_TOPIC} per topic.")
+
+
 def _new_partitions(first: int, count: int, replication_factor: int, broker_ids: Sequence[int],
                     rng: random.Random) -> list[Record]:
     """Partition records for partitions first .. first+count-1: replica ids 0..RF-1,
@@ -390,10 +407,10 @@ def _new_partitions(first: int, count: int, replication_factor: int, broker_ids:
 def _completed(state: PartitionState) -> PartitionState:
     keep = [i for i, r in enumerate(state.replicas) if r not in state.removing]
     replicas = tuple(state.replicas[i] for i in keep)
-    isr = tuple(r for r in state.isr if r not in state.removing)
-    leader = state.leader if state.leader not in state.removing else (isr[0] if isr else NO_LEADER)
+    isr = tuple(r for r in state.isr if r not in state.removing)   # every replica kept: it is all in sync
+    leader = state.leader if state.leader not in state.removing else isr[0]
     return dataclasses.replace(state, replicas=replicas, brokers=tuple(state.brokers[i] for i in keep),
-                               isr=isr or state.isr, leader=leader, adding=(), removing=(),
+                               isr=isr, leader=leader, adding=(), removing=(),
                                leader_epoch=state.leader_epoch + 1, partition_epoch=state.partition_epoch + 1)
 
 

@@ -230,5 +230,13 @@ class LeaderState:
         already applied, and this record includes it). True if the HW moved."""
         if partition_epoch <= self.isr_state.partition_epoch:
             return False
+        fenced = self.isr_state.maximal_isr - frozenset(isr)
+        for replica_id in fenced - {self.replica_id}:
+            # The controller fences a replica that restarted: its log may be shorter
+            # than what it fetched before. Its old progress must not bring it back
+            # into the ISR: only fetches from now on count (Kafka: the broker epoch
+            # in AlterPartition, KIP-903).
+            if replica_id in self.followers:
+                self.followers[replica_id] = FollowerProgress(last_caught_up_ms=0, last_fetch_ms=0)
         self.isr_state = CommittedIsr(frozenset(isr) | {self.replica_id}, partition_epoch)
         return self.maybe_advance_high_watermark()

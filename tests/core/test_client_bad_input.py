@@ -53,6 +53,10 @@ def test_record_fields__bytes_like_and_none_pass__copies_are_plain_bytes():
                                                    "(str, bytes or None) pair"),
     ((b"v", None, None, None, [("trace", "t")]), "Can't send the value of header 'trace' of type str: the producer "
                                                  "takes bytes, bytearray, memoryview or None (encode a str first)"),
+    ((b"v", None, None, None, [("\udc80", b"t")]), "Can't send header key '\\udc80': not encodable as UTF-8"),
+    ((b"v", None, None, 2 ** 63, None), "Can't send timestamp_ms 9223372036854775808: expected 0 <= timestamp_ms "
+                                        "< 2**63"),
+    ((b"v", None, None, -5, None), "Can't send timestamp_ms -5: expected 0 <= timestamp_ms < 2**63"),
 ])
 def test_record_fields__not_bytes_like_or_int__serialization_error(fields, message):
     with pytest.raises(SerializationError) as raised:

@@ -248,8 +248,27 @@ def test_reassign__removed_leader_hands_over_to_a_remaining_isr_member():
     state = metadata.partition("t", 0)
     leader_broker = state.broker_of(state.leader)
     others = [b for b in state.brokers if b != leader_broker]
-    records, done = metadata.handle_reassign_partition("t", 0, others, [0, 1, 2])   # only a removal
+    apply(metadata, metadata.handle_reassign_partition("t", 0, others, [0, 1, 2])[0])   # only a removal
+    records, done = metadata.handle_complete_reassignment("t", 0)    # the one staying is in the ISR
     assert state.leader not in done.replicas and done.leader in done.isr and done.brokers == tuple(others)
+
+
+def test_reassign__removal_only_with_the_kept_replica_out_of_sync__waits_never_drops_the_in_sync_copy():
+    """ISR shrunk to the leader; a plan keeps only the lagging follower: completing
+    now would delete the only in-sync log and leave the partition offline."""
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 2, None, [0, 1, 2])[0])
+    state = metadata.partition("t", 0)
+    apply(metadata, metadata.handle_alter_isr("t", 0, state.leader, 0, state.partition_epoch, [state.leader])[0])
+    follower = [r for r in state.replicas if r != state.leader][0]
+    records, moving = metadata.handle_reassign_partition("t", 0, [state.broker_of(follower)], [0, 1, 2])
+    apply(metadata, records)
+    assert moving.removing == (state.leader,) and moving.leader == state.leader and moving.isr == (state.leader,)
+    assert metadata.handle_complete_reassignment("t", 0) == ([], moving)
+    apply(metadata, metadata.handle_alter_isr("t", 0, state.leader, moving.leader_epoch, moving.partition_epoch,
+                                              [state.leader, follower])[0])
+    records, done = metadata.handle_complete_reassignment("t", 0)
+    assert (done.replicas, done.isr, done.leader) == ((follower,), (follower,), follower)
 
 
 def test_add_partitions__grows_never_shrinks_and_new_partitions_are_assigned():
@@ -282,3 +301,16 @@ def test_create_topic__more_replicas_than_the_brokers_can_place__invalid_partiti
         metadata.handle_add_partitions("a", 5, [0, 1, 2])
     assert list(metadata.topics) == ["a"] and len(metadata.topics["a"].partitions) == 3
     assert metadata.handle_create_topic("b", 1, 3, None, [0, 1, 2])[1].name == "b"   # what fits still does
+
+
+def test_reassign_cancelled__added_replica_dropped_the_old_ones_kept():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 3, None, [0, 1, 2])[0])
+    before = metadata.partition("t", 0)
+    target = [b if b != before.broker_of(2) else 3 for b in before.brokers]
+    apply(metadata, metadata.handle_reassign_partition("t", 0, target, [0, 1, 2, 3])[0])
+    records, cancelled = metadata.handle_cancel_reassignment("t", 0)
+    apply(metadata, records)
+    assert (cancelled.replicas, cancelled.brokers, cancelled.isr) == (before.replicas, before.brokers, before.isr)
+    assert (cancelled.adding, cancelled.removing) == ((), ())
+    assert metadata.handle_cancel_reassignment("t", 0) == ([], cancelled)

@@ -199,3 +199,27 @@ def test_isr_answer_older_than_a_pushed_record__ignored(tmp_path):
     assert not pair.leader.isr_change_refused(expand)
     assert pair.leader.isr_state == CommittedIsr(frozenset({0, 2}), 2)
     assert not pair.leader.apply_isr({0, 1, 2}, 2)   # a record the leader already holds
+
+
+def test_follower_fenced_by_the_controller__its_old_progress_cannot_bring_it_back_into_the_isr(tmp_path):
+    """A restarted follower is fenced out of the ISR (its log may have lost its
+    unflushed tail); the fetches it made before the restart must not count: it
+    rejoins only once it fetches again and catches up."""
+    from rafka.core.clock import FakeClock
+    from rafka.core.log import PartitionLog
+    from rafka.core.replication import LeaderState
+    from tests.core.helpers import batch
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, clock=clock)
+    leader = LeaderState(replica_id=0, replicas=[0, 1, 2], isr=[0, 1, 2], leader_epoch=0, partition_epoch=0, log=log,
+                         now_ms=clock.monotonic_ms(), replica_lag_time_max_ms=10_000)
+    log.append_as_leader(batch(*[b"v%d" % i for i in range(5)]), leader_epoch=0)
+    for follower in (1, 2):
+        leader.on_follower_fetch(follower, 5, clock.monotonic_ms())
+    assert log.high_watermark == 5
+    leader.apply_isr([0, 2], leader.partition_epoch + 1)        # follower 1 restarted: fenced
+    assert 1 not in leader.caught_up_outside_isr(clock.monotonic_ms())
+    leader.on_follower_fetch(1, 2, clock.monotonic_ms())         # its first real fetch: it lost 2..4
+    assert 1 not in leader.caught_up_outside_isr(clock.monotonic_ms())
+    leader.on_follower_fetch(1, 5, clock.monotonic_ms())
+    assert 1 in leader.caught_up_outside_isr(clock.monotonic_ms())

@@ -5,6 +5,7 @@ import pytest
 import ray
 
 from rafka.actors.replica import NAMESPACE, ReplicaActor, replica_actor_name
+from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.errors import NotEnoughReplicas, NotLeaderOrFollower
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
@@ -14,17 +15,19 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def ray_node():
-    ray.init(num_cpus=2, namespace=NAMESPACE, include_dashboard=False)
+    # one broker node: replicas reach their log dirs through its broker id label
+    ray.init(num_cpus=2, namespace=NAMESPACE, include_dashboard=False, labels={BROKER_ID_LABEL: "0"})
     yield
     ray.shutdown()
 
 
 def start_replicas(tmp_path, topic, count, config=None):
-    """One data dir per replica: on one Ray node they stand in for separate nodes."""
+    """One data dir per replica: on one Ray node (broker 0) they stand in for
+    separate brokers' disks."""
     actor = ray.remote(ReplicaActor)
     return [actor.options(name=replica_actor_name(topic, 0, i), num_cpus=0).remote(
         topic=topic, partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config=config or {},
-        fetch_max_wait_ms=200) for i in range(count)]
+        topic_id=f"{topic}-id", cluster_id="cluster-id", fetch_max_wait_ms=200) for i in range(count)]
 
 
 def test_acks_all__completes_once_followers_replicated_and_logs_match(ray_node, tmp_path):
@@ -69,7 +72,8 @@ def test_compacted_topic__every_replica_cleans_its_own_log_on_a_timer(ray_node, 
     actor = ray.remote(ReplicaActor)
     leader, follower = [actor.options(name=replica_actor_name("compacted", 0, i), num_cpus=0).remote(
         topic="compacted", partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config=config,
-        fetch_max_wait_ms=100, log_cleaner_backoff_ms=100) for i in range(2)]
+        topic_id="compacted-id", cluster_id="cluster-id", fetch_max_wait_ms=100, log_cleaner_backoff_ms=100)
+        for i in range(2)]
     ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
     ray.get(follower.become_follower.remote(0, 0))
     for i in range(60):
@@ -86,3 +90,17 @@ def test_compacted_topic__every_replica_cleans_its_own_log_on_a_timer(ray_node, 
         return len(records) < 20 and offsets == sorted(offsets) and newest == latest
     wait_until(lambda: cleaned(leader) and cleaned(follower), timeout_s=30, what="both replicas compacted")
     assert ray.get(leader.describe.remote())["high_watermark"] == 60   # offsets kept, nothing re-numbered
+
+
+def test_log_dir_of_another_cluster__replica_offline_with_the_typed_error_and_disk_untouched(ray_node, tmp_path):
+    from rafka.core.broker_identity import ensure_identity
+    from rafka.core.errors import InconsistentClusterId
+    log_dir = tmp_path / "node-0" / "broker-0"
+    ensure_identity(log_dir, broker_id=0, cluster_id="another-cluster")
+    before = sorted(p.name for p in log_dir.iterdir())
+    (replica,) = start_replicas(tmp_path, "foreign", 1)
+    assert ray.get(replica.ping.remote())["role"] == "offline"
+    assert "INCONSISTENT_CLUSTER_ID" in ray.get(replica.describe.remote())["error"]
+    with pytest.raises(InconsistentClusterId):
+        ray.get(replica.become_leader.remote(0, [0], [0], 0))
+    assert sorted(p.name for p in log_dir.iterdir()) == before
