@@ -191,6 +191,41 @@ def cmd_reassign_partitions(args) -> int:
     return 0 if done else 1
 
 
+def cmd_verify(args) -> int:
+    """Kafka's verifiable producer and consumer under faults, judged by the checker;
+    exit 1 on any anomaly. On a fresh embedded cluster unless --address is given."""
+    from rafka.verify import FAULT_KINDS, VerifyOptions, WorkloadOptions, format_report, run
+    kinds = tuple(args.faults.split(",")) if args.faults else FAULT_KINDS
+    unknown = [k for k in kinds if k not in FAULT_KINDS and k != "none"]
+    if unknown:
+        raise UsageError(f"Unknown fault kinds {unknown}: choose from {', '.join(FAULT_KINDS)} (or none)")
+    options = VerifyOptions(
+        duration_s=args.duration_s, out_dir=args.out, seed=args.seed,
+        faults=tuple(k for k in kinds if k != "none"),
+        workload=WorkloadOptions(topic=args.topic, partitions=args.partitions, producers=args.producers,
+                                 members=args.members, member_actors=args.member_actors, acks=args.acks,
+                                 idempotence=not args.no_idempotence))
+    if args.address or os.environ.get("RAY_ADDRESS"):
+        result = run(_connect(args), options)
+    else:
+        with verify_cluster() as cluster:
+            result = run(cluster, options)
+    print(format_report(result))
+    return 0 if result.ok else 1
+
+
+def verify_cluster():
+    """The embedded cluster `rafka verify` runs on: 3 brokers on a temporary data
+    dir (removed at the end), failure detection in seconds, brokers replaced after 5 s."""
+    import rafka
+    return rafka.local_cluster(
+        nodes=3, replica_lag_time_max_ms=2_000,
+        fetch_max_wait_ms=100, leader_ping_timeout_ms=1_000, watch_interval_ms=100,
+        broker_replacement_timeout_ms=5_000,
+        coordinator_options={"offsets_commit_timeout_ms": 5_000, "group_initial_rebalance_delay_ms": 500,
+                             "group_min_session_timeout_ms": 1_000})
+
+
 def format_topic(topic: dict) -> str:
     """kafka-topics.sh --describe's layout, plus each partition's epoch, HW, LEOs and replicas' brokers."""
     configs = ",".join(f"{k}={v}" for k, v in sorted(topic["config"].items()))
@@ -248,6 +283,19 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--config", action="append", metavar="NAME=VALUE")
     topics.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets")
     cli_groups.add_parsers(sub)
+    verify = sub.add_parser("verify", help="a verifiable producer and consumers under faults, checked "
+                                           "for lost, duplicated or reordered records (exit 1 on any)")
+    verify.add_argument("--duration-s", type=float, default=60.0)
+    verify.add_argument("--topic", default="verify")
+    verify.add_argument("--partitions", type=int, default=3)
+    verify.add_argument("--producers", type=int, default=2)
+    verify.add_argument("--members", type=int, default=2, help="group members in this process")
+    verify.add_argument("--member-actors", type=int, default=2, help="group members as Ray actors")
+    verify.add_argument("--acks", default="all")
+    verify.add_argument("--no-idempotence", action="store_true")
+    verify.add_argument("--faults", help="comma-separated fault kinds (default: all; 'none' for none)")
+    verify.add_argument("--out", default="verify-out", help="where history.jsonl and report.txt go")
+    verify.add_argument("--seed", type=int, default=0)
     reassign = sub.add_parser("reassign-partitions", help="move replicas between brokers "
                                                           "(kafka-reassign-partitions.sh)")
     reassign.add_argument("--reassignment-json-file", required=True)
@@ -263,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "topics": cmd_topics,
-            "broker-id": cmd_broker_id, "reassign-partitions": cmd_reassign_partitions,
+            "broker-id": cmd_broker_id, "reassign-partitions": cmd_reassign_partitions, "verify": cmd_verify,
             "consumer-groups": lambda args: cli_groups.cmd_consumer_groups(_connect(args).admin(), args),
             "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),
             "console-producer": lambda args: cli_groups.cmd_console_producer(_connect(args), args),

@@ -1,0 +1,202 @@
+"""The fault injector of `rafka verify`: the faults rafka claims to survive, one
+after another, each logged with its start and end (rafka.core.history.Fault).
+
+Bound: before each fault the cluster has healed (every partition online with its
+whole replica set in the ISR, every broker its metadata names live, every
+coordinator loaded), so a fault never takes down more than one broker's worth of
+replicas of a partition: a second broker lost on top of a first would make
+acks=all unavailable (min ISR 2), which is correct behaviour, not a finding.
+Faults that need the machine the actors run on (SIGKILL, SIGSTOP, node restarts)
+run only on an embedded `local_cluster`; against `--address` the injector uses
+the Ray kills alone.
+Callers: rafka.verify.run only.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import ray
+
+from rafka.actors.controller import CONTROLLER_NAME
+from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
+from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.core.history import Fault
+from rafka.placement.brokers import live_broker_ids
+
+FAULT_KINDS = ("kill-leader", "sigkill-leader", "kill-follower", "kill-coordinator", "kill-controller",
+               "kill-member", "sigkill-member", "pause-leader", "restart-broker", "replace-broker")
+LOCAL_ONLY = {"sigkill-leader", "sigkill-member", "pause-leader", "restart-broker", "replace-broker"}
+
+
+class FaultInjector:
+    def __init__(self, cluster, history, clock, *, kinds, topic: str, gap_s: tuple[float, float],
+                 heal_timeout_s: float = 90.0, member_actors=None, seed: int = 0) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.clock = clock
+        self.local = getattr(cluster, "ray_cluster", None) is not None
+        self.kinds = [k for k in kinds if self.local or k not in LOCAL_ONLY]
+        self.topic = topic
+        self.gap_s = gap_s
+        self.heal_timeout_s = heal_timeout_s
+        self.member_actors = member_actors
+        self.random = random.Random(seed)
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+        self.done_by_kind: dict[str, int] = {}
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self._thread is not None:
+            self._thread.join(300)
+
+    def _run(self) -> None:
+        turn = 0
+        while not self.stopping.wait(self.random.uniform(*self.gap_s)):
+            if not self.heal():
+                continue
+            kind = self.kinds[turn % len(self.kinds)]   # round robin: every kind comes up
+            turn += 1
+            started_ms = self.clock.now_ms()
+            try:
+                target = getattr(self, "_" + kind.replace("-", "_"))()
+            except Exception as error:   # the fault could not be applied: not counted
+                self.errors.append(f"{kind}: {type(error).__name__}: {error}")
+                continue
+            self.history.log(Fault(kind, target, started_ms, self.clock.now_ms()))
+            self.done_by_kind[kind] = self.done_by_kind.get(kind, 0) + 1
+
+    # --- healing ------------------------------------------------------------------
+
+    def heal(self) -> bool:
+        """Wait until the cluster is whole again; False (and an error noted) if it
+        is not within `heal_timeout_s`."""
+        deadline_s = time.monotonic() + self.heal_timeout_s
+        while time.monotonic() < deadline_s and not self.stopping.is_set():
+            if self._healed():
+                return True
+            time.sleep(0.2)
+        if not self.stopping.is_set():
+            self.errors.append(f"the cluster did not heal within {self.heal_timeout_s} s")
+        return False
+
+    def _healed(self) -> bool:
+        try:
+            snapshot = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=5)["topics"]
+            live = set(live_broker_ids())
+            for topic in snapshot.values():
+                for p in topic["partitions"]:
+                    if (p["leader"] < 0 or p["adding"] or p["removing"] or sorted(p["isr"]) != sorted(p["replicas"])
+                            or not set(p["brokers"]) <= live):
+                        return False
+            coordinators = len(snapshot.get(OFFSETS_TOPIC, {}).get("partitions", []))
+            return all(ray.get(_actor(coordinator_actor_name(c)).ping.remote(), timeout=5)["loaded"]
+                       for c in range(coordinators))
+        except (ray.exceptions.RayError, ValueError, KeyError):
+            return False
+
+    # --- targets --------------------------------------------------------------------
+
+    def _partition(self) -> tuple[str, int, dict]:
+        snapshot = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=10)["topics"]
+        topic = self.random.choice([self.topic, self.topic, OFFSETS_TOPIC])   # mostly the workload's
+        partitions = snapshot[topic]["partitions"]
+        state = self.random.choice(partitions)
+        return topic, state["partition"], state
+
+    def _replica(self, topic: str, partition: int, replica_id: int):
+        return _actor(replica_actor_name(topic, partition, replica_id))
+
+    def _wait_for_new_leader(self, topic: str, partition: int, epoch: int, timeout_s: float = 30.0) -> None:
+        deadline_s = time.monotonic() + timeout_s
+        while time.monotonic() < deadline_s:
+            state = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=5)["topics"][topic][
+                "partitions"][partition]
+            if state["leader_epoch"] > epoch and state["leader"] >= 0:
+                return
+            time.sleep(0.1)
+
+    # --- the faults ---------------------------------------------------------------------
+
+    def _kill_leader(self) -> str:
+        topic, partition, state = self._partition()
+        ray.kill(self._replica(topic, partition, state["leader"]), no_restart=False)
+        self._wait_for_new_leader(topic, partition, state["leader_epoch"])
+        return f"{topic}-{partition} replica {state['leader']} (Ray kill)"
+
+    def _sigkill_leader(self) -> str:
+        topic, partition, state = self._partition()
+        pid = ray.get(self._replica(topic, partition, state["leader"]).describe.remote(), timeout=10)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        self._wait_for_new_leader(topic, partition, state["leader_epoch"])
+        return f"{topic}-{partition} replica {state['leader']} (SIGKILL pid {pid})"
+
+    def _kill_follower(self) -> str:
+        topic, partition, state = self._partition()
+        follower = self.random.choice([r for r in state["replicas"] if r != state["leader"]])
+        ray.kill(self._replica(topic, partition, follower), no_restart=False)
+        return f"{topic}-{partition} replica {follower} (Ray kill)"
+
+    def _kill_coordinator(self) -> str:
+        ray.kill(_actor(coordinator_actor_name(0)), no_restart=False)
+        return "coordinator 0 (Ray kill)"
+
+    def _kill_controller(self) -> str:
+        ray.kill(_actor(CONTROLLER_NAME), no_restart=False)
+        return "controller (Ray kill)"
+
+    def _member(self):
+        if not self.member_actors:
+            raise LookupError("no member actors in this run")
+        index = self.random.randrange(len(self.member_actors))
+        return index, self.member_actors[index]
+
+    def _kill_member(self) -> str:
+        index, member = self._member()
+        ray.kill(member, no_restart=False)
+        return f"member actor {index} (Ray kill)"
+
+    def _sigkill_member(self) -> str:
+        index, member = self._member()
+        pid = ray.get(member.describe.remote(), timeout=10)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        return f"member actor {index} (SIGKILL pid {pid})"
+
+    def _pause_leader(self) -> str:
+        """SIGSTOP the leader until the controller has replaced it, then SIGCONT:
+        the old leader must step down and cut whatever it wrote alone."""
+        topic, partition, state = self._partition()
+        pid = ray.get(self._replica(topic, partition, state["leader"]).describe.remote(), timeout=10)["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            self._wait_for_new_leader(topic, partition, state["leader_epoch"])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return f"{topic}-{partition} replica {state['leader']} (SIGSTOP pid {pid} until replaced)"
+
+    def _restart_broker(self) -> str:
+        broker_id = self.random.choice(live_broker_ids())
+        self.cluster.restart_node(broker_id)
+        return f"broker {broker_id} (node restarted, same disk)"
+
+    def _replace_broker(self) -> str:
+        """A broker lost for good, a new machine added: its replicas move there once
+        the controller's broker_replacement_timeout_ms passed."""
+        broker_id = self.random.choice(live_broker_ids())
+        self.cluster.remove_node(self.cluster.node_of_broker(broker_id))
+        self.cluster.add_node()
+        return f"broker {broker_id} (removed for good, a new broker added)"
+
+
+def _actor(name: str):
+    return ray.get_actor(name, namespace=NAMESPACE)

@@ -1,0 +1,349 @@
+"""The workload of `rafka verify`, after Jepsen's Kafka workload and Kafka's
+VerifiableProducer / VerifiableConsumer: every client logs what it saw into one
+history (rafka.core.history), which the checker judges afterwards.
+
+- producers send unique values ("<producer>-<n>") round-robin over the partitions,
+  a bounded window in flight, and log each send as ok (partition and offset),
+  failed (a definite error) or indeterminate (no answer in time);
+- group members (threads of this process, each a Consumer in one group) poll, log
+  every record with their incarnation and generation, commit sync and async in
+  turn, log where each newly assigned partition resumed, and restart now and then;
+- member actors (ConsumerMember, rafka's run_consumer_group) of a second group log
+  what their handler is given, from their own processes, so that faults can kill
+  them (Ray kill, SIGKILL);
+- assign-mode readers follow the tail of every partition;
+- an observer reads the groups' committed offsets now and then;
+- at the end, a final read of every partition from its log start to its HW.
+
+Time: every event's time is wall-clock ms since the run started (`RunClock`), one
+clock for the driver and the member actors (on one machine, or NTP-synchronised
+hosts). Bounded: each producer keeps at most `window` sends in flight; each
+client's history writes go through one lock to one file.
+Callers: rafka.verify.run only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from rafka.core.errors import KafkaError
+from rafka.core.history import (FAILED, INDETERMINATE, OK, Assigned, Commit, CommittedRead, FinalRead,
+                                HistoryWriter, Poll, Resume, Send, event_from_json)
+from rafka.core.structs import TopicPartition
+
+GROUP = "verify-members"          # the driver-side members' group
+ACTOR_GROUP = "verify-actors"     # the member actors' group
+
+
+class RunClock:
+    """Milliseconds since the run started, on the wall clock (shared with actors)."""
+
+    def __init__(self, started_s: float | None = None) -> None:
+        self.started_s = time.time() if started_s is None else started_s
+
+    def now_ms(self) -> int:
+        return max(0, int((time.time() - self.started_s) * 1000))
+
+
+class History:
+    """The run's history file: one writer, one lock, any thread."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._writer = HistoryWriter.open(path)
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def log(self, event) -> None:
+        with self._lock:
+            self._writer.write(event)
+            key = event.TYPE if not isinstance(event, Send) else f"send:{event.outcome}"
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._writer.close()
+
+
+@dataclasses.dataclass
+class WorkloadOptions:
+    topic: str = "verify"
+    partitions: int = 3
+    producers: int = 2
+    members: int = 2
+    member_actors: int = 2
+    readers: int = 1
+    acks: str = "all"
+    idempotence: bool = True
+    send_rate_per_producer: float = 200.0     # sends per second, at most
+    window: int = 64                          # sends in flight per producer, at most
+    member_lifetime_s: tuple[float, float] = (5.0, 20.0)
+    commit_every_polls: int = 3
+
+
+def _outcome(error: BaseException) -> str:
+    """A definite error: the broker refused the write (nothing was written). Any
+    other failure (a timeout, a lost answer, a dead connection) may or may not have
+    written it: indeterminate, as Jepsen counts :info operations."""
+    if isinstance(error, KafkaError) and not error.retriable:
+        return FAILED
+    return INDETERMINATE
+
+
+class Workload:
+    def __init__(self, cluster, history: History, clock: RunClock, options: WorkloadOptions, *,
+                 actor_log_dir: str, seed: int = 0) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.clock = clock
+        self.options = options
+        self.actor_log_dir = actor_log_dir
+        self.random = random.Random(seed)
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+        self._threads: list[threading.Thread] = []
+        self.actor_group = None
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        o = self.options
+        targets = [(self._produce, f"producer-{i}") for i in range(o.producers)]
+        targets += [(self._member, f"member-{i}") for i in range(o.members)]
+        targets += [(self._read_tail, f"reader-{i}") for i in range(o.readers)]
+        targets += [(self._observe_commits, "observer")]
+        for target, name in targets:
+            thread = threading.Thread(target=self._guarded, args=(target, name), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        if o.member_actors:
+            Path(self.actor_log_dir).mkdir(parents=True, exist_ok=True)
+            self.actor_group = self.cluster.run_consumer_group(
+                ACTOR_GROUP, [o.topic], actor_history_handler(self.actor_log_dir, self.clock.started_s),
+                members=o.member_actors, session_timeout_ms=6_000, heartbeat_interval_ms=500,
+                fetch_max_wait_ms=100, max_poll_records=100)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join(120)
+            if thread.is_alive():
+                self.errors.append(f"{thread.name} did not stop")
+        if self.actor_group is not None:
+            self.actor_group.stop()
+
+    def _guarded(self, target, name: str) -> None:
+        try:
+            target(name)
+        except Exception as error:   # a workload bug: reported, the run goes on
+            self.errors.append(f"{name}: {type(error).__name__}: {error}")
+
+    # --- producers ----------------------------------------------------------------
+
+    def _produce(self, name: str) -> None:
+        o = self.options
+        producer = self.cluster.producer(acks=o.acks, enable_idempotence=o.idempotence, linger_ms=2,
+                                         request_timeout_ms=5_000, delivery_timeout_ms=20_000,
+                                         max_block_ms=10_000)
+        in_flight: deque = deque()
+        sequence = 0
+        gap_s = 1.0 / o.send_rate_per_producer
+        try:
+            while not self.stopping.is_set():
+                value = f"{name}-{sequence}"
+                partition = sequence % o.partitions
+                started_ms = self.clock.now_ms()
+                try:
+                    future = producer.send(o.topic, value=value.encode(), partition=partition)
+                except Exception as error:   # refused at send: nothing queued
+                    self.history.log(Send(name, o.topic, value, partition, _outcome(error), None, started_ms,
+                                          self.clock.now_ms(), repr(error)))
+                    future = None
+                if future is not None:
+                    in_flight.append((value, partition, started_ms, future))
+                sequence += 1
+                while in_flight and (in_flight[0][3].done() or len(in_flight) >= o.window):
+                    self._log_send(name, *in_flight.popleft(), wait_s=30.0)
+                time.sleep(gap_s)
+            while in_flight:
+                self._log_send(name, *in_flight.popleft(), wait_s=30.0)
+        finally:
+            producer.close()
+
+    def _log_send(self, name: str, value: str, partition: int, started_ms: int, future, *, wait_s: float) -> None:
+        try:
+            offset = future.result(timeout=wait_s).offset
+            outcome, error = OK, None
+        except Exception as failure:
+            offset, outcome, error = None, _outcome(failure), repr(failure)
+        self.history.log(Send(name, self.options.topic, value, partition, outcome, offset, started_ms,
+                              self.clock.now_ms(), error))
+
+    # --- group members (driver side) ----------------------------------------------------
+
+    def _member(self, name: str) -> None:
+        incarnation = 0
+        while not self.stopping.is_set():
+            lifetime_s = self.random.uniform(*self.options.member_lifetime_s)
+            self._member_incarnation(name, incarnation, time.monotonic() + lifetime_s)
+            incarnation += 1
+
+    def _member_incarnation(self, name: str, incarnation: int, until_s: float) -> None:
+        o = self.options
+        consumer = self.cluster.consumer(group_id=GROUP, auto_offset_reset="earliest", enable_auto_commit=False,
+                                         session_timeout_ms=6_000, heartbeat_interval_ms=500,
+                                         max_poll_records=100, fetch_max_wait_ms=100, client_id=name,
+                                         request_timeout_ms=10_000, default_api_timeout_ms=20_000)
+        history, clock = self.history, self.clock
+        resuming: dict[TopicPartition, int | None] = {}
+
+        class Listener:
+            def on_partitions_revoked(self, revoked):
+                pass
+
+            def on_partitions_lost(self, lost):
+                pass
+
+            def on_partitions_assigned(self, assigned):
+                generation = consumer.group_metadata()["generation_id"]
+                history.log(Assigned(name, incarnation, GROUP, generation,
+                                     tuple(sorted((tp.topic, tp.partition) for tp in assigned)), clock.now_ms()))
+                committed = consumer.committed(assigned) if assigned else {}
+                for tp in assigned:
+                    found = committed.get(tp)
+                    resuming[tp] = found.offset if found is not None else None
+
+        consumer.subscribe([o.topic], listener=Listener())
+        polls = 0
+        sync_next = True
+        try:
+            while not self.stopping.is_set() and time.monotonic() < until_s:
+                records = consumer.poll(timeout=0.5)
+                generation = consumer.group_metadata()["generation_id"]
+                first_polled: dict[TopicPartition, int] = {}
+                for record in records:
+                    tp = TopicPartition(record.topic, record.partition)
+                    first_polled.setdefault(tp, record.offset)
+                    history.log(Poll(name, incarnation, GROUP, generation, record.topic, record.partition,
+                                     record.offset, record.value.decode(errors="replace"), clock.now_ms()))
+                for tp in list(resuming):
+                    if tp in first_polled or tp not in consumer.assignment():
+                        committed = resuming.pop(tp)
+                        if tp in first_polled:
+                            history.log(Resume(name, incarnation, GROUP, tp.topic, tp.partition, committed,
+                                               first_polled[tp], clock.now_ms()))
+                polls += 1
+                if records and polls % o.commit_every_polls == 0:
+                    self._commit(consumer, name, incarnation, generation, sync_next)
+                    sync_next = not sync_next
+        finally:
+            try:
+                consumer.close()   # a clean leave (a kill is the member actors' fault)
+            except Exception as error:
+                self.errors.append(f"{name}: close: {error!r}")
+
+    def _commit(self, consumer, name: str, incarnation: int, generation: int, sync: bool) -> None:
+        positions = {tp: consumer.position(tp) for tp in consumer.assignment()}
+        offsets = tuple(sorted((tp.topic, tp.partition, offset) for tp, offset in positions.items()))
+        started_ms = self.clock.now_ms()
+
+        def log(outcome: str) -> None:
+            self.history.log(Commit(name, incarnation, GROUP, generation, offsets, sync, outcome, started_ms,
+                                    self.clock.now_ms()))
+        if sync:
+            try:
+                consumer.commit_sync({tp: offset for tp, offset in positions.items()}, timeout=10.0)
+                log(OK)
+            except Exception as error:
+                log(_outcome(error))
+        else:
+            consumer.commit_async({tp: offset for tp, offset in positions.items()},
+                                  callback=lambda _, error: log(OK if error is None else _outcome(error)))
+
+    # --- readers and the observer -------------------------------------------------------
+
+    def _read_tail(self, name: str) -> None:
+        o = self.options
+        partitions = [TopicPartition(o.topic, p) for p in range(o.partitions)]
+        with self.cluster.consumer(auto_offset_reset="latest", fetch_max_wait_ms=100, client_id=name,
+                                   request_timeout_ms=10_000, default_api_timeout_ms=20_000) as consumer:
+            consumer.assign(partitions)
+            while not self.stopping.is_set():
+                try:
+                    records = consumer.poll(timeout=0.5)
+                except KafkaError as error:   # e.g. a leader change mid-poll: the next poll retries
+                    if not error.retriable:
+                        self.errors.append(f"{name}: poll: {error}")
+                    continue
+                for record in records:
+                    self.history.log(Poll(name, 0, None, None, record.topic, record.partition, record.offset,
+                                          record.value.decode(errors="replace"), self.clock.now_ms()))
+
+    def _observe_commits(self, name: str) -> None:
+        admin = self.cluster.admin()
+        while not self.stopping.wait(0.5):
+            for group in (GROUP, ACTOR_GROUP):
+                try:
+                    offsets = admin.list_consumer_group_offsets(group)
+                except Exception:   # a coordinator moving: the next look sees it
+                    continue
+                now_ms = self.clock.now_ms()
+                for tp, offset in sorted(offsets.items()):
+                    self.history.log(CommittedRead(group, tp.topic, tp.partition, offset, now_ms))
+
+    # --- the end --------------------------------------------------------------------
+
+    def final_read(self, timeout_s: float = 120.0) -> None:
+        """Every partition from its log start to its HW, and each group's last
+        committed offsets (faults are over: the cluster has healed)."""
+        o = self.options
+        for partition in range(o.partitions):
+            tp = TopicPartition(o.topic, partition)
+            with self.cluster.consumer(auto_offset_reset="earliest", max_poll_records=10_000,
+                                       fetch_max_wait_ms=100) as consumer:
+                consumer.assign([tp])
+                start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
+                consumer.seek(tp, start)
+                records, deadline_s = [], time.monotonic() + timeout_s
+                while consumer.position(tp) < end:
+                    if time.monotonic() > deadline_s:
+                        raise TimeoutError(f"the final read of {tp} did not reach its HW {end}")
+                    records += [r for r in consumer.poll(timeout=0.5) if r.offset < end]
+            self.history.log(FinalRead(o.topic, partition, tuple((r.offset, r.value.decode(errors="replace"))
+                                                                 for r in records), start, end, self.clock.now_ms()))
+        admin = self.cluster.admin()
+        for group in (GROUP, ACTOR_GROUP):
+            now_ms = self.clock.now_ms()
+            for tp, offset in sorted(admin.list_consumer_group_offsets(group).items()):
+                self.history.log(CommittedRead(group, tp.topic, tp.partition, offset, now_ms))
+
+
+def actor_history_handler(directory: str, started_s: float):
+    """A member actor's handler: one Poll line per record, into a file per process
+    (a killed process keeps what it wrote); incarnation = the process id."""
+    def handle(records) -> None:
+        now_ms = max(0, int((time.time() - started_s) * 1000))
+        pid = os.getpid()
+        with open(os.path.join(directory, f"actor-{pid}.jsonl"), "a") as out:
+            out.write("".join(Poll(f"actor-{pid}", pid, ACTOR_GROUP, None, r.topic, r.partition, r.offset,
+                                   r.value.decode(errors="replace"), now_ms).to_json() + "\n"
+                              for r in records))
+    return handle
+
+
+def merge_actor_polls(directory: str, history: History) -> None:
+    """The member actors' Poll lines into the run's history (a torn last line of a
+    killed process is dropped: that record was handed but not logged)."""
+    for path in sorted(Path(directory).glob("actor-*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                history.log(event_from_json(line))
+            except (ValueError, json.JSONDecodeError):
+                continue
