@@ -69,9 +69,7 @@ def run(cluster, options: VerifyOptions | None = None) -> VerifyResult:
     injector = FaultInjector(cluster, history, clock, kinds=options.faults, topic=options.workload.topic,
                              gap_s=options.fault_gap_s, seed=options.seed,
                              member_actors=workload.actor_group.members if workload.actor_group else None)
-    injector.start()
-    time.sleep(options.duration_s)
-    injector.stop()
+    injector.run_for(options.duration_s)   # in this thread: node restarts need the main thread
     healed = injector.heal()
     workload.stop()
     errors = injector.errors + workload.errors + ([] if healed else ["the cluster had not healed at the end"])

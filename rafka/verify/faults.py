@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import threading
 import time
 
 import ray
@@ -46,23 +45,19 @@ class FaultInjector:
         self.heal_timeout_s = heal_timeout_s
         self.member_actors = member_actors
         self.random = random.Random(seed)
-        self.stopping = threading.Event()
         self.errors: list[str] = []
         self.done_by_kind: dict[str, int] = {}
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        if self._thread is not None:
-            self._thread.join(300)
-
-    def _run(self) -> None:
+    def run_for(self, duration_s: float) -> None:
+        """Inject faults for `duration_s`, in the calling thread: it must be the main
+        thread, since starting a Ray node (restart-broker, replace-broker) installs
+        signal handlers, which Python allows in the main thread only."""
+        deadline_s = time.monotonic() + duration_s
         turn = 0
-        while not self.stopping.wait(self.random.uniform(*self.gap_s)):
+        while time.monotonic() < deadline_s:
+            time.sleep(min(self.random.uniform(*self.gap_s), max(0.0, deadline_s - time.monotonic())))
+            if time.monotonic() >= deadline_s:
+                break
             if not self.heal():
                 continue
             kind = self.kinds[turn % len(self.kinds)]   # round robin: every kind comes up
@@ -82,12 +77,11 @@ class FaultInjector:
         """Wait until the cluster is whole again; False (and an error noted) if it
         is not within `heal_timeout_s`."""
         deadline_s = time.monotonic() + self.heal_timeout_s
-        while time.monotonic() < deadline_s and not self.stopping.is_set():
+        while time.monotonic() < deadline_s:
             if self._healed():
                 return True
             time.sleep(0.2)
-        if not self.stopping.is_set():
-            self.errors.append(f"the cluster did not heal within {self.heal_timeout_s} s")
+        self.errors.append(f"the cluster did not heal within {self.heal_timeout_s} s")
         return False
 
     def _healed(self) -> bool:

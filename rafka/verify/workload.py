@@ -203,22 +203,29 @@ class Workload:
                                          request_timeout_ms=10_000, default_api_timeout_ms=20_000)
         history, clock = self.history, self.clock
         resuming: dict[TopicPartition, int | None] = {}
+        owned: set[TopicPartition] = set()   # this incarnation's partitions, across rebalances
 
         class Listener:
             def on_partitions_revoked(self, revoked):
                 pass
 
             def on_partitions_lost(self, lost):
-                pass
+                owned.difference_update(lost)
 
             def on_partitions_assigned(self, assigned):
                 generation = consumer.group_metadata()["generation_id"]
                 history.log(Assigned(name, incarnation, GROUP, generation,
                                      tuple(sorted((tp.topic, tp.partition) for tp in assigned)), clock.now_ms()))
-                committed = consumer.committed(assigned) if assigned else {}
-                for tp in assigned:
+                # A partition this member keeps across the rebalance goes on from its
+                # own position, as Kafka's consumer does (it is not a resume); only a
+                # partition new to it starts at the group's committed offset.
+                new = set(assigned) - owned
+                committed = consumer.committed(new) if new else {}
+                for tp in new:
                     found = committed.get(tp)
                     resuming[tp] = found.offset if found is not None else None
+                owned.clear()
+                owned.update(assigned)
 
         consumer.subscribe([o.topic], listener=Listener())
         polls = 0

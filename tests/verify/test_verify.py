@@ -12,7 +12,7 @@ pytestmark = pytest.mark.verify
 def test_verify__every_fault_kind__history_checked_and_no_anomaly(tmp_path):
     from rafka.cli import verify_cluster
     with verify_cluster() as cluster:
-        result = run(cluster, VerifyOptions(duration_s=75, out_dir=str(tmp_path), fault_gap_s=(0.2, 0.5)))
+        result = run(cluster, VerifyOptions(duration_s=90, out_dir=str(tmp_path), fault_gap_s=(0.2, 0.5)))
     report = format_report(result)
     print(report)
     assert result.ok, report
