@@ -53,6 +53,9 @@ class FaultInjector:
         thread, since starting a Ray node (restart-broker, replace-broker) installs
         signal handlers, which Python allows in the main thread only."""
         deadline_s = time.monotonic() + duration_s
+        if not self.kinds:   # a run without faults
+            time.sleep(duration_s)
+            return
         turn = 0
         while time.monotonic() < deadline_s:
             time.sleep(min(self.random.uniform(*self.gap_s), max(0.0, deadline_s - time.monotonic())))
