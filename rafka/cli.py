@@ -194,7 +194,7 @@ def cmd_reassign_partitions(args) -> int:
 def cmd_verify(args) -> int:
     """Kafka's verifiable producer and consumer under faults, judged by the checker;
     exit 1 on any anomaly. On a fresh embedded cluster unless --address is given."""
-    from rafka.verify import FAULT_KINDS, VerifyOptions, WorkloadOptions, format_report, run
+    from rafka.verify import FAULT_KINDS, EmbeddedCluster, VerifyOptions, WorkloadOptions, format_report, run
     kinds = tuple(args.faults.split(",")) if args.faults else FAULT_KINDS
     unknown = [k for k in kinds if k not in FAULT_KINDS and k != "none"]
     if unknown:
@@ -208,22 +208,10 @@ def cmd_verify(args) -> int:
     if args.address or os.environ.get("RAY_ADDRESS"):
         result = run(_connect(args), options)
     else:
-        with verify_cluster() as cluster:
-            result = run(cluster, options)
+        with EmbeddedCluster() as embedded:
+            result = run(embedded.cluster, options, reopen=embedded.reopen)
     print(format_report(result))
     return 0 if result.ok else 1
-
-
-def verify_cluster():
-    """The embedded cluster `rafka verify` runs on: 3 brokers on a temporary data
-    dir (removed at the end), failure detection in seconds, brokers replaced after 5 s."""
-    import rafka
-    return rafka.local_cluster(
-        nodes=3, replica_lag_time_max_ms=2_000,
-        fetch_max_wait_ms=100, leader_ping_timeout_ms=1_000, watch_interval_ms=100,
-        broker_replacement_timeout_ms=5_000,
-        coordinator_options={"offsets_commit_timeout_ms": 5_000, "group_initial_rebalance_delay_ms": 500,
-                             "group_min_session_timeout_ms": 1_000})
 
 
 def format_topic(topic: dict) -> str:

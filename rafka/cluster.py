@@ -213,7 +213,7 @@ def start_controller(data_dir: str, **controller_options):
         num_cpus=0, get_if_exists=True,
         scheduling_strategy=NodeAffinitySchedulingStrategy(head_node, soft=False)).remote(
         data_dir=os.path.abspath(data_dir), **controller_options)
-    ray.get(controller.ping.remote())
+    ray.get(controller.resume.remote())   # an existing one may be left stopped by an unfinished `rafka down`
     return controller
 
 

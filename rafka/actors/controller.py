@@ -37,7 +37,7 @@ from pathlib import Path
 
 import ray
 
-from rafka.actors.replica import NAMESPACE, OFFLINE, ReplicaActor, replica_actor_name
+from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.errors import TopicDeletionInProgress
 from rafka.core.metadata import ClusterMetadata, PartitionState
 from rafka.placement.brokers import broker_nodes, live_broker_ids
@@ -496,11 +496,14 @@ class ControllerActor:
             answer = await asyncio.wait_for(replica.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
         except (asyncio.TimeoutError, ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             return None
-        if answer.get("topic_id") not in (None, self.metadata.topic(topic).topic_id) and not self._stopping:
+        stale = answer.get("topic_id") not in (None, self.metadata.topic(topic).topic_id)
+        if (stale or answer["role"] == STOPPED) and not self._stopping:
             # a replica of an earlier topic of this name (deleted while the controller
-            # was down or mid-teardown): never let it serve the new topic's log
-            logger.warning("%s-%d: replica %d belongs to topic id %s: replaced", topic, partition, replica_id,
-                           answer.get("topic_id"))
+            # was down or mid-teardown) must never serve the new topic's log; one shut
+            # down by an earlier `rafka down` that was not killed has closed its log:
+            # a new process reopens it
+            logger.warning("%s-%d: replica %d (topic id %s, %s) replaced", topic, partition, replica_id,
+                           answer.get("topic_id"), answer["role"])
             ray.kill(replica, no_restart=True)
             group = existing_replica_group(topic, partition, replica_id)
             if group is not None:
@@ -529,6 +532,14 @@ class ControllerActor:
                                        return_exceptions=True)
         closed = sum(1 for r in results if isinstance(r, dict) and r.get("closed"))
         return {"replicas": len(replicas), "closed": closed}
+
+    async def resume(self) -> int:
+        """`rafka up` found this controller after a `shutdown_replicas` whose `rafka
+        down` did not finish: watch again; the shut-down replicas are replaced by new
+        processes, which reopen their logs."""
+        self._stopping = False
+        self._ensure_watcher()
+        return self.metadata.controller_epoch
 
     async def ping(self) -> int:
         self._ensure_watcher()

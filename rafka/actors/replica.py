@@ -47,6 +47,7 @@ from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceR
 
 NAMESPACE = "rafka"
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
+STOPPED = "stopped"     # ... and once shut down: its log is closed, only a new process serves it
 logger = logging.getLogger(__name__)
 
 
@@ -415,7 +416,8 @@ class ReplicaActor:
         answers with role follower and epoch -1 until it is told its role; one
         whose log dir cannot be used answers `offline`."""
         if self.storage_error is not None or self._stopped:
-            return {"node_id": self.node_id, "topic_id": self.topic_id, "role": OFFLINE, "leader_epoch": -1}
+            role = OFFLINE if self.storage_error is not None else STOPPED
+            return {"node_id": self.node_id, "topic_id": self.topic_id, "role": role, "leader_epoch": -1}
         return {"node_id": self.node_id, "topic_id": self.topic_id, "role": self.replica.role.value,
                 "leader_epoch": self.replica.leader_epoch}
 

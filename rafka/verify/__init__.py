@@ -25,7 +25,7 @@ from rafka.verify.faults import FAULT_KINDS, FaultInjector
 from rafka.verify.picture import draw
 from rafka.verify.workload import History, RunClock, Workload, WorkloadOptions, merge_actor_polls
 
-__all__ = ["FAULT_KINDS", "VerifyOptions", "VerifyResult", "WorkloadOptions", "format_report", "run"]
+__all__ = ["FAULT_KINDS", "EmbeddedCluster", "VerifyOptions", "VerifyResult", "WorkloadOptions", "format_report", "run"]
 
 
 @dataclasses.dataclass
@@ -46,13 +46,17 @@ class VerifyResult:
     faults_by_kind: dict[str, int]
     events_by_type: dict[str, int]
     errors: list[str]
+    cluster: object = None    # the cluster the run ended on
 
     @property
     def ok(self) -> bool:
         return not any(self.anomalies.values())
 
 
-def run(cluster, options: VerifyOptions | None = None) -> VerifyResult:
+def run(cluster, options: VerifyOptions | None = None, *, reopen=None) -> VerifyResult:
+    """`reopen()`: a new cluster on the same data dir (an embedded one), for the
+    restart-cluster fault; without it that fault is left out. The cluster the run
+    ends on is `result.cluster` (after a restart, not the one passed in)."""
     options = options or VerifyOptions()
     out_dir = Path(options.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -66,9 +70,18 @@ def run(cluster, options: VerifyOptions | None = None) -> VerifyResult:
                         seed=options.seed)
     started_s = time.monotonic()
     workload.start()
+    def restart_cluster(crash: bool):
+        workload.stop()
+        workload.cluster.shutdown(clean=not crash)
+        restarted = reopen()
+        workload.restart_on(restarted)
+        injector.member_actors = workload.actor_group.members if workload.actor_group else None
+        return restarted
+
     injector = FaultInjector(cluster, history, clock, kinds=options.faults, topic=options.workload.topic,
                              gap_s=options.fault_gap_s, seed=options.seed,
-                             member_actors=workload.actor_group.members if workload.actor_group else None)
+                             member_actors=workload.actor_group.members if workload.actor_group else None,
+                             restart_cluster=restart_cluster if reopen is not None else None)
     injector.run_for(options.duration_s)   # in this thread: node restarts need the main thread
     healed = injector.heal()
     workload.stop()
@@ -79,12 +92,52 @@ def run(cluster, options: VerifyOptions | None = None) -> VerifyResult:
     events = load_history(history_path)
     anomalies = check_all(events, idempotent=options.workload.idempotence)
     result = VerifyResult(history_path, time.monotonic() - started_s, anomalies, dict(injector.done_by_kind),
-                          dict(history.counts), errors)
+                          dict(history.counts), errors, workload.cluster)
     (out_dir / "report.txt").write_text(format_report(result) + "\n")
     draw(events, str(out_dir / "run.png"), title=f"rafka verify: {sum(result.faults_by_kind.values())} faults, "
          f"{history.counts.get('send:ok', 0)} acked sends, "
          f"{'no anomaly' if result.ok else 'ANOMALIES'}")
     return result
+
+
+class EmbeddedCluster:
+    """The embedded cluster `rafka verify` runs on: 3 brokers on a temporary data dir
+    (removed at the end), failure detection in seconds, brokers replaced after 5 s;
+    `reopen()` restarts it on the same disks (the restart-cluster fault), and
+    leaving the block stops whichever cluster is current.
+
+        with EmbeddedCluster() as embedded:
+            result = run(embedded.cluster, options, reopen=embedded.reopen)
+    """
+
+    OPTIONS = dict(replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100, leader_ping_timeout_ms=1_000,
+                   watch_interval_ms=100, broker_replacement_timeout_ms=5_000,
+                   coordinator_options={"offsets_commit_timeout_ms": 5_000,
+                                        "group_initial_rebalance_delay_ms": 500,
+                                        "group_min_session_timeout_ms": 1_000})
+
+    def __init__(self, nodes: int = 3) -> None:
+        import tempfile
+        self.nodes = nodes
+        self.data_dir = tempfile.mkdtemp(prefix="rafka-verify-")
+        self.cluster = None
+
+    def reopen(self):
+        import rafka
+        self.cluster = rafka.local_cluster(nodes=self.nodes, data_dir=self.data_dir, **self.OPTIONS)
+        return self.cluster
+
+    def __enter__(self) -> EmbeddedCluster:
+        self.reopen()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+        try:
+            if self.cluster is not None:
+                self.cluster.shutdown(clean=False)   # its data dir goes next: nothing to close cleanly
+        finally:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def _create_topic(cluster, workload: WorkloadOptions) -> None:

@@ -28,18 +28,24 @@ from rafka.core.history import Fault
 from rafka.placement.brokers import live_broker_ids
 
 FAULT_KINDS = ("kill-leader", "sigkill-leader", "kill-follower", "kill-coordinator", "kill-controller",
-               "kill-member", "sigkill-member", "pause-leader", "restart-broker", "replace-broker")
-LOCAL_ONLY = {"sigkill-leader", "sigkill-member", "pause-leader", "restart-broker", "replace-broker"}
+               "kill-member", "sigkill-member", "pause-leader", "restart-broker", "replace-broker",
+               "restart-cluster")
+LOCAL_ONLY = {"sigkill-leader", "sigkill-member", "pause-leader", "restart-broker", "replace-broker",
+              "restart-cluster"}
 
 
 class FaultInjector:
     def __init__(self, cluster, history, clock, *, kinds, topic: str, gap_s: tuple[float, float],
-                 heal_timeout_s: float = 90.0, member_actors=None, seed: int = 0) -> None:
+                 heal_timeout_s: float = 90.0, member_actors=None, restart_cluster=None, seed: int = 0) -> None:
         self.cluster = cluster
         self.history = history
         self.clock = clock
         self.local = getattr(cluster, "ray_cluster", None) is not None
-        self.kinds = [k for k in kinds if self.local or k not in LOCAL_ONLY]
+        # restart_cluster(crash: bool) -> the restarted cluster, with the workload on it
+        self.restart_cluster = restart_cluster
+        self.kinds = [k for k in kinds if (self.local or k not in LOCAL_ONLY)
+                      and (k != "restart-cluster" or restart_cluster is not None)]
+        self._crash_next = True
         self.topic = topic
         self.gap_s = gap_s
         self.heal_timeout_s = heal_timeout_s
@@ -185,6 +191,14 @@ class FaultInjector:
         broker_id = self.random.choice(live_broker_ids())
         self.cluster.restart_node(broker_id)
         return f"broker {broker_id} (node restarted, same disk)"
+
+    def _restart_cluster(self) -> str:
+        """Every node stopped and started again on the same disks, in turn as a
+        crash (no replica closes its log) and as a clean shutdown; the clients stop
+        before and start again after (their in-flight sends are logged first)."""
+        crash, self._crash_next = self._crash_next, not self._crash_next
+        self.cluster = self.restart_cluster(crash)
+        return f"every broker ({'crash' if crash else 'clean shutdown'}, same disks)"
 
     def _replace_broker(self) -> str:
         """A broker lost for good, a new machine added: its replicas move there once

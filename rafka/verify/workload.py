@@ -113,6 +113,9 @@ class Workload:
         self.errors: list[str] = []
         self._threads: list[threading.Thread] = []
         self.actor_group = None
+        # kept across a pause: values stay unique and incarnations keep counting
+        self._next_sequence: dict[str, int] = {}
+        self._next_incarnation: dict[str, int] = {}
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -139,8 +142,20 @@ class Workload:
             thread.join(120)
             if thread.is_alive():
                 self.errors.append(f"{thread.name} did not stop")
+        self._threads = []
         if self.actor_group is not None:
-            self.actor_group.stop()
+            try:
+                self.actor_group.stop()
+            except Exception as error:   # a member actor killed by the last fault
+                self.errors.append(f"stopping the member actors: {error!r}")
+            self.actor_group = None
+
+    def restart_on(self, cluster) -> None:
+        """Go on with every client on `cluster` (the same cluster restarted): after
+        `stop()`, new clients, the same producer sequences and member incarnations."""
+        self.cluster = cluster
+        self.stopping.clear()
+        self.start()
 
     def _guarded(self, target, name: str) -> None:
         try:
@@ -156,7 +171,7 @@ class Workload:
                                          request_timeout_ms=5_000, delivery_timeout_ms=20_000,
                                          max_block_ms=10_000)
         in_flight: deque = deque()
-        sequence = 0
+        sequence = self._next_sequence.get(name, 0)
         gap_s = 1.0 / o.send_rate_per_producer
         try:
             while not self.stopping.is_set():
@@ -172,6 +187,7 @@ class Workload:
                 if future is not None:
                     in_flight.append((value, partition, started_ms, future))
                 sequence += 1
+                self._next_sequence[name] = sequence
                 while in_flight and (in_flight[0][3].done() or len(in_flight) >= o.window):
                     self._log_send(name, *in_flight.popleft(), wait_s=30.0)
                 time.sleep(gap_s)
@@ -192,11 +208,11 @@ class Workload:
     # --- group members (driver side) ----------------------------------------------------
 
     def _member(self, name: str) -> None:
-        incarnation = 0
         while not self.stopping.is_set():
+            incarnation = self._next_incarnation.get(name, 0)
+            self._next_incarnation[name] = incarnation + 1
             lifetime_s = self.random.uniform(*self.options.member_lifetime_s)
             self._member_incarnation(name, incarnation, time.monotonic() + lifetime_s)
-            incarnation += 1
 
     def _member_incarnation(self, name: str, incarnation: int, until_s: float) -> None:
         o = self.options

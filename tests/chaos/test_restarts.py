@@ -10,6 +10,7 @@ controller with one started by the CLI (default options).
 import os
 import subprocess
 import sys
+from contextlib import ExitStack
 
 import pytest
 import ray
@@ -17,11 +18,13 @@ import ray
 import rafka
 from rafka.actors.controller import CONTROLLER_NAME
 from rafka.actors.replica import NAMESPACE
+from rafka.core.records import RecordInput, encode_batch
+from rafka.core.replica import ACKS_ALL, ACKS_LEADER
 from rafka.core.structs import TopicPartition
 from tests.harness import (TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS, StreamingProducer,
                            assert_acked_once_in_order, assert_replicas_identical_below_high_watermark,
-                           describe_replica, partition_state, read_back, replica, wait_for_leader, wait_until,
-                           wait_until_serving)
+                           describe_replica, partition_state, paused, read_back, replica, wait_for_leader,
+                           wait_until, wait_until_serving)
 
 pytestmark = pytest.mark.chaos
 
@@ -99,6 +102,40 @@ def test_broker_restarted_while_producing__replica_reopens_catches_up_the_tail_a
     assert 0 < rejoined["fetched_bytes"] < log_bytes, "the rejoining follower fetched the log from offset 0"
 
 
+def test_leader_broker_restarted_with_an_unreplicated_tail__its_replica_truncates_it_by_leader_epoch(cluster):
+    """The followers are paused; the leader takes an acks=1 write they never see;
+    its broker goes down, the followers resume and one is elected; the broker comes
+    back with its disk. Its replica reopens its log, tail included, then truncates
+    the tail by leader epoch (KIP-101) before catching up: it never serves it."""
+    cluster.admin().create_topic("tail-cut", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    before = wait_for_leader(cluster, "tail-cut", 0)
+    old = before["leader"]
+    leader_broker = before["brokers"][before["replicas"].index(old)]
+    for i in range(10):
+        ray.get(replica("tail-cut", 0, old).produce.remote(encode_batch([RecordInput(b"acked-%d" % i)]),
+                                                           ACKS_ALL, 10_000))
+    follower_pids = [describe_replica("tail-cut", 0, r)["pid"] for r in before["replicas"] if r != old]
+    with ExitStack() as stack:
+        for pid in follower_pids:
+            stack.enter_context(paused(pid))
+        ray.get(replica("tail-cut", 0, old).produce.remote(encode_batch([RecordInput(b"unreplicated")]),
+                                                           ACKS_LEADER, 10_000))
+        cluster.remove_node(cluster.node_of_broker(leader_broker))
+    new = wait_for_leader(cluster, "tail-cut", 0, newer_than_epoch=before["leader_epoch"])
+    assert new["leader"] != old
+    with cluster.producer(acks="all") as producer:
+        producer.send("tail-cut", value=b"after", partition=0).result(timeout=60)
+    cluster.add_node(leader_broker)
+    wait_until(lambda: set(partition_state(cluster, "tail-cut", 0)["isr"]) == {0, 1, 2}, timeout_s=90,
+               what="the restarted replica back in the ISR")
+    rejoined = describe_replica("tail-cut", 0, old)
+    assert rejoined["opened_log_end_offset"] == 11          # reopened with the unreplicated tail
+    log = assert_replicas_identical_below_high_watermark(cluster, "tail-cut", 0)
+    assert b"unreplicated" not in log
+    assert b"unreplicated" not in ray.get(replica("tail-cut", 0, old).read_below_high_watermark.remote())
+    assert [v for _, v in read_back(cluster, "tail-cut")] == [b"acked-%d" % i for i in range(10)] + [b"after"]
+
+
 def test_rf1_partition__replica_killed_then_its_broker_restarted__online_with_every_record(cluster):
     cluster.admin().create_topic("single", partitions=1, replication_factor=1)
     with cluster.producer(acks="all") as producer:
@@ -112,6 +149,23 @@ def test_rf1_partition__replica_killed_then_its_broker_restarted__online_with_ev
     wait_for_leader(cluster, "single", 0, newer_than_epoch=state["leader_epoch"], timeout_s=120)
     assert read_back(cluster, "single") == acked
     assert describe_replica("single", 0, 0)["opened_log_end_offset"] == 30
+
+
+def test_replicas_shut_down_but_rafka_down_unfinished__rafka_up_brings_every_partition_back(cluster):
+    """`rafka down` shut the replicas down (logs closed) but died before killing
+    them; `rafka up` finds the stopped controller and the stopped replicas."""
+    from rafka.cluster import start_controller
+    cluster.admin().create_topic("halted", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    with cluster.producer(acks="all") as producer:
+        acked = [(producer.send("halted", value=b"h-%d" % i).result(timeout=60).offset, b"h-%d" % i)
+                 for i in range(20)]
+    closed = ray.get(cluster.controller.shutdown_replicas.remote())
+    assert closed["closed"] == closed["replicas"] > 0
+    assert ray.get(replica("halted", 0, 0).ping.remote())["role"] == "stopped"
+    start_controller(cluster.data_dir)
+    wait_until_serving(cluster)
+    assert read_back(cluster, "halted") == acked
+    assert all(describe_replica("halted", 0, r)["opened_after_clean_shutdown"] for r in range(3))
 
 
 def test_rafka_down_then_up__every_acked_record_and_offset_back_each_replica_reopened(cluster):

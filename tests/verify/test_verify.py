@@ -4,15 +4,15 @@
 import pytest
 
 from rafka.core.history import load_history
-from rafka.verify import FAULT_KINDS, VerifyOptions, format_report, run
+from rafka.verify import FAULT_KINDS, EmbeddedCluster, VerifyOptions, format_report, run
 
 pytestmark = pytest.mark.verify
 
 
 def test_verify__every_fault_kind__history_checked_and_no_anomaly(tmp_path):
-    from rafka.cli import verify_cluster
-    with verify_cluster() as cluster:
-        result = run(cluster, VerifyOptions(duration_s=90, out_dir=str(tmp_path), fault_gap_s=(0.2, 0.5)))
+    with EmbeddedCluster() as embedded:
+        result = run(embedded.cluster, VerifyOptions(duration_s=120, out_dir=str(tmp_path), fault_gap_s=(0.2, 0.5)),
+                     reopen=embedded.reopen)
     report = format_report(result)
     print(report)
     assert result.ok, report
