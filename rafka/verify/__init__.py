@@ -70,6 +70,7 @@ def run(cluster, options: VerifyOptions | None = None, *, reopen=None) -> Verify
                         seed=options.seed)
     started_s = time.monotonic()
     workload.start()
+
     def restart_cluster(crash: bool):
         workload.stop()
         workload.cluster.shutdown(clean=not crash)
