@@ -1,11 +1,17 @@
 """The fault injector of `rafka verify`: the faults rafka claims to survive, one
 after another, each logged with its start and end (rafka.core.history.Fault).
 
-Bound: before each fault the cluster has healed (every partition online with its
-whole replica set in the ISR, every broker its metadata names live, every
-coordinator loaded), so a fault never takes down more than one broker's worth of
-replicas of a partition: a second broker lost on top of a first would make
-acks=all unavailable (min ISR 2), which is correct behaviour, not a finding.
+Two streams of faults overlap, as they would in production:
+- replica faults (a leader or follower killed or paused, a broker restarted or
+  replaced, the whole cluster restarted) run one after another in the calling
+  thread, each once the cluster has healed (every partition online with its whole
+  replica set in the ISR, every broker its metadata names live, every coordinator
+  loaded), so they never take down more than one broker's worth of replicas of a
+  partition: a second broker lost on top of a first would make acks=all
+  unavailable (min ISR 2), which is correct behaviour, not a finding;
+- process faults that hold no replica (the controller, the coordinator, a member
+  actor killed) strike from a second thread at any time, during the others too,
+  except while the whole cluster restarts.
 Faults that need the machine the actors run on (SIGKILL, SIGSTOP, node restarts)
 run only on an embedded `local_cluster`; against `--address` the injector uses
 the Ray kills alone.
@@ -17,6 +23,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 
 import ray
@@ -30,6 +37,7 @@ from rafka.placement.brokers import live_broker_ids
 FAULT_KINDS = ("kill-leader", "sigkill-leader", "kill-follower", "kill-coordinator", "kill-controller",
                "kill-member", "sigkill-member", "pause-leader", "restart-broker", "replace-broker",
                "restart-cluster")
+PROCESS_FAULTS = {"kill-coordinator", "kill-controller", "kill-member", "sigkill-member"}
 LOCAL_ONLY = {"sigkill-leader", "sigkill-member", "pause-leader", "restart-broker", "replace-broker",
               "restart-cluster"}
 
@@ -53,31 +61,62 @@ class FaultInjector:
         self.random = random.Random(seed)
         self.errors: list[str] = []
         self.done_by_kind: dict[str, int] = {}
+        # held by a whole-cluster restart and by each process fault: no process
+        # fault lands on a cluster that is being torn down or started
+        self._cluster_lock = threading.Lock()
+        self._counts_lock = threading.Lock()
 
     def run_for(self, duration_s: float) -> None:
         """Inject faults for `duration_s`, in the calling thread: it must be the main
         thread, since starting a Ray node (restart-broker, replace-broker) installs
         signal handlers, which Python allows in the main thread only."""
         deadline_s = time.monotonic() + duration_s
-        if not self.kinds:   # a run without faults
-            time.sleep(duration_s)
-            return
+        replica_kinds = [k for k in self.kinds if k not in PROCESS_FAULTS]
+        process_kinds = [k for k in self.kinds if k in PROCESS_FAULTS]
+        side = None
+        if process_kinds:
+            side = threading.Thread(target=self._process_faults, args=(process_kinds, deadline_s),
+                                    name="process-faults", daemon=True)
+            side.start()
+        if not replica_kinds:
+            time.sleep(max(0.0, deadline_s - time.monotonic()))
         turn = 0
-        while time.monotonic() < deadline_s:
+        while replica_kinds and time.monotonic() < deadline_s:
             time.sleep(min(self.random.uniform(*self.gap_s), max(0.0, deadline_s - time.monotonic())))
             if time.monotonic() >= deadline_s:
                 break
             if not self.heal():
                 continue
-            kind = self.kinds[turn % len(self.kinds)]   # round robin: every kind comes up
+            kind = replica_kinds[turn % len(replica_kinds)]   # round robin: every kind comes up
             turn += 1
-            started_ms = self.clock.now_ms()
-            try:
-                target = getattr(self, "_" + kind.replace("-", "_"))()
-            except Exception as error:   # the fault could not be applied: not counted
-                self.errors.append(f"{kind}: {type(error).__name__}: {error}")
-                continue
-            self.history.log(Fault(kind, target, started_ms, self.clock.now_ms()))
+            if kind == "restart-cluster":
+                with self._cluster_lock:
+                    self._strike(kind)
+            else:
+                self._strike(kind)
+        if side is not None:
+            side.join(120)
+
+    def _process_faults(self, kinds: list[str], deadline_s: float) -> None:
+        """The second stream: a process fault every few seconds, round robin."""
+        turn = 0
+        while time.monotonic() < deadline_s:
+            time.sleep(min(self.random.uniform(2.0, 6.0), max(0.0, deadline_s - time.monotonic())))
+            if time.monotonic() >= deadline_s:
+                break
+            with self._cluster_lock:
+                self._strike(kinds[turn % len(kinds)])
+            turn += 1
+
+    def _strike(self, kind: str) -> None:
+        started_ms = self.clock.now_ms()
+        try:
+            target = getattr(self, "_" + kind.replace("-", "_"))()
+        except Exception as error:   # the fault could not be applied: not counted
+            self.errors.append(f"{kind}: {type(error).__name__}: {error}")
+            return
+        self.history.log(Fault(kind, target, started_ms, self.clock.now_ms()))
+        with self._counts_lock:
             self.done_by_kind[kind] = self.done_by_kind.get(kind, 0) + 1
 
     # --- healing ------------------------------------------------------------------
