@@ -1,0 +1,167 @@
+"""Kafka's bound on declared sizes, checked before kio builds anything.
+
+Why this module exists: kio 0.6.5's native reader allocates an array's storage from
+the declared element count before reading any element, so a 5-byte compact array
+length of 2**32-2 (or a legacy length of 2**31-1) asks for 16-34 GB and the Rust
+allocator aborts the whole process (found by fuzzing; it is not a Python exception,
+nothing can catch it). Kafka's generated readers refuse such input first
+(MessageDataGenerator: "Tried to allocate a collection of size N, but there are only
+M bytes remaining"). `check_entity` walks a message with kio's own schema
+descriptions and kio's own primitive readers and makes the same refusal: every
+array count and every tagged-field count and size must fit in the bytes left.
+Only then does the caller hand the bytes to kio's entity reader.
+
+Invariant: after `check_entity(t, buf, offset, end)` returns, no array or tag count
+inside the message exceeds the bytes left where it was read, so kio's reader
+allocates O(end - offset) at most. The walk reads each field once: O(bytes).
+
+Callers: framing (header tagged fields) and dispatch (request bodies). Kafka keeps
+unknown tagged fields and goes on; so does this walk (kio does not, see dispatch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from kio._kio_native import get_field_reader, get_reader
+from kio.serial.errors import SerialError
+from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveField,
+                                    PrimitiveTupleField, classify_field, get_field_tag,
+                                    get_schema_field_type, is_optional)
+from kio.serial.readers import (read_compact_array_length, read_int8,
+                                read_legacy_array_length, read_unsigned_varint)
+
+# What kio's readers raise on bad bytes (its own DecodeError family, plus plain
+# ValueError for a negative legacy array length or a bool byte other than 0/1, and
+# KeyError for a tagged field it does not know). Anything else is a bug and escapes.
+KIO_DECODE_ERRORS: tuple[type[BaseException], ...] = (SerialError, ValueError, KeyError,
+                                                     OverflowError, IndexError)
+
+
+class DeclaredSizeTooLarge(ValueError):
+    """A count or size on the wire exceeds the bytes that remain (Kafka refuses it)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Step:
+    kind: str                      # "primitive" | "primitive_array" | "entity" | "entity_array"
+    flexible: bool
+    reader: Callable[[Any, int], tuple[Any, int]] | None = None
+    entity_type: type | None = None
+    nullable_entity: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    flexible: bool
+    steps: tuple[_Step, ...]
+    steps_by_tag: dict[int, _Step]
+
+
+def _step(entity_type: type, field: dataclasses.Field, *, is_tag: bool) -> _Step:
+    flexible = entity_type.__flexible__
+    match classify_field(field):
+        case PrimitiveField():
+            return _Step("primitive", flexible, reader=get_field_reader(
+                entity_type, field, False, is_tag))
+        case PrimitiveTupleField():
+            return _Step("primitive_array", flexible, reader=get_reader(
+                get_schema_field_type(field), flexible, False))
+        case EntityField(sub_type):
+            # kio (as Kafka) writes a tagged struct without the KIP-893 null marker.
+            return _Step("entity", flexible, entity_type=sub_type,
+                         nullable_entity=is_optional(field) and not is_tag)
+        case EntityTupleField(sub_type):
+            return _Step("entity_array", flexible, entity_type=sub_type)
+    raise TypeError(f"unclassified field {field.name} of {entity_type.__name__}")
+
+
+@functools.cache
+def _plan(entity_type: type) -> _Plan:
+    steps, steps_by_tag = [], {}
+    for field in dataclasses.fields(entity_type):
+        tag = get_field_tag(field)
+        if tag is None:
+            steps.append(_step(entity_type, field, is_tag=False))
+        else:
+            steps_by_tag[int(tag)] = _step(entity_type, field, is_tag=True)
+    return _Plan(entity_type.__flexible__, tuple(steps), steps_by_tag)
+
+
+def _need(count: int, offset: int, end: int, what: str) -> None:
+    if count > end - offset:
+        raise DeclaredSizeTooLarge(
+            f"Tried to allocate {what} of size {count}, but there are only "
+            f"{max(end - offset, 0)} bytes remaining.")
+
+
+def _array_count(flexible: bool, buf: Any, offset: int) -> tuple[int | None, int]:
+    if flexible:
+        return read_compact_array_length(buf, offset)
+    count, size = read_legacy_array_length(buf, offset)
+    return (None if count == -1 else count), size
+
+
+def _walk_step(step: _Step, buf: Any, offset: int, end: int) -> int:
+    if step.kind == "primitive":
+        return offset + step.reader(buf, offset)[1]
+    if step.kind == "entity":
+        if step.nullable_entity:
+            marker, size = read_int8(buf, offset)
+            offset += size
+            if marker < 0:
+                return offset
+        return check_entity(step.entity_type, buf, offset, end)
+    count, size = _array_count(step.flexible, buf, offset)
+    offset += size
+    if count is None:
+        return offset
+    if count < 0:
+        raise DeclaredSizeTooLarge(f"negative array length {count}")
+    # Every element takes at least one byte, except a struct with no fields in a
+    # non-flexible version, which no request schema has; Kafka's bound holds anyway.
+    _need(count, offset, end, "a collection")
+    if step.kind == "primitive_array":
+        for _ in range(count):
+            offset += step.reader(buf, offset)[1]
+    else:
+        for _ in range(count):
+            offset = check_entity(step.entity_type, buf, offset, end)
+    return offset
+
+
+def skip_tagged_fields(buf: Any, offset: int, end: int,
+                       steps_by_tag: dict[int, _Step] | None = None) -> int:
+    """Offset after a tagged-field section. Known tags are walked inside their own
+    size; unknown ones skipped, as Kafka's readUnknownTaggedField keeps them."""
+    count, size = read_unsigned_varint(buf, offset)
+    offset += size
+    _need(count, offset, end, "tagged fields")
+    for _ in range(count):
+        tag, size = read_unsigned_varint(buf, offset)
+        offset += size
+        value_bytes, size = read_unsigned_varint(buf, offset)
+        offset += size
+        _need(value_bytes, offset, end, "a tagged field")
+        step = (steps_by_tag or {}).get(tag)
+        if step is not None:
+            value_end = _walk_step(step, buf, offset, offset + value_bytes)
+            _need(value_end - offset, offset, offset + value_bytes, "a tagged field value")
+        offset += value_bytes
+    return offset
+
+
+def check_entity(entity_type: type, buf: Any, offset: int, end: int) -> int:
+    """Walk one entity of `entity_type` at `offset`; return the offset after it.
+    Raises DeclaredSizeTooLarge or one of KIO_DECODE_ERRORS on bad bytes."""
+    plan = _plan(entity_type)
+    for step in plan.steps:
+        offset = _walk_step(step, buf, offset, end)
+    if plan.flexible:
+        offset = skip_tagged_fields(buf, offset, end, plan.steps_by_tag)
+    if offset > end:
+        raise DeclaredSizeTooLarge(f"{entity_type.__name__} runs {offset - end} bytes past its end")
+    return offset

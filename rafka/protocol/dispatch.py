@@ -1,0 +1,208 @@
+"""Dispatch: one frame in, one response frame (or none) out.
+
+A DispatchTable maps an API key to its Route (a version range and one async
+handler); it is built once, frozen, and is the single source of what this node
+advertises in ApiVersions (issue 14: advertise exactly what is implemented).
+The Dispatcher decodes the header and body with kio's schema for that key and
+version, calls the handler with the body and a RequestContext, and encodes the
+response with its response header (v1 for flexible versions, v0 otherwise and
+always v0 for ApiVersions, KIP-511; kio's `__header_schema__` carries this rule).
+
+What Kafka answers, and what this module does the same way:
+  * ApiVersions at a version the table does not support: not parsed, answered with
+    an ApiVersions v0 response, UNSUPPORTED_VERSION, listing only ApiVersions' own
+    range, so the client retries within it (Kafka's RequestContext.parseRequest and
+    apiVersion(), KafkaApis.handleApiVersionsRequest, ApiVersionsRequest
+    .getErrorResponse; ApiKeys.isVersionEnabled accepts any ApiVersions version).
+  * Any other API key the table lacks, or a version outside its range: no answer,
+    the connection is closed (Kafka's RequestHeader.parse: "Unknown API key";
+    SocketServer.parseRequestHeader: "... which is not enabled"; the Processor's
+    processChannelException closes the channel). Raised here as UnknownApiKey /
+    UnsupportedApiVersion.
+  * A truncated or garbage header or body: connection closed (RequestContext
+    .parseRequest wraps any failure in InvalidRequestException). Raised as
+    MalformedRequestHeader / MalformedRequestBody. Trailing bytes after the body
+    are ignored, as Kafka's parser ignores them.
+
+Invariants: for any bytes, `parse` and `dispatch` return or raise a ProtocolError
+(handlers' own exceptions aside); the table is never mutated; work is bounded by
+the frame's size (bounds.check_entity runs before kio allocates anything).
+
+Callers: the actor's asyncio server, one `dispatch` per frame, in order per
+connection (Kafka's per-connection ordering is the server's job).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, check_entity
+from rafka.protocol.errors import (MalformedRequestBody, UnknownApiKey,
+                                   UnsupportedApiVersion)
+from rafka.protocol.framing import (SIZE_PREFIX_BYTES, RequestHeader, decode_request_header,
+                                    peek_api_key_and_version)
+
+API_VERSIONS_KEY = 18
+# ApiVersionsRequest.json: "flexibleVersions": "3+" (used only for versions kio
+# does not know, to read the header of a request we will not parse).
+API_VERSIONS_FIRST_FLEXIBLE_VERSION = 3
+_SIZE = struct.Struct(">i")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApiVersionRange:
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RequestContext:
+    """What a handler may know about a request besides its body."""
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str                 # Kafka reads a null client id as "" (RequestHeader.parse)
+    connection_id: str
+    supported_api_versions: tuple[ApiVersionRange, ...]
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[Any | None]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Route:
+    """API key, inclusive version range, handler. The handler gets the kio request
+    body of the request's version and returns the kio response body of the same
+    version, or None when Kafka sends no response (Produce with acks=0)."""
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_version <= self.max_version:
+            raise ValueError(f"bad version range {self.min_version}..{self.max_version} "
+                             f"for API key {self.api_key}")
+        for version in self.versions:   # fail at startup, not on the first request
+            load_request_schema(self.api_key, version)
+            load_response_schema(self.api_key, version)
+
+    @property
+    def versions(self) -> range:
+        return range(self.min_version, self.max_version + 1)
+
+
+class DispatchTable:
+    """Frozen at construction: the routes by API key, and the ranges advertised."""
+
+    def __init__(self, routes: Iterable[Route]) -> None:
+        routes_by_api_key: dict[int, Route] = {}
+        for route in routes:
+            if route.api_key in routes_by_api_key:
+                raise ValueError(f"two routes for API key {route.api_key}")
+            routes_by_api_key[route.api_key] = route
+        self.routes_by_api_key: Mapping[int, Route] = MappingProxyType(routes_by_api_key)
+        self.supported_api_versions: tuple[ApiVersionRange, ...] = tuple(
+            ApiVersionRange(r.api_key, r.min_version, r.max_version)
+            for r in sorted(routes_by_api_key.values(), key=lambda r: r.api_key))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    context: RequestContext
+    route: Route
+    body: Any | None               # None: an ApiVersions request at an unsupported version
+    header_bytes: int
+
+    @property
+    def is_unsupported_api_versions(self) -> bool:
+        return self.body is None
+
+
+class Dispatcher:
+    def __init__(self, table: DispatchTable) -> None:
+        self.table = table
+
+    def parse(self, frame: bytes, *, connection_id: str = "") -> ParsedRequest:
+        """Header and body of one request frame (without its size prefix)."""
+        api_key, api_version = peek_api_key_and_version(frame)
+        route = self.table.routes_by_api_key.get(api_key)
+        if route is None:
+            raise UnknownApiKey(f"Unknown API key {api_key}")
+        supported = route.min_version <= api_version <= route.max_version
+        if not supported and api_key != API_VERSIONS_KEY:
+            raise UnsupportedApiVersion(f"Received request api key {api_key} with version "
+                                        f"{api_version} which is not enabled")
+        request_type = load_request_schema(api_key, api_version) if supported else None
+        header_version = (request_type.__header_schema__.__version__ if request_type else
+                          2 if api_version >= API_VERSIONS_FIRST_FLEXIBLE_VERSION else 1)
+        header, body_offset = decode_request_header(frame, header_version=header_version)
+        context = self._context(header, connection_id)
+        if request_type is None:
+            return ParsedRequest(context, route, None, body_offset)
+        try:
+            check_entity(request_type, frame, body_offset, len(frame))
+            body, _ = entity_reader(request_type)(frame, body_offset)
+        except (DeclaredSizeTooLarge, *KIO_DECODE_ERRORS) as error:
+            raise MalformedRequestBody(
+                f"Error getting request for apiKey: {api_key}, apiVersion: {api_version}, "
+                f"connectionId: {connection_id}: {type(error).__name__}: {error}") from None
+        return ParsedRequest(context, route, body, body_offset)
+
+    async def dispatch(self, frame: bytes, *, connection_id: str = "") -> bytes | None:
+        """The size-prefixed response frame, or None when no response is due."""
+        parsed = self.parse(frame, connection_id=connection_id)
+        if parsed.is_unsupported_api_versions:
+            response = self.unsupported_api_versions_response(parsed.route)
+        else:
+            response = await parsed.route.handler(parsed.body, parsed.context)
+            if response is None:
+                return None
+            expected = load_response_schema(parsed.context.api_key, parsed.context.api_version)
+            if type(response) is not expected:   # a handler bug, not the client's
+                raise TypeError(f"handler for API key {parsed.context.api_key} v"
+                                f"{parsed.context.api_version} returned {type(response).__qualname__}"
+                                f" from {type(response).__module__}, not {expected.__module__}")
+        return encode_response(parsed.context.correlation_id, response)
+
+    @staticmethod
+    def unsupported_api_versions_response(route: Route) -> ApiVersionsResponseV0:
+        return ApiVersionsResponseV0(
+            error_code=ErrorCode.unsupported_version,
+            api_keys=(ApiVersionV0(api_key=i16(route.api_key), min_version=i16(route.min_version),
+                                   max_version=i16(route.max_version)),))
+
+    def _context(self, header: RequestHeader, connection_id: str) -> RequestContext:
+        return RequestContext(api_key=header.request_api_key,
+                              api_version=header.request_api_version,
+                              correlation_id=header.correlation_id,
+                              client_id=header.client_id or "",
+                              connection_id=connection_id,
+                              supported_api_versions=self.table.supported_api_versions)
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """Size prefix, the response header kio assigns to this response type (v0 or v1;
+    v0 for every ApiVersions version), the body."""
+    header_type = response.__header_schema__
+    buffer = io.BytesIO()
+    buffer.write(b"\0" * SIZE_PREFIX_BYTES)
+    entity_writer(header_type)(buffer, header_type(correlation_id=i32(correlation_id)))
+    entity_writer(type(response))(buffer, response)
+    frame = buffer.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - SIZE_PREFIX_BYTES)
+    return bytes(frame)
+

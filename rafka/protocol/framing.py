@@ -1,0 +1,144 @@
+"""Frames and headers of the Kafka wire protocol.
+
+A frame is an int32 big-endian size, then that many bytes: a request (header, body)
+or a response (header, body). Invariants:
+  * FrameDecoder yields exactly the frames that were fed, in order, whatever the
+    chunking; it holds at most one partial frame (<= socket_request_max_bytes + 4
+    bytes plus the chunk being fed), and after an InvalidFrameSize it refuses all
+    further input (the connection is to be closed, as Kafka's SocketServer does).
+  * A request header is v1 (api_key, api_version, correlation_id, client_id) or v2
+    (v1 plus tagged fields, for flexible versions); client_id is always a legacy
+    nullable string (RequestHeader.json says so). A response header is v0
+    (correlation_id) or v1 (plus tagged fields).
+
+Callers: the actor's asyncio server (FrameDecoder, encode_frame), dispatch (the
+header codecs), and clients and tests (the encoders).
+
+The headers are kio's generated types (kio.schema.request_header.v1/v2,
+kio.schema.response_header.v0/v1), written with kio's entity_writer. Request
+headers v2 are read as v1 plus a tagged-field section skipped here, because kio's
+reader raises on any tag it does not know while Kafka's RequestHeader.parse keeps
+unknown tags and goes on.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+from kio.schema.request_header.v1 import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2 import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0 import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1 import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, skip_tagged_fields
+from rafka.protocol.errors import InvalidFrameSize, MalformedRequestHeader
+
+SOCKET_REQUEST_MAX_BYTES_DEFAULT = 104_857_600     # Kafka's socket.request.max.bytes
+SIZE_PREFIX_BYTES = 4
+_SIZE = struct.Struct(">i")
+_API_KEY_AND_VERSION = struct.Struct(">hh")
+
+RequestHeader = RequestHeaderV1 | RequestHeaderV2
+ResponseHeader = ResponseHeaderV0 | ResponseHeaderV1
+REQUEST_HEADER_TYPES = {1: RequestHeaderV1, 2: RequestHeaderV2}
+RESPONSE_HEADER_TYPES = {0: ResponseHeaderV0, 1: ResponseHeaderV1}
+
+
+def encode_frame(payload: bytes) -> bytes:
+    return _SIZE.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental: feed it whatever the socket gave, get back the complete frames.
+
+    The size check happens as soon as the 4 prefix bytes are in, before any of the
+    frame is buffered, so a client cannot make the server hold more than
+    socket_request_max_bytes of one frame (Kafka's NetworkReceive.readFrom)."""
+
+    def __init__(self, *, socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT) -> None:
+        if not 0 <= socket_request_max_bytes <= 2**31 - 1:
+            raise ValueError(f"socket_request_max_bytes {socket_request_max_bytes} is not an int32 >= 0")
+        self.socket_request_max_bytes = socket_request_max_bytes
+        self._buffer = bytearray()
+        self._failed: InvalidFrameSize | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[bytes]:
+        if self._failed is not None:
+            raise self._failed
+        self._buffer += chunk
+        frames: list[bytes] = []
+        position = 0
+        buffered = len(self._buffer)
+        while buffered - position >= SIZE_PREFIX_BYTES:
+            (frame_bytes,) = _SIZE.unpack_from(self._buffer, position)
+            if frame_bytes < 0 or frame_bytes > self.socket_request_max_bytes:
+                self._buffer = bytearray()
+                self._failed = InvalidFrameSize(
+                    f"Invalid receive (size = {frame_bytes}"
+                    + (")" if frame_bytes < 0 else f" larger than {self.socket_request_max_bytes})"))
+                raise self._failed
+            end = position + SIZE_PREFIX_BYTES + frame_bytes
+            if end > buffered:
+                break
+            frames.append(bytes(self._buffer[position + SIZE_PREFIX_BYTES:end]))
+            position = end
+        if position:
+            del self._buffer[:position]    # once per feed, not per frame
+        return frames
+
+
+def peek_api_key_and_version(frame: bytes | memoryview) -> tuple[int, int]:
+    """The first two fields of every request header, read before its version is
+    known (Kafka's RequestHeader.parse does the same)."""
+    if len(frame) < _API_KEY_AND_VERSION.size:
+        raise MalformedRequestHeader(f"Error parsing request header: {len(frame)} bytes")
+    return _API_KEY_AND_VERSION.unpack_from(frame, 0)
+
+
+def decode_request_header(frame: bytes | memoryview, *, header_version: int) -> tuple[RequestHeader, int]:
+    """(header, offset of the body). Raises MalformedRequestHeader on bad bytes."""
+    if header_version not in REQUEST_HEADER_TYPES:
+        raise ValueError(f"request header version {header_version} is not 1 or 2")
+    try:
+        fixed, offset = entity_reader(RequestHeaderV1)(frame, 0)
+        if header_version == 1:
+            return fixed, offset
+        offset = skip_tagged_fields(frame, offset, len(frame))
+    except (DeclaredSizeTooLarge, *KIO_DECODE_ERRORS) as error:
+        raise MalformedRequestHeader(f"Error parsing request header v{header_version}: {error}") from None
+    return RequestHeaderV2(request_api_key=fixed.request_api_key,
+                           request_api_version=fixed.request_api_version,
+                           correlation_id=fixed.correlation_id, client_id=fixed.client_id), offset
+
+
+def encode_request_header(header: RequestHeader) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(type(header))(buffer, header)
+    return buffer.getvalue()
+
+
+def request_header(*, header_version: int, api_key: int, api_version: int,
+                   correlation_id: int, client_id: str | None) -> RequestHeader:
+    return REQUEST_HEADER_TYPES[header_version](
+        request_api_key=i16(api_key), request_api_version=i16(api_version),
+        correlation_id=i32(correlation_id), client_id=client_id)
+
+
+def encode_response_header(*, header_version: int, correlation_id: int) -> bytes:
+    header_type = RESPONSE_HEADER_TYPES[header_version]
+    buffer = io.BytesIO()
+    entity_writer(header_type)(buffer, header_type(correlation_id=i32(correlation_id)))
+    return buffer.getvalue()
+
+
+def decode_response_header(frame: bytes | memoryview, *, header_version: int) -> tuple[ResponseHeader, int]:
+    """(header, offset of the body); kio's own reader (responses are ours or a
+    broker's, and a v1 response header defines no tags)."""
+    return entity_reader(RESPONSE_HEADER_TYPES[header_version])(frame, 0)
