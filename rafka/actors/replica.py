@@ -112,6 +112,7 @@ class ReplicaActor:
         self.replica_high_watermark_checkpoint_interval_ms = replica_high_watermark_checkpoint_interval_ms
         self._timers: list[asyncio.Task] = []
         self._compaction_lock = asyncio.Lock()   # one pass at a time (the timer, or a call to compact)
+        self._role_lock = asyncio.Lock()
         self._stopped = False
 
     def _usable(self) -> PartitionReplica:
@@ -180,24 +181,38 @@ class ReplicaActor:
     async def enforce_retention(self) -> int:
         return self.replica.log.enforce_retention()
 
+    # Role changes run one at a time (`_role_lock`), and a stale one is refused before
+    # it touches anything: the controller's calls can arrive late and interleave at
+    # the await that stops the fetcher. (A stale become_follower used to stop the
+    # current epoch's fetcher and then fail, leaving a follower with the right role
+    # and no fetcher: stuck for good, since the controller saw nothing to correct.)
+
     async def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
                             partition_epoch: int) -> None:
         self._usable()
-        self._start_log_maintenance()
-        await self._stop_fetcher()
-        self.replica.become_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr,
-                                   partition_epoch=partition_epoch)
-        self._notify()
-        if self._isr_keeper is None or self._isr_keeper.done():
-            self._isr_keeper = asyncio.get_running_loop().create_task(self._keep_isr())
+        async with self._role_lock:
+            self.replica.check_new_epoch(leader_epoch)
+            self._start_log_maintenance()
+            await self._stop_fetcher()
+            self.replica.become_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr,
+                                       partition_epoch=partition_epoch)
+            self._notify()
+            if self._isr_keeper is None or self._isr_keeper.done():
+                self._isr_keeper = asyncio.get_running_loop().create_task(self._keep_isr())
 
     async def become_follower(self, leader_id: int, leader_epoch: int) -> None:
         self._usable()
-        self._start_log_maintenance()
-        await self._stop_fetcher()
-        self.replica.become_follower(leader_id=leader_id, leader_epoch=leader_epoch)
-        self._notify()  # parked acks=all produces of a deposed leader fail now
-        self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop(leader_id, leader_epoch))
+        async with self._role_lock:
+            self.replica.check_new_epoch(leader_epoch)
+            self._start_log_maintenance()
+            await self._stop_fetcher()
+            self.replica.become_follower(leader_id=leader_id, leader_epoch=leader_epoch)
+            self._notify()  # parked acks=all produces of a deposed leader fail now
+            self._start_fetcher()
+
+    def _start_fetcher(self) -> None:
+        self._fetcher = asyncio.get_running_loop().create_task(
+            self._fetch_loop(self.replica.leader_id, self.replica.leader_epoch))
 
     async def apply_isr(self, isr: list[int], partition_epoch: int) -> None:
         self._usable()
@@ -342,11 +357,18 @@ class ReplicaActor:
     # --- follower side ------------------------------------------------------------
 
     async def _fetch_loop(self, leader_id: int, leader_epoch: int) -> None:
-        leader = ray.get_actor(replica_actor_name(self.replica.topic, self.replica.partition, leader_id),
-                               namespace=NAMESPACE)
+        """Fetch from the leader for as long as this replica follows it at this epoch.
+        The loop never ends on an error: a follower whose loop died would answer the
+        controller's ping with the right role and never catch up again (`rafka
+        verify` found one: a move's new replica stuck at offset 0 for good). Every
+        failure is retried after a pause; the controller tells us when to stop."""
+        leader = None
         truncated = False
         while self.replica.role is Role.FOLLOWER and self.replica.leader_epoch == leader_epoch:
             try:
+                if leader is None:   # the leader's actor may be starting: not found yet
+                    leader = ray.get_actor(replica_actor_name(self.replica.topic, self.replica.partition,
+                                                              leader_id), namespace=NAMESPACE)
                 if not truncated:
                     answer = await leader.end_offset_for_epoch.remote(self.replica.log.latest_epoch, leader_epoch)
                     self.replica.truncate_to_leader_epoch_end(tuple(answer))
@@ -360,14 +382,22 @@ class ReplicaActor:
             except asyncio.CancelledError:
                 raise
             except OffsetOutOfRange:
-                start = (await leader.describe.remote())["log_start_offset"]
+                try:
+                    start = (await leader.describe.remote())["log_start_offset"]
+                except ray.exceptions.RayError as error:
+                    logger.info("%s: the leader's log start is unknown: %s", self.replica.name, error)
+                    await asyncio.sleep(0.1)
+                    continue
                 if self.replica.log.log_end_offset < start:
                     self.replica.restart_from(start)
-            except (KafkaError, ray.exceptions.RayError) as error:
-                # The leader is gone, fenced or not ready: the controller will tell us
-                # who leads next; until then retry slowly.
+            except (KafkaError, ray.exceptions.RayError, ValueError) as error:
+                # The leader is gone, fenced, not ready or not found: the controller will
+                # tell us who leads next; until then retry slowly.
                 logger.info("%s: fetch from replica %d failed: %s", self.replica.name, leader_id, error)
                 await asyncio.sleep(0.1)
+            except Exception:   # a bug: said loudly, but the replica keeps following
+                logger.exception("%s: fetching from replica %d failed unexpectedly", self.replica.name, leader_id)
+                await asyncio.sleep(1.0)
 
     async def delete_log(self) -> None:
         """The topic was deleted: stop replicating and remove the log's files."""
@@ -418,6 +448,12 @@ class ReplicaActor:
         if self.storage_error is not None or self._stopped:
             role = OFFLINE if self.storage_error is not None else STOPPED
             return {"node_id": self.node_id, "topic_id": self.topic_id, "role": role, "leader_epoch": -1}
+        if (self.replica.role is Role.FOLLOWER and self.replica.leader_id >= 0 and self._fetcher is not None
+                and self._fetcher.done() and not self._role_lock.locked()):
+            # never expected (the loop retries every failure), but a follower that
+            # stopped fetching would never catch up: start it again, and say so
+            logger.error("%s: the fetch loop had stopped: started again", self.name)
+            self._start_fetcher()
         return {"node_id": self.node_id, "topic_id": self.topic_id, "role": self.replica.role.value,
                 "leader_epoch": self.replica.leader_epoch}
 

@@ -103,7 +103,7 @@ class PartitionReplica:
 
     def become_leader(self, *, leader_epoch: int, replicas: list[int], isr: list[int],
                       partition_epoch: int) -> None:
-        self._check_new_epoch(leader_epoch)
+        self.check_new_epoch(leader_epoch)
         self.role = Role.LEADER
         self.leader_epoch, self.leader_id = leader_epoch, self.replica_id
         self.leader = LeaderState(replica_id=self.replica_id, replicas=replicas, isr=isr,
@@ -114,12 +114,12 @@ class PartitionReplica:
         self.leader.maybe_advance_high_watermark()
 
     def become_follower(self, *, leader_id: int, leader_epoch: int) -> None:
-        self._check_new_epoch(leader_epoch)
+        self.check_new_epoch(leader_epoch)
         self.role = Role.FOLLOWER
         self.leader_epoch, self.leader_id = leader_epoch, leader_id
         self.leader = None
 
-    def _check_new_epoch(self, leader_epoch: int) -> None:
+    def check_new_epoch(self, leader_epoch: int) -> None:
         if leader_epoch < self.leader_epoch:
             raise FencedLeaderEpoch(f"{self.name}: epoch {leader_epoch} is older than {self.leader_epoch}")
 

@@ -104,3 +104,41 @@ def test_log_dir_of_another_cluster__replica_offline_with_the_typed_error_and_di
     with pytest.raises(InconsistentClusterId):
         ray.get(replica.become_leader.remote(0, [0], [0], 0))
     assert sorted(p.name for p in log_dir.iterdir()) == before
+
+
+def test_follower_told_to_follow_a_leader_not_started_yet__keeps_trying_and_catches_up(ray_node, tmp_path):
+    """A reassignment's new replica can be told its leader before that leader's actor
+    exists (or while it restarts); its fetch loop must not die of it (it did: the
+    replica stayed a follower at offset 0 for good, found by `rafka verify`)."""
+    from tests.harness import wait_until
+    actor = ray.remote(ReplicaActor)
+
+    def start(i):
+        return actor.options(name=replica_actor_name("late", 0, i), num_cpus=0).remote(
+            topic="late", partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config={},
+            topic_id="late-id", cluster_id="cluster-id", fetch_max_wait_ms=100)
+    follower = start(1)
+    ray.get(follower.become_follower.remote(0, 0))            # replica 0 does not exist yet
+    leader = start(0)
+    ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
+    for i in range(5):
+        ray.get(leader.produce.remote(encode_batch([RecordInput(b"late-%d" % i)]), ACKS_ALL, 10_000))
+    wait_until(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 5, timeout_s=30,
+               what="the follower catching up with the late leader")
+
+
+def test_stale_become_follower__refused_and_the_current_fetcher_keeps_running(ray_node, tmp_path):
+    """The controller's calls can arrive late: a become_follower of an older epoch
+    must be refused before it stops anything (it used to stop the current epoch's
+    fetcher, then fail: a follower with the right role that never fetched again)."""
+    from rafka.core.errors import FencedLeaderEpoch
+    from tests.harness import wait_until
+    leader, follower = start_replicas(tmp_path, "stale", 2)
+    ray.get(leader.become_leader.remote(1, [0, 1], [0, 1], 0))
+    ray.get(follower.become_follower.remote(0, 1))
+    with pytest.raises(FencedLeaderEpoch):
+        ray.get(follower.become_follower.remote(0, 0))
+    for i in range(5):
+        ray.get(leader.produce.remote(encode_batch([RecordInput(b"stale-%d" % i)]), ACKS_ALL, 10_000))
+    wait_until(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 5, timeout_s=30,
+               what="the follower still fetching at epoch 1")
