@@ -48,6 +48,10 @@ def wait_until(condition, timeout_s: float = 60.0, interval_s: float = 0.05, wha
         except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError,
                 ray.exceptions.GetTimeoutError) as error:
             value, last_error = None, error
+        except ValueError as error:   # a named actor not there (yet): being re-created
+            if not str(error).startswith("Failed to look up actor"):
+                raise
+            value, last_error = None, error
         if value:
             return value
         time.sleep(interval_s)

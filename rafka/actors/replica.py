@@ -416,6 +416,8 @@ class ReplicaActor:
                     "fetched_bytes": self.fetched_bytes}
         if self.storage_error is not None:
             return {**identity, "role": OFFLINE, "leader_epoch": -1, "error": str(self.storage_error)}
+        if self._stopped:   # its log is closed
+            return {**identity, "role": STOPPED, "leader_epoch": -1}
         log = self.replica.log
         leader = self.replica.leader
         return {**identity, "topic": self.replica.topic, "partition": self.replica.partition,

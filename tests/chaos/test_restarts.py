@@ -10,6 +10,7 @@ controller with one started by the CLI (default options).
 import os
 import subprocess
 import sys
+import time
 from contextlib import ExitStack
 
 import pytest
@@ -29,6 +30,12 @@ from tests.harness import (TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS, Strea
 pytestmark = pytest.mark.chaos
 
 TOPICS = {"solo": (2, 1), "trio": (2, 3)}    # name: (partitions, replication factor)
+
+
+def now_ms() -> int:
+    """Hand-built batches carry real timestamps: a record stamped 1970 is past any
+    retention, and the test cluster enforces retention every 200 ms."""
+    return int(time.time() * 1000)
 
 
 def create_and_fill(cluster, records_per_partition=40) -> dict:
@@ -111,15 +118,19 @@ def test_leader_broker_restarted_with_an_unreplicated_tail__its_replica_truncate
     before = wait_for_leader(cluster, "tail-cut", 0)
     old = before["leader"]
     leader_broker = before["brokers"][before["replicas"].index(old)]
+    leader = replica("tail-cut", 0, old)
     for i in range(10):
-        ray.get(replica("tail-cut", 0, old).produce.remote(encode_batch([RecordInput(b"acked-%d" % i)]),
-                                                           ACKS_ALL, 10_000))
+        ray.get(leader.produce.remote(encode_batch([RecordInput(b"acked-%d" % i)], now_ms=now_ms()), ACKS_ALL, 10_000))
     follower_pids = [describe_replica("tail-cut", 0, r)["pid"] for r in before["replicas"] if r != old]
     with ExitStack() as stack:
         for pid in follower_pids:
             stack.enter_context(paused(pid))
-        ray.get(replica("tail-cut", 0, old).produce.remote(encode_batch([RecordInput(b"unreplicated")]),
-                                                           ACKS_LEADER, 10_000))
+        # a fetch parked at the leader when its follower stopped would carry the next
+        # write to it (the answer waits in its socket): let those expire first
+        wait_until(lambda: describe_replica("tail-cut", 0, old)["parked_follower_fetches"] == 0,
+                   what="no follower fetch parked at the leader")
+        ray.get(leader.produce.remote(encode_batch([RecordInput(b"unreplicated")], now_ms=now_ms()), ACKS_LEADER,
+                                      10_000))
         cluster.remove_node(cluster.node_of_broker(leader_broker))
     new = wait_for_leader(cluster, "tail-cut", 0, newer_than_epoch=before["leader_epoch"])
     assert new["leader"] != old
