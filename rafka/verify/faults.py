@@ -108,13 +108,22 @@ class FaultInjector:
                 self._strike(kinds[turn % len(kinds)])
             turn += 1
 
-    def _strike(self, kind: str) -> None:
-        started_ms = self.clock.now_ms()
-        try:
-            target = getattr(self, "_" + kind.replace("-", "_"))()
-        except Exception as error:   # the fault could not be applied: not counted
-            self.errors.append(f"{kind}: {type(error).__name__}: {error}")
-            return
+    def _strike(self, kind: str, attempts: int = 3) -> None:
+        """Apply one fault; a target that is restarting right then (its actor
+        unavailable or not found) is picked again, up to `attempts` times."""
+        for attempt in range(attempts):
+            started_ms = self.clock.now_ms()
+            try:
+                target = getattr(self, "_" + kind.replace("-", "_"))()
+                break
+            except (ray.exceptions.RayError, ValueError) as error:
+                if attempt + 1 == attempts:
+                    self.errors.append(f"{kind}: {type(error).__name__}: {error}")
+                    return
+                time.sleep(0.5)
+            except Exception as error:   # the fault could not be applied: not counted
+                self.errors.append(f"{kind}: {type(error).__name__}: {error}")
+                return
         self.history.log(Fault(kind, target, started_ms, self.clock.now_ms()))
         with self._counts_lock:
             self.done_by_kind[kind] = self.done_by_kind.get(kind, 0) + 1

@@ -48,7 +48,7 @@ def draw(events, path: str, *, title: str) -> None:
     latency.legend(loc="upper right", fontsize=8)
     palette = {}
     colours = ["#e6c229", "#8fbf5a", "#7fa7d9", "#d97f7f", "#b38fd9", "#7fd9c9", "#d9a87f", "#c0c0c0",
-               "#f2a2d0", "#a0a0ff"]
+               "#f2a2d0", "#a0a0ff", "#8c6d31", "#4d4d4d"]
     for fault in faults:
         colour = palette.setdefault(fault.kind, colours[len(palette) % len(colours)])
         for axis in (throughput, latency):

@@ -212,7 +212,10 @@ class Workload:
             incarnation = self._next_incarnation.get(name, 0)
             self._next_incarnation[name] = incarnation + 1
             lifetime_s = self.random.uniform(*self.options.member_lifetime_s)
-            self._member_incarnation(name, incarnation, time.monotonic() + lifetime_s)
+            try:
+                self._member_incarnation(name, incarnation, time.monotonic() + lifetime_s)
+            except Exception as error:   # e.g. a poll during a fault: a new incarnation goes on
+                self.errors.append(f"{name} incarnation {incarnation}: {type(error).__name__}: {error}")
 
     def _member_incarnation(self, name: str, incarnation: int, until_s: float) -> None:
         o = self.options
@@ -220,8 +223,7 @@ class Workload:
                                          session_timeout_ms=6_000, heartbeat_interval_ms=500,
                                          max_poll_records=100, fetch_max_wait_ms=100, client_id=name,
                                          request_timeout_ms=10_000, default_api_timeout_ms=20_000)
-        history, clock = self.history, self.clock
-        resuming: dict[TopicPartition, int | None] = {}
+        history, clock, workload = self.history, self.clock, self
         owned: set[TopicPartition] = set()   # this incarnation's partitions, across rebalances
 
         class Listener:
@@ -238,13 +240,23 @@ class Workload:
                 # A partition this member keeps across the rebalance goes on from its
                 # own position, as Kafka's consumer does (it is not a resume); only a
                 # partition new to it starts at the group's committed offset.
+                # Logged here, inside the poll that delivered the assignment: the
+                # committed offset is read and the position resolved before this
+                # member can poll or commit the partition (a Resume logged at its
+                # first poll came after the member's own commits of it, which the
+                # checker rightly took as a resume behind an acked commit).
                 new = set(assigned) - owned
-                committed = consumer.committed(new) if new else {}
-                for tp in new:
-                    found = committed.get(tp)
-                    resuming[tp] = found.offset if found is not None else None
                 owned.clear()
                 owned.update(assigned)
+                try:
+                    committed = consumer.committed(new) if new else {}
+                    resumes = [(tp, committed.get(tp), consumer.position(tp)) for tp in sorted(new)]
+                except KafkaError as error:   # not judged: the member goes on
+                    workload.errors.append(f"{name}: resume points not read: {error}")
+                    return
+                for tp, found, position in resumes:
+                    history.log(Resume(name, incarnation, GROUP, tp.topic, tp.partition,
+                                       found.offset if found is not None else None, position, clock.now_ms()))
 
         consumer.subscribe([o.topic], listener=Listener())
         polls = 0
@@ -253,18 +265,9 @@ class Workload:
             while not self.stopping.is_set() and time.monotonic() < until_s:
                 records = consumer.poll(timeout=0.5)
                 generation = consumer.group_metadata()["generation_id"]
-                first_polled: dict[TopicPartition, int] = {}
                 for record in records:
-                    tp = TopicPartition(record.topic, record.partition)
-                    first_polled.setdefault(tp, record.offset)
                     history.log(Poll(name, incarnation, GROUP, generation, record.topic, record.partition,
                                      record.offset, record.value.decode(errors="replace"), clock.now_ms()))
-                for tp in list(resuming):
-                    if tp in first_polled or tp not in consumer.assignment():
-                        committed = resuming.pop(tp)
-                        if tp in first_polled:
-                            history.log(Resume(name, incarnation, GROUP, tp.topic, tp.partition, committed,
-                                               first_polled[tp], clock.now_ms()))
                 polls += 1
                 if records and polls % o.commit_every_polls == 0:
                     self._commit(consumer, name, incarnation, generation, sync_next)
