@@ -102,7 +102,8 @@ class _PartitionState:
     buffer: collections.deque = dataclasses.field(default_factory=collections.deque)
     paused: bool = False
     not_before_s: float = 0.0            # back-off after a failed fetch
-    fetch_generation: int = 0            # bumped on seek/reset: answers to older fetches are stale
+    fetch_generation: int = 0            # bumped on seek/reset: answers to older fetches are stale,
+                                         # as are answers to fetches sent for another state object
     high_watermark: int | None = None    # the leader's HW with the last fetch answer (for lag)
 
 
@@ -126,7 +127,9 @@ class Consumer:
         self._controller = controller
         self._metadata = MetadataCache(controller)
         self._partitions: dict[TopicPartition, _PartitionState] = {}
-        self._in_flight: dict = {}   # ObjectRef -> (TopicPartition, fetch generation, fetch offset)
+        # ObjectRef -> (TopicPartition, the _PartitionState it was sent for, its fetch
+        # generation then, fetch offset); at most one per partition
+        self._in_flight: dict = {}
         self._next_to_drain = 0
         self._closed = False
         self.group_id = group_id
@@ -343,6 +346,7 @@ class Consumer:
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
+            self._complete_ready_fetches()
             self._send_fetches()
             records = self._drain(limit)
             if records:
@@ -358,8 +362,16 @@ class Consumer:
             else:  # nothing can be fetched yet (backing off, all paused): wait a little
                 time.sleep(min(remaining, self.retry_backoff_s))
 
+    def _complete_ready_fetches(self) -> None:
+        """Take in every fetch answer that has arrived, so that one partition's full
+        buffer does not hold back the others' (Kafka's fetcher collects them all)."""
+        if self._in_flight:
+            done, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
+            for ref in done:
+                self._complete_fetch(ref)
+
     def _send_fetches(self) -> None:
-        busy = {tp for tp, _, _ in self._in_flight.values()}
+        busy = {tp for tp, *_ in self._in_flight.values()}
         now = time.monotonic()
         for tp, state in self._partitions.items():
             if tp not in busy and state.not_before_s <= now:
@@ -379,13 +391,16 @@ class Consumer:
         except Exception as error:
             self._fetch_failed(tp, state, error)
             return
-        self._in_flight[ref] = (tp, state.fetch_generation, state.fetch_position)
+        self._in_flight[ref] = (tp, state, state.fetch_generation, state.fetch_position)
 
     def _complete_fetch(self, ref) -> None:
-        tp, generation, fetch_offset = self._in_flight.pop(ref)
+        tp, sent_for, generation, fetch_offset = self._in_flight.pop(ref)
         state = self._partitions.get(tp)
-        if state is None or state.fetch_generation != generation:
-            return  # unassigned, sought or paused since: the answer is stale
+        if state is not sent_for or state.fetch_generation != generation:
+            # Stale: unassigned, sought or paused since, or assigned again by a
+            # rebalance (a new state whose generation count may have reached the old
+            # one's: taking the answer would skip what the old state had buffered).
+            return
         try:
             result = ray.get(ref)
         except Exception as error:

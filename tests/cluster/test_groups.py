@@ -93,6 +93,41 @@ def test_subscribe__two_members_split_then_one_leaves_and_the_other_takes_all(cl
     assert cluster.admin().describe_consumer_group("split")["state"] == "Empty"
 
 
+def test_rebalance__a_kept_partition_resumes_at_its_committed_offset_not_where_an_old_fetch_ended(cluster):
+    """Regression (rafka verify, poll-skip): a fetch sent before an eager rebalance
+    answered after it, for a partition the member kept. The new partition state's
+    fetch generation had been bumped by loading committed offsets to the very number
+    the old fetch carried, so its records were taken; the position jumped past every
+    record that had been buffered and not yet handed out, and the next commit passed
+    them for good."""
+    fill(cluster, "kept", 40, partitions=2)
+    cluster.admin().create_topic("kept-extra", partitions=1, replication_factor=1)
+    # The group has committed offsets from the start, as a group that ran before does:
+    # loading them is then the one move each partition state makes before fetching.
+    cluster.admin().alter_consumer_group_offsets("kept", {("kept", 0): 0, ("kept", 1): 0})
+    consumer = cluster.consumer(group_id="kept", auto_offset_reset="earliest", enable_auto_commit=False,
+                                max_poll_records=3, session_timeout_ms=10_000, heartbeat_interval_ms=300,
+                                fetch_max_wait_ms=20_000)
+    consumer.subscribe(["kept"])
+    handed = []
+    wait_until(lambda: handed.extend(consumer.poll(timeout=0.2)) or {r.partition for r in handed} == {0, 1},
+               timeout_s=30, what="records handed from both partitions")
+    # Each partition has 20 records fetched, fewer handed, and a fetch parked at the
+    # leader at offset 20 (fetch_max_wait_ms is long: it is still there at the rebalance).
+    consumer.commit_sync()
+    committed = {p: max(r.offset for r in handed if r.partition == p) + 1 for p in (0, 1)}
+    assert all(offset < 20 for offset in committed.values())
+    consumer.subscribe(["kept", "kept-extra"])   # a new subscription: the member rejoins
+    assert consumer.poll(timeout=0) == []        # the rebalance; kept-extra's reset loads every position
+    assert consumer.assignment() == {TopicPartition("kept", 0), TopicPartition("kept", 1),
+                                     TopicPartition("kept-extra", 0)}
+    fill(cluster, "kept", 10, partitions=2, create=False)   # the old parked fetches now answer
+    after = poll_until(consumer, 50 - sum(committed.values()))
+    for p in (0, 1):
+        assert [r.offset for r in after if r.partition == p] == list(range(committed[p], 25))
+    consumer.close()
+
+
 def test_subscribe__pattern_picks_up_a_topic_created_later(cluster):
     fill(cluster, "metrics.cpu", 3)
     consumer = cluster.consumer(group_id="patterns", auto_offset_reset="earliest", metadata_max_age_ms=200,
