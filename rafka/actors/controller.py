@@ -37,6 +37,7 @@ from pathlib import Path
 
 import ray
 
+from rafka.core.actor_names import CONTROLLER_NAME  # noqa: F401 (re-exported)
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.errors import TopicDeletionInProgress
 from rafka.core.metadata import ClusterMetadata, PartitionState
@@ -44,7 +45,6 @@ from rafka.placement.brokers import broker_nodes, live_broker_ids
 from rafka.placement.groups import (existing_replica_group, in_bundle, remove_placement_group,
                                    replica_placement_group)
 
-CONTROLLER_NAME = "controller"
 METADATA_LOG = "metadata.log"
 logger = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ import os
 
 import ray
 
+from rafka.core.actor_names import OFFSETS_TOPIC, coordinator_actor_name  # noqa: F401 (re-exported)
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.clock import SystemClock
@@ -44,12 +45,7 @@ from rafka.core.offsets_schema import decode_key, decode_value, encode_key, enco
 from rafka.core.records import RecordInput, decode_batches, encode_batch
 from rafka.core.replica import ACKS_ALL
 
-OFFSETS_TOPIC = "__consumer_offsets"
 logger = logging.getLogger(__name__)
-
-
-def coordinator_actor_name(offsets_partition: int) -> str:
-    return f"coordinator:{offsets_partition}"
 
 
 class GroupCoordinatorActor:

@@ -36,6 +36,7 @@ import os
 
 import ray
 
+from rafka.core.actor_names import replica_actor_name  # noqa: F401 (re-exported)
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
                                         ensure_identity)
 from rafka.core.clock import SystemClock
@@ -49,10 +50,6 @@ NAMESPACE = "rafka"
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
 STOPPED = "stopped"     # ... and once shut down: its log is closed, only a new process serves it
 logger = logging.getLogger(__name__)
-
-
-def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
-    return f"replica:{topic}:{partition}:{replica_id}"
 
 
 def replica_directory(log_dir, topic: str, partition: int) -> str:

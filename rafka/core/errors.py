@@ -48,6 +48,8 @@ RequestTimedOut = _error("RequestTimedOut", 7, "REQUEST_TIMED_OUT", True,
                          "The request did not complete in time.")
 RecordTooLarge = _error("RecordTooLarge", 10, "MESSAGE_TOO_LARGE", False,
                         "A record batch is larger than max.message.bytes.")
+NetworkException = _error("NetworkException", 13, "NETWORK_EXCEPTION", True,
+                          "The connection to the server was lost, or a response was unreadable or late.")
 OffsetMetadataTooLarge = _error("OffsetMetadataTooLarge", 12, "OFFSET_METADATA_TOO_LARGE", False,
                                 "Offset commit metadata is longer than offset.metadata.max.bytes.")
 CoordinatorLoadInProgress = _error("CoordinatorLoadInProgress", 14, "COORDINATOR_LOAD_IN_PROGRESS", True,

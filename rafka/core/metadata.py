@@ -59,6 +59,12 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
 
 
+def id_as_uuid(kafka_id: str) -> uuid.UUID:
+    """A cluster or topic id (Kafka's Uuid.toString: URL-safe base64, unpadded) as
+    the 16-byte UUID the wire protocol carries."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(kafka_id + "=="))
+
+
 def validate_topic_name(name: str) -> None:
     if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):
         raise InvalidTopic(f"Topic name {name!r} is illegal: it must be 1 to 249 characters "
@@ -109,6 +115,17 @@ def assign_replicas_to_brokers(broker_ids: Sequence[int], partitions: int, repli
 
 
 @dataclasses.dataclass(frozen=True)
+class NodeEndpoint:
+    """A Kafka node: one actor serving the wire protocol. The id is kept for the
+    actor's name across restarts; host and port are those of its last start."""
+    node_id: int
+    actor: str
+    host: str
+    port: int
+    rack: str | None = None    # the broker id, for replicas
+
+
+@dataclasses.dataclass(frozen=True)
 class TopicMetadata:
     name: str
     topic_id: str
@@ -126,6 +143,8 @@ class ClusterMetadata:
         self.controller_epoch = 0
         self.topics: dict[str, TopicMetadata] = {}
         self.next_producer_id = 0
+        self.nodes: dict[str, NodeEndpoint] = {}   # by actor name
+        self.next_node_id = 0
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -152,6 +171,10 @@ class ClusterMetadata:
             self.topics.pop(record["name"], None)
         elif kind == "producer_ids":
             self.next_producer_id = record["next"]
+        elif kind == "node":
+            node = NodeEndpoint(record["node_id"], record["actor"], record["host"], record["port"], record.get("rack"))
+            self.nodes[node.actor] = node
+            self.next_node_id = max(self.next_node_id, node.node_id + 1)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -297,6 +320,18 @@ class ClusterMetadata:
     def handle_allocate_producer_id(self) -> tuple[list[Record], int]:
         """A producer id never handed out before (idempotent producers)."""
         return [{"type": "producer_ids", "next": self.next_producer_id + 1}], self.next_producer_id
+
+    def handle_register_node(self, actor: str, host: str, port: int,
+                             rack: str | None = None) -> tuple[list[Record], NodeEndpoint]:
+        """An actor started serving at host:port: the node id its name already has,
+        else the next one; a record only when something changed."""
+        known = self.nodes.get(actor)
+        node_id = known.node_id if known is not None else self.next_node_id
+        node = NodeEndpoint(node_id, actor, host, port, rack)
+        if node == known:
+            return [], node
+        return [{"type": "node", "node_id": node_id, "actor": actor, "host": host, "port": port,
+                 "rack": rack}], node
 
     def handle_delete_topic(self, name: str) -> list[Record]:
         self.topic(name)

@@ -1,0 +1,29 @@
+"""Building kio entities for any version of an API from one set of values.
+
+A field that a version does not have is dropped, so one handler serves a version
+range: Kafka's schemas add fields version by version and rarely rename them.
+Callers: the handlers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from types import ModuleType
+from typing import Any
+
+
+@functools.cache
+def field_names(entity_type: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(entity_type))
+
+
+def make(entity_type: type, **values: Any) -> Any:
+    """`entity_type(**values)` with the values its version has no field for left out."""
+    names = field_names(entity_type)
+    return entity_type(**{k: v for k, v in values.items() if k in names})
+
+
+def module_of(entity_type: type) -> ModuleType:
+    """The kio module of an entity's version, which holds its nested types."""
+    return __import__(entity_type.__module__, fromlist=["_"])

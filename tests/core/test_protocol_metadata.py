@@ -1,0 +1,130 @@
+"""Node registration in the controller's metadata, the cluster image built from it,
+and the Metadata v10-12 answer on the wire (read back with kio, as a client does)."""
+
+import asyncio
+import random
+import uuid
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
+from rafka.core.cluster_image import build_image
+from rafka.core.metadata import ClusterMetadata, id_as_uuid
+from rafka.protocol.dispatch import DispatchTable, Dispatcher
+from rafka.protocol.handlers import api_versions, metadata
+from tests.core.test_protocol_dispatch import read_response, request_frame
+
+pytestmark = pytest.mark.core
+
+
+def apply(state, records):
+    for record in records:
+        state.replay(record)
+
+
+def register(state, actor, port, rack=None):
+    records, node = state.handle_register_node(actor, "127.0.0.1", port, rack)
+    apply(state, records)
+    return node
+
+
+@pytest.fixture()
+def state():
+    state = ClusterMetadata()
+    apply(state, state.handle_start())
+    records, _ = state.handle_create_topic("orders", 2, 3, None, [0, 1, 2], rng=random.Random(1))
+    apply(state, records)
+    register(state, CONTROLLER_NAME, 9092)
+    for p in range(2):
+        for r in range(3):
+            if (p, r) != (1, 2):    # replica 2 of partition 1 has not started serving yet
+                register(state, replica_actor_name("orders", p, r), 10_000 + 10 * p + r,
+                         rack=str(state.topic("orders").partitions[p].broker_of(r)))
+    return state
+
+
+def test_register_node__an_actor_keeps_its_node_id_across_restarts_and_new_actors_get_new_ids(state):
+    before = state.nodes[replica_actor_name("orders", 0, 1)]
+    again = register(state, replica_actor_name("orders", 0, 1), 20_000, rack=before.rack)
+    assert again.node_id == before.node_id and again.port == 20_000
+    assert state.handle_register_node(again.actor, again.host, again.port, again.rack)[0] == []  # no change
+    fresh = register(state, "coordinator:0", 30_000)
+    assert fresh.node_id == max(n.node_id for n in state.nodes.values()) and fresh.node_id not in {
+        n.node_id for n in state.nodes.values() if n.actor != "coordinator:0"}
+    reloaded = ClusterMetadata()   # replaying the log gives the same registry
+    for name in ("orders",):
+        assert name in state.topics
+    apply(reloaded, [{"type": "node", "node_id": n.node_id, "actor": n.actor, "host": n.host, "port": n.port,
+                      "rack": n.rack} for n in state.nodes.values()])
+    assert reloaded.nodes == state.nodes and reloaded.next_node_id == state.next_node_id
+
+
+def test_build_image__leaders_replicas_and_isr_as_node_ids(state):
+    image = build_image(state, version=7)
+    orders = image.topics["orders"]
+    assert orders.topic_id == id_as_uuid(state.topic("orders").topic_id) and not orders.is_internal
+    for p, partition in enumerate(orders.partitions):
+        meta = state.topic("orders").partitions[p]
+        leader_actor = replica_actor_name("orders", p, meta.leader)
+        assert partition.leader_node == state.nodes[leader_actor].node_id
+        assert partition.leader_epoch == meta.leader_epoch
+    missing = state.topic("orders").partitions[1]
+    assert len(orders.partitions[1].replica_nodes) == 2   # the unregistered replica has no node id yet
+    assert image.controller_node == state.nodes[CONTROLLER_NAME].node_id
+    assert set(image.nodes) == {n.node_id for n in state.nodes.values()}
+    assert sorted(missing.replicas) == [0, 1, 2]
+
+
+def test_build_image__a_leader_without_an_endpoint_is_no_leader(state):
+    leader = state.topic("orders").partitions[0].leader
+    del state.nodes[replica_actor_name("orders", 0, leader)]
+    image = build_image(state, version=8)
+    assert image.topics["orders"].partitions[0].leader_node == -1
+
+
+def ask(image, version, topics):
+    dispatcher = Dispatcher(DispatchTable([api_versions.ROUTE, metadata.route(lambda: image)]))
+    request_type = load_request_schema(metadata.API_KEY, version)
+    module = __import__(request_type.__module__, fromlist=["_"])
+    wanted = None if topics is None else tuple(
+        module.MetadataRequestTopic(topic_id=t if isinstance(t, uuid.UUID) else uuid.UUID(int=0),
+                                    name=None if isinstance(t, uuid.UUID) else t) for t in topics)
+    options = dict(topics=wanted, allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    if version == 10:
+        options["include_cluster_authorized_operations"] = False
+    frame = asyncio.run(dispatcher.dispatch(request_frame(metadata.API_KEY, version, request_type(**options))))
+    return read_response(frame, metadata.API_KEY, version)[1]
+
+
+@pytest.mark.parametrize("version", [10, 11, 12])
+def test_metadata__all_topics_with_brokers_controller_and_cluster_id(state, version):
+    image = build_image(state, version=1)
+    response = ask(image, version, None)
+    assert response.cluster_id == state.cluster_id and response.controller_id == image.controller_node
+    assert {(b.node_id, b.host, b.port) for b in response.brokers} == {
+        (n.node_id, n.host, n.port) for n in image.nodes.values()}
+    (orders,) = response.topics
+    assert orders.name == "orders" and orders.error_code == ErrorCode.none
+    assert [(p.partition_index, p.leader_id) for p in orders.partitions] == [
+        (p.partition, p.leader_node) for p in image.topics["orders"].partitions]
+
+
+def test_metadata__unknown_and_illegal_names_and_ids_get_kafkas_codes_and_nothing_is_created(state):
+    image = build_image(state, version=1)
+    response = ask(image, 12, ["orders", "nope", "bad name!", uuid.uuid4(), image.topics["orders"].topic_id])
+    codes = [(t.name, t.error_code) for t in response.topics]
+    assert codes == [("orders", ErrorCode.none), ("nope", ErrorCode.unknown_topic_or_partition),
+                     ("bad name!", ErrorCode.invalid_topic_exception), (None, ErrorCode.unknown_topic_id),
+                     ("orders", ErrorCode.none)]
+    assert set(state.topics) == {"orders"}
+    assert ask(image, 12, []).topics == ()
+
+
+def test_metadata__a_leaderless_partition_is_leader_not_available(state):
+    leader = state.topic("orders").partitions[0].leader
+    del state.nodes[replica_actor_name("orders", 0, leader)]
+    (orders,) = ask(build_image(state, version=2), 11, ["orders"]).topics
+    assert (orders.partitions[0].leader_id, orders.partitions[0].error_code) == (-1, ErrorCode.leader_not_available)
+    assert orders.partitions[1].error_code == ErrorCode.none

@@ -1,0 +1,178 @@
+"""The asyncio protocol server and the client connection, on loopback: answers in
+order per connection, bad bytes close only their own connection, connection and
+idle bounds, and the client side's failure handling."""
+
+import asyncio
+import datetime
+import socket
+import struct
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.api_versions.v3.response import ApiVersionsResponse
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from rafka.core.errors import NetworkException
+from rafka.protocol.connection import Connection
+from rafka.protocol.dispatch import DispatchTable, Dispatcher, Route
+from rafka.protocol.handlers import api_versions
+from rafka.protocol.server import ProtocolServer
+from tests.core.test_protocol_dispatch import METADATA_KEY, metadata_stub, request_frame
+
+pytestmark = pytest.mark.core
+
+API_VERSIONS = ApiVersionsRequest(client_software_name="rafka-test", client_software_version="1.0")
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 30))
+
+
+async def serving(**options) -> ProtocolServer:
+    server = ProtocolServer(Dispatcher(DispatchTable([api_versions.ROUTE, *options.pop("routes", ())])),
+                            host="127.0.0.1", **options)
+    await server.start()
+    return server
+
+
+async def raw_exchange(port: int, payload: bytes) -> bytes:
+    """Send bytes, read until the server closes or 2 s pass."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(payload)
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(), 2)
+    finally:
+        writer.close()
+
+
+def test_api_versions__answered_over_tcp_with_the_table_it_serves():
+    async def scenario():
+        server = await serving(routes=[Route(METADATA_KEY, 10, 12, metadata_stub)])
+        connection = await Connection.open("127.0.0.1", server.port)
+        response = await connection.request(API_VERSIONS)
+        await connection.close()
+        await server.stop()
+        return response
+    response = run(scenario())
+    assert isinstance(response, ApiVersionsResponse) and response.error_code == ErrorCode.none
+    assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(3, 10, 12), (18, 0, 3)]
+
+
+def test_pipelined_requests__answered_in_the_order_sent_though_the_first_is_slowest():
+    finished = []
+
+    async def slow_then_fast(request, context):
+        await asyncio.sleep(0.3 if context.correlation_id == 0 else 0)
+        finished.append(context.correlation_id)
+        return await metadata_stub(request, context)
+
+    async def scenario():
+        server = await serving(routes=[Route(METADATA_KEY, 10, 12, slow_then_fast)])
+        connection = await Connection.open("127.0.0.1", server.port)
+        from kio.schema.metadata.v12.request import MetadataRequest
+        request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                  include_topic_authorized_operations=False)
+        answers = await asyncio.gather(*(connection.request(request) for _ in range(4)))
+        await connection.close()
+        await server.stop()
+        return answers
+    answers = run(scenario())
+    assert len(answers) == 4
+    assert finished == [0, 1, 2, 3]   # one request at a time per connection, in order
+
+
+def test_bad_bytes__close_their_own_connection_only():
+    async def scenario():
+        server = await serving(socket_request_max_bytes=1_000)
+        good = await Connection.open("127.0.0.1", server.port)
+        assert (await good.request(API_VERSIONS)).error_code == ErrorCode.none
+        oversized = await raw_exchange(server.port, struct.pack(">i", 1_001))
+        garbage = await raw_exchange(server.port, struct.pack(">i", 3) + b"\xff\xff\xff")
+        unknown_key = await raw_exchange(server.port, struct.pack(">i", 10) + request_frame(999, 0, header_version=1)[:10])
+        still = await good.request(API_VERSIONS)
+        closed = server.closed_for_bad_input
+        await good.close()
+        await server.stop()
+        return oversized, garbage, unknown_key, still, closed
+    oversized, garbage, unknown_key, still, closed = run(scenario())
+    assert oversized == garbage == unknown_key == b""   # closed with no answer, as Kafka does
+    assert still.error_code == ErrorCode.none and closed == 3
+
+
+def test_a_handler_failure__closes_that_connection_and_the_server_goes_on():
+    async def broken(request, context):
+        raise RuntimeError("a bug")
+
+    async def scenario():
+        server = await serving(routes=[Route(METADATA_KEY, 12, 12, broken)])
+        connection = await Connection.open("127.0.0.1", server.port)
+        from kio.schema.metadata.v12.request import MetadataRequest
+        with pytest.raises(NetworkException):
+            await connection.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                     include_topic_authorized_operations=False))
+        assert connection.closed
+        other = await Connection.open("127.0.0.1", server.port)
+        answer = await other.request(API_VERSIONS)
+        await other.close()
+        await server.stop()
+        return answer
+    assert run(scenario()).error_code == ErrorCode.none
+
+
+def test_connection_bounds__one_over_max_connections_and_idle_ones_are_closed():
+    async def scenario():
+        server = await serving(max_connections=2, connections_max_idle_ms=300)
+        first = await Connection.open("127.0.0.1", server.port)
+        second = await Connection.open("127.0.0.1", server.port)
+        await first.request(API_VERSIONS)
+        await second.request(API_VERSIONS)
+        refused = await raw_exchange(server.port, b"")
+        refused_count = server.refused_connections
+        await asyncio.sleep(0.6)   # idle past connections_max_idle_ms
+        idle_closed = server.connection_count
+        with pytest.raises(NetworkException):
+            await first.request(API_VERSIONS)
+        await server.stop()
+        return refused, refused_count, idle_closed
+    refused, refused_count, idle_closed = run(scenario())
+    assert refused == b"" and refused_count == 1 and idle_closed == 0
+
+
+def test_stop__closes_every_connection_and_the_port():
+    async def scenario():
+        server = await serving()
+        connection = await Connection.open("127.0.0.1", server.port)
+        await connection.request(API_VERSIONS)
+        port = server.port
+        await server.stop()
+        with pytest.raises(NetworkException):
+            await connection.request(API_VERSIONS)
+        with pytest.raises(NetworkException):
+            await Connection.open("127.0.0.1", port)
+    run(scenario())
+
+
+def test_connection__a_silent_server_times_the_request_out_and_fails_what_is_pending():
+    async def scenario():
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        connection = await Connection.open("127.0.0.1", port, request_timeout_ms=200)
+        results = await asyncio.gather(connection.request(API_VERSIONS), connection.request(API_VERSIONS),
+                                       return_exceptions=True)
+        listener.close()
+        return results
+    results = run(scenario())
+    assert all(isinstance(r, NetworkException) and r.retriable for r in results)
+
+
+def test_throttle_time_is_zero():   # rafka has no quotas: every answer says so
+    async def scenario():
+        server = await serving()
+        connection = await Connection.open("127.0.0.1", server.port)
+        response = await connection.request(API_VERSIONS)
+        await connection.close()
+        await server.stop()
+        return response
+    assert run(scenario()).throttle_time == i32Timedelta.parse(datetime.timedelta(0))
