@@ -6,7 +6,8 @@
 #
 # Set-up is idempotent: the venv is rebuilt only when pyproject.toml or
 # constraints.txt changed (a stamp file holds their hash). A JDK is installed with
-# apt-get when `java` is missing, since Spark (through RayDP) needs one.
+# apt-get when `java` is missing, since Spark (through RayDP) needs one, and kcat
+# when missing, for the compat tier.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +26,16 @@ ensure_java() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
 }
 
+ensure_kcat() {
+    # The compat tier drives rafka with kcat (librdkafka's CLI), from Debian.
+    if command -v kcat >/dev/null 2>&1; then return; fi
+    log "kcat not found: installing it (Debian package kcat)"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq kcat >/dev/null
+}
+
 ensure_venv() {
     local stamp="$venv/.rafka-stamp"
     local want
@@ -41,6 +52,7 @@ ensure_venv() {
 }
 
 ensure_java
+ensure_kcat
 ensure_venv
 export PATH="$venv/bin:$PATH"
 # Spark executors start Python workers: they must run the driver's interpreter, or

@@ -42,3 +42,9 @@ class UnsupportedApiVersion(ProtocolError):
 class MalformedRequestBody(ProtocolError):
     """The body does not parse under the schema of its key and version (Kafka's
     RequestContext.parseRequest wraps any parse failure in InvalidRequestException)."""
+
+
+class ClosedAfterFailedAcksZeroProduce(ProtocolError):
+    """A partition of an acks=0 produce failed: Kafka closes the connection, the
+    only way to tell a producer that waits for no answer (KafkaApis
+    .handleProduceRequest)."""

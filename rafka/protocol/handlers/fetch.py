@@ -1,0 +1,80 @@
+"""Fetch v4-12 for consumers: batches below the HW, as the bytes the log holds.
+
+What Kafka answers (KafkaApis.handleFetchRequest, ReplicaManager.fetchMessages,
+FetchSession), and what this handler does the same way:
+  * no fetch sessions (KIP-227): every answer says session_id 0, which tells the
+    client that no session was made and the next fetch must be a full one;
+    a fetch naming a session (session_id != 0) gets FETCH_SESSION_ID_NOT_FOUND.
+  * the answer waits up to max_wait_ms while no partition has data and min_bytes
+    > 0 (rafka reads min_bytes as 1: a partition here answers as soon as it has
+    a batch below the HW); each partition reads at most min(partition_max_bytes,
+    max_bytes), and at least one whole batch (KIP-74, the log's rule).
+  * an offset outside [log start, LEO]: OFFSET_OUT_OF_RANGE; an older
+    current_leader_epoch: FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH
+    (KIP-320; -1 skips the check); a partition not led here:
+    NOT_LEADER_OR_FOLLOWER (see handlers.partitions).
+  * high_watermark, last_stable_offset (= HW: no transactions) and
+    log_start_offset come with every partition that was read, and -1 with an
+    error; preferred_read_replica is -1 (no follower fetching, KIP-392).
+  * a replica's fetch (replica_id >= 0) is not served on the wire yet: followers
+    fetch over Ray calls (issue 15 moves them); it gets NOT_LEADER_OR_FOLLOWER.
+Partitions of one request are read concurrently, each parked on its own replica.
+Caller: dispatch, through `route(host)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+from rafka.protocol.handlers.partitions import PartitionHost, leader_epoch_or_none, on_partition
+
+API_KEY = 1
+MIN_VERSION, MAX_VERSION = 4, 12
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def route(host: PartitionHost) -> Route:
+    async def handle_fetch(request, context: RequestContext):
+        return await fetch(host, request, context.api_version)
+    return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_fetch)
+
+
+async def fetch(host: PartitionHost, request, version: int):
+    response_type = load_response_schema(API_KEY, version)
+    module = module_of(response_type)
+    session_id = int(getattr(request, "session_id", 0))
+    if session_id != 0:
+        return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
+                    session_id=i32(0), responses=())
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000) if int(request.min_bytes) > 0 else 0
+    replica_fetch = int(request.replica_id) >= 0
+
+    async def one(topic: str, wanted):
+        if replica_fetch:
+            return ErrorCode.not_leader_or_follower, None
+        max_bytes = max(0, min(int(wanted.partition_max_bytes), int(request.max_bytes)))
+        epoch = leader_epoch_or_none(int(getattr(wanted, "current_leader_epoch", -1)))
+        return await on_partition(host, topic, int(wanted.partition), lambda endpoint: endpoint.consumer_fetch(
+            int(wanted.fetch_offset), max_bytes, max_wait_ms, epoch))
+
+    work = [(t.topic, p) for t in request.topics for p in t.partitions]
+    results = await asyncio.gather(*(one(topic, p) for topic, p in work))
+    by_topic: dict[str, list] = {}
+    for (topic, wanted), (code, result) in zip(work, results):
+        by_topic.setdefault(topic, []).append(make(
+            module.PartitionData, partition_index=i32(wanted.partition), error_code=code,
+            high_watermark=i64(result.high_watermark if result else -1),
+            last_stable_offset=i64(result.high_watermark if result else -1),
+            log_start_offset=i64(result.log_start_offset if result else -1),
+            aborted_transactions=None, preferred_read_replica=i32(-1),
+            records=result.records if result else None))
+    return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, session_id=i32(0),
+                responses=tuple(make(module.FetchableTopicResponse, topic=topic, partitions=tuple(partitions))
+                                for topic, partitions in by_topic.items()))

@@ -1,0 +1,61 @@
+"""ListOffsets v1-7: the offset for a timestamp, the log start (-2), the end (-1).
+
+What Kafka answers (KafkaApis.handleListOffsetRequest, Partition
+.fetchOffsetForTimestamp), and what this handler does the same way:
+  * -2 (EARLIEST): the log start offset; -1 (LATEST): the HW, since consumers
+    read below it (read_committed would be the LSO, which is the HW here: no
+    transactions); a timestamp: the first offset below the HW whose record
+    timestamp is at or after it, with that timestamp, or offset -1 and timestamp
+    -1 when none is (Kafka's "no such offset" answer, error NONE).
+  * -3 (MAX_TIMESTAMP, v7) and other negative timestamps: INVALID_REQUEST.
+  * current_leader_epoch as in Fetch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH);
+    a new leader whose HW is still below its epoch's start: OFFSET_NOT_AVAILABLE.
+  * a replica's request (replica_id >= 0, debug tools) is answered as a
+    consumer's.
+Caller: dispatch, through `route(host)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+from rafka.protocol.handlers.partitions import PartitionHost, leader_epoch_or_none, on_partition
+
+API_KEY = 2
+MIN_VERSION, MAX_VERSION = 1, 7
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def route(host: PartitionHost) -> Route:
+    async def handle_list_offsets(request, context: RequestContext):
+        return await list_offsets(host, request, context.api_version)
+    return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_list_offsets)
+
+
+async def list_offsets(host: PartitionHost, request, version: int):
+    response_type = load_response_schema(API_KEY, version)
+    module = module_of(response_type)
+
+    async def one(topic: str, wanted):
+        epoch = leader_epoch_or_none(int(getattr(wanted, "current_leader_epoch", -1)))
+        return await on_partition(host, topic, int(wanted.partition_index),
+                                  lambda endpoint: endpoint.list_offset(int(wanted.timestamp), epoch))
+
+    work = [(t.name, p) for t in request.topics for p in t.partitions]
+    results = await asyncio.gather(*(one(topic, p) for topic, p in work))
+    by_topic: dict[str, list] = {}
+    for (topic, wanted), (code, found) in zip(work, results):
+        offset, timestamp = found if found else (-1, -1)
+        by_topic.setdefault(topic, []).append(make(
+            module.ListOffsetsPartitionResponse, partition_index=i32(wanted.partition_index), error_code=code,
+            timestamp=i64(timestamp), offset=i64(offset), leader_epoch=i32(-1)))
+    return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(
+        make(module.ListOffsetsTopicResponse, name=topic, partitions=tuple(partitions))
+        for topic, partitions in by_topic.items()))

@@ -1,0 +1,72 @@
+"""What the partition APIs (Produce, Fetch, ListOffsets) share: finding the
+partition this node serves, and turning its typed errors into Kafka's codes.
+
+A node serves the partitions it hosts: a replica actor serves its one partition
+(answering as leader; a follower's endpoint raises NOT_LEADER_OR_FOLLOWER itself),
+the controller and coordinators host none. For a partition not hosted here the
+answer is UNKNOWN_TOPIC_OR_PARTITION when the node's image does not know the topic
+or partition (Kafka's ReplicaManager.getPartitionOrError: the metadata cache does
+not have it) and NOT_LEADER_OR_FOLLOWER when it does, so the client refreshes its
+metadata and goes to the leader.
+
+Callers: handlers.produce, handlers.fetch, handlers.list_offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from rafka.core.cluster_image import ClusterImage
+from rafka.core.errors import KafkaError
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionEndpoint(Protocol):
+    """The async calls a hosted partition answers (the replica actor has them)."""
+
+    async def produce(self, records: bytes, acks: int, request_timeout_ms: int = ...) -> Any: ...
+
+    async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
+                             leader_epoch: int | None = ...) -> Any: ...
+
+    async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = ...) -> Any: ...
+
+
+class PartitionHost(Protocol):
+    def image(self) -> ClusterImage: ...
+
+    def endpoint(self, topic: str, partition: int) -> PartitionEndpoint | None: ...
+
+
+def error_code_of(error: BaseException) -> ErrorCode:
+    """Kafka's code for a typed error; anything else is a bug here, logged, and
+    UNKNOWN_SERVER_ERROR to the client (Kafka's Errors.forException)."""
+    if isinstance(error, KafkaError):
+        return ErrorCode(error.code)
+    logger.error("unexpected error serving a partition request", exc_info=error)
+    return ErrorCode.unknown_server_error
+
+
+async def on_partition(host: PartitionHost, topic: str, partition: int,
+                       call: Callable[[PartitionEndpoint], Awaitable[Any]]) -> tuple[ErrorCode, Any]:
+    """(ErrorCode.none, what `call` returned) or (the error's code, None)."""
+    endpoint = host.endpoint(topic, partition)
+    if endpoint is None:
+        known = host.image().topics.get(topic)
+        if known is None or not 0 <= partition < len(known.partitions):
+            return ErrorCode.unknown_topic_or_partition, None
+        return ErrorCode.not_leader_or_follower, None
+    try:
+        return ErrorCode.none, await call(endpoint)
+    except Exception as error:
+        return error_code_of(error), None
+
+
+def leader_epoch_or_none(current_leader_epoch: int) -> int | None:
+    """-1 on the wire: the client does not know the epoch (no fencing)."""
+    return None if current_leader_epoch < 0 else current_leader_epoch

@@ -1,0 +1,106 @@
+"""Produce v3-9: each partition's batch goes to the partition's leader replica as
+bytes (no record is decoded here), answered once acks are met.
+
+What Kafka answers (KafkaApis.handleProduceRequest, ReplicaManager.appendRecords,
+ProduceRequest.validateRecords), and what this handler does the same way:
+  * acks other than -1, 0, 1: INVALID_REQUIRED_ACKS on every partition, nothing
+    written.
+  * records that are not exactly one batch of magic 2: INVALID_RECORD for that
+    partition (v3+ carries one v2 batch per partition); a bad CRC or framing:
+    CORRUPT_MESSAGE (the log's own check). Nothing is written for either.
+  * a partition not led here: NOT_LEADER_OR_FOLLOWER (or UNKNOWN_TOPIC_OR_PARTITION,
+    see handlers.partitions); the other partitions of the request go on.
+  * acks=0: no response at all; if any partition failed, the connection is
+    closed instead, the only signal such a producer gets (KafkaApis: "closing
+    connection due to error during produce request with acks=0").
+  * a duplicate of an idempotent producer's last batches: its first offsets, no
+    error (core.producer_state decides).
+  * log_append_time is -1 (None on the wire) unless the topic stamps
+    LogAppendTime. Transactions are not served (InitProducerId refuses a
+    transactional id), so a transactional id here is ignored.
+Partitions of one request are written concurrently; the answer lists them in the
+request's order. Caller: dispatch, through `route(host)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from rafka.core.errors import InvalidRecord
+from rafka.core.records import MAGIC, read_header
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+from rafka.protocol.errors import ClosedAfterFailedAcksZeroProduce
+from rafka.protocol.handlers.partitions import PartitionHost, on_partition
+
+API_KEY = 0
+MIN_VERSION, MAX_VERSION = 3, 9
+VALID_ACKS = (-1, 0, 1)
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def route(host: PartitionHost) -> Route:
+    async def handle_produce(request, context: RequestContext):
+        return await produce(host, request, context.api_version)
+    return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_produce)
+
+
+def check_single_v2_batch(records: bytes | None) -> None:
+    """Kafka's ProduceRequest.validateRecords for v3+: one batch, magic 2."""
+    if not records:
+        raise InvalidRecord("Produce requests with version 3+ must contain exactly one record batch")
+    header = _header_or_invalid(records)
+    if header.size_bytes != len(records):
+        raise InvalidRecord("Produce requests with version 3+ are only allowed to contain exactly one "
+                            "record batch")
+
+
+def _header_or_invalid(records: bytes):
+    if len(records) >= 17 and records[16] != MAGIC:
+        raise InvalidRecord(f"Produce requests with version 3+ are only allowed to contain record batches "
+                            f"with magic version {MAGIC}, not {records[16]}")
+    return read_header(records, 0)   # framing errors: CORRUPT_MESSAGE
+
+
+async def produce(host: PartitionHost, request, version: int):
+    acks = int(request.acks)
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
+
+    async def one(topic: str, partition_data):
+        if acks not in VALID_ACKS:
+            return ErrorCode.invalid_required_acks, None
+
+        async def call(endpoint):
+            check_single_v2_batch(partition_data.records)
+            return await endpoint.produce(bytes(partition_data.records), acks, timeout_ms)
+        return await on_partition(host, topic, int(partition_data.index), call)
+
+    work = [(t.name, p) for t in request.topic_data for p in t.partition_data]
+    results = await asyncio.gather(*(one(topic, p) for topic, p in work))
+    if acks == 0:
+        if any(code != ErrorCode.none for code, _ in results):
+            raise ClosedAfterFailedAcksZeroProduce("a partition of an acks=0 produce failed")
+        return None
+    response_type = load_response_schema(API_KEY, version)
+    module = module_of(response_type)
+    by_topic: dict[str, list] = {}
+    for (topic, partition_data), (code, result) in zip(work, results):
+        by_topic.setdefault(topic, []).append(make(
+            module.PartitionProduceResponse, index=i32(partition_data.index), error_code=code,
+            base_offset=i64(result.base_offset if result else -1),
+            log_append_time=_append_time(result), log_start_offset=i64(-1), record_errors=(),
+            error_message=None))
+    return make(response_type, throttle_time=_NO_THROTTLE, responses=tuple(
+        make(module.TopicProduceResponse, name=topic, partition_responses=tuple(partitions))
+        for topic, partitions in by_topic.items()))
+
+
+def _append_time(result):
+    if result is None or result.log_append_time_ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(result.log_append_time_ms / 1000, tz=datetime.timezone.utc)

@@ -1,0 +1,87 @@
+"""Clients nobody here wrote, against the wire-protocol handlers on the in-process
+node (no Ray): kafka-python, confluent-kafka (librdkafka) and kcat produce, read
+back and list what rafka's own log holds. The same clients against a
+local_cluster's actors are the next step of issue 14."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from rafka.core.records import decode_batches
+from tests.core.protocol_node import ProtocolNode
+
+pytestmark = pytest.mark.compat
+
+
+@pytest.fixture()
+def node(tmp_path):
+    with ProtocolNode(tmp_path, {"orders": 2}) as node:
+        yield node
+
+
+def log_values(node, partition):
+    """What the partition's log holds, read by rafka's own decoder."""
+    log = node.endpoints[("orders", partition)].replica.log
+    records = log.read(0, 1 << 24, max_offset=log.high_watermark)
+    return [(r.offset, r.value) for _, batch in decode_batches(records) for r in batch]
+
+
+def test_kafka_python__idempotent_producer_and_an_assigned_consumer(node):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    producer = KafkaProducer(bootstrap_servers=node.bootstrap, acks="all", linger_ms=1)
+    sent = [producer.send("orders", value=f"v{i}".encode(), partition=i % 2) for i in range(10)]
+    producer.flush()
+    acked = [(f.get(10).partition, f.get(10).offset) for f in sent]
+    producer.close()
+    assert acked == [(i % 2, i // 2) for i in range(10)]
+    assert log_values(node, 1) == [(i, f"v{2 * i + 1}".encode()) for i in range(5)]
+    consumer = KafkaConsumer(bootstrap_servers=node.bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+    partitions = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
+    consumer.assign(partitions)
+    got = []
+    for _ in range(40):
+        for records in consumer.poll(250).values():
+            got += [(r.partition, r.offset, r.value) for r in records]
+        if len(got) >= 10:
+            break
+    assert sorted(got) == sorted((i % 2, i // 2, f"v{i}".encode()) for i in range(10))
+    assert consumer.end_offsets(partitions) == {tp: 5 for tp in partitions}
+    assert consumer.beginning_offsets(partitions) == {tp: 0 for tp in partitions}
+    consumer.close()
+
+
+def test_confluent_kafka__idempotent_acks_all_producer_and_an_assigned_consumer(node):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    delivered = []
+    producer = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True, "acks": "all"})
+    for i in range(6):
+        producer.produce("orders", value=f"c{i}".encode(), partition=0,
+                         on_delivery=lambda error, message: delivered.append((error, message.offset())))
+    assert producer.flush(30) == 0
+    assert delivered == [(None, i) for i in range(6)]
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("orders", 0, 0)])
+    got = []
+    while len(got) < 6:
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None
+        got.append((message.offset(), message.value()))
+    assert got == log_values(node, 0)
+    assert consumer.get_watermark_offsets(TopicPartition("orders", 0), timeout=10) == (0, 6)
+    consumer.close()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/run.sh")
+def test_kcat__lists_produces_consumes_and_queries_offsets(node):
+    def kcat(*args, stdin=b""):
+        done = subprocess.run(["kcat", "-b", node.bootstrap, *args], input=stdin, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.decode()
+    listing = kcat("-L")
+    assert 'topic "orders" with 2 partitions' in listing
+    kcat("-P", "-t", "orders", "-p", "1", "-X", "enable.idempotence=true", stdin=b"a\nb\nc\n")
+    assert log_values(node, 1) == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert kcat("-C", "-t", "orders", "-p", "1", "-o", "beginning", "-e", "-f", "%o %s\n") == "0 a\n1 b\n2 c\n"
+    assert kcat("-Q", "-t", "orders:1:-1").strip() == "orders [1] offset 3"

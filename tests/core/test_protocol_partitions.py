@@ -1,0 +1,211 @@
+"""Produce, Fetch, ListOffsets and InitProducerId on the wire, against the
+in-process node: Kafka's answer for each case, and the log unchanged by every
+refused request."""
+
+import asyncio
+import datetime
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_offsets.v7 import request as list_v7
+from kio.schema.produce.v9 import request as produce_v9
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from rafka.core.errors import NetworkException
+from rafka.core.records import RecordInput, encode_batch
+from rafka.protocol.connection import Connection
+from tests.core.protocol_node import ProtocolNode
+
+pytestmark = pytest.mark.core
+
+
+@pytest.fixture()
+def node(tmp_path):
+    with ProtocolNode(tmp_path, {"orders": 2}) as node:
+        yield node
+
+
+def batch(*values, **options):
+    return encode_batch([RecordInput(v, b"k", 1_000 + i) for i, v in enumerate(values)], **options)
+
+
+def produce_request(records, *, topic="orders", partition=0, acks=-1):
+    return produce_v9.ProduceRequest(
+        transactional_id=None, acks=i16(acks), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+        topic_data=(produce_v9.TopicProduceData(name=topic, partition_data=(
+            produce_v9.PartitionProduceData(index=i32(partition), records=records),)),))
+
+
+def fetch_request(offset, *, partition=0, epoch=-1, session_id=0, max_wait_ms=0):
+    return fetch_v12.FetchRequest(
+        cluster_id=None, replica_id=i32(-1), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+        min_bytes=i32(1), max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(session_id),
+        session_epoch=i32(-1), topics=(fetch_v12.FetchTopic(topic="orders", partitions=(fetch_v12.FetchPartition(
+            partition=i32(partition), current_leader_epoch=i32(epoch), fetch_offset=i64(offset),
+            last_fetched_epoch=i32(-1), log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),)),),
+        forgotten_topics_data=(), rack_id="")
+
+
+def list_request(timestamp, *, epoch=-1):
+    return list_v7.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(list_v7.ListOffsetsTopic(
+        name="orders", partitions=(list_v7.ListOffsetsPartition(partition_index=i32(0),
+                                                                current_leader_epoch=i32(epoch),
+                                                                timestamp=i64(timestamp)),)),))
+
+
+def exchange(node, *requests, expect_response=True):
+    async def go():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            return [await connection.request(r, expect_response=expect_response) for r in requests]
+        finally:
+            await connection.close()
+    return asyncio.run(go())
+
+
+def produced(response):
+    (topic,) = response.responses
+    (partition,) = topic.partition_responses
+    return partition.error_code, partition.base_offset
+
+
+def fetched(response):
+    (topic,) = response.responses
+    (partition,) = topic.partitions
+    return partition
+
+
+def log_end(node, partition=0):
+    return node.endpoints[("orders", partition)].replica.log.log_end_offset
+
+
+def test_produce_then_fetch__offsets_assigned_and_the_batch_read_back_as_sent(node):
+    first, second = exchange(node, produce_request(batch(b"a", b"b")), produce_request(batch(b"c")))
+    assert produced(first) == (ErrorCode.none, 0) and produced(second) == (ErrorCode.none, 2)
+    (answer,) = exchange(node, fetch_request(0))
+    data = fetched(answer)
+    assert (data.error_code, data.high_watermark, data.last_stable_offset, data.log_start_offset) == (
+        ErrorCode.none, 3, 3, 0)
+    assert answer.session_id == 0 and bytes(data.records)[:8] == (0).to_bytes(8, "big")
+
+
+@pytest.mark.parametrize("records, code", [
+    (batch(b"a")[:-1] + bytes([batch(b"a")[-1] ^ 0xFF]), ErrorCode.corrupt_message),   # CRC no longer matches
+    (batch(b"a") + batch(b"b"), ErrorCode.invalid_record),                             # two batches in v3+
+    (b"", ErrorCode.invalid_record),
+    (batch(b"a")[:16] + b"\x01" + batch(b"a")[17:], ErrorCode.invalid_record),        # magic 1
+    (batch(b"a")[:30], ErrorCode.corrupt_message),                                     # cut short
+])
+def test_produce__bad_batches_get_kafkas_code_and_nothing_is_written(node, records, code):
+    (answer,) = exchange(node, produce_request(records))
+    assert produced(answer) == (code, -1)
+    assert log_end(node) == 0
+
+
+def test_produce__bad_acks_unknown_topic_and_partition_each_get_their_code(node):
+    bad_acks, unknown_topic, unknown_partition = exchange(
+        node, produce_request(batch(b"a"), acks=2), produce_request(batch(b"a"), topic="nope"),
+        produce_request(batch(b"a"), partition=7))
+    assert produced(bad_acks)[0] == ErrorCode.invalid_required_acks
+    assert produced(unknown_topic)[0] == ErrorCode.unknown_topic_or_partition
+    assert produced(unknown_partition)[0] == ErrorCode.unknown_topic_or_partition
+    assert log_end(node) == 0
+
+
+def test_produce_to_a_follower__not_leader_or_follower(node):
+    node.endpoints[("orders", 1)].replica.become_follower(leader_id=5, leader_epoch=1)
+    (answer,) = exchange(node, produce_request(batch(b"a"), partition=1))
+    assert produced(answer)[0] == ErrorCode.not_leader_or_follower and log_end(node, 1) == 0
+
+
+def test_produce__a_partition_hosted_elsewhere_is_not_leader_or_follower(node):
+    del node.endpoints[("orders", 1)]   # the image still lists it: the client must go to its leader
+    (answer,) = exchange(node, produce_request(batch(b"a"), partition=1))
+    assert produced(answer)[0] == ErrorCode.not_leader_or_follower
+
+
+def test_produce__a_duplicate_idempotent_batch_gets_its_first_offsets_and_no_error(node):
+    (allocated,) = exchange(node, InitProducerIdRequest(transactional_id=None, transaction_timeout=i32Timedelta.parse(
+        datetime.timedelta(seconds=60)), producer_id=i64(-1), producer_epoch=i16(-1)))
+    assert allocated.error_code == ErrorCode.none and allocated.producer_id >= 0 and allocated.producer_epoch == 0
+    idempotent = batch(b"x", b"y", producer_id=allocated.producer_id, producer_epoch=0, base_sequence=0)
+    first, again = exchange(node, produce_request(idempotent), produce_request(idempotent))
+    assert produced(first) == produced(again) == (ErrorCode.none, 0)
+    assert log_end(node) == 2
+
+
+def test_init_producer_id__ids_are_never_reused_and_a_transactional_id_is_refused(node):
+    timeout = i32Timedelta.parse(datetime.timedelta(seconds=60))
+    one, two, transactional = exchange(
+        node, InitProducerIdRequest(transactional_id=None, transaction_timeout=timeout, producer_id=i64(-1),
+                                    producer_epoch=i16(-1)),
+        InitProducerIdRequest(transactional_id=None, transaction_timeout=timeout, producer_id=i64(-1),
+                              producer_epoch=i16(-1)),
+        InitProducerIdRequest(transactional_id="tx", transaction_timeout=timeout, producer_id=i64(-1),
+                              producer_epoch=i16(-1)))
+    assert one.producer_id != two.producer_id
+    assert transactional.error_code == ErrorCode.invalid_request and transactional.producer_id == -1
+
+
+def test_acks_zero__no_answer_and_a_failed_one_closes_the_connection(node):
+    async def go():
+        connection = await Connection.open("127.0.0.1", node.port)
+        assert await connection.request(produce_request(batch(b"a"), acks=0), expect_response=False) is None
+        await connection.request(produce_request(b"", acks=0), expect_response=False)   # refused: closed
+        with pytest.raises(NetworkException):
+            await connection.request(fetch_request(0))
+    asyncio.run(go())
+    assert log_end(node) == 1
+
+
+def test_fetch__past_the_leo_is_offset_out_of_range_and_epochs_are_fenced(node):
+    exchange(node, produce_request(batch(b"a")))
+    (past,) = exchange(node, fetch_request(5))
+    assert fetched(past).error_code == ErrorCode.offset_out_of_range and fetched(past).records is None
+    node.endpoints[("orders", 0)].replica.become_leader(leader_epoch=3, replicas=[0], isr=[0], partition_epoch=1)
+    stale, future, current = exchange(node, fetch_request(0, epoch=0), fetch_request(0, epoch=9),
+                                      fetch_request(0, epoch=3))
+    assert fetched(stale).error_code == ErrorCode.fenced_leader_epoch
+    assert fetched(future).error_code == ErrorCode.unknown_leader_epoch
+    assert fetched(current).error_code == ErrorCode.none
+
+
+def test_fetch__at_the_end_waits_for_data_up_to_max_wait(node):
+    async def go():
+        reader = await Connection.open("127.0.0.1", node.port)
+        writer = await Connection.open("127.0.0.1", node.port)
+        waiting = asyncio.ensure_future(reader.request(fetch_request(0, max_wait_ms=10_000)))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await writer.request(produce_request(batch(b"late")))
+        answer = await asyncio.wait_for(waiting, 5)
+        empty = await reader.request(fetch_request(1, max_wait_ms=100))
+        await reader.close()
+        await writer.close()
+        return answer, empty
+    answer, empty = asyncio.run(go())
+    assert fetched(answer).high_watermark == 1 and fetched(answer).records
+    assert fetched(empty).error_code == ErrorCode.none and not fetched(empty).records
+
+
+def test_fetch__an_incremental_session_is_not_found(node):
+    (answer,) = exchange(node, fetch_request(0, session_id=42))
+    assert answer.error_code == ErrorCode.fetch_session_id_not_found and answer.responses == ()
+
+
+def test_list_offsets__earliest_latest_and_by_timestamp(node):
+    exchange(node, produce_request(batch(b"a", b"b", b"c")))   # timestamps 1000, 1001, 1002
+    earliest, latest, at, after, max_timestamp = exchange(
+        node, list_request(-2), list_request(-1), list_request(1_001), list_request(5_000), list_request(-3))
+
+    def answer(response):
+        (topic,) = response.topics
+        (partition,) = topic.partitions
+        return partition.error_code, partition.offset, partition.timestamp
+    assert answer(earliest) == (ErrorCode.none, 0, -1)
+    assert answer(latest) == (ErrorCode.none, 3, -1)
+    assert answer(at) == (ErrorCode.none, 1, 1_001)
+    assert answer(after) == (ErrorCode.none, -1, -1)
+    assert answer(max_timestamp)[0] == ErrorCode.invalid_request
