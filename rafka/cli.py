@@ -44,11 +44,12 @@ def cmd_up(args) -> int:
     ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING")
     options = {k: v for k, v in (("replica_lag_time_max_ms", args.replica_lag_time_max_ms),
                                  ("fetch_max_wait_ms", args.fetch_max_wait_ms)) if v is not None}
-    controller = start_controller(args.data_dir, **options)
+    controller = start_controller(args.data_dir, listener_port=args.listener_port, **options)
     brokers = ray.get(controller.list_brokers.remote())
     snapshot = ray.get(controller.metadata_snapshot.remote())
     print(f"rafka is up: cluster id {snapshot['cluster_id']}, controller epoch "
           f"{snapshot['controller_epoch']}, {len(brokers)} broker node(s), data in {args.data_dir}")
+    print(f"bootstrap servers: {ray.get(controller.bootstrap_address.remote())}")
     if not brokers:
         print("warning: no Ray node offers the 'rafka_broker' resource; start nodes with "
               "ray start --resources='{\"rafka_broker\": 1}'", file=sys.stderr)
@@ -101,6 +102,7 @@ def cmd_status(args) -> int:
     under = sum(1 for p in partitions if len(p["isr"]) < len(p["replicas"]))
     print(f"cluster id:        {snapshot['cluster_id']}")
     print(f"controller epoch:  {snapshot['controller_epoch']}")
+    print(f"bootstrap servers: {cluster.bootstrap_servers}")
     print(f"brokers:           {len(brokers)}")
     for broker in brokers:
         broker_id = broker["broker_id"] if broker["broker_id"] is not None else "(no broker id label)"
@@ -215,7 +217,8 @@ def cmd_verify(args) -> int:
 
 
 def format_topic(topic: dict) -> str:
-    """kafka-topics.sh --describe's layout, plus each partition's epoch, HW, LEOs and replicas' brokers."""
+    """kafka-topics.sh --describe's layout, plus each partition's epoch, HW, LEOs, replicas'
+    brokers and the leader's Kafka node (id@host:port, as Metadata and kcat -L name it)."""
     configs = ",".join(f"{k}={v}" for k, v in sorted(topic["config"].items()))
     lines = [f"Topic: {topic['name']}\tTopicId: {topic['topic_id']}\tPartitionCount: "
              f"{len(topic['partitions'])}\tReplicationFactor: {len(topic['partitions'][0]['replicas'])}\t"
@@ -227,6 +230,7 @@ def format_topic(topic: dict) -> str:
                      f"{','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}\t"
                      f"LeaderEpoch: {p['leader_epoch']}\tHighWatermark: {p.get('high_watermark')}\t"
                      f"LogEndOffsets: {leos}\tBrokers: {','.join(map(str, p.get('brokers', [])))}"
+                     f"\tLeaderNode: {p.get('leader_kafka_node', -1)}@{p.get('leader_endpoint') or 'none'}"
                      + (f"\tAdding: {','.join(map(str, p['adding']))}\tRemoving: "
                         f"{','.join(map(str, p['removing']))}" if p.get("adding") or p.get("removing") else ""))
     return "\n".join(lines)
@@ -251,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where each node keeps its replicas' logs, and the head its metadata log")
     up.add_argument("--replica-lag-time-max-ms", type=int)
     up.add_argument("--fetch-max-wait-ms", type=int)
+    up.add_argument("--listener-port", type=int, default=9092,
+                    help="the controller's Kafka listener: clients' bootstrap.servers port (0: any free port)")
     up.add_argument("--offsets-topic-num-partitions", type=int, default=1,
                     help="partitions of __consumer_offsets, one group coordinator each (Kafka: 50)")
     sub.add_parser("down", help="stop rafka's actors (logs stay on disk)")

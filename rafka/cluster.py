@@ -53,6 +53,12 @@ class Cluster:
     def admin(self) -> Admin:
         return Admin(self.controller)
 
+    @property
+    def bootstrap_servers(self) -> str:
+        """host:port of the controller's Kafka listener: `bootstrap.servers` for any
+        Kafka client (kafka-python, confluent-kafka, kcat, the Java tools)."""
+        return ray.get(self.controller.bootstrap_address.remote())
+
     def producer(self, **options) -> Producer:
         """A Producer; options are kafka-python style (acks, batch_size, linger_ms, ...)."""
         return Producer(self.controller, **options)

@@ -37,7 +37,10 @@ from pathlib import Path
 
 import ray
 
-from rafka.core.actor_names import CONTROLLER_NAME  # noqa: F401 (re-exported)
+from rafka.actors.serving import NodeServing
+from rafka.core.actor_names import CONTROLLER_NAME
+from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
+from rafka.protocol.handlers import init_producer_id
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.errors import TopicDeletionInProgress
 from rafka.core.metadata import ClusterMetadata, PartitionState
@@ -56,7 +59,8 @@ class ControllerActor:
                  fetch_max_wait_ms: int = 500, leader_ping_timeout_ms: int = 2_000,
                  log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000,
-                 broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 250) -> None:
+                 broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 250,
+                 listener_port: int = 0) -> None:
         self.data_dir = data_dir
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -80,6 +84,8 @@ class ControllerActor:
         directory.mkdir(parents=True, exist_ok=True)
         self.metadata = ClusterMetadata()
         self._log_path = directory / METADATA_LOG
+        self._metadata_version = 0   # records in the metadata log: the version of images built from it
+        self._image = EMPTY_IMAGE
         self._load()
         self._commit(self.metadata.handle_start())
         self._lock = asyncio.Lock()
@@ -88,6 +94,9 @@ class ControllerActor:
         self._stopping = False    # shutdown_replicas ran: watch nothing, elect nobody
         self._replacer: asyncio.Task | None = None
         self._deleting: set[str] = set()   # topics whose replicas are being torn down
+        # The controller is a Kafka node too: the bootstrap address (DESIGN section 2).
+        self.serving = NodeServing(CONTROLLER_NAME, lambda _: [init_producer_id.route(self.allocate_producer_id)],
+                                   listener_port=listener_port, image_source=self.cluster_image)
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
         # the watch loop, so a restarted controller watches leaders again at once. The
         # ping is retried: a restarting actor's call to itself from __init__ can fail
@@ -110,6 +119,7 @@ class ControllerActor:
             except ValueError:
                 break  # a torn last line: everything after it is unwritten
             self.metadata.replay(record)
+            self._metadata_version += 1
             valid += len(line) + 1
         with open(self._log_path, "r+b") as f:
             f.truncate(valid)
@@ -121,6 +131,45 @@ class ControllerActor:
             os.fsync(f.fileno())
         for record in records:
             self.metadata.replay(record)
+        self._metadata_version += len(records)
+
+    # --- Kafka nodes: endpoints and the cluster image ------------------------------
+
+    def cluster_image(self) -> ClusterImage:
+        """The image of the current metadata, rebuilt only after a change."""
+        if self._image.version != self._metadata_version:
+            self._image = build_image(self.metadata, self._metadata_version)
+        return self._image
+
+    async def _register_node(self, actor: str, endpoint, rack: str | None) -> None:
+        host, port = endpoint
+        known = self.metadata.nodes.get(actor)
+        if known is not None and (known.host, known.port, known.rack) == (host, port, rack):
+            return
+        async with self._lock:
+            records, node = self.metadata.handle_register_node(actor, host, port, rack)
+            if records:
+                self._commit(records)
+                logger.info("%s is Kafka node %d at %s:%d", actor, node.node_id, host, port)
+
+    async def _sync_node(self, handle, actor: str, answer: dict) -> None:
+        """From an actor's ping answer: register its endpoint if new, and push the
+        current image if the actor's is older (not awaited: the watch loop must not
+        wait on one actor)."""
+        if answer.get("endpoint") is not None:
+            await self._register_node(actor, tuple(answer["endpoint"]), answer.get("rack"))
+        image = self.cluster_image()
+        if answer.get("image_version", image.version) < image.version:
+            handle.update_image.remote(image)
+
+    async def node_endpoints(self) -> dict[str, tuple[str, int]]:
+        """Every registered actor's Kafka endpoint, by actor name."""
+        return {actor: (node.host, node.port) for actor, node in self.metadata.nodes.items()}
+
+    @property
+    def bootstrap_servers(self) -> str | None:
+        endpoint = self.serving.endpoint
+        return None if endpoint is None else f"{endpoint[0]}:{endpoint[1]}"
 
     # --- topics -------------------------------------------------------------------
 
@@ -371,11 +420,21 @@ class ControllerActor:
 
     def _describe_topic(self, name: str) -> dict:
         topic = self.metadata.topic(name)
+        image = self.cluster_image()
+        in_image = image.topics.get(name)
+
+        def leader_endpoint(p: int) -> tuple[int, str | None]:
+            """(Kafka node id, host:port) of the leader, as Metadata answers name it."""
+            node_id = in_image.partitions[p].leader_node if in_image else -1
+            node = image.nodes.get(node_id)
+            return node_id, (f"{node.host}:{node.port}" if node else None)
         return {"name": name, "topic_id": topic.topic_id, "config": topic.config,
                 "partitions": [{"partition": p, "leader": s.leader, "leader_epoch": s.leader_epoch,
                                 "partition_epoch": s.partition_epoch, "replicas": list(s.replicas),
                                 "isr": list(s.isr), "brokers": list(s.brokers),
-                                "adding": list(s.adding), "removing": list(s.removing)}
+                                "adding": list(s.adding), "removing": list(s.removing),
+                                "leader_kafka_node": leader_endpoint(p)[0],
+                                "leader_endpoint": leader_endpoint(p)[1]}
                                for p, s in enumerate(topic.partitions)]}
 
     # --- ISR changes and elections ------------------------------------------------
@@ -509,6 +568,7 @@ class ControllerActor:
             if group is not None:
                 remove_placement_group(group)
             return None
+        await self._sync_node(replica, replica_actor_name(topic, partition, replica_id), answer)
         return answer["role"], answer["leader_epoch"]
 
     async def shutdown_replicas(self) -> dict:
@@ -543,4 +603,11 @@ class ControllerActor:
 
     async def ping(self) -> int:
         self._ensure_watcher()
+        if self.serving.server is None:
+            await self._register_node(CONTROLLER_NAME, await self.serving.start(), None)
         return self.metadata.controller_epoch
+
+    async def bootstrap_address(self) -> str:
+        """host:port of this controller's Kafka listener (clients' bootstrap.servers)."""
+        await self.ping()
+        return self.bootstrap_servers

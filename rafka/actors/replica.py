@@ -36,7 +36,8 @@ import os
 
 import ray
 
-from rafka.core.actor_names import replica_actor_name  # noqa: F401 (re-exported)
+from rafka.actors.serving import NodeServing
+from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
                                         ensure_identity)
 from rafka.core.clock import SystemClock
@@ -45,6 +46,7 @@ from rafka.core.errors import (InconsistentBrokerId, KafkaError, NotLeaderOrFoll
                                RequestTimedOut)
 from rafka.core.records import iter_batches
 from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
+from rafka.protocol.handlers import fetch, init_producer_id, list_offsets, produce
 
 NAMESPACE = "rafka"
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
@@ -72,6 +74,7 @@ class ReplicaActor:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.broker_id = node_broker_id()
         self.name = f"{topic}-{partition} replica {replica_id}"
+        self._partition = (topic, partition)
         self.topic_id = topic_id
         self.replica: PartitionReplica | None = None
         self.storage_error: KafkaError | None = None
@@ -111,6 +114,30 @@ class ReplicaActor:
         self._compaction_lock = asyncio.Lock()   # one pass at a time (the timer, or a call to compact)
         self._role_lock = asyncio.Lock()
         self._stopped = False
+        self.serving = NodeServing(replica_actor_name(topic, partition, replica_id), self._protocol_routes)
+
+    # --- the Kafka protocol -------------------------------------------------------
+
+    def _protocol_routes(self, serving: NodeServing) -> list:
+        return [produce.route(self), fetch.route(self), list_offsets.route(self),
+                init_producer_id.route(self._allocate_producer_id)]
+
+    def image(self):
+        """PartitionHost: the newest cluster image pushed here."""
+        return self.serving.image
+
+    def endpoint(self, topic: str, partition: int):
+        """PartitionHost: this actor serves its own partition (as leader; its calls
+        refuse as a follower, offline or stopped replica would)."""
+        return self if (topic, partition) == self._partition else None
+
+    async def _allocate_producer_id(self) -> int:
+        controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        return await controller.allocate_producer_id.remote()
+
+    async def update_image(self, image) -> None:
+        """The controller's newest cluster image (Metadata answers, partition lookups)."""
+        self.serving.offer_image(image)
 
     def _usable(self) -> PartitionReplica:
         if self.storage_error is not None:
@@ -446,7 +473,9 @@ class ReplicaActor:
         whose log dir cannot be used answers `offline`."""
         if self.storage_error is not None or self._stopped:
             role = OFFLINE if self.storage_error is not None else STOPPED
-            return {"node_id": self.node_id, "topic_id": self.topic_id, "role": role, "leader_epoch": -1}
+            return {"node_id": self.node_id, "topic_id": self.topic_id, "role": role, "leader_epoch": -1,
+                    "endpoint": None, "image_version": self.serving.image.version}
+        endpoint = await self.serving.start()
         if (self.replica.role is Role.FOLLOWER and self.replica.leader_id >= 0 and self._fetcher is not None
                 and self._fetcher.done() and not self._role_lock.locked()):
             # never expected (the loop retries every failure), but a follower that
@@ -454,7 +483,8 @@ class ReplicaActor:
             logger.error("%s: the fetch loop had stopped: started again", self.name)
             self._start_fetcher()
         return {"node_id": self.node_id, "topic_id": self.topic_id, "role": self.replica.role.value,
-                "leader_epoch": self.replica.leader_epoch}
+                "leader_epoch": self.replica.leader_epoch, "endpoint": endpoint, "rack": str(self.broker_id),
+                "image_version": self.serving.image.version}
 
     async def shutdown(self) -> dict:
         """A planned stop (`rafka down`, leaving `local_cluster`): stop replicating,
@@ -464,6 +494,7 @@ class ReplicaActor:
         if self.storage_error is not None or self._stopped:
             return {"closed": False}
         self._stopped = True
+        await self.serving.stop()
         await self._stop_fetcher()
         for task in [self._isr_keeper, *self._timers]:
             if task is not None:

@@ -40,7 +40,7 @@ from rafka.core.config import TopicConfig
 from rafka.core.errors import (InvalidRecord, KafkaStorageError, OffsetOutOfRange,
                                RecordListTooLarge, RecordTooLarge)
 from rafka.core.leader_epoch import LeaderEpochCache
-from rafka.core.records import (ATTR_COMPRESSION_MASK, RecordInput, BatchHeader, decode_batches,
+from rafka.core.records import (RecordInput, BatchHeader, decode_batches,
                                 encode_batch, iter_batches, read_header, restamp,
                                 with_log_append_time)
 from rafka.core.segment import Segment, segment_file_name
@@ -281,8 +281,6 @@ class PartitionLog:
             if header.size_bytes > self.config.max_message_bytes and not from_leader:
                 raise RecordTooLarge(f"batch of {header.size_bytes} bytes is larger than "
                                      f"max.message.bytes ({self.config.max_message_bytes})")
-            if header.attributes & ATTR_COMPRESSION_MASK:
-                raise InvalidRecord("compressed batches are not supported")
             if not from_leader and header.record_count != header.last_offset_delta + 1:
                 raise InvalidRecord(f"a produced batch must have dense offset deltas "
                                     f"({header.record_count} records, last delta "

@@ -8,7 +8,7 @@ A batch is the unit that moves and is stored. Its 61-byte header:
     12      4     partition_leader_epoch
     16      1     magic                 always 2
     17      4     crc                   CRC32C (Castagnoli) of bytes [21, end)
-    21      2     attributes            bits 0-2 compression (rafka: none only),
+    21      2     attributes            bits 0-2 compression (core.compression),
                                         bit 3 timestamp type, 4 transactional, 5 control
     23      4     last_offset_delta
     27      8     base_timestamp        first timestamp (ms)
@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from rafka.core import compression
 from rafka.core.errors import CorruptRecord
 
 MAGIC = 2
@@ -166,8 +167,10 @@ def encode_batch(records: Sequence[RecordInput], *, base_offset: int = 0,
                  producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                  base_sequence: int = NO_SEQUENCE, now_ms: int | None = None,
                  offset_deltas: Sequence[int] | None = None,
-                 last_offset_delta: int | None = None, attributes: int = 0) -> bytes:
-    """One batch holding `records` (at least one).
+                 last_offset_delta: int | None = None, attributes: int = 0,
+                 compression_codec: int = compression.NONE) -> bytes:
+    """One batch holding `records` (at least one), its records section compressed
+    with `compression_codec` (core.compression) unless NONE.
 
     A record without a timestamp takes `now_ms`. `offset_deltas` and
     `last_offset_delta` exist for log compaction, which keeps a subset of a batch's
@@ -188,9 +191,13 @@ def encode_batch(records: Sequence[RecordInput], *, base_offset: int = 0,
         parts.append(body)
     if last_offset_delta is None:
         last_offset_delta = len(records) - 1 if offset_deltas is None else offset_deltas[-1]
+    records_section = b"".join(parts)
+    if compression_codec != compression.NONE:
+        records_section = compression.compress(compression_codec, records_section)
+        attributes = (attributes & ~ATTR_COMPRESSION_MASK) | compression_codec
     body_after_crc = _HEADER.pack(
         0, 0, 0, 0, 0, attributes, last_offset_delta, base_timestamp, max(timestamps),
-        producer_id, producer_epoch, base_sequence, len(records))[CRC_START:] + b"".join(parts)
+        producer_id, producer_epoch, base_sequence, len(records))[CRC_START:] + records_section
     crc = crc32c(body_after_crc)
     batch_length = CRC_START + len(body_after_crc) - LENGTH_PREFIX_SIZE
     prefix = struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, MAGIC, crc)
@@ -305,9 +312,18 @@ def decode_records(buf) -> list[Record]:
     return [record for _, records in decode_batches(buf) for record in records]
 
 
-def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
+def _records_section(buf, pos: int, header: BatchHeader):
+    """(buffer, start, end) of a batch's records: in place, or decompressed."""
     end = pos + header.size_bytes
-    cursor = pos + HEADER_SIZE
+    codec = header.attributes & ATTR_COMPRESSION_MASK
+    if codec == compression.NONE:
+        return buf, pos + HEADER_SIZE, end
+    inflated = compression.decompress(codec, memoryview(buf)[pos + HEADER_SIZE:end])
+    return inflated, 0, len(inflated)
+
+
+def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
+    buf, cursor, end = _records_section(buf, pos, header)
     records: list[Record] = []
     for _ in range(header.record_count):
         length, cursor = read_zigzag_varint(buf, cursor, end)

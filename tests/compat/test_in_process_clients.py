@@ -85,3 +85,33 @@ def test_kcat__lists_produces_consumes_and_queries_offsets(node):
     assert log_values(node, 1) == [(0, b"a"), (1, b"b"), (2, b"c")]
     assert kcat("-C", "-t", "orders", "-p", "1", "-o", "beginning", "-e", "-f", "%o %s\n") == "0 a\n1 b\n2 c\n"
     assert kcat("-Q", "-t", "orders:1:-1").strip() == "orders [1] offset 3"
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", pytest.param("lz4", marks=pytest.mark.xfail(
+    strict=True, reason="librdkafka enables LZ4 only when the broker advertises FindCoordinator v0 (its "
+                        "feature table, rdkafka_feature.c): it sends lz4 batches uncompressed until the group "
+                        "APIs are served")), "zstd"])
+def test_confluent_kafka__compressed_batches_are_stored_as_sent_and_read_back(node, codec):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from rafka.core import compression
+    from rafka.core.records import iter_batches
+    values = [(f"{codec}-{i}-" + "payload " * 40).encode() for i in range(30)]
+    producer = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "compression.type": codec, "linger.ms": 50})
+    for value in values:
+        producer.produce("orders", value=value, partition=0)
+    assert producer.flush(30) == 0
+    log = node.endpoints[("orders", 0)].replica.log
+    stored = log.read(0, 1 << 24, max_offset=log.high_watermark)
+    codecs = {header.attributes & 0x07 for _, header in iter_batches(stored)}
+    assert codecs == {compression.CODECS[codec]}
+    assert [v for _, v in log_values(node, 0)] == values
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("orders", 0, 0)])
+    got = []
+    while len(got) < len(values):
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None
+        got.append(message.value())
+    consumer.close()
+    assert got == values

@@ -21,7 +21,6 @@ import asyncio
 import datetime
 
 from kio.index import load_response_schema
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.protocol.dispatch import RequestContext, Route

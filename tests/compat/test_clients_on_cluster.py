@@ -1,0 +1,138 @@
+"""Kafka clients nobody here wrote, against a local_cluster's actors on the wire:
+the controller is the bootstrap address, each replica actor a Kafka node.
+Records they write are read back by rafka's own client at the same offsets, and
+the leaders kcat lists are those rafka's admin names."""
+
+import asyncio
+import datetime
+import re
+import shutil
+import subprocess
+
+import pytest
+import ray
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9 import request as produce_v9
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from rafka.core.records import RecordInput, encode_batch
+from rafka.core.structs import TopicPartition
+from rafka.protocol.connection import Connection
+from tests.harness import wait_until
+
+pytestmark = [pytest.mark.compat, pytest.mark.cluster]
+
+
+@pytest.fixture(scope="module")
+def bootstrap(cluster):
+    return cluster.bootstrap_servers
+
+
+def wire_ready(cluster, topic):
+    """Every partition's leader has a Kafka endpoint in the controller's image."""
+    described = cluster.admin().describe_topics([topic])[topic]["partitions"]
+    return all(p["leader_endpoint"] for p in described)
+
+
+def create(cluster, topic, partitions=2):
+    cluster.admin().create_topic(topic, partitions=partitions, replication_factor=3,
+                                 config={"min.insync.replicas": "2"})
+    wait_until(lambda: wire_ready(cluster, topic), timeout_s=60, what=f"{topic}'s leaders serve the protocol")
+
+
+def read_back(cluster, topic, partitions, count):
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got = []
+    wait_until(lambda: got.extend(consumer.poll(timeout=0.5)) or len(got) >= count, timeout_s=60,
+               what=f"{count} records read back by rafka's consumer")
+    consumer.close()
+    return sorted((r.partition, r.offset, r.value) for r in got)
+
+
+def test_bootstrap_servers__is_the_controllers_listener_and_answers_metadata(cluster, bootstrap):
+    host, port = bootstrap.rsplit(":", 1)
+    assert int(port) > 0 and host
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/run.sh")
+def test_kcat_list__shows_the_leaders_rafka_describes(cluster, bootstrap):
+    create(cluster, "kcat-listed", partitions=2)
+    listing = subprocess.run(["kcat", "-L", "-b", bootstrap, "-t", "kcat-listed"], capture_output=True,
+                             timeout=60, check=True).stdout.decode()
+    leaders = {int(p): int(n) for p, n in re.findall(r"partition (\d+), leader (\d+)", listing)}
+    described = cluster.admin().describe_topics(["kcat-listed"])["kcat-listed"]["partitions"]
+    assert leaders == {p["partition"]: p["leader_kafka_node"] for p in described}
+    for p in described:
+        assert f"broker {p['leader_kafka_node']} at {p['leader_endpoint']}" in listing
+
+
+def test_confluent_kafka__idempotent_acks_all_records_are_read_back_by_rafka_at_their_offsets(cluster, bootstrap):
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as CTopicPartition
+    create(cluster, "librdkafka-written")
+    delivered = []
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5})
+    for i in range(40):
+        producer.produce("librdkafka-written", value=f"r{i}".encode(), partition=i % 2,
+                         on_delivery=lambda error, m: delivered.append((error, m.partition(), m.offset(), m.value())))
+    assert producer.flush(60) == 0
+    assert all(error is None for error, *_ in delivered)
+    acked = sorted((p, o, v) for _, p, o, v in delivered)
+    assert read_back(cluster, "librdkafka-written", 2, 40) == acked
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([CTopicPartition("librdkafka-written", p, 0) for p in range(2)])
+    got = []
+    while len(got) < 40:
+        message = consumer.poll(30)
+        assert message is not None and message.error() is None
+        got.append((message.partition(), message.offset(), message.value()))
+    assert sorted(got) == acked
+    assert consumer.get_watermark_offsets(CTopicPartition("librdkafka-written", 0), timeout=30) == (0, 20)
+    consumer.close()
+
+
+def test_kafka_python__producer_and_consumer(cluster, bootstrap):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+    create(cluster, "kafka-python-written")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    sent = [producer.send("kafka-python-written", value=f"k{i}".encode(), partition=i % 2) for i in range(20)]
+    producer.flush()
+    acked = sorted((f.get(30).partition, f.get(30).offset, f"k{i}".encode()) for i, f in enumerate(sent))
+    producer.close()
+    assert read_back(cluster, "kafka-python-written", 2, 20) == acked
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.assign([KTopicPartition("kafka-python-written", p) for p in range(2)])
+    got = []
+    for _ in range(120):
+        for records in consumer.poll(250).values():
+            got += [(r.partition, r.offset, r.value) for r in records]
+        if len(got) >= 20:
+            break
+    consumer.close()
+    assert sorted(got) == acked
+
+
+def test_produce_to_a_follower__not_leader_or_follower_and_nothing_written(cluster):
+    create(cluster, "to-follower", partitions=1)
+    described = cluster.admin().describe_topics(["to-follower"])["to-follower"]["partitions"][0]
+    nodes = ray.get(cluster.controller.node_endpoints.remote())
+    follower = next(r for r in described["replicas"] if r != described["leader"])
+    host, port = nodes[f"replica:to-follower:0:{follower}"]
+    request = produce_v9.ProduceRequest(
+        transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+        topic_data=(produce_v9.TopicProduceData(name="to-follower", partition_data=(
+            produce_v9.PartitionProduceData(index=i32(0), records=encode_batch([RecordInput(b"x")])),)),))
+
+    async def send():
+        connection = await Connection.open(host, port)
+        try:
+            return await connection.request(request)
+        finally:
+            await connection.close()
+    answer = asyncio.run(send())
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+    after = cluster.admin().describe_topics(["to-follower"])["to-follower"]["partitions"][0]
+    assert set(after["log_end_offsets"].values()) == {0}
