@@ -38,6 +38,7 @@ from rafka.core.errors import RecordTooLarge, RequestTimedOut, SerializationErro
 from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
 from rafka.core.structs import RecordMetadata
+from rafka.core.compression import parse_compression_type
 from rafka.core.records import NO_PRODUCER_ID, RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, ACKS_NONE, parse_acks
 
@@ -150,8 +151,9 @@ class Producer:
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
                  delivery_timeout_ms: int = 120_000, enable_idempotence: bool | None = None,
                  max_request_size: int = 1_048_576, buffer_memory: int = 33_554_432,
-                 max_block_ms: int = 60_000) -> None:
+                 max_block_ms: int = 60_000, compression_type: str = "none") -> None:
         self.acks = parse_acks(acks)
+        self.compression_codec = parse_compression_type(compression_type)
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
@@ -336,7 +338,8 @@ class Producer:
             sequence = self._next_sequence[key_tp] if self.producer_id != NO_PRODUCER_ID else -1
             try:
                 batch.encoded = encode_batch(batch.records, producer_id=self.producer_id,
-                                             producer_epoch=self.producer_epoch, base_sequence=sequence)
+                                             producer_epoch=self.producer_epoch, base_sequence=sequence,
+                                             compression_codec=self.compression_codec)
             except Exception as error:   # send checked every field; should one still not encode,
                 # this batch fails, not the sender thread (every later future would hang)
                 self._metrics["record-error-total"] += len(batch.records)

@@ -136,3 +136,23 @@ def test_produce_to_a_follower__not_leader_or_follower_and_nothing_written(clust
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
     after = cluster.admin().describe_topics(["to-follower"])["to-follower"]["partitions"][0]
     assert set(after["log_end_offsets"].values()) == {0}
+
+
+def test_rafka_producer_with_zstd__librdkafka_reads_the_compressed_batches(cluster, bootstrap):
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTopicPartition
+    create(cluster, "rafka-zstd", partitions=1)
+    values = [(f"z{i}-" + "payload " * 30).encode() for i in range(25)]
+    with cluster.producer(acks="all", compression_type="zstd", linger_ms=20) as producer:
+        futures = [producer.send("rafka-zstd", value=v, partition=0) for v in values]
+        producer.flush()
+    assert [f.result().offset for f in futures] == list(range(25))
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([CTopicPartition("rafka-zstd", 0, 0)])
+    got = []
+    while len(got) < 25:
+        message = consumer.poll(30)
+        assert message is not None and message.error() is None
+        got.append(message.value())
+    consumer.close()
+    assert got == values

@@ -160,3 +160,8 @@ def test_cli__no_ray_cluster_at_the_address__one_error_line_exit_1():
     # Ray's own C++ client logs its failed attempts (timestamped "W" lines) before it gives up
     ours = [line for line in done.stderr.splitlines() if not line.startswith("[")]
     assert ours == [expected], done.stderr
+
+
+def test_producer__unknown_compression_type__value_error_before_anything_starts():
+    with pytest.raises(ValueError, match="compression_type"):
+        Producer(None, acks=1, compression_type="brotli")
