@@ -38,7 +38,7 @@ from pathlib import Path
 import ray
 
 from rafka.actors.serving import NodeServing
-from rafka.core.actor_names import CONTROLLER_NAME
+from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
 from rafka.protocol.handlers import init_producer_id
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
@@ -482,7 +482,8 @@ class ControllerActor:
             partitions = [(name, p) for name, topic in list(self.metadata.topics.items())
                           for p in range(len(topic.partitions)) if (name, p) not in self._starting]
             results = await asyncio.gather(*(self._check_partition(name, p) for name, p in partitions),
-                                           return_exceptions=True)
+                                           self._check_coordinators(), return_exceptions=True)
+            results = results[:-1]
             for (name, partition), result in zip(partitions, results):
                 if isinstance(result, Exception):  # keep watching the other partitions
                     logger.warning("checking %s-%d failed: %s", name, partition, result)
@@ -523,6 +524,21 @@ class ControllerActor:
                     and role != ("follower", state.leader_epoch)):
                 await self._bounded(self._replica(topic, partition, replica_id).become_follower.remote(
                     state.leader, state.leader_epoch), f"{topic}-{partition} replica {replica_id}: become_follower")
+
+    async def _check_coordinators(self) -> None:
+        """Each group coordinator's Kafka endpoint registered and its image current
+        (they hold no replica: nothing else here watches them)."""
+        offsets = self.metadata.topics.get(OFFSETS_TOPIC)
+
+        async def one(partition: int) -> None:
+            name = coordinator_actor_name(partition)
+            try:
+                handle = ray.get_actor(name, namespace=NAMESPACE)
+                answer = await asyncio.wait_for(handle.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
+            except (ValueError, asyncio.TimeoutError, ray.exceptions.RayError):
+                return   # not started yet, or restarting: the next round
+            await self._sync_node(handle, name, answer)
+        await asyncio.gather(*(one(p) for p in range(len(offsets.partitions) if offsets else 0)))
 
     async def _remove_from_isr(self, topic: str, partition: int, replica_ids: list[int]) -> None:
         async with self._lock:

@@ -33,8 +33,9 @@ import os
 
 import ray
 
-from rafka.core.actor_names import OFFSETS_TOPIC, coordinator_actor_name  # noqa: F401 (re-exported)
 from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.actors.serving import NodeServing
+from rafka.core.actor_names import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.clock import SystemClock
 from rafka.core.coordinator_shard import CoordinatorShard
@@ -44,6 +45,7 @@ from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
 from rafka.core.records import RecordInput, decode_batches, encode_batch
 from rafka.core.replica import ACKS_ALL
+from rafka.protocol.handlers import group_offsets
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class GroupCoordinatorActor:
         self._write_lock = asyncio.Lock()
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
+        self.serving = NodeServing(coordinator_actor_name(offsets_partition),
+                                   lambda _: group_offsets.routes(self))
         # Loading starts from a call to ourselves (an actor cannot start tasks in
         # __init__), retried: a restarting actor's call to itself from __init__ can fail
         # with ACTOR_UNAVAILABLE ("the actor is restarting"; seen with Ray 2.60, the
@@ -255,5 +259,16 @@ class GroupCoordinatorActor:
 
     async def ping(self) -> dict:
         self._start_loading()
+        endpoint = await self.serving.start()
         return {"partition": self.partition, "loaded": self._loaded, "pid": os.getpid(),
-                "load_position": self._load_position, "load_error": self._load_error}
+                "load_position": self._load_position, "load_error": self._load_error,
+                "endpoint": endpoint, "rack": None, "image_version": self.serving.image.version}
+
+    # --- the Kafka protocol -------------------------------------------------------
+
+    def coordinator_for(self, group_id: str):
+        """GroupHost: this actor, if it coordinates the group."""
+        return self if partition_for_group(group_id, self.partition_count) == self.partition else None
+
+    async def update_image(self, image) -> None:
+        self.serving.offer_image(image)

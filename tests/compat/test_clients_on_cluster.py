@@ -13,7 +13,7 @@ import pytest
 import ray
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as produce_v9
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from rafka.core.records import RecordInput, encode_batch
 from rafka.core.structs import TopicPartition
@@ -156,3 +156,65 @@ def test_rafka_producer_with_zstd__librdkafka_reads_the_compressed_batches(clust
         got.append(message.value())
     consumer.close()
     assert got == values
+
+
+def test_confluent_kafka__assigned_consumer_commits_and_admin_reads_the_offsets_rafka_sees(cluster, bootstrap):
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    create(cluster, "committed-on-wire", partitions=2)
+    with cluster.producer(acks="all") as producer:
+        for i in range(10):
+            producer.send("committed-on-wire", value=b"x", partition=i % 2)
+        producer.flush()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "wire-committers", "enable.auto.commit": False})
+    consumer.assign([CTopicPartition("committed-on-wire", p, 0) for p in range(2)])
+    seen = 0
+    while seen < 10:
+        message = consumer.poll(30)
+        assert message is not None and message.error() is None
+        seen += 1
+    committed = consumer.commit(offsets=[CTopicPartition("committed-on-wire", 0, 4),
+                                         CTopicPartition("committed-on-wire", 1, 5)], asynchronous=False)
+    assert all(tp.error is None for tp in committed)
+    consumer.close()
+    rafka_view = cluster.admin().list_consumer_group_offsets("wire-committers")
+    assert {(tp.topic, tp.partition): offset for tp, offset in rafka_view.items()} == {
+        ("committed-on-wire", 0): 4, ("committed-on-wire", 1): 5}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("wire-committers")])["wire-committers"]
+    listed = {(tp.topic, tp.partition): tp.offset for tp in future.result(30).topic_partitions}
+    assert listed == {("committed-on-wire", 0): 4, ("committed-on-wire", 1): 5}
+
+
+def test_offset_commit_with_an_old_generation__illegal_generation_on_the_wire(cluster, bootstrap):
+    from kio.schema.offset_commit.v8 import request as commit_v8
+    from rafka.core.offsets_schema import partition_for_group
+    create(cluster, "generations", partitions=1)
+    member = cluster.consumer(group_id="fenced-on-wire", enable_auto_commit=False, session_timeout_ms=10_000,
+                              heartbeat_interval_ms=500)
+    member.subscribe(["generations"])
+    wait_until(lambda: member.poll(timeout=0.1) is not None and member.assignment(), timeout_s=60,
+               what="the member joined")
+    identity = member.group_metadata()
+    nodes = ray.get(cluster.controller.node_endpoints.remote())
+    count = len(cluster.admin().describe_topics(["__consumer_offsets"])["__consumer_offsets"]["partitions"])
+    host, port = nodes[f"coordinator:{partition_for_group('fenced-on-wire', count)}"]
+    request = commit_v8.OffsetCommitRequest(
+        group_id="fenced-on-wire", generation_id_or_member_epoch=i32(identity["generation_id"] - 1),
+        member_id=identity["member_id"], group_instance_id=None, topics=(commit_v8.OffsetCommitRequestTopic(
+            name="generations", partitions=(commit_v8.OffsetCommitRequestPartition(
+                partition_index=i32(0), committed_offset=i64(1), committed_leader_epoch=i32(-1),
+                committed_metadata=""),)),))
+
+    async def send():
+        connection = await Connection.open(host, port)
+        try:
+            return await connection.request(request)
+        finally:
+            await connection.close()
+    answer = asyncio.run(send())
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.illegal_generation
+    assert cluster.admin().list_consumer_group_offsets("fenced-on-wire") == {}
+    member.close()

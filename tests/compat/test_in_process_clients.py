@@ -87,10 +87,9 @@ def test_kcat__lists_produces_consumes_and_queries_offsets(node):
     assert kcat("-Q", "-t", "orders:1:-1").strip() == "orders [1] offset 3"
 
 
-@pytest.mark.parametrize("codec", ["gzip", "snappy", pytest.param("lz4", marks=pytest.mark.xfail(
-    strict=True, reason="librdkafka enables LZ4 only when the broker advertises FindCoordinator v0 (its "
-                        "feature table, rdkafka_feature.c): it sends lz4 batches uncompressed until the group "
-                        "APIs are served")), "zstd"])
+# librdkafka enables LZ4 only when the broker advertises FindCoordinator v0 (its
+# feature table): before that, it sent lz4 batches uncompressed.
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_confluent_kafka__compressed_batches_are_stored_as_sent_and_read_back(node, codec):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from rafka.core import compression

@@ -20,7 +20,8 @@ from rafka.core.config import TopicConfig
 from rafka.core.metadata import ClusterMetadata
 from rafka.core.replica import ACKS_ALL, PartitionReplica
 from rafka.protocol.dispatch import DispatchTable, Dispatcher
-from rafka.protocol.handlers import api_versions, fetch, init_producer_id, list_offsets, metadata, produce
+from rafka.protocol.handlers import (api_versions, fetch, find_coordinator, init_producer_id, list_offsets,
+                                     metadata, produce)
 from rafka.protocol.server import ProtocolServer
 
 
@@ -109,7 +110,8 @@ class ProtocolNode:
                 replica.become_leader(leader_epoch=0, replicas=[0], isr=[0], partition_epoch=0)
                 self.endpoints[(name, p)] = LocalEndpoint(replica)
         self.server = ProtocolServer(Dispatcher(DispatchTable([
-            api_versions.ROUTE, metadata.route(self.image), produce.route(self), fetch.route(self),
+            api_versions.ROUTE, metadata.route(self.image), find_coordinator.route(self.image),
+            produce.route(self), fetch.route(self),
             list_offsets.route(self), init_producer_id.route(self._allocate_producer_id)])), host="127.0.0.1")
         port = await self.server.start()
         # One process, one port: every actor of this cluster is this one node.

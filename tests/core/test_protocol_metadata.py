@@ -128,3 +128,35 @@ def test_metadata__a_leaderless_partition_is_leader_not_available(state):
     (orders,) = ask(build_image(state, version=2), 11, ["orders"]).topics
     assert (orders.partitions[0].leader_id, orders.partitions[0].error_code) == (-1, ErrorCode.leader_not_available)
     assert orders.partitions[1].error_code == ErrorCode.none
+
+
+def find(image, version, *keys, key_type=0):
+    from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as V3
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as V4
+    from kio.static.primitive import i8
+    from rafka.protocol.handlers import find_coordinator
+    dispatcher = Dispatcher(DispatchTable([api_versions.ROUTE, find_coordinator.route(lambda: image)]))
+    request = (V4(key_type=i8(key_type), coordinator_keys=keys) if version == 4
+               else V3(key=keys[0], key_type=i8(key_type)))
+    frame = asyncio.run(dispatcher.dispatch(request_frame(find_coordinator.API_KEY, version, request)))
+    return read_response(frame, find_coordinator.API_KEY, version)[1]
+
+
+def test_find_coordinator__the_groups_offsets_partition_coordinator_node(state):
+    from rafka.core.offsets_schema import partition_for_group
+    apply(state, state.handle_create_topic("__consumer_offsets", 3, 3, None, [0, 1, 2], rng=random.Random(2))[0])
+    assert find(build_image(state, version=3), 3, "g").error_code == ErrorCode.coordinator_not_available
+    nodes = [register(state, f"coordinator:{p}", 40_000 + p) for p in range(3)]
+    image = build_image(state, version=4)
+    answer = find(image, 3, "payments")
+    expected = nodes[partition_for_group("payments", 3)]
+    assert (answer.error_code, answer.node_id, answer.port) == (ErrorCode.none, expected.node_id, expected.port)
+    batched = find(image, 4, "payments", "other")
+    assert [(c.key, c.node_id) for c in batched.coordinators] == [
+        ("payments", expected.node_id), ("other", nodes[partition_for_group("other", 3)].node_id)]
+    assert find(image, 3, "tx", key_type=1).error_code == ErrorCode.invalid_request
+
+
+def test_find_coordinator__no_offsets_topic_yet__coordinator_not_available(state):
+    answer = find(build_image(state, version=1), 4, "g")
+    assert [(c.error_code, c.node_id) for c in answer.coordinators] == [(ErrorCode.coordinator_not_available, -1)]

@@ -1,0 +1,69 @@
+"""FindCoordinator v0-4: the node of the group coordinator actor for a group id.
+Every node answers it, from its image.
+
+What Kafka answers (KafkaApis.handleFindCoordinatorRequest), and what this handler
+does the same way:
+  * key type 0 (group): the coordinator of __consumer_offsets partition
+    abs(hashCode(group)) % partitions (core.offsets_schema.partition_for_group);
+    while that coordinator has no endpoint, or the offsets topic does not exist
+    yet: COORDINATOR_NOT_AVAILABLE (retriable), node -1.
+  * key type 1 (transaction) or any other: rafka has no transaction
+    coordinator: INVALID_REQUEST for v1-3 (Kafka answers an unknown key type so),
+    and the same per key in v4's batch.
+  * v4 batches keys (KIP-699); v0-3 carry one.
+Caller: actors.serving (every node's table), through `route(current_image)`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i32Timedelta
+
+from rafka.core.cluster_image import ClusterImage
+from rafka.core.offsets_schema import partition_for_group
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+
+API_KEY = 10
+MIN_VERSION, MAX_VERSION = 0, 4
+GROUP_KEY_TYPE = 0
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def route(current_image: Callable[[], ClusterImage]) -> Route:
+    async def handle_find_coordinator(request, context: RequestContext):
+        return find_coordinator(current_image(), request, context.api_version)
+    return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_find_coordinator)
+
+
+def locate(image: ClusterImage, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) for one key."""
+    if key_type != GROUP_KEY_TYPE:
+        return ErrorCode.invalid_request, f"key type {key_type} is not served (no transactions)", -1, "", -1
+    if not image.coordinator_nodes:
+        return ErrorCode.coordinator_not_available, "the offsets topic does not exist yet", -1, "", -1
+    node_id = image.coordinator_nodes[partition_for_group(key, len(image.coordinator_nodes))]
+    node = image.nodes.get(node_id)
+    if node is None:
+        return ErrorCode.coordinator_not_available, "the group's coordinator is not serving", -1, "", -1
+    return ErrorCode.none, None, node.node_id, node.host, node.port
+
+
+def find_coordinator(image: ClusterImage, request, version: int):
+    response_type = load_response_schema(API_KEY, version)
+    key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
+    if version >= 4:
+        module = module_of(response_type)
+        coordinators = []
+        for key in request.coordinator_keys:
+            code, message, node_id, host, port = locate(image, key, key_type)
+            coordinators.append(make(module.Coordinator, key=key, node_id=i32(node_id), host=host,
+                                     port=i32(port), error_code=code, error_message=message))
+        return make(response_type, throttle_time=_NO_THROTTLE, coordinators=tuple(coordinators))
+    code, message, node_id, host, port = locate(image, request.key, key_type)
+    return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, error_message=message,
+                node_id=i32(node_id), host=host, port=i32(port))

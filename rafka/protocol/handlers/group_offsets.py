@@ -1,0 +1,121 @@
+"""OffsetCommit v2-8 and OffsetFetch v1-8, on the group's coordinator node.
+
+What Kafka answers (KafkaApis.handleOffsetCommitRequest / handleOffsetFetchRequest,
+GroupCoordinator), and what these handlers do the same way:
+  * a group this node does not coordinate: NOT_COORDINATOR (the client looks the
+    coordinator up again); one still loading its offsets partition:
+    COORDINATOR_LOAD_IN_PROGRESS. In OffsetCommit each partition carries the
+    error; in OffsetFetch the group (v2+) does.
+  * a commit with generation -1 and no member id is a simple (assign-mode)
+    commit, accepted while the group has no members; a member's commit must name
+    the current generation (ILLEGAL_GENERATION) and a known member
+    (UNKNOWN_MEMBER_ID). The coordinator acks only once the commit is
+    replicated (DESIGN section 5); the shard decides all of it.
+  * retention_time (v2-4) is ignored: offsets.retention.minutes rules, as in
+    Kafka since KIP-211 for v5+.
+  * OffsetFetch: topics null (v2+) means every committed partition of the group;
+    a partition with no committed offset: offset -1, metadata "", no error.
+    v8 batches groups (KIP-709), each answered on its own.
+Caller: the coordinator actor's table, through `routes(host)`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Protocol
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+from rafka.protocol.handlers.partitions import error_code_of
+
+COMMIT_KEY, FETCH_KEY = 8, 9
+COMMIT_VERSIONS, FETCH_VERSIONS = (2, 8), (1, 8)
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+class GroupCoordinatorEndpoint(Protocol):
+    async def commit_offsets(self, group: str, offsets: dict, member_id: str = ...,
+                             generation: int = ...) -> dict: ...
+
+    async def fetch_offsets(self, group: str, partitions: list | None = ...) -> dict: ...
+
+
+class GroupHost(Protocol):
+    def coordinator_for(self, group_id: str) -> GroupCoordinatorEndpoint | None: ...
+
+
+def routes(host: GroupHost) -> list[Route]:
+    async def handle_commit(request, context: RequestContext):
+        return await commit(host, request, context.api_version)
+
+    async def handle_fetch(request, context: RequestContext):
+        return await fetch(host, request, context.api_version)
+    return [Route(COMMIT_KEY, *COMMIT_VERSIONS, handle_commit), Route(FETCH_KEY, *FETCH_VERSIONS, handle_fetch)]
+
+
+async def _call(host: GroupHost, group_id: str, method: str, *args) -> tuple[ErrorCode, Any]:
+    coordinator = host.coordinator_for(group_id)
+    if coordinator is None:
+        return ErrorCode.not_coordinator, None
+    try:
+        return ErrorCode.none, await getattr(coordinator, method)(group_id, *args)
+    except Exception as error:
+        return error_code_of(error), None
+
+
+async def commit(host: GroupHost, request, version: int):
+    response_type = load_response_schema(COMMIT_KEY, version)
+    module = module_of(response_type)
+    offsets = {(t.name, int(p.partition_index)): (int(p.committed_offset),
+                                                  int(getattr(p, "committed_leader_epoch", -1)),
+                                                  p.committed_metadata or "")
+               for t in request.topics for p in t.partitions}
+    code, per_partition = await _call(host, request.group_id, "commit_offsets", offsets, request.member_id,
+                                      int(request.generation_id_or_member_epoch))
+    topics = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            error = per_partition.get((t.name, int(p.partition_index))) if per_partition else None
+            partitions.append(make(module.OffsetCommitResponsePartition, partition_index=i32(p.partition_index),
+                                   error_code=code if code != ErrorCode.none else
+                                   (error_code_of(error) if error is not None else ErrorCode.none)))
+        topics.append(make(module.OffsetCommitResponseTopic, name=t.name, partitions=tuple(partitions)))
+    return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(topics))
+
+
+async def _fetch_group(host: GroupHost, group_id: str, topics, module, names):
+    wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+    code, found = await _call(host, group_id, "fetch_offsets", wanted)
+    by_topic: dict[str, list] = {}
+    for (topic, partition), committed in sorted((found or {}).items()):
+        offset, epoch, metadata = committed if committed is not None else (-1, -1, "")
+        by_topic.setdefault(topic, []).append(make(
+            getattr(module, names[1]), partition_index=i32(partition), committed_offset=i64(offset),
+            committed_leader_epoch=i32(epoch), metadata=metadata, error_code=ErrorCode.none))
+    return code, tuple(make(getattr(module, names[0]), name=topic, partitions=tuple(partitions))
+                       for topic, partitions in by_topic.items())
+
+
+async def fetch(host: GroupHost, request, version: int):
+    response_type = load_response_schema(FETCH_KEY, version)
+    module = module_of(response_type)
+    if version >= 8:
+        groups = []
+        for group in request.groups:
+            code, topics = await _fetch_group(host, group.group_id, group.topics, module,
+                                              ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"))
+            groups.append(make(module.OffsetFetchResponseGroup, group_id=group.group_id, topics=topics,
+                               error_code=code))
+        return make(response_type, throttle_time=_NO_THROTTLE, groups=tuple(groups))
+    code, topics = await _fetch_group(host, request.group_id, request.topics, module,
+                                      ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
+    if version < 2 and code != ErrorCode.none:   # v0-1 have no group error: each partition says it
+        topics = tuple(make(module.OffsetFetchResponseTopic, name=t.name, partitions=tuple(
+            make(module.OffsetFetchResponsePartition, partition_index=i32(p), committed_offset=i64(-1),
+                 metadata="", error_code=code) for p in t.partition_indexes)) for t in request.topics or ())
+    return make(response_type, throttle_time=_NO_THROTTLE, topics=topics, error_code=code)
