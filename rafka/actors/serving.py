@@ -17,13 +17,13 @@ whose ping shows an older image version.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import ray
 
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.protocol.dispatch import DispatchTable, Dispatcher, Route
-from rafka.protocol.handlers import api_versions, find_coordinator, metadata
+from rafka.protocol.handlers import api_versions, find_coordinator, group_admin, metadata
 from rafka.protocol.server import ProtocolServer
 
 logger = logging.getLogger(__name__)
@@ -31,10 +31,13 @@ logger = logging.getLogger(__name__)
 
 class NodeServing:
     def __init__(self, name: str, routes: Callable[[NodeServing], Iterable[Route]], *,
-                 listener_port: int = 0, image_source: Callable[[], ClusterImage] | None = None) -> None:
+                 listener_port: int = 0, image_source: Callable[[], ClusterImage] | None = None,
+                 list_groups: Callable[[], Awaitable[list[dict]]] | None = None) -> None:
         """`image_source`: where Metadata answers come from; by default the newest
-        image offered (the controller passes its own, always current)."""
+        image offered (the controller passes its own, always current).
+        `list_groups`: a coordinator's groups, for ListGroups (others list none)."""
         self.name = name
+        self._list_groups = list_groups
         self._routes = routes
         self._image_source = image_source
         self.listener_port = listener_port
@@ -59,7 +62,8 @@ class NodeServing:
     async def start(self) -> tuple[str, int]:
         if self.server is None:
             table = DispatchTable([api_versions.ROUTE, metadata.route(self.current_image),
-                                   find_coordinator.route(self.current_image), *self._routes(self)])
+                                   find_coordinator.route(self.current_image),
+                                   group_admin.list_groups_route(self._list_groups), *self._routes(self)])
             server = ProtocolServer(Dispatcher(table), host="0.0.0.0", port=self.listener_port)
             await server.start()
             self.host = ray.util.get_node_ip_address()

@@ -218,3 +218,32 @@ def test_offset_commit_with_an_old_generation__illegal_generation_on_the_wire(cl
     assert answer.topics[0].partitions[0].error_code == ErrorCode.illegal_generation
     assert cluster.admin().list_consumer_group_offsets("fenced-on-wire") == {}
     member.close()
+
+
+def test_confluent_admin__lists_describes_and_deletes_groups_as_rafka_sees_them(cluster, bootstrap):
+    from confluent_kafka.admin import AdminClient
+    create(cluster, "admin-groups", partitions=2)
+    member = cluster.consumer(group_id="described-on-wire", enable_auto_commit=False, session_timeout_ms=10_000,
+                              heartbeat_interval_ms=500)
+    member.subscribe(["admin-groups"])
+    wait_until(lambda: member.poll(timeout=0.1) is not None and len(member.assignment()) == 2, timeout_s=60,
+               what="the member owns both partitions")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups().result(30)
+    assert "described-on-wire" in {g.group_id for g in listed.valid}
+    described = admin.describe_consumer_groups(["described-on-wire"])["described-on-wire"].result(30)
+    rafka_view = cluster.admin().describe_consumer_group("described-on-wire")
+    assert described.state.name.lower() == rafka_view["state"].lower() == "stable"
+    (wire_member,) = described.members
+    assert wire_member.member_id in rafka_view["members"]
+    assert sorted((tp.topic, tp.partition) for tp in wire_member.assignment.topic_partitions) == [
+        ("admin-groups", 0), ("admin-groups", 1)]
+    member.close()
+    wait_until(lambda: cluster.admin().describe_consumer_group("described-on-wire")["state"] == "Empty",
+               timeout_s=30, what="the group is empty")
+    member_commit = cluster.consumer(group_id="described-on-wire", enable_auto_commit=False)
+    member_commit.assign([TopicPartition("admin-groups", 0)])
+    member_commit.commit_sync({TopicPartition("admin-groups", 0): 0})
+    member_commit.close()
+    admin.delete_consumer_groups(["described-on-wire"])["described-on-wire"].result(30)
+    assert cluster.admin().list_consumer_group_offsets("described-on-wire") == {}

@@ -1,0 +1,111 @@
+"""ListGroups v0-4 (every node), DescribeGroups v0-5 and DeleteGroups v0-2 (the
+group's coordinator node).
+
+What Kafka answers (KafkaApis.handleListGroupsRequest / handleDescribeGroupsRequest
+/ handleDeleteGroupsRequest), and what these handlers do the same way:
+  * ListGroups: the groups this node coordinates (admin clients ask every node
+    and merge); a node that coordinates none answers an empty list, no error;
+    states_filter (v4) keeps groups in the named states.
+  * DescribeGroups: per group; a group coordinated elsewhere: NOT_COORDINATOR; an
+    unknown one: state Dead, no error (Kafka's answer). Members carry their
+    subscription and assignment as Kafka's consumer protocol bytes; protocol_type
+    "consumer" and protocol_data the assignor's name; authorized operations are
+    not computed (INT32_MIN).
+  * DeleteGroups: per group; NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND or
+    NOT_COORDINATOR as the coordinator decides; acked once the tombstones are
+    replicated.
+Callers: actors.serving (ListGroups on every node) and the coordinator actor.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i32Timedelta
+
+from rafka.protocol.consumer_protocol import encode_assignment, encode_subscription
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+from rafka.protocol.handlers.group_offsets import GroupHost
+from rafka.protocol.handlers.partitions import error_code_of
+
+LIST_KEY, DESCRIBE_KEY, DELETE_KEY = 16, 15, 42
+PROTOCOL_TYPE = "consumer"
+AUTHORIZED_OPERATIONS_NOT_REQUESTED = i32(-2**31)
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+class GroupAdminEndpoint(Protocol):
+    async def describe_group(self, group: str) -> dict: ...
+
+    async def delete_group(self, group: str) -> None: ...
+
+
+def list_groups_route(list_groups: Callable[[], Awaitable[list[dict]]] | None) -> Route:
+    """`list_groups`: the node's groups ([{group, state}]); None for a node that
+    coordinates none."""
+    async def handle_list_groups(request, context: RequestContext):
+        response_type = load_response_schema(LIST_KEY, context.api_version)
+        module = module_of(response_type)
+        try:
+            groups, code = (await list_groups() if list_groups else []), ErrorCode.none
+        except Exception as error:
+            groups, code = [], error_code_of(error)
+        wanted = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
+        listed = tuple(make(module.ListedGroup, group_id=g["group"], protocol_type=PROTOCOL_TYPE,
+                            group_state=g["state"])
+                       for g in groups if not wanted or g["state"].lower() in wanted)
+        return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, groups=listed)
+    return Route(LIST_KEY, 0, 4, handle_list_groups)
+
+
+def coordinator_routes(host: GroupHost) -> list[Route]:
+    async def handle_describe(request, context: RequestContext):
+        response_type = load_response_schema(DESCRIBE_KEY, context.api_version)
+        module = module_of(response_type)
+        return make(response_type, throttle_time=_NO_THROTTLE,
+                    groups=tuple([await _describe(host, module, g) for g in request.groups]))
+
+    async def handle_delete(request, context: RequestContext):
+        response_type = load_response_schema(DELETE_KEY, context.api_version)
+        module = module_of(response_type)
+        results = []
+        for group_id in request.groups_names:
+            coordinator = host.coordinator_for(group_id)
+            code = ErrorCode.not_coordinator
+            if coordinator is not None:
+                try:
+                    await coordinator.delete_group(group_id)
+                    code = ErrorCode.none
+                except Exception as error:
+                    code = error_code_of(error)
+            results.append(make(module.DeletableGroupResult, group_id=group_id, error_code=code))
+        return make(response_type, throttle_time=_NO_THROTTLE, results=tuple(results))
+    return [Route(DESCRIBE_KEY, 0, 5, handle_describe), Route(DELETE_KEY, 0, 2, handle_delete)]
+
+
+async def _describe(host: GroupHost, module, group_id: str):
+    def empty(code: ErrorCode, state: str = ""):
+        return make(module.DescribedGroup, error_code=code, group_id=group_id, group_state=state,
+                    protocol_type="", protocol_data="", members=(),
+                    authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
+    coordinator = host.coordinator_for(group_id)
+    if coordinator is None:
+        return empty(ErrorCode.not_coordinator)
+    try:
+        described = await coordinator.describe_group(group_id)
+    except Exception as error:
+        return empty(error_code_of(error))
+    members = tuple(make(module.DescribedGroupMember, member_id=member_id, group_instance_id=None,
+                         client_id=m["client_id"], client_host=m["host"],
+                         member_metadata=encode_subscription(m["topics"]),
+                         member_assignment=encode_assignment(map(tuple, m["assignment"])))
+                    for member_id, m in described["members"].items())
+    return make(module.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
+                group_state=described["state"], protocol_type=PROTOCOL_TYPE if members else "",
+                protocol_data=described["assignor"] if members else "", members=members,
+                authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
