@@ -45,7 +45,7 @@ from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
 from rafka.core.records import RecordInput, decode_batches, encode_batch
 from rafka.core.replica import ACKS_ALL
-from rafka.protocol.handlers import group_admin, group_offsets
+from rafka.protocol.handlers import group_admin, group_membership, group_offsets
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,8 @@ class GroupCoordinatorActor:
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self.serving = NodeServing(coordinator_actor_name(offsets_partition),
-                                   lambda _: [*group_offsets.routes(self), *group_admin.coordinator_routes(self)],
+                                   lambda _: [*group_offsets.routes(self), *group_admin.coordinator_routes(self),
+                                              *group_membership.routes(self)],
                                    list_groups=self.list_groups)
         # Loading starts from a call to ourselves (an actor cannot start tasks in
         # __init__), retried: a restarting actor's call to itself from __init__ can fail

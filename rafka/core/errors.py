@@ -71,6 +71,8 @@ InvalidRequiredAcks = _error("InvalidRequiredAcks", 21, "INVALID_REQUIRED_ACKS",
                              "acks must be 0, 1 or all (-1).")
 IllegalGeneration = _error("IllegalGeneration", 22, "ILLEGAL_GENERATION", False,
                            "The member's generation is not the group's current one.")
+InconsistentGroupProtocol = _error("InconsistentGroupProtocol", 23, "INCONSISTENT_GROUP_PROTOCOL", False,
+                                   "The member's protocol type or assignors do not match the group's.")
 UnknownMemberId = _error("UnknownMemberId", 25, "UNKNOWN_MEMBER_ID", False,
                          "The member id is not in the group.")
 InvalidSessionTimeout = _error("InvalidSessionTimeout", 26, "INVALID_SESSION_TIMEOUT", False,

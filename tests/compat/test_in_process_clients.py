@@ -114,3 +114,83 @@ def test_confluent_kafka__compressed_batches_are_stored_as_sent_and_read_back(no
         got.append(message.value())
     consumer.close()
     assert got == values
+
+
+def committed(node, group):
+    return {tp: v[0] for tp, v in node.coordinator.shard.fetch_offsets(group).items() if v is not None}
+
+
+def test_kafka_python__a_group_consumer_reads_everything_and_commits(node):
+    from kafka import KafkaConsumer, KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=node.bootstrap, acks="all")
+    for i in range(10):
+        producer.send("orders", value=f"g{i}".encode(), partition=i % 2)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer("orders", bootstrap_servers=node.bootstrap, group_id="kp-group",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    got = []
+    for _ in range(120):
+        for records in consumer.poll(250).values():
+            got += [(r.partition, r.offset) for r in records]
+        if len(got) >= 10:
+            break
+    assert sorted(got) == [(p, o) for p in (0, 1) for o in range(5)]
+    consumer.commit()
+    consumer.close()
+    assert committed(node, "kp-group") == {("orders", 0): 5, ("orders", 1): 5}
+
+
+def test_confluent_kafka__two_group_members_split_the_partitions_commit_and_a_restart_resumes(node):
+    from confluent_kafka import Consumer, Producer
+    producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all"})
+    for i in range(20):
+        producer.produce("orders", value=f"c{i}".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    config = {"bootstrap.servers": node.bootstrap, "group.id": "ck-group", "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
+    first, second = Consumer(config), Consumer(config)
+    first.subscribe(["orders"])
+    second.subscribe(["orders"])
+    seen = {}
+    import time
+    deadline = time.monotonic() + 60
+    while len(seen) < 20 and time.monotonic() < deadline:
+        for consumer in (first, second):
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                seen[(message.partition(), message.offset())] = consumer
+    assert sorted(seen) == [(p, o) for p in (0, 1) for o in range(10)]
+    owners = {id(c) for c in seen.values()}
+    assert len(owners) == 2, "both members should own one partition after the rebalance"
+    first.commit(asynchronous=False)
+    second.commit(asynchronous=True)
+    second.close()
+    first.close()
+    deadline = time.monotonic() + 30
+    while committed(node, "ck-group") != {("orders", 0): 10, ("orders", 1): 10} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert committed(node, "ck-group") == {("orders", 0): 10, ("orders", 1): 10}
+    for i in range(2):
+        producer.produce("orders", value=b"after", partition=i)
+    assert producer.flush(30) == 0
+    restarted = Consumer(config)
+    restarted.subscribe(["orders"])
+    resumed = []
+    deadline = time.monotonic() + 60
+    while len(resumed) < 2 and time.monotonic() < deadline:
+        message = restarted.poll(0.2)
+        if message is not None and message.error() is None:
+            resumed.append((message.partition(), message.offset(), message.value()))
+    restarted.close()
+    assert sorted(resumed) == [(0, 10, b"after"), (1, 10, b"after")]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/run.sh")
+def test_kcat__consumes_in_a_group(node):
+    subprocess.run(["kcat", "-P", "-b", node.bootstrap, "-t", "orders", "-p", "0"], input=b"a\nb\n", timeout=30,
+                   check=True)
+    done = subprocess.run(["kcat", "-b", node.bootstrap, "-G", "kcat-group", "-X", "auto.offset.reset=earliest",
+                           "-e", "-q", "-f", "%p %o %s\n", "orders"], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == "0 0 a\n0 1 b\n"

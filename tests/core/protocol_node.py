@@ -1,10 +1,13 @@
 """A one-node Kafka cluster in this process, without Ray: core PartitionReplicas
-(replication factor 1) served by the real ProtocolServer and handlers, on a thread
-with its own event loop. The wire-protocol tests drive it with our Connection and
-with clients nobody here wrote (kafka-python, librdkafka's kcat).
+(replication factor 1) and one group coordinator (a real CoordinatorShard),
+served by the real ProtocolServer and handlers, on a thread with its own event
+loop. The wire-protocol tests drive it with our Connection and with clients
+nobody here wrote (kafka-python, confluent-kafka, kcat).
 
-The endpoint below stands in for the replica actor: the same calls, the same
-parking (a fetch waits for data or its max wait), no Ray.
+The endpoints below stand in for the replica and coordinator actors: the same
+calls, the same parking (a fetch waits for data or its max wait), no Ray; the
+coordinator's writes to __consumer_offsets are acked at once (nothing replicates
+here).
 """
 
 from __future__ import annotations
@@ -13,15 +16,18 @@ import asyncio
 import random
 import threading
 
-from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
+from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name, replica_actor_name
 from rafka.core.clock import SystemClock
 from rafka.core.cluster_image import build_image
 from rafka.core.config import TopicConfig
+from rafka.core.coordinator_shard import CoordinatorShard
+from rafka.core.group_manager import GroupManager
 from rafka.core.metadata import ClusterMetadata
+from rafka.core.offset_store import OffsetStore
 from rafka.core.replica import ACKS_ALL, PartitionReplica
 from rafka.protocol.dispatch import DispatchTable, Dispatcher
-from rafka.protocol.handlers import (api_versions, fetch, find_coordinator, init_producer_id, list_offsets,
-                                     metadata, produce)
+from rafka.protocol.handlers import (api_versions, fetch, find_coordinator, group_admin, group_membership,
+                                     group_offsets, init_producer_id, list_offsets, metadata, produce)
 from rafka.protocol.server import ProtocolServer
 
 
@@ -55,6 +61,40 @@ class LocalEndpoint:
         return self.replica.list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
 
 
+class LocalCoordinator:
+    """The coordinator actor's calls over a real CoordinatorShard; every group is
+    its own (one offsets partition)."""
+
+    def __init__(self, partitions_per_topic) -> None:
+        async def append(records):   # acked at once: nothing to replicate to
+            return None
+        self.shard = CoordinatorShard(offsets=OffsetStore(offset_metadata_max_bytes=4096,
+                                                          offsets_retention_ms=7 * 24 * 3_600_000),
+                                      groups=GroupManager(group_initial_rebalance_delay_ms=0),
+                                      clock=SystemClock(), append=append, partitions_per_topic=partitions_per_topic,
+                                      join_poll_interval_ms=20)
+
+    def coordinator_for(self, group_id):
+        return self
+
+    async def tick_forever(self):
+        while True:
+            await asyncio.sleep(0.1)
+            await self.shard.tick()
+
+    async def list_groups(self):
+        return self.shard.list_groups()
+
+    async def describe_group(self, group):
+        return self.shard.describe_group(group)
+
+    async def fetch_offsets(self, group, partitions=None):
+        return self.shard.fetch_offsets(group, partitions)
+
+    def __getattr__(self, name):   # join_group, sync_group, heartbeat, commit_offsets, ...
+        return getattr(self.shard, name)
+
+
 class ProtocolNode:
     """Start with `with ProtocolNode(tmp_path, {"orders": 2}) as node:`;
     `node.bootstrap` is host:port."""
@@ -76,6 +116,10 @@ class ProtocolNode:
         return self.endpoints.get((topic, partition))
 
     @property
+    def coordinator_port(self) -> int:
+        return self.servers[1].port
+
+    @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
@@ -85,7 +129,7 @@ class ProtocolNode:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.call(self.server.stop())
+        self.call(self._stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         for endpoint in self.endpoints.values():
@@ -109,22 +153,37 @@ class ProtocolNode:
                                            replica_lag_time_max_ms=30_000)
                 replica.become_leader(leader_epoch=0, replicas=[0], isr=[0], partition_epoch=0)
                 self.endpoints[(name, p)] = LocalEndpoint(replica)
-        self.server = ProtocolServer(Dispatcher(DispatchTable([
+        apply(self.metadata.handle_create_topic(OFFSETS_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
+        self.coordinator = LocalCoordinator(self._partitions_per_topic)
+        self._ticker = asyncio.get_running_loop().create_task(self.coordinator.tick_forever())
+        dispatcher = Dispatcher(DispatchTable([
             api_versions.ROUTE, metadata.route(self.image), find_coordinator.route(self.image),
             produce.route(self), fetch.route(self),
-            list_offsets.route(self), init_producer_id.route(self._allocate_producer_id)])), host="127.0.0.1")
-        port = await self.server.start()
-        # One process, one port: every actor of this cluster is this one node.
-        apply(self.metadata.handle_register_node(CONTROLLER_NAME, "127.0.0.1", port)[0])
-        for name, count in self.topics.items():
-            for p in range(count):
-                records, node = self.metadata.handle_register_node(replica_actor_name(name, p, 0), "127.0.0.1",
-                                                                   port, "0")
-                apply(records)
-        # Every actor shares the port, so every node id must be the one node: Kafka
-        # clients key connections by node id, and ids mapping to one address are fine.
+            list_offsets.route(self), init_producer_id.route(self._allocate_producer_id),
+            group_admin.list_groups_route(self.coordinator.list_groups),
+            *group_admin.coordinator_routes(self.coordinator), *group_offsets.routes(self.coordinator),
+            *group_membership.routes(self.coordinator)]))
+        # One server (port) per actor, as in a cluster, all answering from one table:
+        # librdkafka 2.0 mixes up node ids that share an address.
+        actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), None)] + [
+            (replica_actor_name(name, p, 0), "0") for name, count in self.topics.items() for p in range(count)]
+        self.servers = []
+        for actor, rack in actors:
+            server = ProtocolServer(dispatcher, host="127.0.0.1")
+            port = await server.start()
+            self.servers.append(server)
+            apply(self.metadata.handle_register_node(actor, "127.0.0.1", port, rack)[0])
         self._image = build_image(self.metadata, version=1)
-        return port
+        return self.servers[0].port
+
+    async def _stop(self) -> None:
+        self._ticker.cancel()
+        await asyncio.gather(self._ticker, return_exceptions=True)
+        for server in self.servers:
+            await server.stop()
+
+    async def _partitions_per_topic(self, topics) -> dict[str, int]:
+        return {t: len(self.metadata.topics[t].partitions) for t in topics if t in self.metadata.topics}
 
     async def _allocate_producer_id(self) -> int:
         records, producer_id = self.metadata.handle_allocate_producer_id()
