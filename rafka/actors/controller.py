@@ -40,7 +40,7 @@ import ray
 from rafka.actors.serving import NodeServing
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
-from rafka.protocol.handlers import init_producer_id
+from rafka.protocol.handlers import init_producer_id, topic_admin
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.errors import TopicDeletionInProgress
 from rafka.core.metadata import ClusterMetadata, PartitionState
@@ -95,7 +95,8 @@ class ControllerActor:
         self._replacer: asyncio.Task | None = None
         self._deleting: set[str] = set()   # topics whose replicas are being torn down
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2).
-        self.serving = NodeServing(CONTROLLER_NAME, lambda _: [init_producer_id.route(self.allocate_producer_id)],
+        self.serving = NodeServing(CONTROLLER_NAME, lambda _: [init_producer_id.route(self.allocate_producer_id),
+                                                               *topic_admin.routes(self)],
                                    listener_port=listener_port, image_source=self.cluster_image)
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
         # the watch loop, so a restarted controller watches leaders again at once. The
@@ -174,12 +175,15 @@ class ControllerActor:
     # --- topics -------------------------------------------------------------------
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           config: dict | None = None) -> dict:
+                           config: dict | None = None, validate_only: bool = False) -> dict:
+        """`validate_only`: every check a creation makes, nothing created."""
         if name in self._deleting:
             raise TopicDeletionInProgress(f"Topic '{name}' is being deleted: try again when it is gone.")
         async with self._lock:
             records, topic = self.metadata.handle_create_topic(
                 name, partitions, replication_factor, config, live_broker_ids())
+            if validate_only:
+                return {"name": name, "topic_id": None}
             self._commit(records)
             self._starting.update((name, p) for p in range(partitions))
         try:
@@ -297,12 +301,14 @@ class ControllerActor:
         if group is not None:
             remove_placement_group(group)
 
-    async def add_partitions(self, name: str, count: int) -> dict:
+    async def add_partitions(self, name: str, count: int, validate_only: bool = False) -> dict:
         """kafka-topics.sh --alter --partitions: the new partitions are assigned to
         live brokers and started as at creation."""
         async with self._lock:
             before = len(self.metadata.topic(name).partitions)
             records, _ = self.metadata.handle_add_partitions(name, count, live_broker_ids())
+            if validate_only:
+                return {"name": name}
             self._commit(records)
             self._starting.update((name, p) for p in range(before, count))
         try:

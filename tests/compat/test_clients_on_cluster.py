@@ -247,3 +247,28 @@ def test_confluent_admin__lists_describes_and_deletes_groups_as_rafka_sees_them(
     member_commit.close()
     admin.delete_consumer_groups(["described-on-wire"])["described-on-wire"].result(30)
     assert cluster.admin().list_consumer_group_offsets("described-on-wire") == {}
+
+
+def test_confluent_admin__creates_and_deletes_topics_and_lists_offsets(cluster, bootstrap):
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = admin.create_topics([NewTopic("made-on-wire", num_partitions=2, replication_factor=3,
+                                            config={"min.insync.replicas": "2"})], request_timeout=120)
+    created["made-on-wire"].result(120)
+    described = cluster.admin().describe_topics(["made-on-wire"])["made-on-wire"]
+    assert len(described["partitions"]) == 2 and described["config"]["min.insync.replicas"] in ("2", 2)
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+        admin.create_topics([NewTopic("made-on-wire", num_partitions=1, replication_factor=1)])[
+            "made-on-wire"].result(60)
+    wait_until(lambda: wire_ready(cluster, "made-on-wire"), timeout_s=60, what="leaders serve the protocol")
+    with cluster.producer(acks="all") as producer:
+        for i in range(7):
+            producer.send("made-on-wire", value=b"x", partition=0)
+        producer.flush()
+    listed = admin.list_offsets({CTopicPartition("made-on-wire", 0): OffsetSpec.latest(),
+                                 CTopicPartition("made-on-wire", 1): OffsetSpec.earliest()})
+    offsets = {tp.partition: future.result(60).offset for tp, future in listed.items()}
+    assert offsets == {0: 7, 1: 0}
+    admin.delete_topics(["made-on-wire"], request_timeout=120)["made-on-wire"].result(120)
+    assert "made-on-wire" not in cluster.admin().list_topics()

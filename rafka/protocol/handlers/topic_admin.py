@@ -1,0 +1,147 @@
+"""CreateTopics v2-7, DeleteTopics v1-6 and CreatePartitions v0-3, on the
+controller node (Kafka's admin clients send them to the controller Metadata names).
+
+What Kafka answers (ControllerApis / ReplicationControlManager), and what these
+handlers do the same way:
+  * per topic, its own error code and message: TOPIC_ALREADY_EXISTS,
+    INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
+    INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION (delete, create partitions);
+    the other topics of the request go on.
+  * num_partitions / replication_factor -1: the broker defaults (Kafka's
+    num.partitions and default.replication.factor, both 1).
+  * manual replica assignments are not taken: INVALID_REPLICA_ASSIGNMENT (rafka
+    assigns replicas to brokers itself, Kafka's rack-unaware way).
+  * validate_only: checked as a creation would be, nothing created.
+  * a creation that does not finish within the request's timeout answers
+    REQUEST_TIMED_OUT and goes on (Kafka's answer; the topic appears later).
+  * DeleteTopics by topic id (v6): the id is looked up in the image;
+    UNKNOWN_TOPIC_ID when no topic has it.
+Caller: the controller actor's table, through `routes(admin)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+from typing import Protocol
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from rafka.core.cluster_image import ClusterImage
+from rafka.core.errors import InvalidReplicaAssignment, RequestTimedOut
+from rafka.core.metadata import id_as_uuid
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+from rafka.protocol.handlers.partitions import error_code_of
+
+CREATE_KEY, DELETE_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
+DEFAULT_NUM_PARTITIONS = 1          # Kafka's num.partitions
+DEFAULT_REPLICATION_FACTOR = 1      # Kafka's default.replication.factor
+ZERO_UUID = uuid.UUID(int=0)
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+class TopicAdmin(Protocol):
+    """The controller's calls."""
+
+    def cluster_image(self) -> ClusterImage: ...
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           config: dict | None = ..., validate_only: bool = ...) -> dict: ...
+
+    async def delete_topic(self, name: str) -> None: ...
+
+    async def add_partitions(self, name: str, count: int, validate_only: bool = ...) -> dict: ...
+
+
+async def _within(coroutine, timeout_ms: int):
+    """Run to the end in any case; wait for it at most `timeout_ms` (then
+    REQUEST_TIMED_OUT, the work goes on)."""
+    task = asyncio.ensure_future(coroutine)
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), max(timeout_ms, 1) / 1000)
+    except asyncio.TimeoutError:
+        raise RequestTimedOut(f"not finished within {timeout_ms} ms; it goes on") from None
+
+
+def _failure(error: Exception) -> tuple[ErrorCode, str]:
+    return error_code_of(error), str(getattr(error, "message", error))
+
+
+def routes(admin: TopicAdmin) -> list[Route]:
+    async def create(request, context: RequestContext):
+        response_type = load_response_schema(CREATE_KEY, context.api_version)
+        module = module_of(response_type)
+        timeout_ms = int(request.timeout.total_seconds() * 1000)
+
+        async def one(topic):
+            code, message, described = ErrorCode.none, None, None
+            partitions = DEFAULT_NUM_PARTITIONS if topic.num_partitions == -1 else int(topic.num_partitions)
+            factor = DEFAULT_REPLICATION_FACTOR if topic.replication_factor == -1 else int(topic.replication_factor)
+            try:
+                if topic.assignments:
+                    raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
+                                                   "replicas to brokers")
+                config = {c.name: c.value for c in topic.configs}
+                described = await _within(admin.create_topic(topic.name, partitions, factor, config,
+                                                             validate_only=bool(request.validate_only)), timeout_ms)
+            except Exception as error:
+                code, message = _failure(error)
+            ok = code == ErrorCode.none
+            topic_id = id_as_uuid(described["topic_id"]) if described and described.get("topic_id") else ZERO_UUID
+            return make(module.CreatableTopicResult, name=topic.name, topic_id=topic_id, error_code=code,
+                        error_message=message, topic_config_error_code=i16(0),
+                        num_partitions=i32(partitions if ok else -1), replication_factor=i16(factor if ok else -1),
+                        configs=None)
+        results = await asyncio.gather(*(one(t) for t in request.topics))
+        return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(results))
+
+    async def delete(request, context: RequestContext):
+        response_type = load_response_schema(DELETE_KEY, context.api_version)
+        module = module_of(response_type)
+        timeout_ms = int(request.timeout.total_seconds() * 1000)
+        if context.api_version >= 6:
+            wanted = [(t.name, t.topic_id) for t in request.topics]
+        else:
+            wanted = [(name, None) for name in request.topic_names]
+
+        async def one(name, topic_id):
+            code, message = ErrorCode.none, None
+            if name is None and topic_id not in (None, ZERO_UUID):
+                found = admin.cluster_image().topic_by_id(topic_id)
+                if found is None:
+                    return make(module.DeletableTopicResult, name=None, topic_id=topic_id,
+                                error_code=ErrorCode.unknown_topic_id, error_message="no topic has this id")
+                name = found.name
+            try:
+                await _within(admin.delete_topic(name), timeout_ms)
+            except Exception as error:
+                code, message = _failure(error)
+            return make(module.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID, error_code=code,
+                        error_message=message)
+        results = await asyncio.gather(*(one(n, i) for n, i in wanted))
+        return make(response_type, throttle_time=_NO_THROTTLE, responses=tuple(results))
+
+    async def create_partitions(request, context: RequestContext):
+        response_type = load_response_schema(CREATE_PARTITIONS_KEY, context.api_version)
+        module = module_of(response_type)
+        timeout_ms = int(request.timeout.total_seconds() * 1000)
+
+        async def one(topic):
+            code, message = ErrorCode.none, None
+            try:
+                if topic.assignments:
+                    raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
+                                                   "replicas to brokers")
+                await _within(admin.add_partitions(topic.name, int(topic.count),
+                                                   validate_only=bool(request.validate_only)), timeout_ms)
+            except Exception as error:
+                code, message = _failure(error)
+            return make(module.CreatePartitionsTopicResult, name=topic.name, error_code=code, error_message=message)
+        results = await asyncio.gather(*(one(t) for t in request.topics))
+        return make(response_type, throttle_time=_NO_THROTTLE, results=tuple(results))
+    return [Route(CREATE_KEY, 2, 7, create), Route(DELETE_KEY, 1, 6, delete),
+            Route(CREATE_PARTITIONS_KEY, 0, 3, create_partitions)]

@@ -1,0 +1,125 @@
+"""CreateTopics, DeleteTopics and CreatePartitions on the wire, over a stand-in
+controller that decides with the real ClusterMetadata handlers."""
+
+import asyncio
+import datetime
+import random
+
+import pytest
+from kio.schema.create_partitions.v3 import request as partitions_v3
+from kio.schema.create_topics.v7 import request as create_v7
+from kio.schema.delete_topics.v6 import request as delete_v6
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from rafka.core.cluster_image import build_image
+from rafka.core.metadata import ClusterMetadata, id_as_uuid
+from rafka.protocol.dispatch import DispatchTable, Dispatcher
+from rafka.protocol.handlers import api_versions, topic_admin
+from tests.core.test_protocol_dispatch import read_response, request_frame
+
+pytestmark = pytest.mark.core
+TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=5))
+
+
+class StandInController:
+    def __init__(self):
+        self.metadata = ClusterMetadata()
+        self._apply(self.metadata.handle_start())
+
+    def _apply(self, records):
+        for record in records:
+            self.metadata.replay(record)
+
+    def cluster_image(self):
+        return build_image(self.metadata, version=1)
+
+    async def create_topic(self, name, partitions, replication_factor, config=None, validate_only=False):
+        records, topic = self.metadata.handle_create_topic(name, partitions, replication_factor, config, [0, 1, 2],
+                                                           rng=random.Random(0))
+        if validate_only:
+            return {"name": name, "topic_id": None}
+        self._apply(records)
+        return {"name": name, "topic_id": topic.topic_id}
+
+    async def delete_topic(self, name):
+        self.metadata.topic(name)
+        self._apply(self.metadata.handle_delete_topic(name))
+
+    async def add_partitions(self, name, count, validate_only=False):
+        records, _ = self.metadata.handle_add_partitions(name, count, [0, 1, 2], rng=random.Random(0))
+        if not validate_only:
+            self._apply(records)
+        return {"name": name}
+
+
+def ask(controller, api_key, version, request):
+    dispatcher = Dispatcher(DispatchTable([api_versions.ROUTE, *topic_admin.routes(controller)]))
+    frame = asyncio.run(dispatcher.dispatch(request_frame(api_key, version, request)))
+    return read_response(frame, api_key, version)[1]
+
+
+def creatable(name, partitions=2, factor=3, *, configs=(), assignments=()):
+    return create_v7.CreatableTopic(name=name, num_partitions=i32(partitions), replication_factor=i16(factor),
+                                    assignments=assignments, configs=tuple(
+                                        create_v7.CreatableTopicConfig(name=k, value=v) for k, v in configs))
+
+
+def test_create_topics__each_topic_its_own_answer(tmp_path):
+    controller = StandInController()
+    answer = ask(controller, 19, 7, create_v7.CreateTopicsRequest(topics=(
+        creatable("good"), creatable("good"), creatable("bad name!"), creatable("too-wide", factor=4),
+        creatable("defaults", partitions=-1, factor=-1),
+        creatable("bad-config", configs=[("retention.ms", "soon")]),
+        creatable("placed", assignments=(create_v7.CreatableReplicaAssignment(partition_index=i32(0),
+                                                                              broker_ids=(i32(0),)),))),
+        timeout=TIMEOUT, validate_only=False))
+    codes = [(t.name, t.error_code) for t in answer.topics]
+    assert codes == [("good", ErrorCode.none), ("good", ErrorCode.topic_already_exists),
+                     ("bad name!", ErrorCode.invalid_topic_exception),
+                     ("too-wide", ErrorCode.invalid_replication_factor), ("defaults", ErrorCode.none),
+                     ("bad-config", ErrorCode.invalid_config), ("placed", ErrorCode.invalid_replica_assignment)]
+    good = answer.topics[0]
+    assert (good.num_partitions, good.replication_factor) == (2, 3)
+    assert good.topic_id == id_as_uuid(controller.metadata.topic("good").topic_id)
+    assert len(controller.metadata.topic("defaults").partitions) == 1
+    assert set(controller.metadata.topics) == {"good", "defaults"}
+    assert answer.topics[2].error_message
+
+
+def test_create_topics__validate_only_creates_nothing():
+    controller = StandInController()
+    answer = ask(controller, 19, 7, create_v7.CreateTopicsRequest(topics=(creatable("checked"),), timeout=TIMEOUT,
+                                                                  validate_only=True))
+    assert answer.topics[0].error_code == ErrorCode.none and controller.metadata.topics == {}
+
+
+def test_delete_topics__by_name_and_by_id():
+    controller = StandInController()
+    asyncio.run(controller.create_topic("by-name", 1, 1))
+    asyncio.run(controller.create_topic("by-id", 1, 1))
+    topic_id = id_as_uuid(controller.metadata.topic("by-id").topic_id)
+    import uuid
+    answer = ask(controller, 20, 6, delete_v6.DeleteTopicsRequest(topics=(
+        delete_v6.DeleteTopicState(name="by-name", topic_id=uuid.UUID(int=0)),
+        delete_v6.DeleteTopicState(name=None, topic_id=topic_id),
+        delete_v6.DeleteTopicState(name="missing", topic_id=uuid.UUID(int=0)),
+        delete_v6.DeleteTopicState(name=None, topic_id=uuid.uuid4())), timeout=TIMEOUT))
+    assert [(r.name, r.error_code) for r in answer.responses] == [
+        ("by-name", ErrorCode.none), ("by-id", ErrorCode.none), ("missing", ErrorCode.unknown_topic_or_partition),
+        (None, ErrorCode.unknown_topic_id)]
+    assert controller.metadata.topics == {}
+
+
+def test_create_partitions__grows_only():
+    controller = StandInController()
+    asyncio.run(controller.create_topic("growing", 1, 1))
+    answer = ask(controller, 37, 3, partitions_v3.CreatePartitionsRequest(topics=(
+        partitions_v3.CreatePartitionsTopic(name="growing", count=i32(3), assignments=None),
+        partitions_v3.CreatePartitionsTopic(name="growing", count=i32(2), assignments=None),
+        partitions_v3.CreatePartitionsTopic(name="missing", count=i32(2), assignments=None)),
+        timeout=TIMEOUT, validate_only=False))
+    assert [(r.name, r.error_code) for r in answer.results] == [
+        ("growing", ErrorCode.none), ("growing", ErrorCode.invalid_partitions),
+        ("missing", ErrorCode.unknown_topic_or_partition)]
+    assert len(controller.metadata.topic("growing").partitions) == 3
