@@ -46,7 +46,7 @@ from rafka.core.errors import (InconsistentBrokerId, KafkaError, NotLeaderOrFoll
                                RequestTimedOut)
 from rafka.core.records import iter_batches
 from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
-from rafka.protocol.handlers import fetch, init_producer_id, list_offsets, produce
+from rafka.protocol.handlers import fetch, init_producer_id, list_offsets, offset_for_leader_epoch, produce
 
 NAMESPACE = "rafka"
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
@@ -120,7 +120,7 @@ class ReplicaActor:
 
     def _protocol_routes(self, serving: NodeServing) -> list:
         return [produce.route(self), fetch.route(self), list_offsets.route(self),
-                init_producer_id.route(self._allocate_producer_id)]
+                offset_for_leader_epoch.route(self), init_producer_id.route(self._allocate_producer_id)]
 
     def image(self):
         """PartitionHost: the newest cluster image pushed here."""
@@ -312,7 +312,7 @@ class ReplicaActor:
     async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
         return self._usable().list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
 
-    async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int) -> tuple[int, int]:
+    async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int | None) -> tuple[int, int]:
         return self._usable().end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
 
     async def _keep_isr(self) -> None:

@@ -254,9 +254,10 @@ class PartitionReplica:
         return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,
                            self.log.log_end_offset, self.leader_epoch)
 
-    def end_offset_for_epoch(self, *, requested_epoch: int, leader_epoch: int) -> tuple[int, int]:
-        """OffsetsForLeaderEpoch, answered by the leader (KIP-101)."""
-        self._require_leader(leader_epoch)
+    def end_offset_for_epoch(self, *, requested_epoch: int, leader_epoch: int | None) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch, answered by the leader (KIP-101); leader_epoch None:
+        a client that does not know the current epoch (no fencing)."""
+        self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
         return self.log.end_offset_for_epoch(requested_epoch)
 
     def lagging_isr_members(self) -> set[int]:

@@ -27,7 +27,8 @@ from rafka.core.offset_store import OffsetStore
 from rafka.core.replica import ACKS_ALL, PartitionReplica
 from rafka.protocol.dispatch import DispatchTable, Dispatcher
 from rafka.protocol.handlers import (api_versions, fetch, find_coordinator, group_admin, group_membership,
-                                     group_offsets, init_producer_id, list_offsets, metadata, produce)
+                                     group_offsets, init_producer_id, list_offsets, metadata,
+                                     offset_for_leader_epoch, produce)
 from rafka.protocol.server import ProtocolServer
 
 
@@ -59,6 +60,9 @@ class LocalEndpoint:
 
     async def list_offset(self, timestamp_ms: int, leader_epoch=None):
         return self.replica.list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
+
+    async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch=None):
+        return self.replica.end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
 
 
 class LocalCoordinator:
@@ -160,6 +164,7 @@ class ProtocolNode:
             api_versions.ROUTE, metadata.route(self.image), find_coordinator.route(self.image),
             produce.route(self), fetch.route(self),
             list_offsets.route(self), init_producer_id.route(self._allocate_producer_id),
+            offset_for_leader_epoch.route(self),
             group_admin.list_groups_route(self.coordinator.list_groups),
             *group_admin.coordinator_routes(self.coordinator), *group_offsets.routes(self.coordinator),
             *group_membership.routes(self.coordinator)]))

@@ -209,3 +209,22 @@ def test_list_offsets__earliest_latest_and_by_timestamp(node):
     assert answer(at) == (ErrorCode.none, 1, 1_001)
     assert answer(after) == (ErrorCode.none, -1, -1)
     assert answer(max_timestamp)[0] == ErrorCode.invalid_request
+
+
+def test_offset_for_leader_epoch__end_of_each_epoch_and_fencing(node):
+    from kio.schema.offset_for_leader_epoch.v4 import request as epoch_v4
+    replica = node.endpoints[("orders", 0)].replica
+    exchange(node, produce_request(batch(b"a", b"b")))                  # epoch 0: offsets 0-1
+    replica.become_leader(leader_epoch=2, replicas=[0], isr=[0], partition_epoch=1)
+    exchange(node, produce_request(batch(b"c")))                        # epoch 2: offset 2
+
+    def ask(requested, current=-1):
+        (answer,) = exchange(node, epoch_v4.OffsetForLeaderEpochRequest(replica_id=i32(-1), topics=(
+            epoch_v4.OffsetForLeaderTopic(topic="orders", partitions=(epoch_v4.OffsetForLeaderPartition(
+                partition=i32(0), current_leader_epoch=i32(current), leader_epoch=i32(requested)),)),)))
+        (result,) = answer.topics[0].partitions
+        return result.error_code, result.leader_epoch, result.end_offset
+    assert ask(0) == (ErrorCode.none, 0, 2)
+    assert ask(1) == (ErrorCode.none, 0, 2)      # no epoch 1: the largest below it, ended where 2 began
+    assert ask(2, current=2) == (ErrorCode.none, 2, 3)
+    assert ask(2, current=0)[0] == ErrorCode.fenced_leader_epoch

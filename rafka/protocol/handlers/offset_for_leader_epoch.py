@@ -1,0 +1,52 @@
+"""OffsetForLeaderEpoch v2-4: the end offset of a leader epoch, from the leader
+(KIP-101 for followers, KIP-320 for consumers validating their position after a
+leader change).
+
+What Kafka answers (KafkaApis.handleOffsetForLeaderEpochRequest, Partition
+.lastOffsetForLeaderEpoch), and what this handler does the same way:
+  * (the largest epoch <= the requested one, the start offset of the next epoch
+    or the LEO); an epoch below every epoch in the log: (-1, -1) (UNDEFINED).
+  * current_leader_epoch as in Fetch: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH,
+    -1 skips the check; a partition not led here: NOT_LEADER_OR_FOLLOWER.
+  * replica_id (v3+) changes nothing here: rafka's followers ask over Ray calls
+    (issue 15 moves them).
+Caller: the replica actor's table, through `route(host)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.index import load_response_schema
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+from rafka.protocol.handlers.partitions import PartitionHost, leader_epoch_or_none, on_partition
+
+API_KEY = 23
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def route(host: PartitionHost) -> Route:
+    async def handle(request, context: RequestContext):
+        response_type = load_response_schema(API_KEY, context.api_version)
+        module = module_of(response_type)
+
+        async def one(topic: str, wanted):
+            epoch = leader_epoch_or_none(int(wanted.current_leader_epoch))
+            return await on_partition(host, topic, int(wanted.partition), lambda endpoint: endpoint.end_offset_for_epoch(
+                int(wanted.leader_epoch), epoch))
+        work = [(t.topic, p) for t in request.topics for p in t.partitions]
+        results = await asyncio.gather(*(one(topic, p) for topic, p in work))
+        by_topic: dict[str, list] = {}
+        for (topic, wanted), (code, found) in zip(work, results):
+            epoch, end_offset = found if found else (-1, -1)
+            by_topic.setdefault(topic, []).append(make(module.EpochEndOffset, error_code=code,
+                                                       partition=i32(wanted.partition), leader_epoch=i32(epoch),
+                                                       end_offset=i64(end_offset)))
+        return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(
+            make(module.OffsetForLeaderTopicResult, topic=topic, partitions=tuple(partitions))
+            for topic, partitions in by_topic.items()))
+    return Route(API_KEY, 2, 4, handle)
