@@ -23,7 +23,7 @@ import ray
 
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.protocol.dispatch import DispatchTable, Dispatcher, Route
-from rafka.protocol.handlers import api_versions, find_coordinator, group_admin, metadata
+from rafka.protocol.handlers import api_versions, describe_configs, find_coordinator, group_admin, metadata
 from rafka.protocol.server import ProtocolServer
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,8 @@ class NodeServing:
         if self.server is None:
             table = DispatchTable([api_versions.ROUTE, metadata.route(self.current_image),
                                    find_coordinator.route(self.current_image),
-                                   group_admin.list_groups_route(self._list_groups), *self._routes(self)])
+                                   group_admin.list_groups_route(self._list_groups),
+                                   describe_configs.route(self.current_image), *self._routes(self)])
             server = ProtocolServer(Dispatcher(table), host="0.0.0.0", port=self.listener_port)
             await server.start()
             self.host = ray.util.get_node_ip_address()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name,
                                     replica_actor_name)
@@ -48,6 +49,7 @@ class TopicImage:
     topic_id: uuid.UUID
     is_internal: bool
     partitions: tuple[PartitionImage, ...]
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)   # the topic's overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +95,8 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
                 isr_nodes=tuple(by_replica[r] for r in state.isr if by_replica.get(r, NO_LEADER) >= 0),
                 offline_nodes=(), leader_replica=state.leader if leader_node >= 0 else NO_LEADER))
         topics[name] = TopicImage(name=name, topic_id=id_as_uuid(topic.topic_id),
-                                  is_internal=name == OFFSETS_TOPIC, partitions=tuple(partitions))
+                                  is_internal=name == OFFSETS_TOPIC, partitions=tuple(partitions),
+                                  config=dict(topic.config))
     offsets = metadata.topics.get(OFFSETS_TOPIC)
     coordinators = tuple(node_id(coordinator_actor_name(p))
                          for p in range(len(offsets.partitions) if offsets else 0))

@@ -194,3 +194,16 @@ def test_kcat__consumes_in_a_group(node):
                            "-e", "-q", "-f", "%p %o %s\n", "orders"], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode() == "0 0 a\n0 1 b\n"
+
+
+def test_confluent_admin__describes_a_topics_configs_with_their_sources(node):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "orders")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["min.insync.replicas"].value == "1" and not configs["min.insync.replicas"].is_default
+    assert configs["retention.ms"].value == "604800000" and configs["retention.ms"].is_default
+    assert configs["unclean.leader.election.enable"].value == "false"
+    missing = ConfigResource(ConfigResource.Type.TOPIC, "nope")
+    with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PART"):
+        admin.describe_configs([missing])[missing].result(30)

@@ -26,7 +26,7 @@ from rafka.core.metadata import ClusterMetadata
 from rafka.core.offset_store import OffsetStore
 from rafka.core.replica import ACKS_ALL, PartitionReplica
 from rafka.protocol.dispatch import DispatchTable, Dispatcher
-from rafka.protocol.handlers import (api_versions, fetch, find_coordinator, group_admin, group_membership,
+from rafka.protocol.handlers import (api_versions, describe_configs, fetch, find_coordinator, group_admin, group_membership,
                                      group_offsets, init_producer_id, list_offsets, metadata,
                                      offset_for_leader_epoch, produce)
 from rafka.protocol.server import ProtocolServer
@@ -164,7 +164,7 @@ class ProtocolNode:
             api_versions.ROUTE, metadata.route(self.image), find_coordinator.route(self.image),
             produce.route(self), fetch.route(self),
             list_offsets.route(self), init_producer_id.route(self._allocate_producer_id),
-            offset_for_leader_epoch.route(self),
+            offset_for_leader_epoch.route(self), describe_configs.route(self.image),
             group_admin.list_groups_route(self.coordinator.list_groups),
             *group_admin.coordinator_routes(self.coordinator), *group_offsets.routes(self.coordinator),
             *group_membership.routes(self.coordinator)]))

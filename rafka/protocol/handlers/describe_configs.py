@@ -1,0 +1,81 @@
+"""DescribeConfigs v1-4, on every node (admin clients send topic resources to any
+node), answered from the node's image.
+
+What Kafka answers (KafkaApis.handleDescribeConfigsRequest, ConfigHelper), and
+what this handler does the same way:
+  * a topic: every topic config rafka knows (core.config: Kafka's names and
+    defaults), or only configuration_keys when given; an override is
+    DYNAMIC_TOPIC_CONFIG (source 1), the rest DEFAULT_CONFIG (5); values as
+    Kafka's strings ("true", "604800000"); nothing is sensitive or read-only.
+    An unknown topic: UNKNOWN_TOPIC_OR_PARTITION.
+  * a broker (type 4): no configs, no error (rafka's brokers have no dynamic
+    configs to show). Any other resource type: INVALID_REQUEST.
+  * synonyms are not listed; documentation is null.
+Caller: actors.serving (every node's table), through `route(current_image)`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32Timedelta
+
+from rafka.core.cluster_image import ClusterImage
+from rafka.core.config import TOPIC_CONFIG_DEFS
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import make, module_of
+
+API_KEY = 32
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+# Kafka's ConfigDef types (DescribeConfigsResponse.ConfigType)
+BOOLEAN, STRING, INT, LONG = 1, 2, 3, 5
+INT_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
+               "min.insync.replicas"}
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def _kafka_string(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _config_type(name: str, default) -> int:
+    if isinstance(default, bool):
+        return BOOLEAN
+    if isinstance(default, int):
+        return INT if name in INT_CONFIGS else LONG
+    return STRING
+
+
+def route(current_image: Callable[[], ClusterImage]) -> Route:
+    async def handle(request, context: RequestContext):
+        response_type = load_response_schema(API_KEY, context.api_version)
+        module = module_of(response_type)
+        image = current_image()
+        results = []
+        for resource in request.resources:
+            configs, code, message = (), ErrorCode.none, None
+            if resource.resource_type == TOPIC_RESOURCE:
+                topic = image.topics.get(resource.resource_name)
+                if topic is None:
+                    code, message = ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} " \
+                                                                          f"does not exist."
+                else:
+                    wanted = resource.configuration_keys
+                    configs = tuple(make(
+                        module.DescribeConfigsResourceResult, name=name,
+                        value=_kafka_string(topic.config.get(name, definition.default)), read_only=False,
+                        config_source=i8(DYNAMIC_TOPIC_CONFIG if name in topic.config else DEFAULT_CONFIG),
+                        is_default=name not in topic.config, is_sensitive=False, synonyms=(),
+                        config_type=i8(_config_type(name, definition.default)), documentation=None)
+                        for name, definition in TOPIC_CONFIG_DEFS.items() if wanted is None or name in wanted)
+            elif resource.resource_type != BROKER_RESOURCE:
+                code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
+            results.append(make(module.DescribeConfigsResult, error_code=code, error_message=message,
+                                resource_type=resource.resource_type, resource_name=resource.resource_name,
+                                configs=configs))
+        return make(response_type, throttle_time=_NO_THROTTLE, results=tuple(results))
+    return Route(API_KEY, 1, 4, handle)
