@@ -240,6 +240,11 @@ class GroupCoordinatorActor:
         self._require_loaded(group)
         await self.shard.leave_group(group, member_id)
 
+    async def delete_offsets(self, group: str, partitions: list) -> dict:
+        """Kafka's OffsetDelete: {(topic, partition): None or its error}."""
+        self._require_loaded(group)
+        return await self.shard.delete_offsets(group, partitions)
+
     async def describe_group(self, group: str) -> dict:
         """State, generation, members (client, host, subscribed topics, assignment);
         Empty for a group known only by its offsets, Dead for an unknown one."""

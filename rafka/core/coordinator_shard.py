@@ -46,7 +46,8 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 
-from rafka.core.errors import CoordinatorNotAvailable, GroupIdNotFound, NonEmptyGroup, UnknownMemberId
+from rafka.core.errors import (CoordinatorNotAvailable, GroupIdNotFound, GroupSubscribedToTopic, NonEmptyGroup,
+                               UnknownMemberId)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore, Record
@@ -250,6 +251,30 @@ class CoordinatorShard:
             if state is not None:
                 records.append((GroupKey(group), None))
             await self._write(records)
+
+    async def delete_offsets(self, group: str, partitions: list) -> dict:
+        """Kafka's OffsetDelete: the committed offsets of `partitions`, except those of
+        topics a member of the group subscribes to (GROUP_SUBSCRIBED_TO_TOPIC, per
+        partition); GROUP_ID_NOT_FOUND for an unknown group. {(topic, partition):
+        None or its error}, once the tombstones are replicated."""
+        async with self.locks.hold(group):
+            state = self.groups.groups.get(group)
+            offsets = self.offsets.fetch(group)
+            if state is None and not offsets:
+                raise GroupIdNotFound(f"Group '{group}' does not exist.")
+            subscribed = {t for m in state.members.values() for t in m.topics} if state is not None else set()
+            answer: dict = {}
+            records: list[Record] = []
+            for topic, partition in (tuple(tp) for tp in partitions):
+                if topic in subscribed:
+                    answer[(topic, partition)] = GroupSubscribedToTopic(
+                        f"group {group} has members subscribed to {topic}")
+                    continue
+                answer[(topic, partition)] = None
+                if (topic, partition) in offsets:
+                    records.append((OffsetKey(group, topic, partition), None))
+            await self._write(records)
+        return answer
 
     # --- the ticker: member expiry and offsets retention --------------------------------
 

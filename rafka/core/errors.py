@@ -111,6 +111,8 @@ OffsetNotAvailable = _error("OffsetNotAvailable", 78, "OFFSET_NOT_AVAILABLE", Tr
                             "The offset is not available yet (e.g. above the HW after an election).")
 GroupMaxSizeReached = _error("GroupMaxSizeReached", 81, "GROUP_MAX_SIZE_REACHED", False,
                              "The group already has group.max.size members.")
+GroupSubscribedToTopic = _error("GroupSubscribedToTopic", 86, "GROUP_SUBSCRIBED_TO_TOPIC", False,
+                                "The group has members subscribed to the topic: its offsets stay.")
 InvalidRecord = _error("InvalidRecord", 87, "INVALID_RECORD", False,
                        "A record is not valid for this topic (e.g. no key on a compacted topic).")
 

@@ -207,3 +207,20 @@ def test_confluent_admin__describes_a_topics_configs_with_their_sources(node):
     missing = ConfigResource(ConfigResource.Type.TOPIC, "nope")
     with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PART"):
         admin.describe_configs([missing])[missing].result(30)
+
+
+def test_confluent_admin__alters_and_deletes_group_offsets_except_a_subscribed_topics(node):
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    partitions = [CTopicPartition("orders", 0, 3), CTopicPartition("orders", 1, 4)]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions("tidy", partitions)])["tidy"].result(30)
+    assert committed(node, "tidy") == {("orders", 0): 3, ("orders", 1): 4}
+    # confluent-kafka's AdminClient has no OffsetDelete; kafka-python's does
+    from kafka import KafkaAdminClient, TopicPartition as KTopicPartition
+    kafka_python_admin = KafkaAdminClient(bootstrap_servers=node.bootstrap)
+    deleted = kafka_python_admin.delete_group_offsets("tidy", [KTopicPartition("orders", 0)])
+    kafka_python_admin.close()
+    assert all(error is None or getattr(error, "errno", 0) == 0 for error in deleted.values()), deleted
+    assert committed(node, "tidy") == {("orders", 1): 4}

@@ -80,3 +80,22 @@ def test_join__what_rafka_cannot_coordinate_is_inconsistent_group_protocol(node,
     (joined,) = exchange(node, request_)
     assert joined.error_code == ErrorCode.inconsistent_group_protocol
     assert node.coordinator.shard.describe_group("wire-group")["state"] == "Dead"   # nothing joined
+
+
+def test_offset_delete__refused_for_a_subscribed_topic_and_an_unknown_group(node):
+    from kio.schema.offset_delete.v0 import request as delete_v0
+
+    def delete(group):
+        return delete_v0.OffsetDeleteRequest(group_id=group, topics=(delete_v0.OffsetDeleteRequestTopic(
+            name="orders", partitions=(delete_v0.OffsetDeleteRequestPartition(partition_index=i32(0)),)),))
+    (joined,) = exchange(node, join_request("range"))
+    exchange(node, SyncGroupRequest(group_id="wire-group", generation_id=i32(joined.generation_id),
+                                    member_id=joined.member_id, group_instance_id=None, protocol_type="consumer",
+                                    protocol_name="range", assignments=()))
+    asyncio.run_coroutine_threadsafe(node.coordinator.shard.commit_offsets(
+        "wire-group", {("orders", 0): (2, -1, "")}, joined.member_id, joined.generation_id), node._loop).result(10)
+    subscribed, unknown = exchange(node, delete("wire-group"), delete("no-such-group"))
+    assert subscribed.error_code == ErrorCode.none
+    assert subscribed.topics[0].partitions[0].error_code == ErrorCode.group_subscribed_to_topic
+    assert unknown.error_code == ErrorCode.group_id_not_found and unknown.topics == ()
+    assert node.coordinator.shard.fetch_offsets("wire-group")[("orders", 0)][0] == 2

@@ -1,4 +1,5 @@
-"""OffsetCommit v2-8 and OffsetFetch v1-8, on the group's coordinator node.
+"""OffsetCommit v2-8, OffsetFetch v1-8 and OffsetDelete v0, on the group's
+coordinator node.
 
 What Kafka answers (KafkaApis.handleOffsetCommitRequest / handleOffsetFetchRequest,
 GroupCoordinator), and what these handlers do the same way:
@@ -16,6 +17,9 @@ GroupCoordinator), and what these handlers do the same way:
   * OffsetFetch: topics null (v2+) means every committed partition of the group;
     a partition with no committed offset: offset -1, metadata "", no error.
     v8 batches groups (KIP-709), each answered on its own.
+  * OffsetDelete (KIP-496): GROUP_ID_NOT_FOUND for an unknown group (the
+    request's error); per partition GROUP_SUBSCRIBED_TO_TOPIC while a member
+    subscribes to its topic, else the offset is gone once replicated.
 Caller: the coordinator actor's table, through `routes(host)`.
 """
 
@@ -32,7 +36,7 @@ from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
 
-COMMIT_KEY, FETCH_KEY = 8, 9
+COMMIT_KEY, FETCH_KEY, DELETE_KEY = 8, 9, 47
 COMMIT_VERSIONS, FETCH_VERSIONS = (2, 8), (1, 8)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -42,6 +46,8 @@ class GroupCoordinatorEndpoint(Protocol):
                              generation: int = ...) -> dict: ...
 
     async def fetch_offsets(self, group: str, partitions: list | None = ...) -> dict: ...
+
+    async def delete_offsets(self, group: str, partitions: list) -> dict: ...
 
 
 class GroupHost(Protocol):
@@ -54,7 +60,10 @@ def routes(host: GroupHost) -> list[Route]:
 
     async def handle_fetch(request, context: RequestContext):
         return await fetch(host, request, context.api_version)
-    return [Route(COMMIT_KEY, *COMMIT_VERSIONS, handle_commit), Route(FETCH_KEY, *FETCH_VERSIONS, handle_fetch)]
+    async def handle_delete(request, context: RequestContext):
+        return await delete(host, request, context.api_version)
+    return [Route(COMMIT_KEY, *COMMIT_VERSIONS, handle_commit), Route(FETCH_KEY, *FETCH_VERSIONS, handle_fetch),
+            Route(DELETE_KEY, 0, 0, handle_delete)]
 
 
 async def _call(host: GroupHost, group_id: str, method: str, *args) -> tuple[ErrorCode, Any]:
@@ -119,3 +128,20 @@ async def fetch(host: GroupHost, request, version: int):
             make(module.OffsetFetchResponsePartition, partition_index=i32(p), committed_offset=i64(-1),
                  metadata="", error_code=code) for p in t.partition_indexes)) for t in request.topics or ())
     return make(response_type, throttle_time=_NO_THROTTLE, topics=topics, error_code=code)
+
+
+async def delete(host: GroupHost, request, version: int):
+    response_type = load_response_schema(DELETE_KEY, version)
+    module = module_of(response_type)
+    wanted = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+    code, per_partition = await _call(host, request.group_id, "delete_offsets", wanted)
+    topics = []
+    if code == ErrorCode.none:
+        by_topic: dict[str, list] = {}
+        for (topic, partition) in wanted:
+            error = per_partition.get((topic, partition))
+            by_topic.setdefault(topic, []).append(make(
+                module.OffsetDeleteResponsePartition, partition_index=i32(partition),
+                error_code=error_code_of(error) if error is not None else ErrorCode.none))
+        topics = [make(module.OffsetDeleteResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()]
+    return make(response_type, error_code=code, throttle_time=_NO_THROTTLE, topics=tuple(topics))
