@@ -45,6 +45,11 @@ class DeclaredSizeTooLarge(ValueError):
     """A count or size on the wire exceeds the bytes that remain (Kafka refuses it)."""
 
 
+class NullNotAllowed(ValueError):
+    """A null array where the schema does not allow one (Kafka's generated readers:
+    "non-nullable field ... was serialized as null"); kio would read it as None."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Step:
     kind: str                      # "primitive" | "primitive_array" | "entity" | "entity_array"
@@ -52,6 +57,8 @@ class _Step:
     reader: Callable[[Any, int], tuple[Any, int]] | None = None
     entity_type: type | None = None
     nullable_entity: bool = False
+    nullable_array: bool = False
+    name: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,13 +76,15 @@ def _step(entity_type: type, field: dataclasses.Field, *, is_tag: bool) -> _Step
                 entity_type, field, False, is_tag))
         case PrimitiveTupleField():
             return _Step("primitive_array", flexible, reader=get_reader(
-                get_schema_field_type(field), flexible, False))
+                get_schema_field_type(field), flexible, False), nullable_array=is_optional(field),
+                name=field.name)
         case EntityField(sub_type):
             # kio (as Kafka) writes a tagged struct without the KIP-893 null marker.
             return _Step("entity", flexible, entity_type=sub_type,
                          nullable_entity=is_optional(field) and not is_tag)
         case EntityTupleField(sub_type):
-            return _Step("entity_array", flexible, entity_type=sub_type)
+            return _Step("entity_array", flexible, entity_type=sub_type, nullable_array=is_optional(field),
+                         name=field.name)
     raise TypeError(f"unclassified field {field.name} of {entity_type.__name__}")
 
 
@@ -118,6 +127,8 @@ def _walk_step(step: _Step, buf: Any, offset: int, end: int) -> int:
     count, size = _array_count(step.flexible, buf, offset)
     offset += size
     if count is None:
+        if not step.nullable_array:
+            raise NullNotAllowed(f"non-nullable field {step.name} was serialized as null")
         return offset
     if count < 0:
         raise DeclaredSizeTooLarge(f"negative array length {count}")

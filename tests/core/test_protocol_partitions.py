@@ -17,6 +17,7 @@ from rafka.core.errors import NetworkException
 from rafka.core.records import RecordInput, encode_batch
 from rafka.protocol.connection import Connection
 from tests.core.protocol_node import ProtocolNode
+from tests.core.test_protocol_dispatch import request_frame
 
 pytestmark = pytest.mark.core
 
@@ -228,3 +229,17 @@ def test_offset_for_leader_epoch__end_of_each_epoch_and_fencing(node):
     assert ask(1) == (ErrorCode.none, 0, 2)      # no epoch 1: the largest below it, ended where 2 began
     assert ask(2, current=2) == (ErrorCode.none, 2, 3)
     assert ask(2, current=0)[0] == ErrorCode.fenced_leader_epoch
+
+
+def test_a_null_array_where_the_schema_forbids_one__the_connection_is_closed_and_nothing_written(node):
+    """Found by the fuzz test: kio reads a null compact array as None even where the
+    schema says non-nullable (Produce's topic_data); Kafka refuses such a body."""
+    from rafka.protocol.errors import MalformedRequestBody
+    empty = produce_v9.ProduceRequest(transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(
+        datetime.timedelta(seconds=5)), topic_data=())
+    frame = request_frame(0, 9, empty)
+    assert frame.endswith(b"\x01\x00")             # topic_data: compact length 0 + 1, then no tags
+    null_topic_data = frame[:-2] + b"\x00\x00"
+    with pytest.raises(MalformedRequestBody, match="non-nullable field topic_data"):
+        node.call(node.servers[0].dispatcher.dispatch(null_topic_data, connection_id="test"))
+    assert log_end(node) == 0

@@ -1,0 +1,124 @@
+"""Fuzz the whole table a node serves: mutated Produce, Fetch, ListOffsets,
+OffsetCommit, OffsetFetch, FindCoordinator and Metadata frames go through the
+in-process node's dispatcher. Whatever the bytes: no exception but a
+ProtocolError, bounded time, and no state change that no answer acknowledged
+(the log grows only when a Produce answer says NONE; committed offsets change
+only when an OffsetCommit answer says NONE)."""
+
+import datetime
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.list_offsets.v7 import request as list_v7
+from kio.schema.offset_commit.v8 import request as commit_v8
+from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
+from kio.schema.produce.v9 import request as produce_v9
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from rafka.core.records import RecordInput, encode_batch
+from rafka.protocol.errors import ProtocolError
+from tests.core.protocol_node import ProtocolNode
+from tests.core.test_protocol_dispatch import read_response, request_frame
+
+pytestmark = pytest.mark.core
+WORK_SECONDS_MAX = 2.0
+TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=1))
+
+
+def seeds():
+    batch = encode_batch([RecordInput(b"v", b"k", 1_000)])
+    produce = produce_v9.ProduceRequest(transactional_id=None, acks=i16(-1), timeout=TIMEOUT, topic_data=(
+        produce_v9.TopicProduceData(name="orders", partition_data=(
+            produce_v9.PartitionProduceData(index=i32(0), records=batch),)),))
+    fetch = fetch_v12.FetchRequest(
+        cluster_id=None, replica_id=i32(-1), max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(1),
+        max_bytes=i32(1 << 16), isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
+        topics=(fetch_v12.FetchTopic(topic="orders", partitions=(fetch_v12.FetchPartition(
+            partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0), last_fetched_epoch=i32(-1),
+            log_start_offset=i64(-1), partition_max_bytes=i32(1 << 16)),)),), forgotten_topics_data=(), rack_id="")
+    listing = list_v7.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(list_v7.ListOffsetsTopic(
+        name="orders", partitions=(list_v7.ListOffsetsPartition(partition_index=i32(0), current_leader_epoch=i32(-1),
+                                                                timestamp=i64(-1)),)),))
+    commit = commit_v8.OffsetCommitRequest(
+        group_id="fuzzed", generation_id_or_member_epoch=i32(-1), member_id="", group_instance_id=None,
+        topics=(commit_v8.OffsetCommitRequestTopic(name="orders", partitions=(commit_v8.OffsetCommitRequestPartition(
+            partition_index=i32(0), committed_offset=i64(0), committed_leader_epoch=i32(-1),
+            committed_metadata=""),)),))
+    offsets = offset_fetch_v8.OffsetFetchRequest(groups=(offset_fetch_v8.OffsetFetchRequestGroup(
+        group_id="fuzzed", topics=None),), require_stable=False)
+    find = FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("fuzzed",))
+    return [request_frame(0, 9, produce), request_frame(1, 12, fetch), request_frame(2, 7, listing),
+            request_frame(8, 8, commit), request_frame(9, 8, offsets), request_frame(10, 4, find)]
+
+
+SEEDS = seeds()
+
+
+@st.composite
+def mutated(draw) -> bytes:
+    data = bytearray(draw(st.sampled_from(SEEDS)))
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "huge_count"]))
+        at = draw(st.integers(0, len(data)))
+        if kind == "flip" and data:
+            data[min(at, len(data) - 1)] = draw(st.integers(0, 255))
+        elif kind == "truncate":
+            del data[at:]
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        elif kind == "delete":
+            del data[at:at + draw(st.integers(1, 4))]
+        else:
+            data[at:at] = draw(st.sampled_from([b"\xff\xff\xff\xff\x0f", b"\x7f\xff\xff\xff", b"\xff\xff\xff\x7f"]))
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    with ProtocolNode(tmp_path_factory.mktemp("fuzz"), {"orders": 1}) as node:
+        yield node
+
+
+def acknowledged(frame: bytes, response: bytes, api_key: int) -> bool:
+    """A Produce or OffsetCommit answer that reports success for some partition."""
+    try:
+        version = int.from_bytes(frame[2:4], "big", signed=True)
+        _, body = read_response(response, api_key, version)
+    except Exception:
+        return False
+    if api_key == 0:
+        return any(p.error_code == ErrorCode.none for t in body.responses for p in t.partition_responses)
+    return any(p.error_code == ErrorCode.none for t in body.topics for p in t.partitions)
+
+
+def state(node):
+    return (node.endpoints[("orders", 0)].replica.log.log_end_offset,
+            node.coordinator.shard.fetch_offsets("fuzzed"))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(frame=mutated())
+def test_fuzz__mutated_requests__protocol_errors_only__bounded__no_unacknowledged_change(node, frame):
+    dispatcher = node.servers[0].dispatcher
+    before = state(node)
+    started = time.perf_counter()
+    try:
+        response = node.call(dispatcher.dispatch(frame, connection_id="fuzz"))
+    except ProtocolError:
+        response = None
+    assert time.perf_counter() - started < WORK_SECONDS_MAX
+    api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+    if state(node) != before:
+        assert response is not None and api_key in (0, 8) and acknowledged(frame, response, api_key)
+
+
+def test_fuzz__seeds_are_answered(node):
+    dispatcher = node.servers[0].dispatcher
+    for seed in SEEDS:
+        assert node.call(dispatcher.dispatch(seed, connection_id="fuzz")) is not None
