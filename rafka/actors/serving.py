@@ -16,6 +16,7 @@ whose ping shows an older image version.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -44,6 +45,7 @@ class NodeServing:
         self.image: ClusterImage = EMPTY_IMAGE
         self.server: ProtocolServer | None = None
         self.host: str | None = None
+        self._starting: asyncio.Lock | None = None
 
     def current_image(self) -> ClusterImage:
         return self._image_source() if self._image_source is not None else self.image
@@ -60,6 +62,12 @@ class NodeServing:
         return self.host, self.server.port
 
     async def start(self) -> tuple[str, int]:
+        if self._starting is None:   # created on the actor's event loop, by its first call
+            self._starting = asyncio.Lock()
+        async with self._starting:   # two first calls at once start one server
+            return await self._start()
+
+    async def _start(self) -> tuple[str, int]:
         if self.server is None:
             table = DispatchTable([api_versions.ROUTE, metadata.route(self.current_image),
                                    find_coordinator.route(self.current_image),
