@@ -40,7 +40,6 @@ import ray
 from rafka.actors.serving import NodeServing
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
-from rafka.protocol.handlers import init_producer_id, topic_admin
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.errors import TopicDeletionInProgress
 from rafka.core.metadata import ClusterMetadata, PartitionState
@@ -95,8 +94,8 @@ class ControllerActor:
         self._replacer: asyncio.Task | None = None
         self._deleting: set[str] = set()   # topics whose replicas are being torn down
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2).
-        self.serving = NodeServing(CONTROLLER_NAME, lambda _: [init_producer_id.route(self.allocate_producer_id),
-                                                               *topic_admin.routes(self)],
+        self.serving = NodeServing(CONTROLLER_NAME, topic_admin_host=self,
+                                   allocate_producer_id=self.allocate_producer_id,
                                    listener_port=listener_port, image_source=self.cluster_image)
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
         # the watch loop, so a restarted controller watches leaders again at once. The

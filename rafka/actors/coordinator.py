@@ -45,7 +45,6 @@ from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
 from rafka.core.records import RecordInput, decode_batches, encode_batch
 from rafka.core.replica import ACKS_ALL
-from rafka.protocol.handlers import group_admin, group_membership, group_offsets
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +78,8 @@ class GroupCoordinatorActor:
         self._write_lock = asyncio.Lock()
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
-        self.serving = NodeServing(coordinator_actor_name(offsets_partition),
-                                   lambda _: [*group_offsets.routes(self), *group_admin.coordinator_routes(self),
-                                              *group_membership.routes(self)],
-                                   list_groups=self.list_groups)
+        self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
+                                   list_groups=self.list_groups, allocate_producer_id=self._allocate_producer_id)
         # Loading starts from a call to ourselves (an actor cannot start tasks in
         # __init__), retried: a restarting actor's call to itself from __init__ can fail
         # with ACTOR_UNAVAILABLE ("the actor is restarting"; seen with Ray 2.60, the
@@ -279,3 +276,6 @@ class GroupCoordinatorActor:
 
     async def update_image(self, image) -> None:
         self.serving.offer_image(image)
+
+    async def _allocate_producer_id(self) -> int:
+        return await ray.get_actor("controller", namespace=NAMESPACE).allocate_producer_id.remote()

@@ -46,7 +46,6 @@ from rafka.core.errors import (InconsistentBrokerId, KafkaError, NotLeaderOrFoll
                                RequestTimedOut)
 from rafka.core.records import iter_batches
 from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
-from rafka.protocol.handlers import fetch, init_producer_id, list_offsets, offset_for_leader_epoch, produce
 
 NAMESPACE = "rafka"
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
@@ -114,13 +113,10 @@ class ReplicaActor:
         self._compaction_lock = asyncio.Lock()   # one pass at a time (the timer, or a call to compact)
         self._role_lock = asyncio.Lock()
         self._stopped = False
-        self.serving = NodeServing(replica_actor_name(topic, partition, replica_id), self._protocol_routes)
+        self.serving = NodeServing(replica_actor_name(topic, partition, replica_id), partitions=self,
+                                   allocate_producer_id=self._allocate_producer_id)
 
     # --- the Kafka protocol -------------------------------------------------------
-
-    def _protocol_routes(self, serving: NodeServing) -> list:
-        return [produce.route(self), fetch.route(self), list_offsets.route(self),
-                offset_for_leader_epoch.route(self), init_producer_id.route(self._allocate_producer_id)]
 
     def image(self):
         """PartitionHost: the newest cluster image pushed here."""

@@ -8,8 +8,7 @@ Invariants:
   * `offer_image` keeps the newer image by version: pushes may cross;
   * `stop()` closes the listener and every connection (the actor is shut down).
 
-Callers: the replica and controller actors (the coordinator's group APIs come
-next). The controller learns each endpoint from the actor's ping answer and
+Callers: the replica, coordinator and controller actors. The controller learns each endpoint from the actor's ping answer and
 registers it (core.metadata.handle_register_node), then pushes images to actors
 whose ping shows an older image version.
 """
@@ -18,28 +17,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 
 import ray
 
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
-from rafka.protocol.dispatch import DispatchTable, Dispatcher, Route
-from rafka.protocol.handlers import api_versions, describe_configs, find_coordinator, group_admin, metadata
+from rafka.protocol.dispatch import Dispatcher
+from rafka.protocol.node_table import node_table
 from rafka.protocol.server import ProtocolServer
 
 logger = logging.getLogger(__name__)
 
 
 class NodeServing:
-    def __init__(self, name: str, routes: Callable[[NodeServing], Iterable[Route]], *,
-                 listener_port: int = 0, image_source: Callable[[], ClusterImage] | None = None,
-                 list_groups: Callable[[], Awaitable[list[dict]]] | None = None) -> None:
-        """`image_source`: where Metadata answers come from; by default the newest
-        image offered (the controller passes its own, always current).
-        `list_groups`: a coordinator's groups, for ListGroups (others list none)."""
+    def __init__(self, name: str, *, allocate_producer_id: Callable[[], Awaitable[int]], partitions=None,
+                 groups=None, topic_admin_host=None, list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
+                 listener_port: int = 0, image_source: Callable[[], ClusterImage] | None = None) -> None:
+        """The hosts are what this actor answers for (protocol.node_table): its
+        partition, its groups, topic administration; `image_source`: where
+        Metadata answers come from, by default the newest image offered (the
+        controller passes its own, always current)."""
         self.name = name
-        self._list_groups = list_groups
-        self._routes = routes
+        self._table_options = dict(allocate_producer_id=allocate_producer_id, partitions=partitions, groups=groups,
+                                   topic_admin_host=topic_admin_host, list_groups=list_groups)
         self._image_source = image_source
         self.listener_port = listener_port
         self.image: ClusterImage = EMPTY_IMAGE
@@ -69,10 +69,7 @@ class NodeServing:
 
     async def _start(self) -> tuple[str, int]:
         if self.server is None:
-            table = DispatchTable([api_versions.ROUTE, metadata.route(self.current_image),
-                                   find_coordinator.route(self.current_image),
-                                   group_admin.list_groups_route(self._list_groups),
-                                   describe_configs.route(self.current_image), *self._routes(self)])
+            table = node_table(image=self.current_image, **self._table_options)
             server = ProtocolServer(Dispatcher(table), host="0.0.0.0", port=self.listener_port)
             await server.start()
             self.host = ray.util.get_node_ip_address()

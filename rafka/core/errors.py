@@ -91,6 +91,8 @@ OutOfOrderSequence = _error("OutOfOrderSequence", 45, "OUT_OF_ORDER_SEQUENCE_NUM
                             "An idempotent producer's sequence number skipped ahead.")
 DuplicateSequence = _error("DuplicateSequence", 46, "DUPLICATE_SEQUENCE_NUMBER", False,
                            "An idempotent producer's batch was already written.")
+NotController = _error("NotController", 41, "NOT_CONTROLLER", True,
+                       "This node is not the controller.")
 InvalidRequest = _error("InvalidRequest", 42, "INVALID_REQUEST", False,
                         "The request is malformed or names a state that is not current.")
 InvalidProducerEpoch = _error("InvalidProducerEpoch", 47, "INVALID_PRODUCER_EPOCH", False,

@@ -25,10 +25,8 @@ from rafka.core.group_manager import GroupManager
 from rafka.core.metadata import ClusterMetadata
 from rafka.core.offset_store import OffsetStore
 from rafka.core.replica import ACKS_ALL, PartitionReplica
-from rafka.protocol.dispatch import DispatchTable, Dispatcher
-from rafka.protocol.handlers import (api_versions, describe_configs, fetch, find_coordinator, group_admin, group_membership,
-                                     group_offsets, init_producer_id, list_offsets, metadata,
-                                     offset_for_leader_epoch, produce)
+from rafka.protocol.dispatch import Dispatcher
+from rafka.protocol.node_table import node_table
 from rafka.protocol.server import ProtocolServer
 
 
@@ -160,14 +158,11 @@ class ProtocolNode:
         apply(self.metadata.handle_create_topic(OFFSETS_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
         self.coordinator = LocalCoordinator(self._partitions_per_topic)
         self._ticker = asyncio.get_running_loop().create_task(self.coordinator.tick_forever())
-        dispatcher = Dispatcher(DispatchTable([
-            api_versions.ROUTE, metadata.route(self.image), find_coordinator.route(self.image),
-            produce.route(self), fetch.route(self),
-            list_offsets.route(self), init_producer_id.route(self._allocate_producer_id),
-            offset_for_leader_epoch.route(self), describe_configs.route(self.image),
-            group_admin.list_groups_route(self.coordinator.list_groups),
-            *group_admin.coordinator_routes(self.coordinator), *group_offsets.routes(self.coordinator),
-            *group_membership.routes(self.coordinator)]))
+        # The one table every node serves; here one node hosts everything (and is
+        # not the controller: topic administration answers NOT_CONTROLLER).
+        dispatcher = Dispatcher(node_table(image=self.image, allocate_producer_id=self._allocate_producer_id,
+                                           partitions=self, groups=self.coordinator,
+                                           list_groups=self.coordinator.list_groups))
         # One server (port) per actor, as in a cluster, all answering from one table:
         # librdkafka 2.0 mixes up node ids that share an address.
         actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), None)] + [

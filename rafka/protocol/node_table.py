@@ -1,0 +1,62 @@
+"""The one dispatch table every node serves: every API rafka implements, on every
+node, as every Kafka broker advertises every API. A node answers for what it
+hosts and with Kafka's redirecting errors for the rest, so clients that take one
+node's ApiVersions for the whole cluster (kafka-python does) work:
+  * a partition not hosted here: NOT_LEADER_OR_FOLLOWER (UNKNOWN_TOPIC_OR_PARTITION
+    when the image does not know it);
+  * a group not coordinated here: NOT_COORDINATOR;
+  * topic administration anywhere but the controller: NOT_CONTROLLER (the client
+    sends it to Metadata's controller_id; Kafka's brokers forward it instead,
+    KIP-590, which rafka's nodes do not need to).
+Callers: actors.serving (each actor's node) and the tests' in-process node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from rafka.core.cluster_image import ClusterImage
+from rafka.core.errors import NotController
+from rafka.protocol.dispatch import DispatchTable
+from rafka.protocol.handlers import (api_versions, describe_configs, fetch, find_coordinator, group_admin,
+                                     group_membership, group_offsets, init_producer_id, list_offsets, metadata,
+                                     offset_for_leader_epoch, produce, topic_admin)
+
+
+class _NoPartitions:
+    def __init__(self, image: Callable[[], ClusterImage]) -> None:
+        self.image = image
+
+    def endpoint(self, topic: str, partition: int):
+        return None
+
+
+class _NoGroups:
+    def coordinator_for(self, group_id: str):
+        return None
+
+
+class _NotController:
+    def __init__(self, image: Callable[[], ClusterImage]) -> None:
+        self.cluster_image = image
+
+    async def _refuse(self, *args, **kwargs):
+        raise NotController("this node is not the controller: send topic administration to the "
+                            "controller Metadata names")
+    create_topic = delete_topic = add_partitions = _refuse
+
+
+def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Callable[[], Awaitable[int]],
+               partitions=None, groups=None, topic_admin_host=None,
+               list_groups: Callable[[], Awaitable[list[dict]]] | None = None) -> DispatchTable:
+    """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
+    a GroupHost with the coordinator's calls; `topic_admin_host`: the controller."""
+    partitions = partitions or _NoPartitions(image)
+    groups = groups or _NoGroups()
+    admin = topic_admin_host or _NotController(image)
+    return DispatchTable([
+        api_versions.ROUTE, metadata.route(image), find_coordinator.route(image), describe_configs.route(image),
+        produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
+        offset_for_leader_epoch.route(partitions), init_producer_id.route(allocate_producer_id),
+        group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
+        *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin)])
