@@ -17,23 +17,20 @@ command -v "$python_bin" >/dev/null 2>&1 || python_bin=python3
 
 log() { printf '[rafka setup] %s\n' "$*" >&2; }
 
-ensure_java() {
-    if command -v java >/dev/null 2>&1; then return; fi
-    log "java not found: installing a JDK (openjdk-17-jdk-headless)"
+apt_install() {   # apt_install PACKAGE COMMAND: COMMAND is missing on this (fresh) machine
+    log "$2 not found: installing $1 (apt-get)"
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$1" >/dev/null
 }
 
-ensure_kcat() {
-    # The compat tier drives rafka with kcat (librdkafka's CLI), from Debian.
-    if command -v kcat >/dev/null 2>&1; then return; fi
-    log "kcat not found: installing it (Debian package kcat)"
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq kcat >/dev/null
+ensure_java() {   # Spark (through RayDP) needs a JDK
+    command -v java >/dev/null 2>&1 || apt_install openjdk-17-jdk-headless java
+}
+
+ensure_kcat() {   # the compat tier drives rafka with kcat (librdkafka's CLI)
+    command -v kcat >/dev/null 2>&1 || apt_install kcat kcat
 }
 
 ensure_venv() {

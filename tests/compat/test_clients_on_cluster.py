@@ -28,6 +28,17 @@ def bootstrap(cluster):
     return cluster.bootstrap_servers
 
 
+def on_the_wire(host, port, request):
+    """One request on a fresh connection to one node; its answer."""
+    async def send():
+        connection = await Connection.open(host, port)
+        try:
+            return await connection.request(request)
+        finally:
+            await connection.close()
+    return asyncio.run(send())
+
+
 def wire_ready(cluster, topic):
     """Every partition's leader has a Kafka endpoint in the controller's image."""
     described = cluster.admin().describe_topics([topic])[topic]["partitions"]
@@ -126,13 +137,7 @@ def test_produce_to_a_follower__not_leader_or_follower_and_nothing_written(clust
         topic_data=(produce_v9.TopicProduceData(name="to-follower", partition_data=(
             produce_v9.PartitionProduceData(index=i32(0), records=encode_batch([RecordInput(b"x")])),)),))
 
-    async def send():
-        connection = await Connection.open(host, port)
-        try:
-            return await connection.request(request)
-        finally:
-            await connection.close()
-    answer = asyncio.run(send())
+    answer = on_the_wire(host, port, request)
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
     after = cluster.admin().describe_topics(["to-follower"])["to-follower"]["partitions"][0]
     assert set(after["log_end_offsets"].values()) == {0}
@@ -208,13 +213,7 @@ def test_offset_commit_with_an_old_generation__illegal_generation_on_the_wire(cl
                 partition_index=i32(0), committed_offset=i64(1), committed_leader_epoch=i32(-1),
                 committed_metadata=""),)),))
 
-    async def send():
-        connection = await Connection.open(host, port)
-        try:
-            return await connection.request(request)
-        finally:
-            await connection.close()
-    answer = asyncio.run(send())
+    answer = on_the_wire(host, port, request)
     assert answer.topics[0].partitions[0].error_code == ErrorCode.illegal_generation
     assert cluster.admin().list_consumer_group_offsets("fenced-on-wire") == {}
     member.close()

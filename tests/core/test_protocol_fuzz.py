@@ -45,9 +45,10 @@ SEEDS = ([request_frame(18, v, api_versions_body(v), correlation_id=v) for v in 
 
 
 @st.composite
-def mutated_frame(draw) -> bytes:
-    data = bytearray(draw(st.sampled_from(SEEDS)))
-    for _ in range(draw(st.integers(0, 4))):
+def mutated(draw, seeds: list[bytes], min_mutations: int = 0) -> bytes:
+    """One of `seeds`, flipped, cut, grown or given huge counts in a few places."""
+    data = bytearray(draw(st.sampled_from(seeds)))
+    for _ in range(draw(st.integers(min_mutations, 4))):
         kind = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "huge_varint"]))
         at = draw(st.integers(0, len(data)))
         if kind == "flip" and data:
@@ -61,6 +62,10 @@ def mutated_frame(draw) -> bytes:
         else:   # the counts that made kio allocate gigabytes
             data[at:at] = draw(st.sampled_from([b"\xff\xff\xff\xff\x0f", b"\x7f\xff\xff\xff", b"\xff\xff\xff\x7f"]))
     return bytes(data)
+
+
+def mutated_frame():
+    return mutated(SEEDS)
 
 
 def framed(frames: list[bytes], noise: bytes) -> bytes:

@@ -10,7 +10,6 @@ import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
@@ -24,6 +23,7 @@ from rafka.core.records import RecordInput, encode_batch
 from rafka.protocol.errors import ProtocolError
 from tests.core.protocol_node import ProtocolNode
 from tests.core.test_protocol_dispatch import read_response, request_frame
+from tests.core.test_protocol_fuzz import mutated
 
 pytestmark = pytest.mark.core
 WORK_SECONDS_MAX = 2.0
@@ -59,25 +59,6 @@ def seeds():
 SEEDS = seeds()
 
 
-@st.composite
-def mutated(draw) -> bytes:
-    data = bytearray(draw(st.sampled_from(SEEDS)))
-    for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "huge_count"]))
-        at = draw(st.integers(0, len(data)))
-        if kind == "flip" and data:
-            data[min(at, len(data) - 1)] = draw(st.integers(0, 255))
-        elif kind == "truncate":
-            del data[at:]
-        elif kind == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8))
-        elif kind == "delete":
-            del data[at:at + draw(st.integers(1, 4))]
-        else:
-            data[at:at] = draw(st.sampled_from([b"\xff\xff\xff\xff\x0f", b"\x7f\xff\xff\xff", b"\xff\xff\xff\x7f"]))
-    return bytes(data)
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     with ProtocolNode(tmp_path_factory.mktemp("fuzz"), {"orders": 1}) as node:
@@ -103,7 +84,7 @@ def state(node):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
-@given(frame=mutated())
+@given(frame=mutated(SEEDS, min_mutations=1))
 def test_fuzz__mutated_requests__protocol_errors_only__bounded__no_unacknowledged_change(node, frame):
     dispatcher = node.servers[0].dispatcher
     before = state(node)

@@ -24,7 +24,6 @@ Caller: dispatch, through `route(host)`.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 
 from kio.index import load_response_schema
@@ -33,7 +32,8 @@ from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
-from rafka.protocol.handlers.partitions import PartitionHost, leader_epoch_or_none, on_partition
+from rafka.core.errors import NotLeaderOrFollower
+from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
 
 API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 12
@@ -56,25 +56,22 @@ async def fetch(host: PartitionHost, request, version: int):
     max_wait_ms = int(request.max_wait.total_seconds() * 1000) if int(request.min_bytes) > 0 else 0
     replica_fetch = int(request.replica_id) >= 0
 
-    async def one(topic: str, wanted):
+    async def read(endpoint, wanted):
         if replica_fetch:
-            return ErrorCode.not_leader_or_follower, None
+            raise NotLeaderOrFollower("replicas fetch over Ray calls, not on the wire (yet)")
         max_bytes = max(0, min(int(wanted.partition_max_bytes), int(request.max_bytes)))
         epoch = leader_epoch_or_none(int(getattr(wanted, "current_leader_epoch", -1)))
-        return await on_partition(host, topic, int(wanted.partition), lambda endpoint: endpoint.consumer_fetch(
-            int(wanted.fetch_offset), max_bytes, max_wait_ms, epoch))
+        return await endpoint.consumer_fetch(int(wanted.fetch_offset), max_bytes, max_wait_ms, epoch)
 
-    work = [(t.topic, p) for t in request.topics for p in t.partitions]
-    results = await asyncio.gather(*(one(topic, p) for topic, p in work))
-    by_topic: dict[str, list] = {}
-    for (topic, wanted), (code, result) in zip(work, results):
-        by_topic.setdefault(topic, []).append(make(
-            module.PartitionData, partition_index=i32(wanted.partition), error_code=code,
-            high_watermark=i64(result.high_watermark if result else -1),
-            last_stable_offset=i64(result.high_watermark if result else -1),
-            log_start_offset=i64(result.log_start_offset if result else -1),
-            aborted_transactions=None, preferred_read_replica=i32(-1),
-            records=result.records if result else None))
+    rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
+                            lambda wanted: int(wanted.partition), read)
+    grouped = by_topic((topic, make(
+        module.PartitionData, partition_index=i32(wanted.partition), error_code=code,
+        high_watermark=i64(result.high_watermark if result else -1),
+        last_stable_offset=i64(result.high_watermark if result else -1),
+        log_start_offset=i64(result.log_start_offset if result else -1),
+        aborted_transactions=None, preferred_read_replica=i32(-1),
+        records=result.records if result else None)) for topic, wanted, code, result in rows)
     return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, session_id=i32(0),
                 responses=tuple(make(module.FetchableTopicResponse, topic=topic, partitions=tuple(partitions))
-                                for topic, partitions in by_topic.items()))
+                                for topic, partitions in grouped.items()))

@@ -17,7 +17,6 @@ Caller: dispatch, through `route(host)`.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 
 from kio.index import load_response_schema
@@ -25,7 +24,7 @@ from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
-from rafka.protocol.handlers.partitions import PartitionHost, leader_epoch_or_none, on_partition
+from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
 
 API_KEY = 2
 MIN_VERSION, MAX_VERSION = 1, 7
@@ -42,19 +41,16 @@ async def list_offsets(host: PartitionHost, request, version: int):
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
 
-    async def one(topic: str, wanted):
+    async def look_up(endpoint, wanted):
         epoch = leader_epoch_or_none(int(getattr(wanted, "current_leader_epoch", -1)))
-        return await on_partition(host, topic, int(wanted.partition_index),
-                                  lambda endpoint: endpoint.list_offset(int(wanted.timestamp), epoch))
+        return await endpoint.list_offset(int(wanted.timestamp), epoch)
 
-    work = [(t.name, p) for t in request.topics for p in t.partitions]
-    results = await asyncio.gather(*(one(topic, p) for topic, p in work))
-    by_topic: dict[str, list] = {}
-    for (topic, wanted), (code, found) in zip(work, results):
-        offset, timestamp = found if found else (-1, -1)
-        by_topic.setdefault(topic, []).append(make(
-            module.ListOffsetsPartitionResponse, partition_index=i32(wanted.partition_index), error_code=code,
-            timestamp=i64(timestamp), offset=i64(offset), leader_epoch=i32(-1)))
+    rows = await serve_each(host, [(t.name, p) for t in request.topics for p in t.partitions],
+                            lambda wanted: int(wanted.partition_index), look_up)
+    grouped = by_topic((topic, make(
+        module.ListOffsetsPartitionResponse, partition_index=i32(wanted.partition_index), error_code=code,
+        timestamp=i64(found[1] if found else -1), offset=i64(found[0] if found else -1), leader_epoch=i32(-1)))
+        for topic, wanted, code, found in rows)
     return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(
         make(module.ListOffsetsTopicResponse, name=topic, partitions=tuple(partitions))
-        for topic, partitions in by_topic.items()))
+        for topic, partitions in grouped.items()))

@@ -15,7 +15,6 @@ Caller: the replica actor's table, through `route(host)`.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 
 from kio.index import load_response_schema
@@ -23,7 +22,7 @@ from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
-from rafka.protocol.handlers.partitions import PartitionHost, leader_epoch_or_none, on_partition
+from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
 
 API_KEY = 23
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
@@ -34,19 +33,16 @@ def route(host: PartitionHost) -> Route:
         response_type = load_response_schema(API_KEY, context.api_version)
         module = module_of(response_type)
 
-        async def one(topic: str, wanted):
-            epoch = leader_epoch_or_none(int(wanted.current_leader_epoch))
-            return await on_partition(host, topic, int(wanted.partition), lambda endpoint: endpoint.end_offset_for_epoch(
-                int(wanted.leader_epoch), epoch))
-        work = [(t.topic, p) for t in request.topics for p in t.partitions]
-        results = await asyncio.gather(*(one(topic, p) for topic, p in work))
-        by_topic: dict[str, list] = {}
-        for (topic, wanted), (code, found) in zip(work, results):
-            epoch, end_offset = found if found else (-1, -1)
-            by_topic.setdefault(topic, []).append(make(module.EpochEndOffset, error_code=code,
-                                                       partition=i32(wanted.partition), leader_epoch=i32(epoch),
-                                                       end_offset=i64(end_offset)))
+        async def end_of_epoch(endpoint, wanted):
+            return await endpoint.end_offset_for_epoch(int(wanted.leader_epoch),
+                                                       leader_epoch_or_none(int(wanted.current_leader_epoch)))
+        rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
+                                lambda wanted: int(wanted.partition), end_of_epoch)
+        grouped = by_topic((topic, make(
+            module.EpochEndOffset, error_code=code, partition=i32(wanted.partition),
+            leader_epoch=i32(found[0] if found else -1), end_offset=i64(found[1] if found else -1)))
+            for topic, wanted, code, found in rows)
         return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(
             make(module.OffsetForLeaderTopicResult, topic=topic, partitions=tuple(partitions))
-            for topic, partitions in by_topic.items()))
+            for topic, partitions in grouped.items()))
     return Route(API_KEY, 2, 4, handle)

@@ -15,7 +15,8 @@ Callers: handlers.produce, handlers.fetch, handlers.list_offsets.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -70,3 +71,21 @@ async def on_partition(host: PartitionHost, topic: str, partition: int,
 def leader_epoch_or_none(current_leader_epoch: int) -> int | None:
     """-1 on the wire: the client does not know the epoch (no fencing)."""
     return None if current_leader_epoch < 0 else current_leader_epoch
+
+
+async def serve_each(host: PartitionHost, work: list[tuple[str, Any]], partition_of: Callable[[Any], int],
+                     call: Callable[[PartitionEndpoint, Any], Awaitable[Any]]) -> list[tuple[str, Any, ErrorCode, Any]]:
+    """Every (topic, requested partition) of a request at once: (topic, the request's
+    partition entry, error code, result), in the request's order."""
+    results = await asyncio.gather(*(
+        on_partition(host, topic, partition_of(wanted), lambda endpoint, wanted=wanted: call(endpoint, wanted))
+        for topic, wanted in work))
+    return [(topic, wanted, code, result) for (topic, wanted), (code, result) in zip(work, results)]
+
+
+def by_topic(rows: Iterable[tuple[str, Any]]) -> dict[str, list]:
+    """Answer entries grouped under their topic, topics in first-seen order."""
+    grouped: dict[str, list] = {}
+    for topic, entry in rows:
+        grouped.setdefault(topic, []).append(entry)
+    return grouped

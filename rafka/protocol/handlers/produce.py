@@ -24,7 +24,6 @@ request's order. Caller: dispatch, through `route(host)`.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 
 from kio.index import load_response_schema
@@ -36,7 +35,7 @@ from rafka.core.records import MAGIC, read_header
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.errors import ClosedAfterFailedAcksZeroProduce
-from rafka.protocol.handlers.partitions import PartitionHost, on_partition
+from rafka.protocol.handlers.partitions import PartitionHost, by_topic, serve_each
 
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 9
@@ -71,33 +70,29 @@ async def produce(host: PartitionHost, request, version: int):
     acks = int(request.acks)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
 
-    async def one(topic: str, partition_data):
-        if acks not in VALID_ACKS:
-            return ErrorCode.invalid_required_acks, None
-
-        async def call(endpoint):
-            check_single_v2_batch(partition_data.records)
-            return await endpoint.produce(bytes(partition_data.records), acks, timeout_ms)
-        return await on_partition(host, topic, int(partition_data.index), call)
+    async def write(endpoint, partition_data):
+        check_single_v2_batch(partition_data.records)
+        return await endpoint.produce(bytes(partition_data.records), acks, timeout_ms)
 
     work = [(t.name, p) for t in request.topic_data for p in t.partition_data]
-    results = await asyncio.gather(*(one(topic, p) for topic, p in work))
+    if acks not in VALID_ACKS:   # before anything else, for every partition (ReplicaManager.appendRecords)
+        rows = [(topic, p, ErrorCode.invalid_required_acks, None) for topic, p in work]
+    else:
+        rows = await serve_each(host, work, lambda partition_data: int(partition_data.index), write)
     if acks == 0:
-        if any(code != ErrorCode.none for code, _ in results):
+        if any(code != ErrorCode.none for _, _, code, _ in rows):
             raise ClosedAfterFailedAcksZeroProduce("a partition of an acks=0 produce failed")
         return None
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
-    by_topic: dict[str, list] = {}
-    for (topic, partition_data), (code, result) in zip(work, results):
-        by_topic.setdefault(topic, []).append(make(
-            module.PartitionProduceResponse, index=i32(partition_data.index), error_code=code,
-            base_offset=i64(result.base_offset if result else -1),
-            log_append_time=_append_time(result), log_start_offset=i64(-1), record_errors=(),
-            error_message=None))
+    grouped = by_topic((topic, make(
+        module.PartitionProduceResponse, index=i32(partition_data.index), error_code=code,
+        base_offset=i64(result.base_offset if result else -1), log_append_time=_append_time(result),
+        log_start_offset=i64(-1), record_errors=(), error_message=None))
+        for topic, partition_data, code, result in rows)
     return make(response_type, throttle_time=_NO_THROTTLE, responses=tuple(
         make(module.TopicProduceResponse, name=topic, partition_responses=tuple(partitions))
-        for topic, partitions in by_topic.items()))
+        for topic, partitions in grouped.items()))
 
 
 def _append_time(result):
