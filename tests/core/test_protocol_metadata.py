@@ -160,3 +160,11 @@ def test_find_coordinator__the_groups_offsets_partition_coordinator_node(state):
 def test_find_coordinator__no_offsets_topic_yet__coordinator_not_available(state):
     answer = find(build_image(state, version=1), 4, "g")
     assert [(c.error_code, c.node_id) for c in answer.coordinators] == [(ErrorCode.coordinator_not_available, -1)]
+
+
+def test_metadata__brokers_carry_no_rack_so_librdkafka_can_parse_many_nodes(state):
+    # librdkafka's Metadata parser fails ("Bad message format") past ~37 brokers
+    # with short hosts when each carries a rack (see handlers/metadata.py)
+    assert any(n.rack is not None for n in state.nodes.values())   # known, not sent
+    response = ask(build_image(state, version=1), 12, None)
+    assert response.brokers and all(b.rack is None for b in response.brokers)
