@@ -9,17 +9,20 @@ Prints one table, one row per client and case:
             rafka's Producer (its defaults: linger 5 ms, batch 16 KiB); records/s, MB/s
   consume   one consumer reading the 1 KiB topic from the start; records/s
   sync      one 100 B record at a time, acks=all R3: p50 / p99 in ms
-No target (issue 14): the figures, and where rafka's time goes (py-spy, see
-the closing note), are what this reports.
+No target (issue 14): the figures, and where rafka's time goes: with --profile,
+py-spy samples the leader's and a follower's actor processes (and, for rafka's
+client, this driver) during the 1 KiB publish, and prints where each spent it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 
-from replication_bench import percentile  # bench/ is the script's directory
+from spy import Sampler, actor_pid, report   # bench/ is the script's directory
+from replication_bench import percentile
 
 
 def librdkafka_publish(bootstrap: str, topic: str, size: int, seconds: float) -> tuple[int, float]:
@@ -116,10 +119,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--latency-samples", type=int, default=1_000)
+    parser.add_argument("--profile", action="store_true", help="py-spy the actors during the 1 KiB publish")
     args = parser.parse_args()
 
     import rafka
-    rows, sync_rows = [], []
+    rows, sync_rows, profiles = [], [], []
     with rafka.local_cluster(nodes=3) as cluster:
         admin = cluster.admin()
         bootstrap = cluster.bootstrap_servers
@@ -129,8 +133,10 @@ def main() -> None:
                 admin.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
                 wait_for_wire(cluster, topic)
                 publish = librdkafka_publish if client == "librdkafka" else None
-                count, elapsed = (publish(bootstrap, topic, size, args.seconds) if publish
-                                  else rafka_publish(cluster, topic, size, args.seconds))
+                with sampled(args.profile and size == 1024, cluster, topic, client) as samplers:
+                    count, elapsed = (publish(bootstrap, topic, size, args.seconds) if publish
+                                      else rafka_publish(cluster, topic, size, args.seconds))
+                profiles += samplers
                 rows.append((client, "publish", size, count, elapsed))
             topic = f"bench-{client}-1024"
             produced = next(r[3] for r in rows if r[:3] == (client, "publish", 1024))
@@ -153,6 +159,31 @@ def main() -> None:
     for client, latencies in sync_rows:
         print(f"{client:<12}p50 {percentile(latencies, 0.5):.2f} ms   p99 {percentile(latencies, 0.99):.2f} ms   "
               f"({len(latencies)} samples)")
+    for sampler in profiles:
+        print()
+        print(report(sampler))
+
+
+@contextlib.contextmanager
+def sampled(enabled: bool, cluster, topic: str, client: str):
+    """py-spy on the partition's leader and one follower (and on this driver when
+    rafka's own client publishes) while the body runs."""
+    if not enabled:
+        yield []
+        return
+    from rafka.core.actor_names import replica_actor_name
+    from rafka.actors.replica import NAMESPACE
+    described = cluster.admin().describe_topics([topic])[topic]["partitions"][0]
+    follower = next(r for r in described["replicas"] if r != described["leader"])
+    targets = [(actor_pid(replica_actor_name(topic, 0, described["leader"]), NAMESPACE), f"{client} publish: leader"),
+               (actor_pid(replica_actor_name(topic, 0, follower), NAMESPACE), f"{client} publish: follower")]
+    if client == "rafka":
+        targets.append((os.getpid(), "rafka publish: the producing driver"))
+    samplers = [Sampler(pid, label) for pid, label in targets]
+    with contextlib.ExitStack() as stack:
+        for sampler in samplers:
+            stack.enter_context(sampler)
+        yield samplers
 
 
 def wait_for_wire(cluster, topic: str, timeout_s: float = 60) -> None:
