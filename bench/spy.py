@@ -61,19 +61,38 @@ def _function(frame: str) -> str:
     return f"{os.path.basename(where.split(':')[0])}:{name}" if where else name
 
 
-def report(sampler: Sampler, top: int = 12) -> str:
+# Leaves where a thread waits rather than works: an event loop in epoll, Ray's
+# main thread in its C loop, a Python thread on a condition.
+IDLE_LEAVES = frozenset({"selectors.py:EpollSelector.select", "worker.py:Worker.main_loop",
+                         "threading.py:Condition.wait", "threading.py:Event.wait", "threading.py:Thread.join"})
+LAYERS = (("rafka", "/rafka/"), ("kio (wire codec)", "/kio/"), ("ray", "/ray/"),
+          ("asyncio", "/asyncio/"), ("pickling", "pickle"))
+
+
+def _layer(frame: str) -> str:
+    where = frame.partition(" (")[2]
+    return next((name for name, marker in LAYERS if marker in where), "other")
+
+
+def report(sampler: Sampler, top: int = 10) -> str:
+    """Busy share, self time by layer (rafka, kio, ray, asyncio, pickling, other) and
+    by function, over the samples where a thread was working, not waiting."""
     stacks = sampler.stacks()
     total = sum(stacks.values())
     if not total:
         return f"{sampler.label}: no samples (is py-spy allowed to attach? it needs ptrace)"
-    self_time: collections.Counter = collections.Counter()
-    inclusive: collections.Counter = collections.Counter()
-    for stack, count in stacks.items():
-        self_time[_function(stack[-1])] += count
-        for function in {_function(frame) for frame in stack}:
-            inclusive[function] += count
-    lines = [f"{sampler.label}: {total} samples at {sampler.rate_hz} Hz (idle threads included)",
-             f"  {'self %':>7}  function", *(f"  {100 * n / total:>6.1f}%  {f}" for f, n in self_time.most_common(top)),
-             f"  {'incl %':>7}  function (inclusive)",
-             *(f"  {100 * n / total:>6.1f}%  {f}" for f, n in inclusive.most_common(top))]
+    busy = {stack: n for stack, n in stacks.items() if _function(stack[-1]) not in IDLE_LEAVES}
+    busy_total = sum(busy.values()) or 1
+    by_layer: collections.Counter = collections.Counter()
+    by_function: collections.Counter = collections.Counter()
+    for stack, count in busy.items():
+        by_layer[_layer(stack[-1])] += count
+        by_function[_function(stack[-1])] += count
+    threads_sampled = total / (sampler.rate_hz or 1)
+    lines = [f"{sampler.label}: {sum(busy.values())} busy of {total} samples "
+             f"({threads_sampled:.0f} thread-seconds at {sampler.rate_hz} Hz)",
+             "  busy time by layer: " + ", ".join(f"{name} {100 * n / busy_total:.0f}%"
+                                                  for name, n in by_layer.most_common()),
+             f"  {'busy %':>7}  function (self time)",
+             *(f"  {100 * n / busy_total:>6.1f}%  {f}" for f, n in by_function.most_common(top))]
     return "\n".join(lines)

@@ -162,9 +162,14 @@ class ControllerActor:
         if answer.get("image_version", image.version) < image.version:
             handle.update_image.remote(image)
 
+    def _endpoint_of(self, actor: str) -> tuple[str, int] | None:
+        """An actor's registered Kafka endpoint (None: not registered yet)."""
+        node = self.metadata.nodes.get(actor)
+        return None if node is None else (node.host, node.port)
+
     async def node_endpoints(self) -> dict[str, tuple[str, int]]:
         """Every registered actor's Kafka endpoint, by actor name."""
-        return {actor: (node.host, node.port) for actor, node in self.metadata.nodes.items()}
+        return {actor: self._endpoint_of(actor) for actor in self.metadata.nodes}
 
     @property
     def bootstrap_servers(self) -> str | None:
@@ -238,16 +243,16 @@ class ControllerActor:
             return
         leader = self._replica(topic, partition, state.leader)
         try:
-            await asyncio.wait_for(leader.become_leader.remote(
+            leader_endpoint = await asyncio.wait_for(leader.become_leader.remote(
                 state.leader_epoch, list(state.replicas), list(state.isr), state.partition_epoch),
                 timeout=self.leader_ping_timeout_ms / 1000)
         except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
             logger.info("%s-%d: the leader did not take its role yet: %s", topic, partition, error)
             return
         followers = [self._replica(topic, partition, r) for r in state.replicas if r != state.leader]
-        results = await asyncio.gather(*(asyncio.wait_for(f.become_follower.remote(state.leader, state.leader_epoch),
-                                                          timeout=self.leader_ping_timeout_ms / 1000)
-                                         for f in followers), return_exceptions=True)
+        results = await asyncio.gather(*(asyncio.wait_for(
+            f.become_follower.remote(state.leader, state.leader_epoch, leader_endpoint),
+            timeout=self.leader_ping_timeout_ms / 1000) for f in followers), return_exceptions=True)
         for result in results:
             if isinstance(result, Exception):
                 logger.info("%s-%d: a follower did not take its role yet: %s", topic, partition, result)
@@ -528,7 +533,9 @@ class ControllerActor:
             if (replica_id != state.leader and role is not None and role[0] != OFFLINE
                     and role != ("follower", state.leader_epoch)):
                 await self._bounded(self._replica(topic, partition, replica_id).become_follower.remote(
-                    state.leader, state.leader_epoch), f"{topic}-{partition} replica {replica_id}: become_follower")
+                    state.leader, state.leader_epoch, self._endpoint_of(replica_actor_name(topic, partition,
+                                                                                           state.leader))),
+                    f"{topic}-{partition} replica {replica_id}: become_follower")
 
     async def _check_coordinators(self) -> None:
         """Each group coordinator's Kafka endpoint registered and its image current

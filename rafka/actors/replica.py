@@ -3,7 +3,8 @@
 What lives here and not in core: parking a follower's fetch (long poll,
 `fetch_max_wait_ms`) until the LEO moves, parking an acks=all produce until the HW
 passes its last offset (or leadership is lost, or `request_timeout_ms` ends), and
-the follower's fetch loop against the leader actor.
+the follower's fetch loop: Kafka's replica Fetch to the leader's Kafka endpoint
+(protocol.replica_fetch), not a Ray call.
 
 Concurrency: Ray runs an async actor's methods as tasks on one event loop, so the
 core object is only touched between awaits, from one thread. Waiters are woken by
@@ -42,12 +43,15 @@ from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_p
                                         ensure_identity)
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange,
-                               RequestTimedOut)
+from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
 from rafka.core.records import iter_batches
-from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
+from rafka.core.replica import FetchResult, PartitionReplica, ProduceResult, Role
+from rafka.protocol import replica_fetch
+from rafka.protocol.connection import Connection
+from rafka.protocol.hosted_partition import HostedPartition
 
 NAMESPACE = "rafka"
+REPLICA_SOCKET_TIMEOUT_MS = 30_000   # Kafka's replica.socket.timeout.ms: a fetch unanswered this long past its wait
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
 STOPPED = "stopped"     # ... and once shut down: its log is closed, only a new process serves it
 logger = logging.getLogger(__name__)
@@ -101,10 +105,9 @@ class ReplicaActor:
         self.fetched_bytes = 0    # appended from the leader since this process started
         self.replica_fetch_max_bytes = replica_fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
-        self._changed = asyncio.Event()
-        self._parked_follower_fetches = 0
-        self._parked_produces = 0
+        self.hosted = HostedPartition(self._usable)   # the partition calls, with their waiting
         self._fetcher: asyncio.Task | None = None
+        self._leader_endpoint: tuple[str, int] | None = None   # given with the follower role
         self._isr_keeper: asyncio.Task | None = None
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
@@ -125,7 +128,7 @@ class ReplicaActor:
     def endpoint(self, topic: str, partition: int):
         """PartitionHost: this actor serves its own partition (as leader; its calls
         refuse as a follower, offline or stopped replica would)."""
-        return self if (topic, partition) == self._partition else None
+        return self.hosted if (topic, partition) == self._partition else None
 
     async def _allocate_producer_id(self) -> int:
         controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
@@ -134,6 +137,7 @@ class ReplicaActor:
     async def update_image(self, image) -> None:
         """The controller's newest cluster image (Metadata answers, partition lookups)."""
         self.serving.offer_image(image)
+        self._notify()   # a fetcher may be waiting for its leader's endpoint
 
     def _usable(self) -> PartitionReplica:
         if self.storage_error is not None:
@@ -143,14 +147,10 @@ class ReplicaActor:
         return self.replica
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self.hosted.notify()
 
     async def _wait_for_change(self, timeout_s: float) -> None:
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout=max(0.0, timeout_s))
-        except asyncio.TimeoutError:
-            pass
+        await self.hosted.wait_for_change(timeout_s)
 
     # --- role changes -------------------------------------------------------------
 
@@ -208,8 +208,10 @@ class ReplicaActor:
     # and no fetcher: stuck for good, since the controller saw nothing to correct.)
 
     async def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
-                            partition_epoch: int) -> None:
+                            partition_epoch: int) -> tuple[str, int]:
+        """Lead at this epoch; answers the Kafka endpoint followers fetch from."""
         self._usable()
+        endpoint = await self.serving.start()
         async with self._role_lock:
             self.replica.check_new_epoch(leader_epoch)
             self._start_log_maintenance()
@@ -219,14 +221,20 @@ class ReplicaActor:
             self._notify()
             if self._isr_keeper is None or self._isr_keeper.done():
                 self._isr_keeper = asyncio.get_running_loop().create_task(self._keep_isr())
+        return endpoint
 
-    async def become_follower(self, leader_id: int, leader_epoch: int) -> None:
+    async def become_follower(self, leader_id: int, leader_epoch: int,
+                              leader_endpoint: tuple[str, int] | None = None) -> None:
+        """Follow `leader_id` at this epoch, fetching from `leader_endpoint` (what its
+        become_leader answered; as Kafka's LeaderAndIsr named the live leaders) or,
+        while that is unknown, from the leader's endpoint in the newest image."""
         self._usable()
         async with self._role_lock:
             self.replica.check_new_epoch(leader_epoch)
             self._start_log_maintenance()
             await self._stop_fetcher()
             self.replica.become_follower(leader_id=leader_id, leader_epoch=leader_epoch)
+            self._leader_endpoint = tuple(leader_endpoint) if leader_endpoint is not None else None
             self._notify()  # parked acks=all produces of a deposed leader fail now
             self._start_fetcher()
 
@@ -250,66 +258,17 @@ class ReplicaActor:
 
     # --- leader side --------------------------------------------------------------
 
+    # Ray calls that still carry records for rafka's own clients (issue 15 moves
+    # them onto the wire, and these go): the same calls the Kafka node serves.
     async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
-        result = self._usable().append(records, acks=acks)
-        epoch = self.replica.leader_epoch
-        self._notify()
-        if acks != ACKS_ALL:
-            return result
-        deadline = asyncio.get_running_loop().time() + request_timeout_ms / 1000
-        while not self.replica.is_committed(result.last_offset):
-            if self.replica.role is not Role.LEADER or self.replica.leader_epoch != epoch:
-                raise NotLeaderOrFollower(f"{self.replica.name} lost leadership before offset "
-                                          f"{result.last_offset} was replicated")
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                raise RequestTimedOut(f"{self.replica.name}: offset {result.last_offset} not replicated "
-                                      f"to the ISR within {request_timeout_ms} ms")
-            await self._parked(remaining, "_parked_produces")
-        self.replica.check_enough_replicas_after_append()
-        return result
-
-    async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int,
-                    max_bytes: int, max_wait_ms: int) -> FetchResult:
-        """A follower's fetch: answers at once with data, else parks up to max_wait_ms."""
-        self._usable()
-        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
-        while True:
-            high_watermark = self.replica.log.high_watermark
-            result = self.replica.fetch_for_follower(follower_id=follower_id, fetch_offset=fetch_offset,
-                                                     leader_epoch=leader_epoch, max_bytes=max_bytes)
-            if self.replica.log.high_watermark != high_watermark:
-                self._notify()  # this fetch moved the HW: wake acks=all produces
-            remaining = deadline - asyncio.get_running_loop().time()
-            if result.records or remaining <= 0:
-                return result
-            await self._parked(remaining, "_parked_follower_fetches")
-
-    async def _parked(self, timeout_s: float, counter: str) -> None:
-        setattr(self, counter, getattr(self, counter) + 1)
-        try:
-            await self._wait_for_change(timeout_s)
-        finally:
-            setattr(self, counter, getattr(self, counter) - 1)
+        return await self.hosted.produce(records, acks, request_timeout_ms)
 
     async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
                              leader_epoch: int | None = None) -> FetchResult:
-        """A consumer's fetch: only batches below the HW; parks while there are none."""
-        self._usable()
-        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
-        while True:
-            result = self.replica.fetch_for_consumer(fetch_offset=fetch_offset, max_bytes=max_bytes,
-                                                     leader_epoch=leader_epoch)
-            remaining = deadline - asyncio.get_running_loop().time()
-            if result.records or remaining <= 0:
-                return result
-            await self._wait_for_change(remaining)
+        return await self.hosted.consumer_fetch(fetch_offset, max_bytes, max_wait_ms, leader_epoch)
 
     async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
-        return self._usable().list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
-
-    async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int | None) -> tuple[int, int]:
-        return self._usable().end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
+        return await self.hosted.list_offset(timestamp_ms, leader_epoch)
 
     async def _keep_isr(self) -> None:
         """Leader only: propose ISR shrinks (followers lagging for longer than
@@ -377,47 +336,84 @@ class ReplicaActor:
     # --- follower side ------------------------------------------------------------
 
     async def _fetch_loop(self, leader_id: int, leader_epoch: int) -> None:
-        """Fetch from the leader for as long as this replica follows it at this epoch.
+        """Fetch from the leader for as long as this replica follows it at this epoch,
+        over Kafka's replica Fetch on one connection to the leader's endpoint (its
+        address from the newest cluster image: a restarted leader may listen on a
+        new port). protocol.replica_fetch builds the requests and reads the answers;
+        a diverging epoch (KIP-320) truncates here and fetches again.
         The loop never ends on an error: a follower whose loop died would answer the
         controller's ping with the right role and never catch up again (`rafka
         verify` found one: a move's new replica stuck at offset 0 for good). Every
         failure is retried after a pause; the controller tells us when to stop."""
-        leader = None
-        truncated = False
-        while self.replica.role is Role.FOLLOWER and self.replica.leader_epoch == leader_epoch:
-            try:
-                if leader is None:   # the leader's actor may be starting: not found yet
-                    leader = ray.get_actor(replica_actor_name(self.replica.topic, self.replica.partition,
-                                                              leader_id), namespace=NAMESPACE)
-                if not truncated:
-                    answer = await leader.end_offset_for_epoch.remote(self.replica.log.latest_epoch, leader_epoch)
-                    self.replica.truncate_to_leader_epoch_end(tuple(answer))
-                    truncated = True
-                result = await leader.fetch.remote(self.replica.replica_id, self.replica.log.log_end_offset,
-                                                   leader_epoch, self.replica_fetch_max_bytes,
-                                                   self.fetch_max_wait_ms)
-                self.replica.apply_fetched(result)
-                self.fetched_bytes += len(result.records)
-                self._notify()
-            except asyncio.CancelledError:
-                raise
-            except OffsetOutOfRange:
+        topic, partition = self._partition
+        connection: Connection | None = None
+        try:
+            while self.replica.role is Role.FOLLOWER and self.replica.leader_epoch == leader_epoch:
                 try:
-                    start = (await leader.describe.remote())["log_start_offset"]
-                except ray.exceptions.RayError as error:
-                    logger.info("%s: the leader's log start is unknown: %s", self.replica.name, error)
+                    if connection is None or connection.closed:
+                        address = self._replica_address(leader_id)
+                        if address is None:   # the leader's endpoint is not in this image yet
+                            await self._wait_for_change(0.1)
+                            continue
+                        connection = await Connection.open(
+                            *address, client_id=f"rafka-replica-fetcher-{self.name}",
+                            request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms,
+                            max_in_flight_requests=1)
+                    log = self.replica.log
+                    response = await connection.request(replica_fetch.fetch_request(
+                        topic=topic, partition=partition, replica_id=self.replica.replica_id,
+                        fetch_offset=log.log_end_offset, leader_epoch=leader_epoch,
+                        last_fetched_epoch=log.latest_epoch, log_start_offset=log.log_start_offset,
+                        max_bytes=self.replica_fetch_max_bytes, max_wait_ms=self.fetch_max_wait_ms))
+                    answer = replica_fetch.leader_answer(response, topic=topic, partition=partition)
+                    if answer.diverging_epoch is not None:
+                        self.replica.truncate_to_leader_epoch_end(answer.diverging_epoch)
+                        continue
+                    self.replica.apply_fetched(FetchResult(
+                        records=answer.records, high_watermark=answer.high_watermark,
+                        log_start_offset=answer.log_start_offset, log_end_offset=-1, leader_epoch=leader_epoch))
+                    self.fetched_bytes += len(answer.records)
+                    self._notify()
+                except asyncio.CancelledError:
+                    raise
+                except OffsetOutOfRange:
+                    # Kafka's handleOutOfRangeError: below the leader's log start,
+                    # start empty there (the leader's retention passed us by).
+                    try:
+                        start = replica_fetch.log_start_answer(await connection.request(
+                            replica_fetch.log_start_request(topic=topic, partition=partition,
+                                                            replica_id=self.replica.replica_id,
+                                                            leader_epoch=leader_epoch)),
+                            topic=topic, partition=partition)
+                    except KafkaError as error:
+                        logger.info("%s: the leader's log start is unknown: %s", self.name, error)
+                        await asyncio.sleep(0.1)
+                        continue
+                    if self.replica.log.log_end_offset < start:
+                        self.replica.restart_from(start)
+                    else:
+                        await asyncio.sleep(0.1)
+                except KafkaError as error:
+                    # The leader is gone, fenced, not ready or unreachable: the
+                    # controller will tell us who leads next; until then retry slowly.
+                    logger.info("%s: fetch from replica %d failed: %s", self.name, leader_id, error)
                     await asyncio.sleep(0.1)
-                    continue
-                if self.replica.log.log_end_offset < start:
-                    self.replica.restart_from(start)
-            except (KafkaError, ray.exceptions.RayError, ValueError) as error:
-                # The leader is gone, fenced, not ready or not found: the controller will
-                # tell us who leads next; until then retry slowly.
-                logger.info("%s: fetch from replica %d failed: %s", self.replica.name, leader_id, error)
-                await asyncio.sleep(0.1)
-            except Exception:   # a bug: said loudly, but the replica keeps following
-                logger.exception("%s: fetching from replica %d failed unexpectedly", self.replica.name, leader_id)
-                await asyncio.sleep(1.0)
+                except Exception:   # a bug: said loudly, but the replica keeps following
+                    logger.exception("%s: fetching from replica %d failed unexpectedly", self.name, leader_id)
+                    await asyncio.sleep(1.0)
+        finally:
+            if connection is not None:
+                await connection.close()
+
+    def _replica_address(self, replica_id: int) -> tuple[str, int] | None:
+        """The leader's Kafka endpoint: the one given with the role (the leader's own
+        answer at this epoch: a leader that restarts loses the epoch with it), else,
+        while none was given, the newest image's."""
+        if self._leader_endpoint is not None:
+            return self._leader_endpoint
+        image = self.serving.image
+        node = image.nodes.get(image.node_of_actor(replica_actor_name(*self._partition, replica_id)))
+        return None if node is None else (node.host, node.port)
 
     async def delete_log(self) -> None:
         """The topic was deleted: stop replicating and remove the log's files."""
@@ -446,8 +442,8 @@ class ReplicaActor:
                 "leader_id": self.replica.leader_id, "log_start_offset": log.log_start_offset,
                 "high_watermark": log.high_watermark, "log_end_offset": log.log_end_offset,
                 "isr": sorted(leader.isr) if leader else None,
-                "parked_follower_fetches": self._parked_follower_fetches,
-                "parked_produces": self._parked_produces,
+                "parked_follower_fetches": self.hosted.parked_follower_fetches,
+                "parked_produces": self.hosted.parked_produces,
                 "remote_log_end_offsets": ({r: p.log_end_offset for r, p in leader.followers.items()}
                                            if leader else None)}
 

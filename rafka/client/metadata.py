@@ -1,8 +1,14 @@
-"""The driver's one metadata cache: topic -> partitions -> leader replica and epoch.
+"""The driver's one metadata cache: the controller's newest cluster image (topics,
+partitions, each leader's replica id, epoch and Kafka endpoint).
 
-Filled from the controller on first use of a topic; `invalidate(topic)` after a
-NOT_LEADER_OR_FOLLOWER, a dead actor or a stale epoch makes the next lookup ask
-the controller again. Thread-safe.
+Fetched from the controller on first use and again after `invalidate(topic)` (a
+NOT_LEADER_OR_FOLLOWER, a lost connection or actor, a stale epoch) or when a
+topic is not in it; an image never replaces a newer one (the controller's
+version orders them). Thread-safe.
+
+Callers: the producer (leader endpoints, on the wire), the consumer, the admin
+and Spark read tasks (leader replica actors, over Ray calls until issue 15 moves
+them onto the wire too).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import threading
 import ray
 
 from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.core.cluster_image import ClusterImage, PartitionImage
 from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
 
 
@@ -19,24 +26,47 @@ class MetadataCache:
     def __init__(self, controller) -> None:
         self._controller = controller
         self._lock = threading.Lock()
-        self._partitions_by_topic: dict[str, list[dict]] = {}
+        self._image: ClusterImage | None = None
+        self._stale: set[str] = set()        # topics to look up afresh
         self._handles: dict[tuple[str, int, int], object] = {}
 
-    def partitions(self, topic: str) -> list[dict]:
+    def _partition_images(self, topic: str) -> tuple[PartitionImage, ...]:
         with self._lock:
-            cached = self._partitions_by_topic.get(topic)
-        if cached is not None:
-            return cached
-        snapshot = ray.get(self._controller.metadata_snapshot.remote())["topics"]
-        if topic not in snapshot:
+            image, stale = self._image, topic in self._stale
+        if image is None or stale or topic not in image.topics:
+            fetched = ray.get(self._controller.cluster_image.remote())
+            with self._lock:
+                if self._image is None or fetched.version >= self._image.version:
+                    self._image = fetched
+                self._stale.discard(topic)
+                image = self._image
+        if topic not in image.topics:
             raise UnknownTopicOrPartition(f"Topic '{topic}' does not exist.")
-        partitions = snapshot[topic]["partitions"]
-        with self._lock:
-            self._partitions_by_topic[topic] = partitions
-        return partitions
+        return image.topics[topic].partitions
 
     def partition_count(self, topic: str) -> int:
-        return len(self.partitions(topic))
+        return len(self._partition_images(topic))
+
+    def _led(self, topic: str, partition: int) -> PartitionImage:
+        partitions = self._partition_images(topic)
+        if not 0 <= partition < len(partitions):
+            raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
+        state = partitions[partition]
+        if state.leader_replica < 0:
+            self.invalidate(topic)
+            raise LeaderNotAvailable(f"{topic}-{partition} has no leader")
+        return state
+
+    def leader_address(self, topic: str, partition: int) -> tuple[tuple[str, int], int]:
+        """((host, port) of the leader's Kafka endpoint, leader epoch);
+        LeaderNotAvailable while there is no leader or it has no endpoint yet."""
+        state = self._led(topic, partition)
+        with self._lock:
+            node = self._image.nodes.get(state.leader_node)
+        if node is None:
+            self.invalidate(topic)
+            raise LeaderNotAvailable(f"{topic}-{partition}: the leader has no Kafka endpoint yet")
+        return (node.host, node.port), state.leader_epoch
 
     def leader(self, topic: str, partition: int):
         """The leader replica actor's handle; LeaderNotAvailable while there is none."""
@@ -45,14 +75,8 @@ class MetadataCache:
     def leader_and_epoch(self, topic: str, partition: int) -> tuple[object, int]:
         """(leader replica actor, leader epoch); LeaderNotAvailable while there is none,
         UnknownTopicOrPartition for a partition the topic does not have."""
-        partitions = self.partitions(topic)
-        if not 0 <= partition < len(partitions):
-            raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
-        state = partitions[partition]
-        if state["leader"] < 0:
-            self.invalidate(topic)
-            raise LeaderNotAvailable(f"{topic}-{partition} has no leader")
-        return self.replica(topic, partition, state["leader"]), state["leader_epoch"]
+        state = self._led(topic, partition)
+        return self.replica(topic, partition, state.leader_replica), state.leader_epoch
 
     def replica(self, topic: str, partition: int, replica_id: int):
         key = (topic, partition, replica_id)
@@ -66,4 +90,4 @@ class MetadataCache:
 
     def invalidate(self, topic: str) -> None:
         with self._lock:
-            self._partitions_by_topic.pop(topic, None)
+            self._stale.add(topic)

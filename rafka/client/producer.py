@@ -4,17 +4,20 @@ Design, as Kafka's client: `send` puts a record in the open batch of its
 partition and returns a future; one sender thread closes batches that are full
 (`batch_size` bytes), old (`linger_ms`) or flushed, encodes each once (with the
 producer id, epoch and the partition's next sequence) and sends it to the
-leader's replica actor. A retriable failure (leader moved, actor dead, ISR too
-small for a while) refreshes metadata and resends the same bytes after
-`retry_backoff_ms`, until `delivery_timeout_ms`: the leader drops a batch it has
-already written and answers with the original offsets, so a retry never
-duplicates (idempotence).
+leader's Kafka endpoint as a Produce request (client.network: one connection per
+node, on the client's own event loop thread). A retriable failure (leader moved,
+connection lost, ISR too small for a while) refreshes metadata and resends the
+same bytes after `retry_backoff_ms`, until `delivery_timeout_ms`: the leader
+drops a batch it has already written and answers with the original offsets, so a
+retry never duplicates (idempotence). A request unanswered for
+`request_timeout_ms` closes its connection (Kafka's NetworkClient does the
+same), which fails, and so retries, everything in flight on it.
 
-Completion is pushed, not polled: each request's ObjectRef gets a done callback
-that hands it back to the sender thread, which wakes at once (a polling
-`ray.wait` loop cost milliseconds per request). `send` wakes the sender only when
-a batch opens or fills, not per record. A record's future is a view on its
-batch's one future (index into the batch), so a send costs no Future of its own.
+Completion is pushed, not polled: each request's future gets a done callback
+that hands it back to the sender thread, which wakes at once. `send` wakes the
+sender only when a batch opens or fills, not per record. A record's future is a
+view on its batch's one future (index into the batch), so a send costs no Future
+of its own.
 
 Bounds: one request in flight per partition (keeps order with retries),
 `buffer_memory` bytes of unsent records (send blocks up to `max_block_ms`).
@@ -25,16 +28,22 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import operator
 import threading
 import time
 from concurrent.futures import Future
 
 import ray
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9 import request as produce_v9
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from rafka.client.metadata import MetadataCache
+from rafka.client.network import ClientNetwork
 from rafka.client.retry import is_retriable, kafka_cause
-from rafka.core.errors import RecordTooLarge, RequestTimedOut, SerializationError, UnknownTopicOrPartition
+from rafka.core.errors import (RecordTooLarge, RequestTimedOut, SerializationError, UnknownTopicOrPartition,
+                               error_for_code)
 from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
 from rafka.core.structs import RecordMetadata
@@ -117,7 +126,6 @@ class _Batch:
     encoded: bytes | None = None
     attempts: int = 0
     first_send_s: float = 0.0
-    sent_s: float = 0.0
     not_before_s: float = 0.0
 
 
@@ -164,6 +172,8 @@ class Producer:
         self.max_block_s = max_block_ms / 1000
         self._controller = controller
         self._metadata = MetadataCache(controller)
+        self._network = ClientNetwork(client_id="rafka-producer", request_timeout_ms=request_timeout_ms,
+                                      max_in_flight_requests=5)
         self._sticky = StickyPartitioner()
         # As Kafka: idempotence is on by default only with acks=all, and asking for it
         # with other acks is a configuration error. (With acks=0 requests are not
@@ -179,8 +189,8 @@ class Producer:
         self._lock = threading.Condition()
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
-        self._in_flight: dict = {}          # ObjectRef -> _Batch
-        self._answered: list = []           # ObjectRefs whose answer arrived (done callbacks)
+        self._in_flight: dict = {}          # request future -> _Batch
+        self._answered: list = []           # request futures whose answer arrived (done callbacks)
         self._busy: set[tuple[str, int]] = set()
         self._next_sequence: dict[tuple[str, int], int] = collections.defaultdict(int)
         self._buffered_bytes = 0
@@ -259,6 +269,7 @@ class Producer:
             self._closed = True
             self._lock.notify_all()
         self._sender.join(timeout)
+        self._network.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -305,32 +316,16 @@ class Producer:
                         return
                     self._lock.wait(timeout=min(wait_s, self.retry_backoff_s) if self._open or any(
                         self._ready.values()) else self.retry_backoff_s)
-                    if self._in_flight:
-                        break  # check for requests unanswered past their timeout
-            for ref in answered:
-                batch = self._in_flight.pop(ref, None)
-                if batch is not None:  # None: it timed out and was resent already
-                    self._complete(ref, batch)
+            for answer in answered:
+                self._complete(answer, self._in_flight.pop(answer))
             for batch in to_send:
                 self._send(batch)
-            self._expire_in_flight()
 
-    def _on_answer(self, ref) -> None:
-        """Done callback of a request (a Ray thread): hand it to the sender thread."""
+    def _on_answer(self, answer: Future) -> None:
+        """Done callback of a request (the network thread): hand it to the sender."""
         with self._lock:
-            self._answered.append(ref)
+            self._answered.append(answer)
             self._lock.notify_all()
-
-    def _expire_in_flight(self) -> None:
-        """A request unanswered for request_timeout_ms (its leader paused, say) fails
-        here like a broker-side timeout and is retried; a late answer is ignored."""
-        now = time.monotonic()
-        for ref, batch in list(self._in_flight.items()):
-            if now - batch.sent_s > self.request_timeout_ms / 1000:
-                del self._in_flight[ref]
-                self._retry_or_fail(batch, RequestTimedOut(
-                    f"no answer from the leader of {batch.topic}-{batch.partition} in "
-                    f"{self.request_timeout_ms} ms"))
 
     def _send(self, batch: _Batch) -> None:
         key_tp = (batch.topic, batch.partition)
@@ -349,27 +344,38 @@ class Producer:
                 self._next_sequence[key_tp] = (sequence + len(batch.records)) % SEQUENCE_MODULUS
             batch.first_send_s = time.monotonic()
         batch.attempts += 1
-        batch.sent_s = time.monotonic()
         self._metrics["record-send-total" if batch.attempts == 1 else "record-retry-total"] += len(batch.records)
         try:
-            leader = self._metadata.leader(batch.topic, batch.partition)
-            ref = leader.produce.remote(batch.encoded, self.acks, self.request_timeout_ms)
+            address, _ = self._metadata.leader_address(batch.topic, batch.partition)
+            answer = self._network.submit(address, self._produce_request(batch),
+                                          expect_response=self.acks != ACKS_NONE)
         except Exception as error:  # no leader known yet: retry like a failed request
             self._retry_or_fail(batch, error)
             return
         if self.acks == ACKS_NONE:
             self._finish(batch, -1)
             return
-        self._in_flight[ref] = batch
-        ref.future().add_done_callback(lambda _, ref=ref: self._on_answer(ref))
+        self._in_flight[answer] = batch
+        answer.add_done_callback(self._on_answer)
 
-    def _complete(self, ref, batch: _Batch) -> None:
+    def _produce_request(self, batch: _Batch) -> produce_v9.ProduceRequest:
+        return produce_v9.ProduceRequest(
+            transactional_id=None, acks=i16(self.acks),
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=self.request_timeout_ms)),
+            topic_data=(produce_v9.TopicProduceData(name=batch.topic, partition_data=(
+                produce_v9.PartitionProduceData(index=i32(batch.partition), records=batch.encoded),)),))
+
+    def _complete(self, answer: Future, batch: _Batch) -> None:
         try:
-            result = ray.get(ref)
+            (partition,) = answer.result().responses[0].partition_responses
         except Exception as error:
             self._retry_or_fail(batch, error)
             return
-        self._finish(batch, result.base_offset)
+        if partition.error_code != ErrorCode.none:
+            message = partition.error_message or f"producing to {batch.topic}-{batch.partition}"
+            self._retry_or_fail(batch, error_for_code(partition.error_code, message))
+            return
+        self._finish(batch, int(partition.base_offset))
 
     def _retry_or_fail(self, batch: _Batch, error: Exception) -> None:
         cause = kafka_cause(error)

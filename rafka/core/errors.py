@@ -160,3 +160,12 @@ for _cls in KafkaError.__subclasses__():   # the first class of a code is the on
     if _cls.code >= 0:
         ERRORS_BY_CODE.setdefault(_cls.code, _cls)
 del _cls
+
+
+def error_for_code(code: int, message: str = "") -> KafkaError:
+    """The typed error for a Kafka error code read off the wire (an unknown code:
+    UnknownServerError naming it)."""
+    error_type = ERRORS_BY_CODE.get(int(code))
+    if error_type is None:
+        return UnknownServerError(message or f"error code {int(code)}")
+    return error_type(message)

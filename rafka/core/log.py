@@ -362,6 +362,11 @@ class PartitionLog:
         """Remove everything from the batch holding `offset` on (a follower cutting a
         divergent tail, KIP-101). The LEO becomes that batch's base offset."""
         if offset >= self.log_end_offset:
+            # No record to remove, but an epoch this replica assigned at its LEO when
+            # it led without appending (Kafka's UnifiedLog.truncateTo does the same):
+            # left in place, it would be sent as the last fetched epoch and diverge
+            # from the leader's log on every fetch (KIP-320).
+            self.epochs.truncate_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)

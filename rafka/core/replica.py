@@ -31,7 +31,7 @@ from rafka.core.config import TopicConfig
 from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRequest, InvalidRequiredAcks, NotEnoughReplicas,
                                NotEnoughReplicasAfterAppend,
                                NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange, UnknownLeaderEpoch)
-from rafka.core.leader_epoch import UNDEFINED_OFFSET
+from rafka.core.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from rafka.core.log import PartitionLog
 from rafka.core.producer_state import ProducerStateTable
 from rafka.core.records import iter_batches
@@ -62,6 +62,9 @@ class FetchResult:
     log_start_offset: int
     log_end_offset: int
     leader_epoch: int
+    # to a follower whose log diverged from the leader's (KIP-320): the leader's
+    # (epoch, end offset) of the follower's last fetched epoch, and no records
+    diverging_epoch: tuple[int, int] | None = None
 
 
 def parse_acks(acks) -> int:
@@ -202,8 +205,23 @@ class PartitionReplica:
     # --- fetch (leader) -----------------------------------------------------------
 
     def fetch_for_follower(self, *, follower_id: int, fetch_offset: int, leader_epoch: int,
-                           max_bytes: int) -> FetchResult:
+                           max_bytes: int, last_fetched_epoch: int = UNDEFINED_EPOCH) -> FetchResult:
+        """A follower's fetch. With `last_fetched_epoch` (the epoch of the follower's
+        last batch; -1: none, an empty log), the leader first checks that the
+        follower's log matches its own up to fetch_offset (KIP-320, Kafka's
+        Partition.readRecords): if the leader's end of that epoch is below
+        fetch_offset, or the leader's largest epoch up to it is an older one, the
+        answer is that (epoch, end offset) as `diverging_epoch`, no records, and
+        the fetch does not count as the follower's progress. An epoch the leader
+        has no end for (its log starts later) is OFFSET_OUT_OF_RANGE."""
         self._require_leader(leader_epoch)
+        if last_fetched_epoch != UNDEFINED_EPOCH:
+            epoch, end_offset = self.log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch == UNDEFINED_EPOCH or end_offset == UNDEFINED_OFFSET:
+                raise OffsetOutOfRange(f"{self.name}: no end offset for the follower's last fetched epoch "
+                                       f"{last_fetched_epoch}")
+            if epoch < last_fetched_epoch or end_offset < fetch_offset:
+                return dataclasses.replace(self._fetch_result(b""), diverging_epoch=(epoch, end_offset))
         if fetch_offset > self.log.log_end_offset or fetch_offset < self.log.log_start_offset:
             raise OffsetOutOfRange(f"{self.name}: follower fetch at {fetch_offset} outside "
                                    f"[{self.log.log_start_offset}, {self.log.log_end_offset}]")

@@ -67,15 +67,18 @@ def test_bootstrap_servers__is_the_controllers_listener_and_answers_metadata(clu
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/run.sh")
-def test_kcat_list__shows_the_leaders_rafka_describes(cluster, bootstrap):
+def test_kcat_list__shows_the_leaders_rafka_topics_describe_prints(cluster, bootstrap, capsys):
+    from rafka.cli import main
     create(cluster, "kcat-listed", partitions=2)
     listing = subprocess.run(["kcat", "-L", "-b", bootstrap, "-t", "kcat-listed"], capture_output=True,
                              timeout=60, check=True).stdout.decode()
     leaders = {int(p): int(n) for p, n in re.findall(r"partition (\d+), leader (\d+)", listing)}
-    described = cluster.admin().describe_topics(["kcat-listed"])["kcat-listed"]["partitions"]
-    assert leaders == {p["partition"]: p["leader_kafka_node"] for p in described}
-    for p in described:
-        assert f"broker {p['leader_kafka_node']} at {p['leader_endpoint']}" in listing
+    capsys.readouterr()
+    assert main(["topics", "--describe", "--topic", "kcat-listed"]) == 0
+    printed = re.findall(r"Partition: (\d+)\t.*LeaderNode: (\d+)@(\S+)", capsys.readouterr().out)
+    assert leaders == {int(p): int(node) for p, node, _ in printed} and len(leaders) == 2
+    for _, node, endpoint in printed:
+        assert f"broker {node} at {endpoint}" in listing
 
 
 def test_confluent_kafka__idempotent_acks_all_records_are_read_back_by_rafka_at_their_offsets(cluster, bootstrap):

@@ -4,10 +4,10 @@ served by the real ProtocolServer and handlers, on a thread with its own event
 loop. The wire-protocol tests drive it with our Connection and with clients
 nobody here wrote (kafka-python, confluent-kafka, kcat).
 
-The endpoints below stand in for the replica and coordinator actors: the same
-calls, the same parking (a fetch waits for data or its max wait), no Ray; the
-coordinator's writes to __consumer_offsets are acked at once (nothing replicates
-here).
+Each partition is served by the HostedPartition the replica actor uses (the same
+calls and waiting, no Ray); the coordinator below stands in for the coordinator
+actor, and its writes to __consumer_offsets are acked at once (nothing
+replicates here).
 """
 
 from __future__ import annotations
@@ -24,43 +24,11 @@ from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.group_manager import GroupManager
 from rafka.core.metadata import ClusterMetadata
 from rafka.core.offset_store import OffsetStore
-from rafka.core.replica import ACKS_ALL, PartitionReplica
+from rafka.core.replica import PartitionReplica
 from rafka.protocol.dispatch import Dispatcher
+from rafka.protocol.hosted_partition import HostedPartition
 from rafka.protocol.node_table import node_table
 from rafka.protocol.server import ProtocolServer
-
-
-class LocalEndpoint:
-    def __init__(self, replica: PartitionReplica) -> None:
-        self.replica = replica
-        self.changed = asyncio.Event()
-
-    async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000):
-        result = self.replica.append(records, acks=acks)
-        self.changed.set()
-        self.changed = asyncio.Event()
-        if acks == ACKS_ALL:
-            assert self.replica.is_committed(result.last_offset)   # replication factor 1
-        return result
-
-    async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int, leader_epoch=None):
-        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
-        while True:
-            result = self.replica.fetch_for_consumer(fetch_offset=fetch_offset, max_bytes=max_bytes,
-                                                     leader_epoch=leader_epoch)
-            remaining = deadline - asyncio.get_running_loop().time()
-            if result.records or remaining <= 0:
-                return result
-            try:
-                await asyncio.wait_for(self.changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
-
-    async def list_offset(self, timestamp_ms: int, leader_epoch=None):
-        return self.replica.list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
-
-    async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch=None):
-        return self.replica.end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
 
 
 class LocalCoordinator:
@@ -105,7 +73,7 @@ class ProtocolNode:
         self.directory = directory
         self.topics = topics
         self.metadata = ClusterMetadata()
-        self.endpoints: dict[tuple[str, int], LocalEndpoint] = {}
+        self.endpoints: dict[tuple[str, int], HostedPartition] = {}
         self._image = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="protocol-node", daemon=True)
@@ -154,7 +122,7 @@ class ProtocolNode:
                                            config=TopicConfig.from_dict({"min.insync.replicas": 1}), clock=clock,
                                            replica_lag_time_max_ms=30_000)
                 replica.become_leader(leader_epoch=0, replicas=[0], isr=[0], partition_epoch=0)
-                self.endpoints[(name, p)] = LocalEndpoint(replica)
+                self.endpoints[(name, p)] = HostedPartition(lambda replica=replica: replica)
         apply(self.metadata.handle_create_topic(OFFSETS_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
         self.coordinator = LocalCoordinator(self._partitions_per_topic)
         self._ticker = asyncio.get_running_loop().create_task(self.coordinator.tick_forever())

@@ -211,3 +211,69 @@ def test_leader_change__consumer_at_the_old_tail__waits_and_is_not_reset(tmp_pat
     b.append(records(b"z"), acks=ACKS_ALL)
     fetch(b, c), fetch(b, c)
     assert values(b.fetch_for_consumer(fetch_offset=position, max_bytes=1 << 20, leader_epoch=1).records) == [b"z"]
+
+
+def fetch_kip320(leader, follower):
+    """One replica Fetch as followers send it on the wire: with the epoch of the
+    follower's last batch; a diverging answer is truncated to, records applied."""
+    result = leader.fetch_for_follower(follower_id=follower.replica_id, fetch_offset=follower.log.log_end_offset,
+                                       leader_epoch=follower.leader_epoch, max_bytes=1 << 20,
+                                       last_fetched_epoch=follower.log.latest_epoch)
+    if result.diverging_epoch is not None:
+        assert result.records == b""
+        follower.truncate_to_leader_epoch_end(result.diverging_epoch)
+    else:
+        follower.apply_fetched(result)
+    return result
+
+
+def test_diverging_epoch__a_deposed_leaders_unreplicated_tail_is_cut_by_the_fetch_answer(tmp_path):
+    _, (a, b, c) = replicas(tmp_path)
+    elect(a, [b, c], 0, isr=[0, 1, 2])
+    a.append(records(b"acked"), acks=ACKS_ALL)
+    for _ in range(2):
+        fetch_kip320(a, b), fetch_kip320(a, c)
+    a.append(records(b"never-replicated-1", b"never-replicated-2"), acks=ACKS_LEADER)
+    b.become_leader(leader_epoch=1, replicas=[0, 1, 2], isr=[1, 2], partition_epoch=1)
+    c.become_follower(leader_id=1, leader_epoch=1)
+    b.append(records(b"new-leader"), acks=ACKS_ALL)
+    a.become_follower(leader_id=1, leader_epoch=1)     # no OffsetForLeaderEpoch round trip
+    assert (a.log.log_end_offset, a.log.latest_epoch) == (3, 0)
+
+    answer = fetch_kip320(b, a)
+    assert answer.diverging_epoch == (0, 1)             # b's epoch 0 ends at 1; a's goes on to 3
+    assert a.log.log_end_offset == 1
+    assert 0 not in b.leader.caught_up_outside_isr(0) and b.log.high_watermark <= 1   # not counted as progress
+    fetch_kip320(b, a), fetch_kip320(b, c), fetch_kip320(b, a), fetch_kip320(b, c)
+    hw = b.log.high_watermark
+    assert hw == 2 and log_bytes(a, hw) == log_bytes(b, hw) == log_bytes(c, hw)
+    assert [r.value for r in decode_records(log_bytes(a, hw))] == [b"acked", b"new-leader"]
+
+
+def test_diverging_epoch__an_epoch_led_without_appending_is_dropped_and_fetching_goes_on(tmp_path):
+    """A replica that led epoch 1 without appending keeps that epoch at its LEO;
+    the next leader never had it. The diverging answer's truncation is to the LEO
+    itself, which must still drop the empty epoch (Kafka's UnifiedLog.truncateTo),
+    or every later fetch would diverge again."""
+    _, (a, b, c) = replicas(tmp_path)
+    elect(a, [b, c], 0, isr=[0, 1, 2])
+    a.append(records(b"x"), acks=ACKS_ALL)
+    for _ in range(2):
+        fetch_kip320(a, b), fetch_kip320(a, c)
+    a.become_leader(leader_epoch=1, replicas=[0, 1, 2], isr=[0, 1, 2], partition_epoch=1)   # led, wrote nothing
+    assert a.log.latest_epoch == 1
+    b.become_leader(leader_epoch=2, replicas=[0, 1, 2], isr=[1, 2], partition_epoch=2)
+    b.append(records(b"y"), acks=ACKS_LEADER)
+    a.become_follower(leader_id=1, leader_epoch=2)
+
+    assert fetch_kip320(b, a).diverging_epoch == (0, 1)
+    assert (a.log.log_end_offset, a.log.latest_epoch) == (1, 0)
+    assert fetch_kip320(b, a).diverging_epoch is None
+    assert [r.value for r in decode_records(log_bytes(a, a.log.log_end_offset))] == [b"x", b"y"]
+
+
+def test_diverging_epoch__an_epoch_the_leader_has_no_end_for__offset_out_of_range(tmp_path):
+    _, (a, b) = replicas(tmp_path, count=2)
+    elect(a, [b], 0, isr=[0, 1])
+    with pytest.raises(OffsetOutOfRange):
+        a.fetch_for_follower(follower_id=1, fetch_offset=0, leader_epoch=0, max_bytes=100, last_fetched_epoch=7)

@@ -1,6 +1,8 @@
 """Replica actors on one Ray node: long-poll replication and acks=all, driven by hand
 (the controller comes next)."""
 
+import dataclasses
+
 import pytest
 import ray
 
@@ -32,8 +34,8 @@ def start_replicas(tmp_path, topic, count, config=None):
 
 def test_acks_all__completes_once_followers_replicated_and_logs_match(ray_node, tmp_path):
     leader, *followers = start_replicas(tmp_path, "sync", 3, {"min.insync.replicas": "2"})
-    ray.get(leader.become_leader.remote(0, [0, 1, 2], [0, 1, 2], 0))
-    ray.get([f.become_follower.remote(0, 0) for f in followers])
+    endpoint = ray.get(leader.become_leader.remote(0, [0, 1, 2], [0, 1, 2], 0))
+    ray.get([f.become_follower.remote(0, 0, endpoint) for f in followers])
     results = [ray.get(leader.produce.remote(encode_batch([RecordInput(b"order-%d" % i)]), ACKS_ALL, 10_000))
                for i in range(20)]
     assert [r.base_offset for r in results] == list(range(20))
@@ -60,8 +62,8 @@ def test_deposed_leader__parked_acks_all_produce_fails_not_leader(ray_node, tmp_
     leader, follower = start_replicas(tmp_path, "deposed", 2)
     ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))   # the follower never fetches
     parked = leader.produce.remote(encode_batch([RecordInput(b"x")]), ACKS_ALL, 30_000)
-    ray.get(follower.become_leader.remote(1, [0, 1], [1], 1))
-    ray.get(leader.become_follower.remote(1, 1))
+    endpoint = ray.get(follower.become_leader.remote(1, [0, 1], [1], 1))
+    ray.get(leader.become_follower.remote(1, 1, endpoint))
     with pytest.raises(NotLeaderOrFollower):
         ray.get(parked)
 
@@ -74,8 +76,8 @@ def test_compacted_topic__every_replica_cleans_its_own_log_on_a_timer(ray_node, 
         topic="compacted", partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config=config,
         topic_id="compacted-id", cluster_id="cluster-id", fetch_max_wait_ms=100, log_cleaner_backoff_ms=100)
         for i in range(2)]
-    ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
-    ray.get(follower.become_follower.remote(0, 0))
+    endpoint = ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
+    ray.get(follower.become_follower.remote(0, 0, endpoint))
     for i in range(60):
         batch = encode_batch([RecordInput(b"value-%d" % i, b"key-%d" % (i % 4))])
         ray.get(leader.produce.remote(batch, ACKS_ALL, 10_000))
@@ -109,7 +111,10 @@ def test_log_dir_of_another_cluster__replica_offline_with_the_typed_error_and_di
 def test_follower_told_to_follow_a_leader_not_started_yet__keeps_trying_and_catches_up(ray_node, tmp_path):
     """A reassignment's new replica can be told its leader before that leader's actor
     exists (or while it restarts); its fetch loop must not die of it (it did: the
-    replica stayed a follower at offset 0 for good, found by `rafka verify`)."""
+    replica stayed a follower at offset 0 for good, found by `rafka verify`). With
+    no endpoint given, it fetches from the one the controller's next image names."""
+    from rafka.core.cluster_image import EMPTY_IMAGE
+    from rafka.core.metadata import NodeEndpoint
     from tests.harness import wait_until
     actor = ray.remote(ReplicaActor)
 
@@ -118,9 +123,11 @@ def test_follower_told_to_follow_a_leader_not_started_yet__keeps_trying_and_catc
             topic="late", partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config={},
             topic_id="late-id", cluster_id="cluster-id", fetch_max_wait_ms=100)
     follower = start(1)
-    ray.get(follower.become_follower.remote(0, 0))            # replica 0 does not exist yet
+    ray.get(follower.become_follower.remote(0, 0, None))      # replica 0 does not exist yet
     leader = start(0)
-    ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
+    host, port = ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
+    ray.get(follower.update_image.remote(dataclasses.replace(EMPTY_IMAGE, version=1, nodes={
+        7: NodeEndpoint(node_id=7, actor=replica_actor_name("late", 0, 0), host=host, port=port)})))
     for i in range(5):
         ray.get(leader.produce.remote(encode_batch([RecordInput(b"late-%d" % i)]), ACKS_ALL, 10_000))
     wait_until(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 5, timeout_s=30,
@@ -134,10 +141,10 @@ def test_stale_become_follower__refused_and_the_current_fetcher_keeps_running(ra
     from rafka.core.errors import FencedLeaderEpoch
     from tests.harness import wait_until
     leader, follower = start_replicas(tmp_path, "stale", 2)
-    ray.get(leader.become_leader.remote(1, [0, 1], [0, 1], 0))
-    ray.get(follower.become_follower.remote(0, 1))
+    endpoint = ray.get(leader.become_leader.remote(1, [0, 1], [0, 1], 0))
+    ray.get(follower.become_follower.remote(0, 1, endpoint))
     with pytest.raises(FencedLeaderEpoch):
-        ray.get(follower.become_follower.remote(0, 0))
+        ray.get(follower.become_follower.remote(0, 0, endpoint))
     for i in range(5):
         ray.get(leader.produce.remote(encode_batch([RecordInput(b"stale-%d" % i)]), ACKS_ALL, 10_000))
     wait_until(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 5, timeout_s=30,

@@ -16,8 +16,11 @@ FetchSession), and what this handler does the same way:
   * high_watermark, last_stable_offset (= HW: no transactions) and
     log_start_offset come with every partition that was read, and -1 with an
     error; preferred_read_replica is -1 (no follower fetching, KIP-392).
-  * a replica's fetch (replica_id >= 0) is not served on the wire yet: followers
-    fetch over Ray calls (issue 15 moves them); it gets NOT_LEADER_OR_FOLLOWER.
+  * a replica's fetch (replica_id >= 0, in rafka the follower's replica id in its
+    partition) reads up to the LEO, counts as that follower's progress (ISR and
+    HW) and, with last_fetched_epoch >= 0, answers a diverging log with
+    diverging_epoch and no records (KIP-320; Partition.fetchRecords); see
+    protocol.replica_fetch for the follower's side.
 Partitions of one request are read concurrently, each parked on its own replica.
 Caller: dispatch, through `route(host)`.
 """
@@ -32,7 +35,6 @@ from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
-from rafka.core.errors import NotLeaderOrFollower
 from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
 
 API_KEY = 1
@@ -57,11 +59,13 @@ async def fetch(host: PartitionHost, request, version: int):
     replica_fetch = int(request.replica_id) >= 0
 
     async def read(endpoint, wanted):
-        if replica_fetch:
-            raise NotLeaderOrFollower("replicas fetch over Ray calls, not on the wire (yet)")
         max_bytes = max(0, min(int(wanted.partition_max_bytes), int(request.max_bytes)))
-        epoch = leader_epoch_or_none(int(getattr(wanted, "current_leader_epoch", -1)))
-        return await endpoint.consumer_fetch(int(wanted.fetch_offset), max_bytes, max_wait_ms, epoch)
+        epoch = int(getattr(wanted, "current_leader_epoch", -1))
+        if replica_fetch:
+            return await endpoint.fetch(int(request.replica_id), int(wanted.fetch_offset), epoch, max_bytes,
+                                        max_wait_ms, int(getattr(wanted, "last_fetched_epoch", -1)))
+        return await endpoint.consumer_fetch(int(wanted.fetch_offset), max_bytes, max_wait_ms,
+                                             leader_epoch_or_none(epoch))
 
     rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
                             lambda wanted: int(wanted.partition), read)
@@ -71,7 +75,18 @@ async def fetch(host: PartitionHost, request, version: int):
         last_stable_offset=i64(result.high_watermark if result else -1),
         log_start_offset=i64(result.log_start_offset if result else -1),
         aborted_transactions=None, preferred_read_replica=i32(-1),
+        diverging_epoch=_diverging(module, result),
         records=result.records if result else None)) for topic, wanted, code, result in rows)
     return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, session_id=i32(0),
                 responses=tuple(make(module.FetchableTopicResponse, topic=topic, partitions=tuple(partitions))
                                 for topic, partitions in grouped.items()))
+
+
+def _diverging(module, result):
+    """The EpochEndOffset of a diverging follower (KIP-320); (-1, -1): none; None
+    for a version without the field (v12 added it)."""
+    if not hasattr(module, "EpochEndOffset"):
+        return None
+    epoch, end_offset = (result.diverging_epoch if result is not None and result.diverging_epoch is not None
+                         else (-1, -1))
+    return make(module.EpochEndOffset, epoch=i32(epoch), end_offset=i64(end_offset))

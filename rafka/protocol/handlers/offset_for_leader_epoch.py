@@ -8,8 +8,9 @@ What Kafka answers (KafkaApis.handleOffsetForLeaderEpochRequest, Partition
     or the LEO); an epoch below every epoch in the log: (-1, -1) (UNDEFINED).
   * current_leader_epoch as in Fetch: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH,
     -1 skips the check; a partition not led here: NOT_LEADER_OR_FOLLOWER.
-  * replica_id (v3+) changes nothing here: rafka's followers ask over Ray calls
-    (issue 15 moves them).
+  * replica_id (v3+) changes nothing here. rafka's followers do not ask: their
+    replica Fetch carries last_fetched_epoch and the leader answers a diverging
+    log in the Fetch itself (KIP-320; protocol.replica_fetch).
 Caller: the replica actor's table, through `route(host)`.
 """
 

@@ -35,6 +35,9 @@ class PartitionEndpoint(Protocol):
     async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
                              leader_epoch: int | None = ...) -> Any: ...
 
+    async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int, max_bytes: int,
+                    max_wait_ms: int, last_fetched_epoch: int = ...) -> Any: ...
+
     async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = ...) -> Any: ...
 
 

@@ -1,0 +1,112 @@
+"""rafka's clients on the Kafka wire: one asyncio event loop on a daemon thread per
+client, one Connection per node endpoint, requests submitted from any thread and
+answered as concurrent.futures.Future.
+
+Kafka's NetworkClient is the model:
+  * one connection per node, opened on first use; a request waits for it;
+  * a failed connection (refused, reset, timed out) fails every request on it with
+    NETWORK_EXCEPTION (retriable: the caller refreshes metadata and retries), and
+    the node is not dialled again before `reconnect_backoff_ms`, doubling up to
+    `reconnect_backoff_max_ms` while it keeps failing (reconnect.backoff.ms and
+    reconnect.backoff.max.ms);
+  * requests to one node go out in the order they were submitted (asyncio runs
+    the submitted tasks in order, and the Connection's slots and send lock are
+    FIFO), at most `max_in_flight_requests` unanswered at a time.
+
+Invariants: connections are touched only on the loop's thread; `close()` fails
+what is pending and stops the thread; nothing here retries (the callers hold the
+one retry rule, client.retry).
+
+Callers: client.producer (Produce); the consumer, admin and coordinator next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+from rafka.core.errors import NetworkException
+from rafka.protocol.connection import Connection
+
+Address = tuple[str, int]
+
+
+class ClientNetwork:
+    def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
+                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000) -> None:
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.max_in_flight_requests = max_in_flight_requests
+        self.reconnect_backoff_s = reconnect_backoff_ms / 1000
+        self.reconnect_backoff_max_s = reconnect_backoff_max_ms / 1000
+        self._connections: dict[Address, Connection] = {}
+        self._opening: dict[Address, asyncio.Future] = {}
+        self._failures: dict[Address, tuple[int, float]] = {}   # address -> (failures in a row, not before)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"rafka-network-{client_id}",
+                                        daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def submit(self, address: Address, request: Any, *, expect_response: bool = True) -> concurrent.futures.Future:
+        """Send `request` (a kio request entity) to the node at `address`; a future of
+        its response entity (None when no response is expected), or of the
+        NetworkException that ended it."""
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(self._request(tuple(address), request, expect_response), self._loop)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        asyncio.run_coroutine_threadsafe(self._close_all(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _request(self, address: Address, request: Any, expect_response: bool) -> Any:
+        connection = await self._connection(address)
+        try:
+            return await connection.request(request, expect_response=expect_response)
+        except NetworkException:
+            self._lost(address, connection)
+            raise
+
+    async def _connection(self, address: Address) -> Connection:
+        connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
+        opening = self._opening.get(address)
+        if opening is None:
+            opening = self._opening[address] = self._loop.create_task(self._open(address))
+            opening.add_done_callback(lambda _: self._opening.pop(address, None))
+        return await asyncio.shield(opening)
+
+    async def _open(self, address: Address) -> Connection:
+        failures, not_before = self._failures.get(address, (0, 0.0))
+        wait_s = not_before - time.monotonic()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        try:
+            connection = await Connection.open(*address, client_id=self.client_id,
+                                               request_timeout_ms=self.request_timeout_ms,
+                                               max_in_flight_requests=self.max_in_flight_requests)
+        except NetworkException:
+            backoff_s = min(self.reconnect_backoff_max_s, self.reconnect_backoff_s * (2 ** failures))
+            self._failures[address] = (failures + 1, time.monotonic() + backoff_s)
+            raise
+        self._failures.pop(address, None)
+        self._connections[address] = connection
+        return connection
+
+    def _lost(self, address: Address, connection: Connection) -> None:
+        if self._connections.get(address) is connection:
+            del self._connections[address]
+
+    async def _close_all(self) -> None:
+        connections, self._connections = list(self._connections.values()), {}
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)

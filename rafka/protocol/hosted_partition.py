@@ -1,0 +1,118 @@
+"""A partition as the node hosting it answers requests: the calls of the partition
+APIs (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch) over a core
+PartitionReplica, with Kafka's waiting, on the hosting process's event loop.
+
+What waits, and until when (Kafka's DelayedProduce and DelayedFetch purgatories):
+  * an acks=all produce, until the HW passes its last offset; it fails with
+    NOT_LEADER_OR_FOLLOWER if the replica loses leadership (or its epoch changes)
+    first, REQUEST_TIMED_OUT at request_timeout_ms, and, once replicated, with
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas;
+  * a follower's fetch with nothing to return, up to max_wait_ms, until the LEO
+    moves (a diverging answer returns at once);
+  * a consumer's fetch with nothing below the HW, up to max_wait_ms.
+Every waiter is woken by `notify()`, which the host calls after any change of LEO,
+HW or role; a follower's fetch that moves the HW notifies by itself.
+
+Invariants: the core replica is touched only on the event loop, between awaits;
+`replica()` is asked again on every call and raises the host's typed error when
+the replica cannot serve (offline log dir, shut down), so nothing here runs on a
+replica that is gone; the parked counts (`parked_produces`,
+`parked_follower_fetches`) are the purgatory sizes a host reports.
+
+Callers: actors.replica (its Kafka node's partition), tests.core.protocol_node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from rafka.core.errors import NotLeaderOrFollower, RequestTimedOut
+from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
+
+
+class HostedPartition:
+    def __init__(self, replica: Callable[[], PartitionReplica]) -> None:
+        self._replica = replica
+        self._changed = asyncio.Event()
+        self.parked_produces = 0
+        self.parked_follower_fetches = 0
+
+    @property
+    def replica(self) -> PartitionReplica:
+        """The core replica, if it can serve (else the host's typed error)."""
+        return self._replica()
+
+    def notify(self) -> None:
+        """Wake every waiter: the LEO, HW or role changed."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout=max(0.0, timeout_s))
+        except asyncio.TimeoutError:
+            pass
+
+    async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
+        replica = self._replica()
+        result = replica.append(records, acks=acks)
+        epoch = replica.leader_epoch
+        self.notify()
+        if acks != ACKS_ALL:
+            return result
+        deadline = asyncio.get_running_loop().time() + request_timeout_ms / 1000
+        while not replica.is_committed(result.last_offset):
+            if replica.role is not Role.LEADER or replica.leader_epoch != epoch:
+                raise NotLeaderOrFollower(f"{replica.name} lost leadership before offset "
+                                          f"{result.last_offset} was replicated")
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise RequestTimedOut(f"{replica.name}: offset {result.last_offset} not replicated "
+                                      f"to the ISR within {request_timeout_ms} ms")
+            self.parked_produces += 1
+            try:
+                await self.wait_for_change(remaining)
+            finally:
+                self.parked_produces -= 1
+        replica.check_enough_replicas_after_append()
+        return result
+
+    async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int, max_bytes: int,
+                    max_wait_ms: int, last_fetched_epoch: int = -1) -> FetchResult:
+        """A follower's fetch (replica Fetch on the wire)."""
+        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+        while True:
+            replica = self._replica()
+            high_watermark = replica.log.high_watermark
+            result = replica.fetch_for_follower(follower_id=follower_id, fetch_offset=fetch_offset,
+                                                leader_epoch=leader_epoch, max_bytes=max_bytes,
+                                                last_fetched_epoch=last_fetched_epoch)
+            if replica.log.high_watermark != high_watermark:
+                self.notify()   # this fetch moved the HW: wake acks=all produces
+            remaining = deadline - asyncio.get_running_loop().time()
+            if result.records or result.diverging_epoch is not None or remaining <= 0:
+                return result
+            self.parked_follower_fetches += 1
+            try:
+                await self.wait_for_change(remaining)
+            finally:
+                self.parked_follower_fetches -= 1
+
+    async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
+                             leader_epoch: int | None = None) -> FetchResult:
+        """A consumer's fetch: only batches below the HW."""
+        deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+        while True:
+            result = self._replica().fetch_for_consumer(fetch_offset=fetch_offset, max_bytes=max_bytes,
+                                                        leader_epoch=leader_epoch)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if result.records or remaining <= 0:
+                return result
+            await self.wait_for_change(remaining)
+
+    async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
+        return self._replica().list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
+
+    async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int | None) -> tuple[int, int]:
+        return self._replica().end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)

@@ -1,0 +1,94 @@
+"""A follower's side of replication on the wire: Kafka's replica Fetch to the
+leader's endpoint, and what to do with each answer.
+
+Kafka's ReplicaFetcherThread is the model (AbstractFetcherThread.processFetchRequest,
+truncateOnFetchResponse, handleOutOfRangeError):
+  * one Fetch v12 per round, naming the follower (replica_id >= 0) and carrying the
+    follower's LEO as fetch_offset, the epoch of its last batch as
+    last_fetched_epoch and the leader epoch it follows as current_leader_epoch;
+  * the leader answers records up to its LEO, its HW and log start; or, when the
+    follower's log has diverged from its own (KIP-320: the leader's end of
+    last_fetched_epoch is below fetch_offset, or it has no such epoch), no records
+    and a diverging_epoch (epoch, end offset) the follower truncates to, then
+    fetches again: no separate OffsetForLeaderEpoch round trip (KIP-101's way);
+  * OFFSET_OUT_OF_RANGE: the follower asks the leader's log start (ListOffsets
+    EARLIEST as a replica) and, if its own LEO is below it, restarts empty there;
+  * FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER: the
+    controller is changing roles; the follower waits to be told.
+
+In rafka a Fetch's replica_id is the follower's replica id within its partition
+(0, 1, 2, ...), not a node id: each replica actor is a node of its own.
+
+Pure: builds requests and reads answers; the replica actor owns the connection
+and the loop. Callers: actors.replica (the fetch loop), tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.list_offsets.v7 import request as list_offsets_v7
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from rafka.core.errors import error_for_code
+from rafka.core.replica import EARLIEST_TIMESTAMP
+
+NO_EPOCH = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderAnswer:
+    """One partition's answer to a replica Fetch."""
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    diverging_epoch: tuple[int, int] | None    # (epoch, end offset): truncate there, fetch again
+
+
+def fetch_request(*, topic: str, partition: int, replica_id: int, fetch_offset: int, leader_epoch: int,
+                  last_fetched_epoch: int, log_start_offset: int, max_bytes: int,
+                  max_wait_ms: int) -> fetch_v12.FetchRequest:
+    return fetch_v12.FetchRequest(
+        cluster_id=None, replica_id=i32(replica_id),
+        max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)), min_bytes=i32(1),
+        max_bytes=i32(max_bytes), isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
+        topics=(fetch_v12.FetchTopic(topic=topic, partitions=(fetch_v12.FetchPartition(
+            partition=i32(partition), current_leader_epoch=i32(leader_epoch), fetch_offset=i64(fetch_offset),
+            last_fetched_epoch=i32(last_fetched_epoch), log_start_offset=i64(log_start_offset),
+            partition_max_bytes=i32(max_bytes)),)),),
+        forgotten_topics_data=(), rack_id="")
+
+
+def leader_answer(response, *, topic: str, partition: int) -> LeaderAnswer:
+    """The partition's answer, or its error raised as the typed KafkaError."""
+    if response.error_code != ErrorCode.none:
+        raise error_for_code(response.error_code, f"replica fetch of {topic}-{partition}")
+    (answered,) = [p for t in response.responses if t.topic == topic for p in t.partitions
+                   if int(p.partition_index) == partition]
+    if answered.error_code != ErrorCode.none:
+        raise error_for_code(answered.error_code, f"replica fetch of {topic}-{partition}")
+    diverging = answered.diverging_epoch
+    diverged = diverging is not None and int(diverging.epoch) >= 0 and int(diverging.end_offset) >= 0
+    return LeaderAnswer(records=bytes(answered.records or b""), high_watermark=int(answered.high_watermark),
+                        log_start_offset=int(answered.log_start_offset),
+                        diverging_epoch=(int(diverging.epoch), int(diverging.end_offset)) if diverged else None)
+
+
+def log_start_request(*, topic: str, partition: int, replica_id: int,
+                      leader_epoch: int) -> list_offsets_v7.ListOffsetsRequest:
+    return list_offsets_v7.ListOffsetsRequest(
+        replica_id=i32(replica_id), isolation_level=i8(0), topics=(list_offsets_v7.ListOffsetsTopic(
+            name=topic, partitions=(list_offsets_v7.ListOffsetsPartition(
+                partition_index=i32(partition), current_leader_epoch=i32(leader_epoch),
+                timestamp=i64(EARLIEST_TIMESTAMP)),)),))
+
+
+def log_start_answer(response, *, topic: str, partition: int) -> int:
+    (answered,) = [p for t in response.topics if t.name == topic for p in t.partitions
+                   if int(p.partition_index) == partition]
+    if answered.error_code != ErrorCode.none:
+        raise error_for_code(answered.error_code, f"log start of {topic}-{partition}")
+    return int(answered.offset)
