@@ -35,7 +35,7 @@ class Sampler:
         beside_python = os.path.join(os.path.dirname(sys.executable), "py-spy")   # the venv's
         py_spy = beside_python if os.path.exists(beside_python) else shutil.which("py-spy") or "py-spy"
         self._process = subprocess.Popen(
-            [py_spy, "record", "--pid", str(self.pid), "--format", "raw", "--nonblocking", "--rate",
+            [py_spy, "record", "--pid", str(self.pid), "--format", "raw", "--nonblocking", "--full-filenames", "--rate",
              str(self.rate_hz), "--output", self._out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return self
 
