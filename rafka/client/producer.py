@@ -19,8 +19,18 @@ sender only when a batch opens or fills, not per record. A record's future is a
 view on its batch's one future (index into the batch), so a send costs no Future
 of its own.
 
-Bounds: one request in flight per partition (keeps order with retries),
-`buffer_memory` bytes of unsent records (send blocks up to `max_block_ms`).
+In flight: up to `max_in_flight_requests_per_connection` (Kafka's 5) requests
+per partition with idempotence, one without. Order is kept as Kafka's idempotent
+producer keeps it: batches take their sequence numbers in send order; after any
+failure on a partition it sends nothing more there until its requests in flight
+have come back, then resends the failed batches in their original order, one at
+a time until one succeeds. While recovering, OUT_OF_ORDER_SEQUENCE is retriable
+(a batch after the one that failed). A batch that fails for good starts a new
+producer epoch (KIP-360); batches not yet written are then encoded again with the
+new epoch and fresh sequences.
+
+Bounds: the requests in flight above, `buffer_memory` bytes of unsent records
+(send blocks up to `max_block_ms`).
 Thread-safe: any thread may call send/flush.
 """
 
@@ -29,6 +39,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
+import itertools
 import operator
 import threading
 import time
@@ -42,8 +53,8 @@ from kio.static.primitive import i16, i32, i32Timedelta
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
 from rafka.client.retry import is_retriable, kafka_cause
-from rafka.core.errors import (RecordTooLarge, RequestTimedOut, SerializationError, UnknownTopicOrPartition,
-                               error_for_code)
+from rafka.core.errors import (OutOfOrderSequence, RecordTooLarge, RequestTimedOut, SerializationError,
+                               UnknownTopicOrPartition, error_for_code)
 from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
 from rafka.core.structs import RecordMetadata
@@ -124,6 +135,8 @@ class _Batch:
     done: Future = dataclasses.field(default_factory=Future)   # -> base offset, or the error
     size_bytes: int = 0
     encoded: bytes | None = None
+    encoded_for: tuple[int, int] = (-1, -1)   # the (producer id, epoch) `encoded` carries
+    order: int = 0                            # close order on its partition: the send order
     attempts: int = 0
     first_send_s: float = 0.0
     not_before_s: float = 0.0
@@ -159,7 +172,8 @@ class Producer:
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
                  delivery_timeout_ms: int = 120_000, enable_idempotence: bool | None = None,
                  max_request_size: int = 1_048_576, buffer_memory: int = 33_554_432,
-                 max_block_ms: int = 60_000, compression_type: str = "none") -> None:
+                 max_block_ms: int = 60_000, compression_type: str = "none",
+                 max_in_flight_requests_per_connection: int = 5) -> None:
         self.acks = parse_acks(acks)
         self.compression_codec = parse_compression_type(compression_type)
         self.batch_size = batch_size
@@ -172,13 +186,13 @@ class Producer:
         self.max_block_s = max_block_ms / 1000
         self._controller = controller
         self._metadata = MetadataCache(controller)
+        if max_in_flight_requests_per_connection < 1:
+            raise ValueError("max_in_flight_requests_per_connection must be at least 1")
         self._network = ClientNetwork(client_id="rafka-producer", request_timeout_ms=request_timeout_ms,
-                                      max_in_flight_requests=5)
+                                      max_in_flight_requests=max_in_flight_requests_per_connection)
         self._sticky = StickyPartitioner()
         # As Kafka: idempotence is on by default only with acks=all, and asking for it
-        # with other acks is a configuration error. (With acks=0 requests are not
-        # awaited, several reach the async leader actor at once, and Ray does not
-        # order them: sequences would make reordered batches fail unseen.)
+        # with other acks is a configuration error.
         if enable_idempotence is None:
             enable_idempotence = self.acks == ACKS_ALL
         elif enable_idempotence and self.acks != ACKS_ALL:
@@ -191,7 +205,12 @@ class Producer:
         self._ready: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
         self._in_flight: dict = {}          # request future -> _Batch
         self._answered: list = []           # request futures whose answer arrived (done callbacks)
-        self._busy: set[tuple[str, int]] = set()
+        # requests in flight per partition, and at most how many (with idempotence,
+        # order survives retries; without, only one in flight keeps it)
+        self._sending: collections.Counter = collections.Counter()
+        self._max_in_flight = max_in_flight_requests_per_connection if enable_idempotence else 1
+        self._recovering: set[tuple[str, int]] = set()   # a batch failed here: one at a time
+        self._orders = itertools.count()
         self._next_sequence: dict[tuple[str, int], int] = collections.defaultdict(int)
         self._buffered_bytes = 0
         self._metrics = collections.Counter()
@@ -281,6 +300,7 @@ class Producer:
 
     def _close_batch(self, key_tp: tuple[str, int], partition_count: int) -> None:
         batch = self._open.pop(key_tp)
+        batch.order = next(self._orders)
         self._ready[key_tp].append(batch)
         self._sticky.on_new_batch(batch.topic, partition_count, batch.partition)
 
@@ -291,7 +311,9 @@ class Producer:
         for key_tp, batch in list(self._open.items()):
             due = batch.created_s + self.linger_s - now_s
             if due <= 0 or self._flushing or self._closed:
-                self._ready[key_tp].append(self._open.pop(key_tp))
+                batch = self._open.pop(key_tp)
+                batch.order = next(self._orders)
+                self._ready[key_tp].append(batch)
             else:
                 next_due = min(next_due, due)
         return next_due
@@ -307,9 +329,10 @@ class Producer:
                     wait_s = self._close_lingered(now)
                     to_send = []
                     for key_tp, queue in self._ready.items():
-                        if queue and key_tp not in self._busy and queue[0].not_before_s <= now:
+                        limit = 1 if key_tp in self._recovering else self._max_in_flight
+                        while queue and self._sending[key_tp] < limit and queue[0].not_before_s <= now:
                             to_send.append(queue.popleft())
-                            self._busy.add(key_tp)
+                            self._sending[key_tp] += 1
                     if answered or to_send:
                         break
                     if self._closed and not self._in_flight and not any(self._ready.values()):
@@ -329,6 +352,8 @@ class Producer:
 
     def _send(self, batch: _Batch) -> None:
         key_tp = (batch.topic, batch.partition)
+        if batch.encoded is not None and batch.encoded_for != (self.producer_id, self.producer_epoch):
+            batch.encoded = None   # a new producer epoch since: new sequences too (KIP-360)
         if batch.encoded is None:
             sequence = self._next_sequence[key_tp] if self.producer_id != NO_PRODUCER_ID else -1
             try:
@@ -342,7 +367,9 @@ class Producer:
                 return
             if sequence >= 0:
                 self._next_sequence[key_tp] = (sequence + len(batch.records)) % SEQUENCE_MODULUS
-            batch.first_send_s = time.monotonic()
+            batch.encoded_for = (self.producer_id, self.producer_epoch)
+            if not batch.first_send_s:
+                batch.first_send_s = time.monotonic()
         batch.attempts += 1
         self._metrics["record-send-total" if batch.attempts == 1 else "record-retry-total"] += len(batch.records)
         try:
@@ -378,18 +405,26 @@ class Producer:
         self._finish(batch, int(partition.base_offset))
 
     def _retry_or_fail(self, batch: _Batch, error: Exception) -> None:
+        key_tp = (batch.topic, batch.partition)
         cause = kafka_cause(error)
         expired = time.monotonic() - batch.first_send_s > self.delivery_timeout_s
-        if is_retriable(error) and not expired:
+        # A batch after one that failed finds its sequence out of order: it goes
+        # again after that one (Kafka's TransactionManager.canRetry does the same).
+        retriable = is_retriable(error) or (isinstance(cause, OutOfOrderSequence) and key_tp in self._recovering)
+        with self._lock:
+            self._recovering.add(key_tp)
+        if retriable and not expired:
             self._metadata.invalidate(batch.topic)
             batch.not_before_s = time.monotonic() + self.retry_backoff_s
             with self._lock:
-                self._ready[(batch.topic, batch.partition)].appendleft(batch)
-                self._busy.discard((batch.topic, batch.partition))
+                queue = self._ready[key_tp]
+                position = next((i for i, queued in enumerate(queue) if queued.order > batch.order), len(queue))
+                queue.insert(position, batch)
+                self._sending[key_tp] -= 1
             return
         failure = cause if isinstance(cause, Exception) else error
         self._metrics["record-error-total"] += len(batch.records)
-        if self.producer_id != NO_PRODUCER_ID:
+        if self.producer_id != NO_PRODUCER_ID and batch.encoded_for == (self.producer_id, self.producer_epoch):
             self._bump_epoch()
         self._finish(batch, -1, failure)
 
@@ -411,7 +446,10 @@ class Producer:
             batch.done.set_result(base_offset)
         else:
             batch.done.set_exception(error)
+        key_tp = (batch.topic, batch.partition)
         with self._lock:
-            self._busy.discard((batch.topic, batch.partition))
+            self._sending[key_tp] -= 1
+            if error is None and not self._sending[key_tp]:
+                self._recovering.discard(key_tp)   # in order again: back to full pipelining
             self._buffered_bytes -= batch.size_bytes
             self._lock.notify_all()

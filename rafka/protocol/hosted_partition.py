@@ -25,10 +25,19 @@ Callers: actors.replica (its Kafka node's partition), tests.core.protocol_node.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 
 from rafka.core.errors import NotLeaderOrFollower, RequestTimedOut
 from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
+
+
+@dataclasses.dataclass(frozen=True)
+class Appended:
+    """A batch appended by a Produce, waiting for its acks."""
+    result: ProduceResult
+    acks: int
+    leader_epoch: int     # the leadership it was appended under
 
 
 class HostedPartition:
@@ -55,15 +64,24 @@ class HostedPartition:
             pass
 
     async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
+        return await self.acknowledged(self.append(records, acks), request_timeout_ms)
+
+    def append(self, records: bytes, acks: int) -> Appended:
+        """A Produce's first part, done at once and in request order: the append."""
         replica = self._replica()
         result = replica.append(records, acks=acks)
-        epoch = replica.leader_epoch
         self.notify()
-        if acks != ACKS_ALL:
+        return Appended(result, acks, replica.leader_epoch)
+
+    async def acknowledged(self, appended: Appended, request_timeout_ms: int) -> ProduceResult:
+        """A Produce's second part: its acks (for acks=all, the HW past the batch)."""
+        result = appended.result
+        if appended.acks != ACKS_ALL:
             return result
+        replica = self._replica()
         deadline = asyncio.get_running_loop().time() + request_timeout_ms / 1000
         while not replica.is_committed(result.last_offset):
-            if replica.role is not Role.LEADER or replica.leader_epoch != epoch:
+            if replica.role is not Role.LEADER or replica.leader_epoch != appended.leader_epoch:
                 raise NotLeaderOrFollower(f"{replica.name} lost leadership before offset "
                                           f"{result.last_offset} was replicated")
             remaining = deadline - asyncio.get_running_loop().time()

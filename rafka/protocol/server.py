@@ -2,13 +2,15 @@
 dispatcher, responses out.
 
 Invariants:
-  * One request at a time per connection, answered in the order received: after a
-    frame is read the connection is served to the end of that request before the
-    next is looked at (Kafka's SocketServer.Processor mutes a channel from a receive
-    until its response is sent). A client may still pipeline (several requests in
-    flight, as producers do); they wait in its socket and our read buffer. So one
-    connection holds at most one parked request, one read chunk and one partial
-    frame (<= socket_request_max_bytes).
+  * Requests of a connection take effect in the order received and are answered
+    in that order. A request holds its connection until it is answered (Kafka's
+    SocketServer.Processor mutes a channel from a receive until its response is
+    sent) unless it releases it earlier with pipelining.admit_next() (a Produce
+    that has appended and waits for replication): then the next request is read
+    and started while it waits. At most `max_pipelined_requests` requests of one
+    connection are started and unanswered; more wait in the client's socket and
+    our read buffer. So a connection holds at most that many parked requests, one
+    read chunk and one partial frame (<= socket_request_max_bytes).
   * Bad bytes on a connection (ProtocolError: frame size, header, unknown API or
     version, body) close that connection only; nothing is answered, as Kafka does.
     A handler's own failure closes the connection too (logged with its traceback):
@@ -33,11 +35,13 @@ import socket
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import SOCKET_REQUEST_MAX_BYTES_DEFAULT, FrameDecoder
+from rafka.protocol.pipelining import admitting
 
 logger = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 65_536
 MAX_CONNECTIONS_DEFAULT = 1_000
+MAX_PIPELINED_REQUESTS_DEFAULT = 5   # Kafka's max.in.flight.requests.per.connection
 CONNECTIONS_MAX_IDLE_MS_DEFAULT = 600_000       # Kafka's connections.max.idle.ms
 
 
@@ -45,7 +49,8 @@ class ProtocolServer:
     def __init__(self, dispatcher: Dispatcher, *, host: str = "0.0.0.0", port: int = 0,
                  socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT,
                  max_connections: int = MAX_CONNECTIONS_DEFAULT,
-                 connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT) -> None:
+                 connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
+                 max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         if connections_max_idle_ms <= 0:
@@ -56,6 +61,9 @@ class ProtocolServer:
         self.socket_request_max_bytes = socket_request_max_bytes
         self.max_connections = max_connections
         self.connections_max_idle_s = connections_max_idle_ms / 1000
+        if max_pipelined_requests < 1:
+            raise ValueError(f"max_pipelined_requests must be at least 1, not {max_pipelined_requests}")
+        self.max_pipelined_requests = max_pipelined_requests
         self._server: asyncio.Server | None = None
         self._connections: dict[str, asyncio.Task] = {}
         self._connection_numbers = itertools.count()
@@ -112,20 +120,67 @@ class ProtocolServer:
 
     async def _serve(self, connection_id: str, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
+        """Read frames and start each request's task, in order; a writer task sends
+        the answers in the same order. A failure in either ends the connection."""
         decoder = FrameDecoder(socket_request_max_bytes=self.socket_request_max_bytes)
+        answers: asyncio.Queue = asyncio.Queue()   # started requests, in order; at most `slots` of them
+        slots = asyncio.Semaphore(self.max_pipelined_requests)
+        writing = asyncio.create_task(self._write_answers(answers, writer, slots))
+        try:
+            while True:
+                reading = asyncio.ensure_future(asyncio.wait_for(reader.read(READ_CHUNK_BYTES),
+                                                                 self.connections_max_idle_s))
+                await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
+                if writing.done():
+                    reading.cancel()
+                    return writing.result()   # raises what ended the writer
+                try:
+                    chunk = reading.result()
+                except asyncio.TimeoutError:
+                    logger.debug("closing idle connection %s", connection_id)
+                    return
+                if not chunk:   # the client closed its side: answer what it sent, then close
+                    answers.put_nowait(None)
+                    return await writing
+                for frame in decoder.feed(chunk):
+                    slot = asyncio.ensure_future(slots.acquire())   # max_pipelined_requests unanswered: wait
+                    await asyncio.wait({slot, writing}, return_when=asyncio.FIRST_COMPLETED)
+                    if writing.done():
+                        slot.cancel()
+                        return writing.result()
+                    admitted = asyncio.get_running_loop().create_future()
+                    request = asyncio.create_task(self._answer(frame, connection_id, admitted))
+                    answers.put_nowait(request)
+                    await asyncio.wait({admitted, request, writing}, return_when=asyncio.FIRST_COMPLETED)
+                    if writing.done():
+                        return writing.result()
+                    if request.done() and request.exception() is not None:
+                        raise request.exception()   # bad bytes or a handler's bug: close
+        finally:
+            writing.cancel()
+            while not answers.empty():
+                answers.get_nowait().cancel()
+
+    async def _answer(self, frame, connection_id: str, admitted: asyncio.Future):
+        admitting(admitted)
+        try:
+            return await self.dispatcher.dispatch(frame, connection_id=connection_id)
+        finally:
+            if not admitted.done():
+                admitted.set_result(None)
+
+    @staticmethod
+    async def _write_answers(answers: asyncio.Queue, writer: asyncio.StreamWriter,
+                             slots: asyncio.Semaphore) -> None:
         while True:
-            try:
-                chunk = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), self.connections_max_idle_s)
-            except asyncio.TimeoutError:
-                logger.debug("closing idle connection %s", connection_id)
+            request = await answers.get()
+            if request is None:
                 return
-            if not chunk:
-                return
-            for frame in decoder.feed(chunk):
-                response = await self.dispatcher.dispatch(frame, connection_id=connection_id)
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()   # a client that does not read stops being read
+            response = await request
+            if response is not None:
+                writer.write(response)
+                await writer.drain()   # a client that does not read stops being read
+            slots.release()
 
     def _connection_id(self, writer: asyncio.StreamWriter) -> str:
         """Kafka's form: local address:port-remote address:port-index."""

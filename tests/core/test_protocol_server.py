@@ -83,6 +83,48 @@ def test_pipelined_requests__answered_in_the_order_sent_though_the_first_is_slow
     assert finished == [0, 1, 2, 3]   # one request at a time per connection, in order
 
 
+def test_a_request_that_admits_the_next__the_next_starts_while_it_waits_and_answers_keep_their_order():
+    """pipelining.admit_next: request 0 does its ordered part, admits the next and
+    waits; requests 1 and 2 run meanwhile (1 also admits), yet the answers come
+    0, 1, 2. With max_pipelined_requests=2, request 2 starts only once 0 or 1 is
+    answered."""
+    from rafka.protocol.pipelining import admit_next
+    events = []
+    release = {}
+
+    async def admitting_handler(request, context):
+        number = context.correlation_id
+        events.append(f"start {number}")
+        admit_next()
+        release[number] = asyncio.get_running_loop().create_future()
+        if number < 2:
+            await release[number]
+        events.append(f"end {number}")
+        return await metadata_stub(request, context)
+
+    async def scenario():
+        server = await serving(routes=[Route(METADATA_KEY, 10, 12, admitting_handler)], max_pipelined_requests=2)
+        connection = await Connection.open("127.0.0.1", server.port)
+        from kio.schema.metadata.v12.request import MetadataRequest
+        request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                  include_topic_authorized_operations=False)
+        answers = [asyncio.ensure_future(connection.request(request)) for _ in range(3)]
+        while len(events) < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert events == ["start 0", "start 1"]     # 1 started while 0 waits; 2 waits for a slot
+        release[1].set_result(None)
+        await asyncio.sleep(0.1)
+        assert not answers[1].done()                # answered only after 0
+        release[0].set_result(None)
+        done = await asyncio.gather(*answers)
+        await connection.close()
+        await server.stop()
+        return done
+    assert len(run(scenario())) == 3
+    assert events == ["start 0", "start 1", "end 1", "end 0", "start 2", "end 2"]
+
+
 def test_bad_bytes__close_their_own_connection_only():
     async def scenario():
         server = await serving(socket_request_max_bytes=1_000)

@@ -9,7 +9,8 @@ or partition (Kafka's ReplicaManager.getPartitionOrError: the metadata cache doe
 not have it) and NOT_LEADER_OR_FOLLOWER when it does, so the client refreshes its
 metadata and goes to the leader.
 
-Callers: handlers.produce, handlers.fetch, handlers.list_offsets.
+Callers: handlers.produce, handlers.fetch, handlers.list_offsets,
+handlers.offset_for_leader_epoch.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ logger = logging.getLogger(__name__)
 class PartitionEndpoint(Protocol):
     """The async calls a hosted partition answers (the replica actor has them)."""
 
-    async def produce(self, records: bytes, acks: int, request_timeout_ms: int = ...) -> Any: ...
+    def append(self, records: bytes, acks: int) -> Any: ...
+
+    async def acknowledged(self, appended: Any, request_timeout_ms: int) -> Any: ...
 
     async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
                              leader_epoch: int | None = ...) -> Any: ...
@@ -56,15 +59,24 @@ def error_code_of(error: BaseException) -> ErrorCode:
     return ErrorCode.unknown_server_error
 
 
+def locate(host: PartitionHost, topic: str, partition: int) -> tuple[ErrorCode, PartitionEndpoint | None]:
+    """(ErrorCode.none, the endpoint) for a partition hosted here, else the code
+    that sends the client elsewhere and None."""
+    endpoint = host.endpoint(topic, partition)
+    if endpoint is not None:
+        return ErrorCode.none, endpoint
+    known = host.image().topics.get(topic)
+    if known is None or not 0 <= partition < len(known.partitions):
+        return ErrorCode.unknown_topic_or_partition, None
+    return ErrorCode.not_leader_or_follower, None
+
+
 async def on_partition(host: PartitionHost, topic: str, partition: int,
                        call: Callable[[PartitionEndpoint], Awaitable[Any]]) -> tuple[ErrorCode, Any]:
     """(ErrorCode.none, what `call` returned) or (the error's code, None)."""
-    endpoint = host.endpoint(topic, partition)
+    code, endpoint = locate(host, topic, partition)
     if endpoint is None:
-        known = host.image().topics.get(topic)
-        if known is None or not 0 <= partition < len(known.partitions):
-            return ErrorCode.unknown_topic_or_partition, None
-        return ErrorCode.not_leader_or_follower, None
+        return code, None
     try:
         return ErrorCode.none, await call(endpoint)
     except Exception as error:

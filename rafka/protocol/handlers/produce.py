@@ -18,12 +18,16 @@ ProduceRequest.validateRecords), and what this handler does the same way:
   * log_append_time is -1 (None on the wire) unless the topic stamps
     LogAppendTime. Transactions are not served (InitProducerId refuses a
     transactional id), so a transactional id here is ignored.
-Partitions of one request are written concurrently; the answer lists them in the
-request's order. Caller: dispatch, through `route(host)`.
+The partitions of a request are appended one after another, at once; then the
+request releases its connection (pipelining.admit_next: the connection's next
+request may start while this one waits for its acks) and waits for every
+partition's acks together. The answer lists them in the request's order.
+Caller: dispatch, through `route(host)`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 from kio.index import load_response_schema
@@ -35,7 +39,8 @@ from rafka.core.records import MAGIC, read_header
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.errors import ClosedAfterFailedAcksZeroProduce
-from rafka.protocol.handlers.partitions import PartitionHost, by_topic, serve_each
+from rafka.protocol.handlers.partitions import PartitionHost, by_topic, error_code_of, locate
+from rafka.protocol.pipelining import admit_next
 
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 9
@@ -70,15 +75,14 @@ async def produce(host: PartitionHost, request, version: int):
     acks = int(request.acks)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
 
-    async def write(endpoint, partition_data):
-        check_single_v2_batch(partition_data.records)
-        return await endpoint.produce(bytes(partition_data.records), acks, timeout_ms)
-
     work = [(t.name, p) for t in request.topic_data for p in t.partition_data]
     if acks not in VALID_ACKS:   # before anything else, for every partition (ReplicaManager.appendRecords)
         rows = [(topic, p, ErrorCode.invalid_required_acks, None) for topic, p in work]
     else:
-        rows = await serve_each(host, work, lambda partition_data: int(partition_data.index), write)
+        appended = [(topic, p, *_append(host, topic, p, acks)) for topic, p in work]
+        admit_next()
+        rows = await asyncio.gather(*(_acknowledged(topic, p, code, endpoint, pending, timeout_ms)
+                                      for topic, p, code, endpoint, pending in appended))
     if acks == 0:
         if any(code != ErrorCode.none for _, _, code, _ in rows):
             raise ClosedAfterFailedAcksZeroProduce("a partition of an acks=0 produce failed")
@@ -93,6 +97,27 @@ async def produce(host: PartitionHost, request, version: int):
     return make(response_type, throttle_time=_NO_THROTTLE, responses=tuple(
         make(module.TopicProduceResponse, name=topic, partition_responses=tuple(partitions))
         for topic, partitions in grouped.items()))
+
+
+def _append(host: PartitionHost, topic: str, partition_data, acks: int):
+    """(code, endpoint, Appended) of one partition's append, or (its error's code, None, None)."""
+    code, endpoint = locate(host, topic, int(partition_data.index))
+    if endpoint is None:
+        return code, None, None
+    try:
+        check_single_v2_batch(partition_data.records)
+        return ErrorCode.none, endpoint, endpoint.append(bytes(partition_data.records), acks)
+    except Exception as error:
+        return error_code_of(error), None, None
+
+
+async def _acknowledged(topic: str, partition_data, code: ErrorCode, endpoint, pending, timeout_ms: int):
+    if endpoint is None:
+        return topic, partition_data, code, None
+    try:
+        return topic, partition_data, ErrorCode.none, await endpoint.acknowledged(pending, timeout_ms)
+    except Exception as error:
+        return topic, partition_data, error_code_of(error), None
 
 
 def _append_time(result):
