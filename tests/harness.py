@@ -114,37 +114,54 @@ def paused(pid: int):
 
 
 class StreamingProducer:
-    """Sends `count` numbered records (acks=all) from a thread; `fault` runs once
-    `fault_after` of them are acked. Collects (offset, value) of every ack."""
+    """Sends numbered records (acks=all) from a thread; `fault` runs once
+    `fault_after` of them are acked. Until the fault has returned the stream goes
+    on at a steady pace (one record every `pace_s`), so the fault strikes while
+    records are being produced however fast the producer is; then it sends what is
+    left of `count` and at least `after_fault` more. Collects (offset, value) of
+    every ack."""
 
-    def __init__(self, cluster, topic, *, count=300, fault_after=100, **options):
+    def __init__(self, cluster, topic, *, count=300, fault_after=100, after_fault=20, pace_s=0.005, **options):
         self.topic, self.count, self.fault_after = topic, count, fault_after
+        self.after_fault, self.pace_s = after_fault, pace_s
         self.producer = cluster.producer(acks="all", linger_ms=2, batch_size=2_000,
                                          request_timeout_ms=3_000, **options)
         self.acked: list[tuple[int, bytes]] = []
+        self.sent = 0
         self.halfway = threading.Event()
+        self.fault_done = threading.Event()
 
     def run(self, fault):
         thread = threading.Thread(target=self._send_all)
         thread.start()
         assert self.halfway.wait(60), "the first records were never acknowledged"
-        fault()
+        try:
+            fault()
+        finally:
+            self.fault_done.set()
         thread.join(180)
         assert not thread.is_alive(), "the producer did not finish"
         self.producer.close()
-        assert len(self.acked) == self.count
+        assert len(self.acked) == self.sent
         return self.acked
 
     def _send_all(self):
         futures = []
-        for i in range(self.count):
+        i = sent_after_fault = 0
+        while i < self.count or sent_after_fault < self.after_fault:
             value = b"%s-%05d" % (self.topic.encode(), i)
             futures.append((value, self.producer.send(self.topic, value, partition=0)))
+            if self.fault_done.is_set():
+                sent_after_fault += 1
             if i == self.fault_after:
                 for v, f in futures:
                     self.acked.append((f.result(timeout=60).offset, v))
                 futures = []
                 self.halfway.set()
+            elif i > self.fault_after and not self.fault_done.is_set():
+                time.sleep(self.pace_s)
+            i += 1
+        self.sent = i
         for v, f in futures:
             self.acked.append((f.result(timeout=120).offset, v))
 

@@ -4,7 +4,7 @@ What lives here and not in core: parking a follower's fetch (long poll,
 `fetch_max_wait_ms`) until the LEO moves, parking an acks=all produce until the HW
 passes its last offset (or leadership is lost, or `request_timeout_ms` ends), and
 the follower's fetch loop: Kafka's replica Fetch to the leader's Kafka endpoint
-(protocol.replica_fetch), not a Ray call.
+(protocol.fetching), not a Ray call.
 
 Concurrency: Ray runs an async actor's methods as tasks on one event loop, so the
 core object is only touched between awaits, from one thread. Waiters are woken by
@@ -46,7 +46,7 @@ from rafka.core.config import TopicConfig
 from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
 from rafka.core.records import iter_batches
 from rafka.core.replica import FetchResult, PartitionReplica, ProduceResult, Role
-from rafka.protocol import replica_fetch
+from rafka.protocol import fetching
 from rafka.protocol.connection import Connection
 from rafka.protocol.hosted_partition import HostedPartition
 
@@ -339,7 +339,7 @@ class ReplicaActor:
         """Fetch from the leader for as long as this replica follows it at this epoch,
         over Kafka's replica Fetch on one connection to the leader's endpoint (its
         address from the newest cluster image: a restarted leader may listen on a
-        new port). protocol.replica_fetch builds the requests and reads the answers;
+        new port). protocol.fetching builds the requests and reads the answers;
         a diverging epoch (KIP-320) truncates here and fetches again.
         The loop never ends on an error: a follower whose loop died would answer the
         controller's ping with the right role and never catch up again (`rafka
@@ -360,12 +360,12 @@ class ReplicaActor:
                             request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms,
                             max_in_flight_requests=1)
                     log = self.replica.log
-                    response = await connection.request(replica_fetch.fetch_request(
+                    response = await connection.request(fetching.fetch_request(
                         topic=topic, partition=partition, replica_id=self.replica.replica_id,
                         fetch_offset=log.log_end_offset, leader_epoch=leader_epoch,
                         last_fetched_epoch=log.latest_epoch, log_start_offset=log.log_start_offset,
                         max_bytes=self.replica_fetch_max_bytes, max_wait_ms=self.fetch_max_wait_ms))
-                    answer = replica_fetch.leader_answer(response, topic=topic, partition=partition)
+                    answer = fetching.leader_answer(response, topic=topic, partition=partition)
                     if answer.diverging_epoch is not None:
                         self.replica.truncate_to_leader_epoch_end(answer.diverging_epoch)
                         continue
@@ -380,8 +380,8 @@ class ReplicaActor:
                     # Kafka's handleOutOfRangeError: below the leader's log start,
                     # start empty there (the leader's retention passed us by).
                     try:
-                        start = replica_fetch.log_start_answer(await connection.request(
-                            replica_fetch.log_start_request(topic=topic, partition=partition,
+                        start = fetching.log_start_answer(await connection.request(
+                            fetching.log_start_request(topic=topic, partition=partition,
                                                             replica_id=self.replica.replica_id,
                                                             leader_epoch=leader_epoch)),
                             topic=topic, partition=partition)

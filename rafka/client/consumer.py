@@ -2,8 +2,10 @@
 
 Design, as Kafka's fetcher: each assigned partition has a position (the next
 offset to hand to the caller) and a fetch position (the next offset to ask the
-leader for). At most one fetch per partition is in flight; a fetch is a long poll
-on the leader (`fetch_max_wait_ms`) and its answer is decoded into a per-partition
+leader for). At most one fetch per partition is in flight; a fetch is Kafka's
+Fetch on the leader's endpoint (client.network, protocol.fetching), a long poll
+(`fetch_max_wait_ms`), all partitions' fetches in flight at once; an answer is
+decoded into a per-partition
 buffer, so the next fetch goes out while the caller still works on the last one.
 `poll` hands out up to `max_poll_records` from the buffers, round-robin over the
 partitions that have data, and advances positions past what it returns.
@@ -43,6 +45,7 @@ thread touches only the membership's flags).
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import functools
 import logging
@@ -56,6 +59,7 @@ import ray
 from rafka.actors.coordinator import OFFSETS_TOPIC
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
+from rafka.client.network import ClientNetwork
 from rafka.client.retry import call_leader, is_retriable, kafka_cause
 from rafka.core.config import ConfigDef, at_least
 from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
@@ -64,6 +68,7 @@ from rafka.core.offset_reset import parse_auto_offset_reset
 from rafka.core.records import decode_batches, iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from rafka.protocol import fetching
 
 logger = logging.getLogger(__name__)
 _MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId)
@@ -126,9 +131,10 @@ class Consumer:
         self.client_id = client_id
         self._controller = controller
         self._metadata = MetadataCache(controller)
+        self._network = ClientNetwork(client_id=client_id, request_timeout_ms=request_timeout_ms)
         self._partitions: dict[TopicPartition, _PartitionState] = {}
-        # ObjectRef -> (TopicPartition, the _PartitionState it was sent for, its fetch
-        # generation then, fetch offset); at most one per partition
+        # Fetch answer future -> (TopicPartition, the _PartitionState it was sent for,
+        # its fetch generation then, fetch offset); at most one per partition
         self._in_flight: dict = {}
         self._next_to_drain = 0
         self._closed = False
@@ -356,19 +362,18 @@ class Consumer:
             if remaining <= 0:
                 return []
             if self._in_flight:
-                done, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=remaining)
-                for ref in done:
-                    self._complete_fetch(ref)
+                done, _ = concurrent.futures.wait(list(self._in_flight), timeout=remaining,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                for answer in done:
+                    self._complete_fetch(answer)
             else:  # nothing can be fetched yet (backing off, all paused): wait a little
                 time.sleep(min(remaining, self.retry_backoff_s))
 
     def _complete_ready_fetches(self) -> None:
         """Take in every fetch answer that has arrived, so that one partition's full
         buffer does not hold back the others' (Kafka's fetcher collects them all)."""
-        if self._in_flight:
-            done, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
-            for ref in done:
-                self._complete_fetch(ref)
+        for answer in [answer for answer in self._in_flight if answer.done()]:
+            self._complete_fetch(answer)
 
     def _send_fetches(self) -> None:
         busy = {tp for tp, *_ in self._in_flight.values()}
@@ -385,16 +390,19 @@ class Consumer:
         if state.fetch_position is None:
             state.fetch_position = state.position
         try:
-            leader, leader_epoch = self._metadata.leader_and_epoch(tp.topic, tp.partition)
-            ref = leader.consumer_fetch.remote(state.fetch_position, self.max_partition_fetch_bytes,
-                                               self.fetch_max_wait_ms, leader_epoch)
+            address, leader_epoch = self._metadata.leader_address(tp.topic, tp.partition)
+            answer = self._network.submit(address, fetching.fetch_request(
+                topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
+                fetch_offset=state.fetch_position, leader_epoch=leader_epoch,
+                last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
+                max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms))
         except Exception as error:
             self._fetch_failed(tp, state, error)
             return
-        self._in_flight[ref] = (tp, state, state.fetch_generation, state.fetch_position)
+        self._in_flight[answer] = (tp, state, state.fetch_generation, state.fetch_position)
 
-    def _complete_fetch(self, ref) -> None:
-        tp, sent_for, generation, fetch_offset = self._in_flight.pop(ref)
+    def _complete_fetch(self, answer) -> None:
+        tp, sent_for, generation, fetch_offset = self._in_flight.pop(answer)
         state = self._partitions.get(tp)
         if state is not sent_for or state.fetch_generation != generation:
             # Stale: unassigned, sought or paused since, or assigned again by a
@@ -402,7 +410,7 @@ class Consumer:
             # one's: taking the answer would skip what the old state had buffered).
             return
         try:
-            result = ray.get(ref)
+            result = fetching.leader_answer(answer.result(), topic=tp.topic, partition=tp.partition)
         except Exception as error:
             self._fetch_failed(tp, state, error)
             return
@@ -647,6 +655,7 @@ class Consumer:
         self._closed = True
         self._in_flight.clear()
         self._partitions.clear()
+        self._network.close()
 
     def __enter__(self) -> Consumer:
         return self

@@ -40,9 +40,26 @@ def on_the_wire(host, port, request):
 
 
 def wire_ready(cluster, topic):
-    """Every partition's leader has a Kafka endpoint in the controller's image."""
+    """Every partition's leader has a Kafka endpoint, and every node's Metadata
+    answer says so: nodes learn a new topic from the controller's next image, and
+    a client may ask any node (Kafka's own tests wait the same way after creating
+    a topic: TestUtils.waitForAllPartitionsMetadata)."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
     described = cluster.admin().describe_topics([topic])[topic]["partitions"]
-    return all(p["leader_endpoint"] for p in described)
+    if not all(p["leader_endpoint"] for p in described):
+        return False
+    request = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    leaders = {p["partition"]: p["leader_kafka_node"] for p in described}
+    for host, port in ray.get(cluster.controller.node_endpoints.remote()).values():
+        try:
+            answer = on_the_wire(host, port, request)
+        except Exception:   # a node of a deleted topic, gone: clients are not sent there
+            continue
+        (listed,) = answer.topics
+        if {int(p.partition_index): int(p.leader_id) for p in listed.partitions} != leaders:
+            return False
+    return True
 
 
 def create(cluster, topic, partitions=2):

@@ -246,28 +246,28 @@ def test_a_null_array_where_the_schema_forbids_one__the_connection_is_closed_and
 
 
 def test_replica_fetch__records_to_the_leo_progress_counted_a_diverging_log_told_where_to_cut(node):
-    """The follower's side (protocol.replica_fetch) against the leader's handler:
+    """The follower's side (protocol.fetching) against the leader's handler:
     Kafka's replica Fetch and ListOffsets, as rafka's followers send them."""
     from rafka.core.errors import FencedLeaderEpoch
-    from rafka.protocol import replica_fetch
+    from rafka.protocol import fetching
     exchange(node, produce_request(batch(b"a")), produce_request(batch(b"b")))
     leader = node.endpoints[("orders", 0)].replica
     leader.become_leader(leader_epoch=1, replicas=[0, 1], isr=[0], partition_epoch=1)   # epoch 1 starts at 2
 
     def ask(offset, *, epoch=1, last_fetched_epoch=-1):
-        return replica_fetch.fetch_request(topic="orders", partition=0, replica_id=1, fetch_offset=offset,
+        return fetching.fetch_request(topic="orders", partition=0, replica_id=1, fetch_offset=offset,
                                            leader_epoch=epoch, last_fetched_epoch=last_fetched_epoch,
                                            log_start_offset=0, max_bytes=1 << 20, max_wait_ms=0)
     first, at_end, diverged, stale, start = exchange(
         node, ask(0), ask(2, last_fetched_epoch=0), ask(5, last_fetched_epoch=0), ask(2, epoch=0),
-        replica_fetch.log_start_request(topic="orders", partition=0, replica_id=1, leader_epoch=1))
-    read = replica_fetch.leader_answer(first, topic="orders", partition=0)
+        fetching.log_start_request(topic="orders", partition=0, replica_id=1, leader_epoch=1))
+    read = fetching.leader_answer(first, topic="orders", partition=0)
     assert read.records == leader.log.read(0, 1 << 20) and read.diverging_epoch is None
-    assert replica_fetch.leader_answer(at_end, topic="orders", partition=0).records == b""
+    assert fetching.leader_answer(at_end, topic="orders", partition=0).records == b""
     assert leader.caught_up_outside_isr() == {1}          # the fetch at the LEO counted as progress
-    cut = replica_fetch.leader_answer(diverged, topic="orders", partition=0)
+    cut = fetching.leader_answer(diverged, topic="orders", partition=0)
     assert cut.diverging_epoch == (0, 2) and cut.records == b""
     with pytest.raises(FencedLeaderEpoch):
-        replica_fetch.leader_answer(stale, topic="orders", partition=0)
-    assert replica_fetch.log_start_answer(start, topic="orders", partition=0) == 0
+        fetching.leader_answer(stale, topic="orders", partition=0)
+    assert fetching.log_start_answer(start, topic="orders", partition=0) == 0
     assert log_end(node) == 2

@@ -20,7 +20,7 @@ FetchSession), and what this handler does the same way:
     partition) reads up to the LEO, counts as that follower's progress (ISR and
     HW) and, with last_fetched_epoch >= 0, answers a diverging log with
     diverging_epoch and no records (KIP-320; Partition.fetchRecords); see
-    protocol.replica_fetch for the follower's side.
+    protocol.fetching for the follower's side.
 Partitions of one request are read concurrently, each parked on its own replica.
 Caller: dispatch, through `route(host)`.
 """

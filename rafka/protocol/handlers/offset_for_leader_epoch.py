@@ -10,7 +10,7 @@ What Kafka answers (KafkaApis.handleOffsetForLeaderEpochRequest, Partition
     -1 skips the check; a partition not led here: NOT_LEADER_OR_FOLLOWER.
   * replica_id (v3+) changes nothing here. rafka's followers do not ask: their
     replica Fetch carries last_fetched_epoch and the leader answers a diverging
-    log in the Fetch itself (KIP-320; protocol.replica_fetch).
+    log in the Fetch itself (KIP-320; protocol.fetching).
 Caller: the replica actor's table, through `route(host)`.
 """
 

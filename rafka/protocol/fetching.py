@@ -1,5 +1,11 @@
-"""A follower's side of replication on the wire: Kafka's replica Fetch to the
-leader's endpoint, and what to do with each answer.
+"""Fetch as rafka's clients send it: a follower's replica Fetch to its leader (the
+side of replication on the wire), and a consumer's Fetch; what each answer says.
+
+A consumer's fetch is the same request with replica_id -1 and no last fetched
+epoch: records below the HW, the leader's HW and log start, or the partition's
+error (FENCED_LEADER_EPOCH for a stale epoch: refresh metadata and retry).
+
+For followers:
 
 Kafka's ReplicaFetcherThread is the model (AbstractFetcherThread.processFetchRequest,
 truncateOnFetchResponse, handleOutOfRangeError):
@@ -19,8 +25,8 @@ truncateOnFetchResponse, handleOutOfRangeError):
 In rafka a Fetch's replica_id is the follower's replica id within its partition
 (0, 1, 2, ...), not a node id: each replica actor is a node of its own.
 
-Pure: builds requests and reads answers; the replica actor owns the connection
-and the loop. Callers: actors.replica (the fetch loop), tests.
+Pure: builds requests and reads answers; the callers own the connections and
+loops. Callers: actors.replica (the fetch loop), client.consumer, tests.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from rafka.core.errors import error_for_code
 from rafka.core.replica import EARLIEST_TIMESTAMP
 
 NO_EPOCH = -1
+CONSUMER_REPLICA_ID = -1     # Kafka's: a fetch from a client, not a replica
 
 
 @dataclasses.dataclass(frozen=True)
