@@ -258,8 +258,9 @@ class ReplicaActor:
 
     # --- leader side --------------------------------------------------------------
 
-    # Ray calls that still carry records for rafka's own clients (issue 15 moves
-    # them onto the wire, and these go): the same calls the Kafka node serves.
+    # Ray calls that still carry records (issue 15 moves their callers onto the
+    # wire, and these go): the coordinators' offset writes and loading, the admin's
+    # offset lookups and Spark's read tasks. The same calls the Kafka node serves.
     async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
         return await self.hosted.produce(records, acks, request_timeout_ms)
 

@@ -6,9 +6,9 @@ NOT_LEADER_OR_FOLLOWER, a lost connection or actor, a stale epoch) or when a
 topic is not in it; an image never replaces a newer one (the controller's
 version orders them). Thread-safe.
 
-Callers: the producer (leader endpoints, on the wire), the consumer, the admin
-and Spark read tasks (leader replica actors, over Ray calls until issue 15 moves
-them onto the wire too).
+Callers: the producer and the consumer (leader endpoints, on the wire), the
+admin's offset lookups and Spark read tasks (leader replica actors, over Ray
+calls until issue 15 moves them onto the wire too).
 """
 
 from __future__ import annotations
