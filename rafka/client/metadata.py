@@ -30,7 +30,8 @@ class MetadataCache:
         self._stale: set[str] = set()        # topics to look up afresh
         self._handles: dict[tuple[str, int, int], object] = {}
 
-    def _partition_images(self, topic: str) -> tuple[PartitionImage, ...]:
+    def _topic_image(self, topic: str) -> tuple[ClusterImage, tuple[PartitionImage, ...]]:
+        """The image holding `topic`, and the topic's partitions in it."""
         with self._lock:
             image, stale = self._image, topic in self._stale
         if image is None or stale or topic not in image.topics:
@@ -42,27 +43,26 @@ class MetadataCache:
                 image = self._image
         if topic not in image.topics:
             raise UnknownTopicOrPartition(f"Topic '{topic}' does not exist.")
-        return image.topics[topic].partitions
+        return image, image.topics[topic].partitions
 
     def partition_count(self, topic: str) -> int:
-        return len(self._partition_images(topic))
+        return len(self._topic_image(topic)[1])
 
-    def _led(self, topic: str, partition: int) -> PartitionImage:
-        partitions = self._partition_images(topic)
+    def _led(self, topic: str, partition: int) -> tuple[ClusterImage, PartitionImage]:
+        image, partitions = self._topic_image(topic)
         if not 0 <= partition < len(partitions):
             raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
         state = partitions[partition]
         if state.leader_replica < 0:
             self.invalidate(topic)
             raise LeaderNotAvailable(f"{topic}-{partition} has no leader")
-        return state
+        return image, state
 
     def leader_address(self, topic: str, partition: int) -> tuple[tuple[str, int], int]:
         """((host, port) of the leader's Kafka endpoint, leader epoch);
         LeaderNotAvailable while there is no leader or it has no endpoint yet."""
-        state = self._led(topic, partition)
-        with self._lock:
-            node = self._image.nodes.get(state.leader_node)
+        image, state = self._led(topic, partition)
+        node = image.nodes.get(state.leader_node)   # the same image: images are immutable
         if node is None:
             self.invalidate(topic)
             raise LeaderNotAvailable(f"{topic}-{partition}: the leader has no Kafka endpoint yet")
@@ -75,7 +75,7 @@ class MetadataCache:
     def leader_and_epoch(self, topic: str, partition: int) -> tuple[object, int]:
         """(leader replica actor, leader epoch); LeaderNotAvailable while there is none,
         UnknownTopicOrPartition for a partition the topic does not have."""
-        state = self._led(topic, partition)
+        _, state = self._led(topic, partition)
         return self.replica(topic, partition, state.leader_replica), state.leader_epoch
 
     def replica(self, topic: str, partition: int, replica_id: int):

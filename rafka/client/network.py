@@ -17,7 +17,8 @@ Invariants: connections are touched only on the loop's thread; `close()` fails
 what is pending and stops the thread; nothing here retries (the callers hold the
 one retry rule, client.retry).
 
-Callers: client.producer (Produce); the consumer, admin and coordinator next.
+Callers: client.producer (Produce), client.consumer (Fetch); the admin, group
+requests and the coordinator next (issue 15).
 """
 
 from __future__ import annotations

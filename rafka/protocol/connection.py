@@ -22,7 +22,7 @@ import itertools
 import struct
 from typing import Any
 
-from kio.index import load_response_schema
+from rafka.protocol.entities import load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from rafka.core.errors import NetworkException

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from rafka.protocol.entities import load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode

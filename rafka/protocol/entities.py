@@ -2,7 +2,11 @@
 
 A field that a version does not have is dropped, so one handler serves a version
 range: Kafka's schemas add fields version by version and rarely rename them.
-Callers: the handlers.
+`load_request_schema` / `load_response_schema` are kio's lookups, cached: kio
+resolves the module by name on every call (pkgutil.resolve_name showed in the
+broker's profile), and every request and answer needs one.
+
+Callers: the handlers, dispatch, the client connection.
 """
 
 from __future__ import annotations
@@ -11,6 +15,18 @@ import dataclasses
 import functools
 from types import ModuleType
 from typing import Any
+
+from kio import index as _kio_index
+
+
+@functools.cache
+def load_request_schema(api_key: int, api_version: int) -> type:
+    return _kio_index.load_request_schema(api_key, api_version)
+
+
+@functools.cache
+def load_response_schema(api_key: int, api_version: int) -> type:
+    return _kio_index.load_response_schema(api_key, api_version)
 
 
 @functools.cache

@@ -143,11 +143,14 @@ class ProtocolServer:
                     answers.put_nowait(None)
                     return await writing
                 for frame in decoder.feed(chunk):
-                    slot = asyncio.ensure_future(slots.acquire())   # max_pipelined_requests unanswered: wait
-                    await asyncio.wait({slot, writing}, return_when=asyncio.FIRST_COMPLETED)
-                    if writing.done():
-                        slot.cancel()
-                        return writing.result()
+                    if slots.locked():   # max_pipelined_requests unanswered: wait for one (or a failure)
+                        slot = asyncio.ensure_future(slots.acquire())
+                        await asyncio.wait({slot, writing}, return_when=asyncio.FIRST_COMPLETED)
+                        if writing.done():
+                            slot.cancel()
+                            return writing.result()
+                    else:
+                        await slots.acquire()   # free: taken at once, no task on the hot path
                     admitted = asyncio.get_running_loop().create_future()
                     request = asyncio.create_task(self._answer(frame, connection_id, admitted))
                     answers.put_nowait(request)

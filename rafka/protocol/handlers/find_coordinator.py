@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 
-from kio.index import load_response_schema
+from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 

@@ -23,7 +23,7 @@ import datetime
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from kio.index import load_response_schema
+from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 

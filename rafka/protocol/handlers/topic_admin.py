@@ -26,7 +26,7 @@ import datetime
 import uuid
 from typing import Protocol
 
-from kio.index import load_response_schema
+from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta
 
