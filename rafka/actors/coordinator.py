@@ -4,11 +4,13 @@ request of a group under that group's lock: see its docstring). The actor loads,
 finds its partition's leader and produces.
 
 Loading: at start (and so after every restart) it reads its partition from the
-partition's leader, from the log start to the HW, and replays every record; until
-that is done every request gets COORDINATOR_LOAD_IN_PROGRESS, never stale data.
+partition's leader, from the log start to the HW (ListOffsets and Fetch, as a
+consumer, on the leader's Kafka endpoint), and replays every record; until that
+is done every request gets COORDINATOR_LOAD_IN_PROGRESS, never stale data.
 
 Writes: the shard's handlers return records; `_append` encodes them as one batch
-and produces it with acks=all to its partition's leader, and the shard replays
+and produces it (Produce, acks=all, on the wire) to its partition's leader, found
+in the newest cluster image, and the shard replays
 them, and answers, only once the leader acknowledged them (so they are below the
 HW: invariant 8). One write is in flight at a time; the shard's group locks keep
 each group's records in log order from decision to replay. A write that cannot
@@ -33,10 +35,11 @@ import os
 
 import ray
 
-from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.actors.replica import NAMESPACE
 from rafka.actors.serving import NodeServing
-from rafka.core.actor_names import OFFSETS_TOPIC, coordinator_actor_name
+from rafka.client.network import NodeConnections
 from rafka.client.retry import is_retriable, kafka_cause
+from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.clock import SystemClock
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut
@@ -44,7 +47,10 @@ from rafka.core.group_manager import GroupManager
 from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
 from rafka.core.records import RecordInput, decode_batches, encode_batch
-from rafka.core.replica import ACKS_ALL
+from rafka.core.replica import ACKS_ALL, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from rafka.protocol import fetching, producing
+
+LOAD_FETCH_MAX_BYTES = 1 << 20
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +80,9 @@ class GroupCoordinatorActor:
         self._loaded = False
         self._load_position = -1      # how far loading got, and why it last failed (ping shows both)
         self._load_error: str | None = None
-        self._leader_cache = None
+        self._image_stale = True     # ask the controller for the image before the first lookup
+        self._nodes = NodeConnections(client_id=f"rafka-coordinator-{offsets_partition}",
+                                      request_timeout_ms=offsets_commit_timeout_ms)
         self._write_lock = asyncio.Lock()
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
@@ -111,20 +119,33 @@ class GroupCoordinatorActor:
                 logger.warning("coordinator %d: expiring members or offsets failed: %s", self.partition, error)
 
     async def _load(self) -> None:
+        topic, partition = OFFSETS_TOPIC, self.partition
         while True:
             try:
-                leader, leader_epoch = await self._leader()
-                # Bounded waits: a paused leader must not stall loading past its replacement.
-                timeout_s = self.offsets_commit_timeout_ms / 1000
-                end = (await asyncio.wait_for(leader.list_offset.remote(-1, leader_epoch), timeout_s))[0]
-                position = (await asyncio.wait_for(leader.list_offset.remote(-2, leader_epoch), timeout_s))[0]
+                address, leader_epoch = await self._leader()
+
+                async def ask(request):   # bounded: a paused leader must not stall loading past its replacement
+                    return await asyncio.wait_for(self._nodes.request(address, request),
+                                                  self.offsets_commit_timeout_ms / 1000)
+
+                def offset_at(timestamp_ms: int):
+                    return fetching.list_offset_request(topic=topic, partition=partition,
+                                                        replica_id=fetching.CONSUMER_REPLICA_ID,
+                                                        leader_epoch=leader_epoch, timestamp_ms=timestamp_ms)
+                end, _ = fetching.list_offset_answer(await ask(offset_at(LATEST_TIMESTAMP)),
+                                                     topic=topic, partition=partition)
+                position, _ = fetching.list_offset_answer(await ask(offset_at(EARLIEST_TIMESTAMP)),
+                                                          topic=topic, partition=partition)
                 while position < end:
                     self._load_position = position
-                    result = await asyncio.wait_for(
-                        leader.consumer_fetch.remote(position, 1 << 20, 0, leader_epoch), timeout_s)
-                    if not result.records:   # compaction removed everything in [position, end)
+                    answer = fetching.leader_answer(await ask(fetching.fetch_request(
+                        topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID,
+                        fetch_offset=position, leader_epoch=leader_epoch, last_fetched_epoch=fetching.NO_EPOCH,
+                        log_start_offset=-1, max_bytes=LOAD_FETCH_MAX_BYTES, max_wait_ms=0)),
+                        topic=topic, partition=partition)
+                    if not answer.records:   # compaction removed everything in [position, end)
                         break
-                    for header, records in decode_batches(result.records):
+                    for header, records in decode_batches(answer.records):
                         for record in records:
                             if position <= record.offset < end:
                                 key = decode_key(record.key)
@@ -140,25 +161,22 @@ class GroupCoordinatorActor:
                 self._forget_leader()
                 await asyncio.sleep(self.retry_backoff_s)
 
-    async def _leader(self):
-        """(leader replica actor, leader epoch) of this coordinator's partition, cached
-        until a request to it fails (`_forget_leader`): a commit costs no controller call."""
-        if self._leader_cache is None:
-            self._leader_cache = await self._lookup_leader()
-        return self._leader_cache
+    async def _leader(self) -> tuple[tuple[str, int], int]:
+        """((host, port) of this coordinator's partition leader, leader epoch), from
+        the newest cluster image; after a failed request (`_forget_leader`) the image
+        is asked of the controller afresh: a commit costs no controller call."""
+        if self._image_stale:
+            image = await ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).cluster_image.remote()
+            self.serving.offer_image(image)
+            self._image_stale = False
+        try:
+            return self.serving.image.leader_endpoint(OFFSETS_TOPIC, self.partition)
+        except KafkaError:
+            self._image_stale = True
+            raise
 
     def _forget_leader(self) -> None:
-        self._leader_cache = None
-
-    async def _lookup_leader(self):
-        controller = ray.get_actor("controller", namespace=NAMESPACE)
-        snapshot = await controller.metadata_snapshot.remote()
-        state = snapshot["topics"][OFFSETS_TOPIC]["partitions"][self.partition]
-        if state["leader"] < 0:
-            raise NotCoordinator(f"{OFFSETS_TOPIC}-{self.partition} has no leader")
-        handle = ray.get_actor(replica_actor_name(OFFSETS_TOPIC, self.partition, state["leader"]),
-                               namespace=NAMESPACE)
-        return handle, state["leader_epoch"]
+        self._image_stale = True
 
     def _require_loaded(self, group: str) -> None:
         self._start_loading()
@@ -185,8 +203,10 @@ class GroupCoordinatorActor:
                     raise RequestTimedOut(f"{OFFSETS_TOPIC}-{self.partition}: the write was not replicated "
                                           f"within offsets.commit.timeout.ms ({self.offsets_commit_timeout_ms})")
                 try:
-                    leader, _ = await self._leader()
-                    await leader.produce.remote(batch, ACKS_ALL, remaining_ms)
+                    address, _ = await self._leader()
+                    producing.produce_answer(await self._nodes.request(address, producing.produce_request(
+                        topic=OFFSETS_TOPIC, partition=self.partition, records=batch, acks=ACKS_ALL,
+                        timeout_ms=remaining_ms)), topic=OFFSETS_TOPIC, partition=self.partition)
                     return
                 except Exception as error:
                     if not is_retriable(error):

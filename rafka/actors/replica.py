@@ -45,9 +45,9 @@ from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
 from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
 from rafka.core.records import iter_batches
-from rafka.core.replica import FetchResult, PartitionReplica, ProduceResult, Role
+from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, ProduceResult, Role
+from rafka.client.network import NodeConnections
 from rafka.protocol import fetching
-from rafka.protocol.connection import Connection
 from rafka.protocol.hosted_partition import HostedPartition
 
 NAMESPACE = "rafka"
@@ -107,6 +107,7 @@ class ReplicaActor:
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.hosted = HostedPartition(self._usable)   # the partition calls, with their waiting
         self._fetcher: asyncio.Task | None = None
+        self._fetcher_stop = asyncio.Event()   # set to stop the fetch loop (see _stop_fetcher)
         self._leader_endpoint: tuple[str, int] | None = None   # given with the follower role
         self._isr_keeper: asyncio.Task | None = None
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
@@ -239,8 +240,9 @@ class ReplicaActor:
             self._start_fetcher()
 
     def _start_fetcher(self) -> None:
+        self._fetcher_stop = stop = asyncio.Event()
         self._fetcher = asyncio.get_running_loop().create_task(
-            self._fetch_loop(self.replica.leader_id, self.replica.leader_epoch))
+            self._fetch_loop(self.replica.leader_id, self.replica.leader_epoch, stop))
 
     async def apply_isr(self, isr: list[int], partition_epoch: int) -> None:
         self._usable()
@@ -248,7 +250,15 @@ class ReplicaActor:
             self._notify()
 
     async def _stop_fetcher(self) -> None:
+        """Stop the fetch loop and wait until it has ended. The loop is told by its
+        stop flag as well as cancelled: Python 3.11's asyncio.wait_for can swallow a
+        cancellation that arrives as the awaited operation completes (fixed in 3.12;
+        here a refused connect every 100 ms made it likely), and a loop that lost its
+        cancel kept fetching from a gone leader while this wait, holding the role
+        lock, blocked every later role change: the follower never caught up
+        (`rafka verify`, a replaced broker that had led)."""
         if self._fetcher is not None:
+            self._fetcher_stop.set()
             self._fetcher.cancel()
             try:
                 await self._fetcher
@@ -336,7 +346,7 @@ class ReplicaActor:
 
     # --- follower side ------------------------------------------------------------
 
-    async def _fetch_loop(self, leader_id: int, leader_epoch: int) -> None:
+    async def _fetch_loop(self, leader_id: int, leader_epoch: int, stop: asyncio.Event) -> None:
         """Fetch from the leader for as long as this replica follows it at this epoch,
         over Kafka's replica Fetch on one connection to the leader's endpoint (its
         address from the newest cluster image: a restarted leader may listen on a
@@ -347,21 +357,18 @@ class ReplicaActor:
         verify` found one: a move's new replica stuck at offset 0 for good). Every
         failure is retried after a pause; the controller tells us when to stop."""
         topic, partition = self._partition
-        connection: Connection | None = None
+        nodes = NodeConnections(client_id=f"rafka-replica-fetcher-{self.name}", max_in_flight_requests=1,
+                                request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms)
         try:
-            while self.replica.role is Role.FOLLOWER and self.replica.leader_epoch == leader_epoch:
+            while (not stop.is_set() and self.replica.role is Role.FOLLOWER
+                   and self.replica.leader_epoch == leader_epoch):
+                address = self._replica_address(leader_id)
                 try:
-                    if connection is None or connection.closed:
-                        address = self._replica_address(leader_id)
-                        if address is None:   # the leader's endpoint is not in this image yet
-                            await self._wait_for_change(0.1)
-                            continue
-                        connection = await Connection.open(
-                            *address, client_id=f"rafka-replica-fetcher-{self.name}",
-                            request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms,
-                            max_in_flight_requests=1)
+                    if address is None:   # the leader's endpoint is not in this image yet
+                        await self._wait_for_change(0.1)
+                        continue
                     log = self.replica.log
-                    response = await connection.request(fetching.fetch_request(
+                    response = await nodes.request(address, fetching.fetch_request(
                         topic=topic, partition=partition, replica_id=self.replica.replica_id,
                         fetch_offset=log.log_end_offset, leader_epoch=leader_epoch,
                         last_fetched_epoch=log.latest_epoch, log_start_offset=log.log_start_offset,
@@ -381,10 +388,10 @@ class ReplicaActor:
                     # Kafka's handleOutOfRangeError: below the leader's log start,
                     # start empty there (the leader's retention passed us by).
                     try:
-                        start = fetching.log_start_answer(await connection.request(
-                            fetching.log_start_request(topic=topic, partition=partition,
-                                                            replica_id=self.replica.replica_id,
-                                                            leader_epoch=leader_epoch)),
+                        start, _ = fetching.list_offset_answer(await nodes.request(
+                            address, fetching.list_offset_request(
+                                topic=topic, partition=partition, replica_id=self.replica.replica_id,
+                                leader_epoch=leader_epoch, timestamp_ms=EARLIEST_TIMESTAMP)),
                             topic=topic, partition=partition)
                     except KafkaError as error:
                         logger.info("%s: the leader's log start is unknown: %s", self.name, error)
@@ -403,8 +410,7 @@ class ReplicaActor:
                     logger.exception("%s: fetching from replica %d failed unexpectedly", self.name, leader_id)
                     await asyncio.sleep(1.0)
         finally:
-            if connection is not None:
-                await connection.close()
+            await nodes.close()
 
     def _replica_address(self, replica_id: int) -> tuple[str, int] | None:
         """The leader's Kafka endpoint: the one given with the role (the leader's own

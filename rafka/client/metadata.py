@@ -61,12 +61,12 @@ class MetadataCache:
     def leader_address(self, topic: str, partition: int) -> tuple[tuple[str, int], int]:
         """((host, port) of the leader's Kafka endpoint, leader epoch);
         LeaderNotAvailable while there is no leader or it has no endpoint yet."""
-        image, state = self._led(topic, partition)
-        node = image.nodes.get(state.leader_node)   # the same image: images are immutable
-        if node is None:
+        image, _ = self._topic_image(topic)
+        try:
+            return image.leader_endpoint(topic, partition)
+        except LeaderNotAvailable:
             self.invalidate(topic)
-            raise LeaderNotAvailable(f"{topic}-{partition}: the leader has no Kafka endpoint yet")
-        return (node.host, node.port), state.leader_epoch
+            raise
 
     def leader(self, topic: str, partition: int):
         """The leader replica actor's handle; LeaderNotAvailable while there is none."""

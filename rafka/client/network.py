@@ -1,5 +1,9 @@
-"""rafka's clients on the Kafka wire: one asyncio event loop on a daemon thread per
-client, one Connection per node endpoint, requests submitted from any thread and
+"""rafka's connections to Kafka nodes: one Connection per node endpoint, opened on
+first use, with Kafka's reconnect backoff.
+
+`NodeConnections` is the asyncio core: it lives on one event loop (an actor's,
+or a client's own). `ClientNetwork` runs it on an event loop of its own on a
+daemon thread, for the blocking clients: requests submitted from any thread are
 answered as concurrent.futures.Future.
 
 Kafka's NetworkClient is the model:
@@ -17,8 +21,10 @@ Invariants: connections are touched only on the loop's thread; `close()` fails
 what is pending and stops the thread; nothing here retries (the callers hold the
 one retry rule, client.retry).
 
-Callers: client.producer (Produce), client.consumer (Fetch); the admin, group
-requests and the coordinator next (issue 15).
+Callers: ClientNetwork: client.producer (Produce), client.consumer (Fetch), the
+group and admin requests (client.membership, client.admin). NodeConnections:
+actors.coordinator (its __consumer_offsets writes and loading) and
+actors.replica (the follower's fetch loop).
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ from rafka.protocol.connection import Connection
 Address = tuple[str, int]
 
 
-class ClientNetwork:
+class NodeConnections:
+    """Connections to nodes, on the event loop that uses them (touch from that loop only)."""
+
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000) -> None:
         self.client_id = client_id
@@ -46,30 +54,12 @@ class ClientNetwork:
         self._connections: dict[Address, Connection] = {}
         self._opening: dict[Address, asyncio.Future] = {}
         self._failures: dict[Address, tuple[int, float]] = {}   # address -> (failures in a row, not before)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"rafka-network-{client_id}",
-                                        daemon=True)
-        self._thread.start()
-        self._closed = False
 
-    def submit(self, address: Address, request: Any, *, expect_response: bool = True) -> concurrent.futures.Future:
-        """Send `request` (a kio request entity) to the node at `address`; a future of
-        its response entity (None when no response is expected), or of the
-        NetworkException that ended it."""
-        if self._closed:
-            raise RuntimeError("the client is closed")
-        return asyncio.run_coroutine_threadsafe(self._request(tuple(address), request, expect_response), self._loop)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        asyncio.run_coroutine_threadsafe(self._close_all(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-
-    async def _request(self, address: Address, request: Any, expect_response: bool) -> Any:
+    async def request(self, address: Address, request: Any, *, expect_response: bool = True) -> Any:
+        """Send `request` (a kio request entity) to the node at `address`: its
+        response entity (None when no response is expected); NetworkException if
+        the connection could not be made or was lost."""
+        address = tuple(address)
         connection = await self._connection(address)
         try:
             return await connection.request(request, expect_response=expect_response)
@@ -77,13 +67,20 @@ class ClientNetwork:
             self._lost(address, connection)
             raise
 
+    async def close(self) -> None:
+        connections, self._connections = list(self._connections.values()), {}
+        opening, self._opening = list(self._opening.values()), {}
+        for task in opening:
+            task.cancel()
+        await asyncio.gather(*(c.close() for c in connections), *opening, return_exceptions=True)
+
     async def _connection(self, address: Address) -> Connection:
         connection = self._connections.get(address)
         if connection is not None and not connection.closed:
             return connection
         opening = self._opening.get(address)
         if opening is None:
-            opening = self._opening[address] = self._loop.create_task(self._open(address))
+            opening = self._opening[address] = asyncio.get_running_loop().create_task(self._open(address))
             opening.add_done_callback(lambda _: self._opening.pop(address, None))
         return await asyncio.shield(opening)
 
@@ -108,6 +105,56 @@ class ClientNetwork:
         if self._connections.get(address) is connection:
             del self._connections[address]
 
-    async def _close_all(self) -> None:
-        connections, self._connections = list(self._connections.values()), {}
-        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+
+class ClientNetwork:
+    """NodeConnections on an event loop of its own, for callers on other threads."""
+
+    def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
+                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000) -> None:
+        self.client_id = client_id
+        self.nodes = NodeConnections(client_id=client_id, request_timeout_ms=request_timeout_ms,
+                                     max_in_flight_requests=max_in_flight_requests,
+                                     reconnect_backoff_ms=reconnect_backoff_ms,
+                                     reconnect_backoff_max_ms=reconnect_backoff_max_ms)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"rafka-network-{client_id}",
+                                        daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def submit(self, address: Address, request: Any, *, expect_response: bool = True) -> concurrent.futures.Future:
+        """Send `request` (a kio request entity) to the node at `address`; a future of
+        its response entity (None when no response is expected), or of the
+        NetworkException that ended it."""
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(
+            self.nodes.request(address, request, expect_response=expect_response), self._loop)
+
+    def call(self, address: Address, request: Any, *, timeout_s: float) -> Any:
+        """`submit` and wait: the response entity; NetworkException (retriable) when
+        no answer came within `timeout_s`."""
+        future = self.submit(address, request)
+        try:
+            return future.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise NetworkException(f"no answer from {address[0]}:{address[1]} within {timeout_s:.1f} s") from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _close(self) -> None:
+        """Every connection closed, then every task still on the loop ended (a loop
+        closed with pending tasks warns "Task was destroyed but it is pending")."""
+        await self.nodes.close()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)

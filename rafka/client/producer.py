@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import datetime
 import itertools
 import operator
 import threading
@@ -46,21 +45,19 @@ import time
 from concurrent.futures import Future
 
 import ray
-from kio.schema.errors import ErrorCode
-from kio.schema.produce.v9 import request as produce_v9
-from kio.static.primitive import i16, i32, i32Timedelta
 
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.errors import (OutOfOrderSequence, RecordTooLarge, RequestTimedOut, SerializationError,
-                               UnknownTopicOrPartition, error_for_code)
+                               UnknownTopicOrPartition)
 from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
 from rafka.core.structs import RecordMetadata
 from rafka.core.compression import parse_compression_type
 from rafka.core.records import NO_PRODUCER_ID, RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, ACKS_NONE, parse_acks
+from rafka.protocol import producing
 
 RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
@@ -385,24 +382,17 @@ class Producer:
         self._in_flight[answer] = batch
         answer.add_done_callback(self._on_answer)
 
-    def _produce_request(self, batch: _Batch) -> produce_v9.ProduceRequest:
-        return produce_v9.ProduceRequest(
-            transactional_id=None, acks=i16(self.acks),
-            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=self.request_timeout_ms)),
-            topic_data=(produce_v9.TopicProduceData(name=batch.topic, partition_data=(
-                produce_v9.PartitionProduceData(index=i32(batch.partition), records=batch.encoded),)),))
+    def _produce_request(self, batch: _Batch):
+        return producing.produce_request(topic=batch.topic, partition=batch.partition, records=batch.encoded,
+                                         acks=self.acks, timeout_ms=self.request_timeout_ms)
 
     def _complete(self, answer: Future, batch: _Batch) -> None:
         try:
-            (partition,) = answer.result().responses[0].partition_responses
+            base_offset = producing.produce_answer(answer.result(), topic=batch.topic, partition=batch.partition)
         except Exception as error:
             self._retry_or_fail(batch, error)
             return
-        if partition.error_code != ErrorCode.none:
-            message = partition.error_message or f"producing to {batch.topic}-{batch.partition}"
-            self._retry_or_fail(batch, error_for_code(partition.error_code, message))
-            return
-        self._finish(batch, int(partition.base_offset))
+        self._finish(batch, base_offset)
 
     def _retry_or_fail(self, batch: _Batch, error: Exception) -> None:
         key_tp = (batch.topic, batch.partition)

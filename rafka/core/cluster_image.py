@@ -17,7 +17,8 @@ Invariants:
     yet has no node id to name (`offline_nodes` is for replicas known down).
 
 Pure data, no I/O. Callers: the controller (build), the actors' Metadata handler
-and partition lookups (read), rafka.client's metadata cache (issue 15).
+and partition lookups (read), rafka.client's metadata cache and the
+coordinators (leader endpoints).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name,
                                     replica_actor_name)
+from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.metadata import NO_LEADER, ClusterMetadata, NodeEndpoint, id_as_uuid
 
 
@@ -66,6 +68,20 @@ class ClusterImage:
 
     def node_of_actor(self, actor: str) -> int:
         return next((n.node_id for n in self.nodes.values() if n.actor == actor), NO_LEADER)
+
+    def leader_endpoint(self, topic: str, partition: int) -> tuple[tuple[str, int], int]:
+        """((host, port) of the partition's leader, its leader epoch).
+        UnknownTopicOrPartition for a partition not in this image; LeaderNotAvailable
+        while it has no leader or the leader has no endpoint yet (both retriable:
+        a newer image may know)."""
+        found = self.topics.get(topic)
+        if found is None or not 0 <= partition < len(found.partitions):
+            raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
+        state = found.partitions[partition]
+        node = self.nodes.get(state.leader_node)
+        if state.leader_replica < 0 or node is None:
+            raise LeaderNotAvailable(f"{topic}-{partition} has no leader with a Kafka endpoint yet")
+        return (node.host, node.port), state.leader_epoch
 
 
 EMPTY_IMAGE = ClusterImage(version=-1, cluster_id=None, controller_node=NO_LEADER, nodes={}, topics={},

@@ -10,7 +10,7 @@ max.in.flight.requests.per.connection); a further `request` waits for a slot.
 A request whose type Kafka answers with nothing (Produce with acks=0) is sent
 with `expect_response=False`.
 
-Callers: tests (any API on the wire); rafka's own clients next (issue 15).
+Callers: client.network (every rafka client and actor that sends requests), tests.
 """
 
 from __future__ import annotations
@@ -87,6 +87,11 @@ class Connection:
                 self._fail(NetworkException(f"no response to correlation id {correlation_id} within "
                                             f"{self.request_timeout_s} s"))
                 raise self._failure from None
+            except asyncio.CancelledError:
+                # the caller gave up (a follower told its new role): the answer,
+                # or the connection's failure, must not be left unretrieved
+                future.cancel()
+                raise
 
     async def close(self) -> None:
         self._fail(NetworkException("connection closed"))

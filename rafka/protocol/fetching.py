@@ -26,7 +26,8 @@ In rafka a Fetch's replica_id is the follower's replica id within its partition
 (0, 1, 2, ...), not a node id: each replica actor is a node of its own.
 
 Pure: builds requests and reads answers; the callers own the connections and
-loops. Callers: actors.replica (the fetch loop), client.consumer, tests.
+loops. Callers: actors.replica (the fetch loop), actors.coordinator (loading),
+client.consumer, client.admin (offset lookups), spark_bridge (read tasks), tests.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from rafka.core.errors import error_for_code
-from rafka.core.replica import EARLIEST_TIMESTAMP
 
 NO_EPOCH = -1
 CONSUMER_REPLICA_ID = -1     # Kafka's: a fetch from a client, not a replica
@@ -84,18 +84,23 @@ def leader_answer(response, *, topic: str, partition: int) -> LeaderAnswer:
                         diverging_epoch=(int(diverging.epoch), int(diverging.end_offset)) if diverged else None)
 
 
-def log_start_request(*, topic: str, partition: int, replica_id: int,
-                      leader_epoch: int) -> list_offsets_v7.ListOffsetsRequest:
+def list_offset_request(*, topic: str, partition: int, replica_id: int, leader_epoch: int,
+                        timestamp_ms: int) -> list_offsets_v7.ListOffsetsRequest:
+    """ListOffsets for one partition: `timestamp_ms` is a time or Kafka's
+    EARLIEST (-2) / LATEST (-1); a replica (replica_id >= 0) asking LATEST gets the
+    LEO, a client (-1) the HW."""
     return list_offsets_v7.ListOffsetsRequest(
         replica_id=i32(replica_id), isolation_level=i8(0), topics=(list_offsets_v7.ListOffsetsTopic(
             name=topic, partitions=(list_offsets_v7.ListOffsetsPartition(
                 partition_index=i32(partition), current_leader_epoch=i32(leader_epoch),
-                timestamp=i64(EARLIEST_TIMESTAMP)),)),))
+                timestamp=i64(timestamp_ms)),)),))
 
 
-def log_start_answer(response, *, topic: str, partition: int) -> int:
+def list_offset_answer(response, *, topic: str, partition: int) -> tuple[int, int] | None:
+    """(offset, timestamp ms) the leader answered, None when no record is at or
+    after the asked time; its error raised as the typed KafkaError."""
     (answered,) = [p for t in response.topics if t.name == topic for p in t.partitions
                    if int(p.partition_index) == partition]
     if answered.error_code != ErrorCode.none:
-        raise error_for_code(answered.error_code, f"log start of {topic}-{partition}")
-    return int(answered.offset)
+        raise error_for_code(answered.error_code, f"list offsets of {topic}-{partition}")
+    return None if int(answered.offset) < 0 else (int(answered.offset), int(answered.timestamp))

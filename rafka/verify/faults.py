@@ -134,27 +134,34 @@ class FaultInjector:
         """Wait until the cluster is whole again; False (and an error noted) if it
         is not within `heal_timeout_s`."""
         deadline_s = time.monotonic() + self.heal_timeout_s
+        unhealed = "not checked"
         while time.monotonic() < deadline_s:
-            if self._healed():
+            unhealed = self._unhealed()
+            if unhealed is None:
                 return True
             time.sleep(0.2)
-        self.errors.append(f"the cluster did not heal within {self.heal_timeout_s} s")
+        self.errors.append(f"the cluster did not heal within {self.heal_timeout_s} s: {unhealed}")
         return False
 
-    def _healed(self) -> bool:
+    def _unhealed(self) -> str | None:
+        """None once the cluster is whole, else the first thing found that is not."""
         try:
             snapshot = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=5)["topics"]
             live = set(live_broker_ids())
-            for topic in snapshot.values():
+            for name, topic in snapshot.items():
                 for p in topic["partitions"]:
                     if (p["leader"] < 0 or p["adding"] or p["removing"] or sorted(p["isr"]) != sorted(p["replicas"])
                             or not set(p["brokers"]) <= live):
-                        return False
+                        return (f"{name}-{p['partition']}: leader {p['leader']}, replicas {p['replicas']}, "
+                                f"isr {p['isr']}, adding {p['adding']}, removing {p['removing']}, "
+                                f"brokers {p['brokers']} (live {sorted(live)})")
             coordinators = len(snapshot.get(OFFSETS_TOPIC, {}).get("partitions", []))
-            return all(ray.get(_actor(coordinator_actor_name(c)).ping.remote(), timeout=5)["loaded"]
-                       for c in range(coordinators))
-        except (ray.exceptions.RayError, ValueError, KeyError):
-            return False
+            for c in range(coordinators):
+                if not ray.get(_actor(coordinator_actor_name(c)).ping.remote(), timeout=5)["loaded"]:
+                    return f"coordinator {c} not loaded"
+            return None
+        except (ray.exceptions.RayError, ValueError, KeyError) as error:
+            return f"{type(error).__name__}: {error}"
 
     # --- targets --------------------------------------------------------------------
 

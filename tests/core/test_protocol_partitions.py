@@ -15,6 +15,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from rafka.core.errors import NetworkException
 from rafka.core.records import RecordInput, encode_batch
+from rafka.core.replica import EARLIEST_TIMESTAMP
 from rafka.protocol.connection import Connection
 from tests.core.protocol_node import ProtocolNode
 from tests.core.test_protocol_dispatch import request_frame
@@ -260,7 +261,8 @@ def test_replica_fetch__records_to_the_leo_progress_counted_a_diverging_log_told
                                            log_start_offset=0, max_bytes=1 << 20, max_wait_ms=0)
     first, at_end, diverged, stale, start = exchange(
         node, ask(0), ask(2, last_fetched_epoch=0), ask(5, last_fetched_epoch=0), ask(2, epoch=0),
-        fetching.log_start_request(topic="orders", partition=0, replica_id=1, leader_epoch=1))
+        fetching.list_offset_request(topic="orders", partition=0, replica_id=1, leader_epoch=1,
+                                     timestamp_ms=EARLIEST_TIMESTAMP))
     read = fetching.leader_answer(first, topic="orders", partition=0)
     assert read.records == leader.log.read(0, 1 << 20) and read.diverging_epoch is None
     assert fetching.leader_answer(at_end, topic="orders", partition=0).records == b""
@@ -269,5 +271,5 @@ def test_replica_fetch__records_to_the_leo_progress_counted_a_diverging_log_told
     assert cut.diverging_epoch == (0, 2) and cut.records == b""
     with pytest.raises(FencedLeaderEpoch):
         fetching.leader_answer(stale, topic="orders", partition=0)
-    assert fetching.log_start_answer(start, topic="orders", partition=0) == 0
+    assert fetching.list_offset_answer(start, topic="orders", partition=0)[0] == 0
     assert log_end(node) == 2

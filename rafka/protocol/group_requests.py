@@ -1,0 +1,329 @@
+"""Kafka's group APIs as rafka's own clients send them: a builder per request (a
+kio request entity) and a reader per answer (plain values, or the typed
+KafkaError raised). Pure: no I/O, no Ray; the callers own connections, retries
+and coordinator lookups.
+
+Invariants:
+  a reader returns exactly what the coordinator actor's Ray method of the same
+  name returns (actors.coordinator, core.coordinator_shard), so a caller can move
+  from the Ray call to the wire without changing what it does with the answer;
+  what the wire cannot carry is said where it happens (describe_answer: leader
+  and generation are None);
+  an error the Ray method raises is raised here with the same type
+  (core.errors.error_for_code); an error it returns as a value (per partition in
+  OffsetCommit and OffsetDelete) is a value here too;
+  one fixed version per API, the newest the handlers route: JoinGroup v7,
+  SyncGroup v5, Heartbeat v4, LeaveGroup v5, OffsetCommit v8, OffsetFetch v8,
+  DescribeGroups v5, ListGroups v4, DeleteGroups v2, OffsetDelete v0,
+  FindCoordinator v4 (handlers.group_membership, group_offsets, group_admin,
+  find_coordinator).
+
+rafka's coordinator computes the assignment itself (DESIGN section 5): a join
+offers one protocol, named after the assignor, whose metadata is Kafka's consumer
+protocol subscription; a sync sends no assignments and every member reads its
+own from the answer.
+
+Callers (to come): client.membership's CoordinatorClient, client.admin,
+client.consumer.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+from collections.abc import Iterable, Mapping
+
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as AssignmentV0
+from kio.schema.consumer_protocol_assignment.v1.data import ConsumerProtocolAssignment as AssignmentV1
+from kio.schema.consumer_protocol_assignment.v2.data import ConsumerProtocolAssignment as AssignmentV2
+from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment as AssignmentV3
+from kio.schema.consumer_protocol_subscription.v1 import data as subscription_v1
+from kio.schema.delete_groups.v2 import request as delete_groups_v2
+from kio.schema.describe_groups.v5 import request as describe_groups_v5
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4 import request as find_coordinator_v4
+from kio.schema.heartbeat.v4 import request as heartbeat_v4
+from kio.schema.join_group.v7 import request as join_group_v7
+from kio.schema.leave_group.v5 import request as leave_group_v5
+from kio.schema.list_groups.v4 import request as list_groups_v4
+from kio.schema.offset_commit.v8 import request as offset_commit_v8
+from kio.schema.offset_delete.v0 import request as offset_delete_v0
+from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
+from kio.schema.sync_group.v5 import request as sync_group_v5
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from rafka.core.errors import KafkaError, UnknownServerError, error_for_code
+from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, check_entity
+from rafka.protocol.consumer_protocol import decode_subscription
+
+PROTOCOL_TYPE = "consumer"
+GROUP_KEY_TYPE = 0           # FindCoordinator: a consumer group (1 would be a transaction)
+NO_GENERATION = -1           # a commit from outside the group protocol (assign mode)
+NO_OFFSET = -1               # OffsetFetch: nothing committed for the partition
+
+# OffsetCommit v8 has no group-level error: the handler writes a refused commit's
+# error (NOT_COORDINATOR, ILLEGAL_GENERATION, ...) on every partition. The Ray
+# method raises those and returns only these as values (core.offset_store's
+# per-partition checks, and Kafka's other per-partition ones), so every other
+# code is raised.
+_COMMIT_PARTITION_CODES = frozenset({ErrorCode.offset_metadata_too_large, ErrorCode.invalid_request,
+                                     ErrorCode.invalid_commit_offset_size, ErrorCode.unknown_topic_or_partition,
+                                     ErrorCode.topic_authorization_failed})
+_VERSION = struct.Struct(">h")   # consumer protocol payloads open with their int16 version
+_ASSIGNMENTS = (AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3)
+
+
+def _error(code: ErrorCode, what: str) -> KafkaError:
+    name = getattr(code, "name", str(int(code))).upper()
+    return error_for_code(code, f"{what}: {name}")
+
+
+def _check(code: ErrorCode, what: str) -> None:
+    if code != ErrorCode.none:
+        raise _error(code, what)
+
+
+def _ms(duration_ms: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=duration_ms))
+
+
+def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted({(t, int(p)) for t, p in partitions}):
+        by_topic.setdefault(topic, []).append(partition)
+    return by_topic
+
+
+# --- consumer protocol payloads (what consumer_protocol does not have yet) -----------
+
+def encode_subscription_owning(topics: Iterable[str], owned: Iterable[tuple[str, int]] = ()) -> bytes:
+    """A subscription (version 1) that also names the partitions the member owns;
+    consumer_protocol.encode_subscription writes version 0, which has no owned."""
+    subscription = subscription_v1.ConsumerProtocolSubscription(
+        topics=tuple(sorted(set(topics))), user_data=None,
+        owned_partitions=tuple(subscription_v1.TopicPartition(topic=t, partitions=tuple(i32(p) for p in ps))
+                               for t, ps in _by_topic(owned).items()))
+    buffer = io.BytesIO()
+    buffer.write(_VERSION.pack(1))
+    entity_writer(subscription_v1.ConsumerProtocolSubscription)(buffer, subscription)
+    return buffer.getvalue()
+
+
+def decode_assignment(data: bytes | None) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs of a member's assignment bytes, sorted; no bytes:
+    nothing assigned. A version newer than the newest known is read as the newest
+    (new versions only add fields at the end)."""
+    if not data:
+        return []
+    version = _VERSION.unpack_from(data, 0)[0] if len(data) >= _VERSION.size else -1
+    if version < 0:
+        raise UnknownServerError(f"unreadable consumer protocol assignment ({len(data)} bytes)")
+    schema = _ASSIGNMENTS[min(version, len(_ASSIGNMENTS) - 1)]
+    try:
+        check_entity(schema, data, _VERSION.size, len(data))
+        assignment, _ = entity_reader(schema)(data, _VERSION.size)
+    except (DeclaredSizeTooLarge, *KIO_DECODE_ERRORS) as error:
+        raise UnknownServerError(f"unreadable consumer protocol assignment: {error}") from None
+    return sorted((t.topic, int(p)) for t in assignment.assigned_partitions for p in t.partitions)
+
+
+# --- membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------------
+
+def join_request(group_id: str, member_id: str, *, topics: Iterable[str], owned: Iterable[tuple[str, int]] = (),
+                 session_timeout_ms: int, rebalance_timeout_ms: int,
+                 assignor_name: str = "range") -> join_group_v7.JoinGroupRequest:
+    """JoinGroup v7 offering one protocol, `assignor_name`, whose metadata is the
+    subscription (topics, owned partitions). member_id "" for a new member."""
+    return join_group_v7.JoinGroupRequest(
+        group_id=group_id, session_timeout=_ms(session_timeout_ms), rebalance_timeout=_ms(rebalance_timeout_ms),
+        member_id=member_id, group_instance_id=None, protocol_type=PROTOCOL_TYPE,
+        protocols=(join_group_v7.JoinGroupRequestProtocol(
+            name=assignor_name, metadata=encode_subscription_owning(topics, owned)),))
+
+
+def join_answer(response) -> dict:
+    """{member_id, generation, leader}, as the Ray join_group returns."""
+    _check(response.error_code, "JoinGroup")
+    return {"member_id": response.member_id, "generation": int(response.generation_id), "leader": response.leader}
+
+
+def sync_request(group_id: str, member_id: str, generation: int,
+                 assignor_name: str) -> sync_group_v5.SyncGroupRequest:
+    """SyncGroup v5 with no assignments: the coordinator computes them."""
+    return sync_group_v5.SyncGroupRequest(
+        group_id=group_id, generation_id=i32(generation), member_id=member_id, group_instance_id=None,
+        protocol_type=PROTOCOL_TYPE, protocol_name=assignor_name, assignments=())
+
+
+def sync_answer(response) -> list[tuple[str, int]]:
+    """The member's assignment, [(topic, partition)] sorted."""
+    _check(response.error_code, "SyncGroup")
+    return decode_assignment(response.assignment)
+
+
+def heartbeat_request(group_id: str, member_id: str, generation: int) -> heartbeat_v4.HeartbeatRequest:
+    return heartbeat_v4.HeartbeatRequest(group_id=group_id, generation_id=i32(generation), member_id=member_id,
+                                         group_instance_id=None)
+
+
+def heartbeat_answer(response) -> None:
+    """None, or raises (REBALANCE_IN_PROGRESS: rejoin)."""
+    _check(response.error_code, "Heartbeat")
+
+
+def leave_request(group_id: str, member_id: str, *, reason: str | None = None) -> leave_group_v5.LeaveGroupRequest:
+    """LeaveGroup v5 for one member (v3+ batches members)."""
+    return leave_group_v5.LeaveGroupRequest(group_id=group_id, members=(
+        leave_group_v5.MemberIdentity(member_id=member_id, group_instance_id=None, reason=reason),))
+
+
+def leave_answer(response) -> None:
+    """None, or raises: the request's error first, then the member's."""
+    _check(response.error_code, "LeaveGroup")
+    for member in response.members:
+        _check(member.error_code, f"LeaveGroup of member {member.member_id!r}")
+
+
+# --- offsets: OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------
+
+def commit_request(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str]], *,
+                   member_id: str = "", generation: int = NO_GENERATION) -> offset_commit_v8.OffsetCommitRequest:
+    """OffsetCommit v8. offsets: {(topic, partition): (offset, leader_epoch, metadata)};
+    no member id and generation -1: a commit from outside the group protocol."""
+    by_topic: dict[str, list] = {}
+    for (topic, partition), (offset, leader_epoch, metadata) in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append(offset_commit_v8.OffsetCommitRequestPartition(
+            partition_index=i32(partition), committed_offset=i64(offset), committed_leader_epoch=i32(leader_epoch),
+            committed_metadata=metadata))
+    return offset_commit_v8.OffsetCommitRequest(
+        group_id=group_id, generation_id_or_member_epoch=i32(generation), member_id=member_id,
+        group_instance_id=None, topics=tuple(offset_commit_v8.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+                                             for t, ps in by_topic.items()))
+
+
+def commit_answer(response) -> dict[tuple[str, int], KafkaError | None]:
+    """{(topic, partition): None or its error (a value, not raised)}; an error of the
+    whole commit (the group's: see _COMMIT_PARTITION_CODES) raises."""
+    answer: dict[tuple[str, int], KafkaError | None] = {}
+    for topic in response.topics:
+        for p in topic.partitions:
+            key = (topic.name, int(p.partition_index))
+            if p.error_code == ErrorCode.none:
+                answer[key] = None
+            elif p.error_code in _COMMIT_PARTITION_CODES:
+                answer[key] = _error(p.error_code, f"OffsetCommit of {key[0]}-{key[1]}")
+            else:
+                raise _error(p.error_code, "OffsetCommit")
+    return answer
+
+
+def offset_fetch_request(group_id: str,
+                         partitions: Iterable[tuple[str, int]] | None = None) -> offset_fetch_v8.OffsetFetchRequest:
+    """OffsetFetch v8 for one group: `partitions`, or None for every committed one."""
+    topics = None if partitions is None else tuple(
+        offset_fetch_v8.OffsetFetchRequestTopics(name=t, partition_indexes=tuple(i32(p) for p in ps))
+        for t, ps in _by_topic(partitions).items())
+    return offset_fetch_v8.OffsetFetchRequest(
+        groups=(offset_fetch_v8.OffsetFetchRequestGroup(group_id=group_id, topics=topics),), require_stable=False)
+
+
+def offset_fetch_answer(response, group_id: str) -> dict[tuple[str, int], tuple[int, int, str] | None]:
+    """{(topic, partition): (offset, leader_epoch, metadata) or None}: every asked
+    partition (None where nothing is committed), or, asked for all, the committed
+    ones only. The group's error raises (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR)."""
+    group = _only([g for g in response.groups if g.group_id == group_id], f"OffsetFetch of group {group_id!r}")
+    _check(group.error_code, f"OffsetFetch of group {group_id!r}")
+    answer: dict[tuple[str, int], tuple[int, int, str] | None] = {}
+    for topic in group.topics:
+        for p in topic.partitions:
+            _check(p.error_code, f"OffsetFetch of {topic.name}-{int(p.partition_index)}")
+            offset = int(p.committed_offset)
+            answer[(topic.name, int(p.partition_index))] = (
+                None if offset == NO_OFFSET else (offset, int(p.committed_leader_epoch), p.metadata or ""))
+    return answer
+
+
+def offset_delete_request(group_id: str,
+                          partitions: Iterable[tuple[str, int]]) -> offset_delete_v0.OffsetDeleteRequest:
+    return offset_delete_v0.OffsetDeleteRequest(group_id=group_id, topics=tuple(
+        offset_delete_v0.OffsetDeleteRequestTopic(name=t, partitions=tuple(
+            offset_delete_v0.OffsetDeleteRequestPartition(partition_index=i32(p)) for p in ps))
+        for t, ps in _by_topic(partitions).items()))
+
+
+def offset_delete_answer(response) -> dict[tuple[str, int], KafkaError | None]:
+    """{(topic, partition): None or its error (GROUP_SUBSCRIBED_TO_TOPIC), a value};
+    the request's error raises (GROUP_ID_NOT_FOUND)."""
+    _check(response.error_code, "OffsetDelete")
+    return {(t.name, int(p.partition_index)): None if p.error_code == ErrorCode.none
+            else _error(p.error_code, f"OffsetDelete of {t.name}-{int(p.partition_index)}")
+            for t in response.topics for p in t.partitions}
+
+
+# --- administration: DescribeGroups, ListGroups, DeleteGroups, FindCoordinator ------------
+
+def describe_request(group_id: str) -> describe_groups_v5.DescribeGroupsRequest:
+    return describe_groups_v5.DescribeGroupsRequest(groups=(group_id,), include_authorized_operations=False)
+
+
+def describe_answer(response, group_id: str) -> dict:
+    """The shape of the Ray describe_group: {group, state, generation, leader,
+    assignor, members: {member_id: {client_id, host, topics, assignment}}}. Not on
+    the wire: generation and leader (None); the assignor only while the group has
+    members ("" otherwise); topics and assignment come sorted. An unknown group is
+    state "Dead", no error; the group's error raises (NOT_COORDINATOR)."""
+    group = _only([g for g in response.groups if g.group_id == group_id], f"DescribeGroups of group {group_id!r}")
+    _check(group.error_code, f"DescribeGroups of group {group_id!r}")
+    members = {}
+    for m in group.members:
+        topics, _owned = decode_subscription(m.member_metadata)
+        members[m.member_id] = {"client_id": m.client_id, "host": m.client_host, "topics": list(topics),
+                                "assignment": decode_assignment(m.member_assignment)}
+    return {"group": group_id, "state": group.group_state, "generation": None, "leader": None,
+            "assignor": group.protocol_data, "members": members}
+
+
+def list_groups_request() -> list_groups_v4.ListGroupsRequest:
+    """ListGroups v4, no state filter. A node lists the groups it coordinates:
+    ask every node and merge."""
+    return list_groups_v4.ListGroupsRequest(states_filter=())
+
+
+def list_groups_answer(response) -> list[dict]:
+    """[{group, state}] of the node that answered."""
+    _check(response.error_code, "ListGroups")
+    return [{"group": g.group_id, "state": g.group_state} for g in response.groups]
+
+
+def delete_groups_request(group_id: str) -> delete_groups_v2.DeleteGroupsRequest:
+    return delete_groups_v2.DeleteGroupsRequest(groups_names=(group_id,))
+
+
+def delete_groups_answer(response, group_id: str) -> None:
+    """None once deleted, or raises (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
+    result = _only([r for r in response.results if r.group_id == group_id], f"DeleteGroups of group {group_id!r}")
+    _check(result.error_code, f"DeleteGroups of group {group_id!r}")
+
+
+def find_coordinator_request(group_id: str) -> find_coordinator_v4.FindCoordinatorRequest:
+    return find_coordinator_v4.FindCoordinatorRequest(key_type=i8(GROUP_KEY_TYPE), coordinator_keys=(group_id,))
+
+
+def find_coordinator_answer(response, group_id: str) -> tuple[int, str, int]:
+    """(node id, host, port) of the group's coordinator, or raises
+    (COORDINATOR_NOT_AVAILABLE, retriable)."""
+    found = _only([c for c in response.coordinators if c.key == group_id],
+                  f"FindCoordinator of group {group_id!r}")
+    if found.error_code != ErrorCode.none:
+        what = f"FindCoordinator of group {group_id!r}"
+        raise _error(found.error_code, f"{what} ({found.error_message})" if found.error_message else what)
+    return int(found.node_id), found.host, int(found.port)
+
+
+def _only(matches: list, what: str):
+    """The one entry of a batched answer that a one-key request asked for."""
+    if len(matches) != 1:
+        raise UnknownServerError(f"{what}: {len(matches)} entries for it in the answer, 1 expected")
+    return matches[0]
