@@ -204,3 +204,50 @@ def assert_acked_once_in_order(cluster, topic, acked):
     assert [pair for pair in read if pair[1] in acked_values] == sorted(acked), \
         "acked records missing, moved or out of order"
     assert_replicas_identical_below_high_watermark(cluster, topic, 0)
+
+
+# --- one replica actor, on the wire -------------------------------------------------------
+# Replica actors carry records only over the Kafka protocol. Tests that must reach one
+# particular replica (a deposed leader, a zombie) send to its own endpoint, as a
+# client that still believes it leads would.
+
+def replica_wire(replica) -> tuple[tuple[str, int], str, int]:
+    """(endpoint, topic, partition) of a replica actor: where produce_to and
+    fetch_from send. Ask it before the replica is paused; pass it to them then."""
+    if isinstance(replica, tuple):
+        return replica
+    answer = ray.get(replica.describe.remote(), timeout=30)
+    return tuple(ray.get(replica.ping.remote(), timeout=30)["endpoint"]), answer["topic"], answer["partition"]
+
+
+def produce_to(replica, records: bytes, acks: int, timeout_ms: int = 10_000):
+    """Produce `records` to this replica's endpoint (the actor, or its replica_wire):
+    a concurrent Future of the base offset, or of the typed KafkaError answered."""
+    import concurrent.futures
+
+    from rafka.client.admin import admin_network
+    from rafka.protocol import producing
+    address, topic, partition = replica_wire(replica)
+    sent = admin_network().submit(address, producing.produce_request(
+        topic=topic, partition=partition, records=records, acks=acks, timeout_ms=timeout_ms))
+    answer: concurrent.futures.Future = concurrent.futures.Future()
+
+    def done(future) -> None:
+        try:
+            answer.set_result(producing.produce_answer(future.result(), topic=topic, partition=partition))
+        except BaseException as error:
+            answer.set_exception(error)
+    sent.add_done_callback(done)
+    return answer
+
+
+def fetch_from(replica, offset: int, max_bytes: int = 1 << 20):
+    """A consumer's Fetch of this replica from `offset`: protocol.fetching.LeaderAnswer."""
+    from rafka.client.admin import admin_network
+    from rafka.protocol import fetching
+    address, topic, partition = replica_wire(replica)
+    response = admin_network().submit(address, fetching.fetch_request(
+        topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, fetch_offset=offset,
+        leader_epoch=fetching.NO_EPOCH, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
+        max_bytes=max_bytes, max_wait_ms=0)).result(timeout=30)
+    return fetching.leader_answer(response, topic=topic, partition=partition)

@@ -12,8 +12,10 @@ Writes: the shard's handlers return records; `_append` encodes them as one batch
 and produces it (Produce, acks=all, on the wire) to its partition's leader, found
 in the newest cluster image, and the shard replays
 them, and answers, only once the leader acknowledged them (so they are below the
-HW: invariant 8). One write is in flight at a time; the shard's group locks keep
-each group's records in log order from decision to replay. A write that cannot
+HW: invariant 8). Writes of different groups are in flight together (pipelined
+on one connection to the leader, which appends them in the order sent); the
+shard's group locks keep each group's records in log order from decision to
+replay, so no group's commit waits behind another's. A write that cannot
 complete within `offsets_commit_timeout_ms` (the ISR below min.insync.replicas, no
 leader) fails with REQUEST_TIMED_OUT, a retriable error, and changes nothing in
 the cache.
@@ -36,7 +38,7 @@ import os
 import ray
 
 from rafka.actors.replica import NAMESPACE
-from rafka.actors.serving import NodeServing
+from rafka.actors.serving import NodeServing, allocate_producer_id_from_controller
 from rafka.client.network import NodeConnections
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
@@ -83,11 +85,10 @@ class GroupCoordinatorActor:
         self._image_stale = True     # ask the controller for the image before the first lookup
         self._nodes = NodeConnections(client_id=f"rafka-coordinator-{offsets_partition}",
                                       request_timeout_ms=offsets_commit_timeout_ms)
-        self._write_lock = asyncio.Lock()
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
-                                   list_groups=self.list_groups, allocate_producer_id=self._allocate_producer_id)
+                                   list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller)
         # Loading starts from a call to ourselves (an actor cannot start tasks in
         # __init__), retried: a restarting actor's call to itself from __init__ can fail
         # with ACTOR_UNAVAILABLE ("the actor is restarting"; seen with Ray 2.60, the
@@ -196,24 +197,23 @@ class GroupCoordinatorActor:
                               for key, value in records])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.offsets_commit_timeout_ms / 1000
-        async with self._write_lock:
-            while True:
-                remaining_ms = int((deadline - loop.time()) * 1000)
-                if remaining_ms <= 0:
-                    raise RequestTimedOut(f"{OFFSETS_TOPIC}-{self.partition}: the write was not replicated "
-                                          f"within offsets.commit.timeout.ms ({self.offsets_commit_timeout_ms})")
-                try:
-                    address, _ = await self._leader()
-                    producing.produce_answer(await self._nodes.request(address, producing.produce_request(
-                        topic=OFFSETS_TOPIC, partition=self.partition, records=batch, acks=ACKS_ALL,
-                        timeout_ms=remaining_ms)), topic=OFFSETS_TOPIC, partition=self.partition)
-                    return
-                except Exception as error:
-                    if not is_retriable(error):
-                        cause = kafka_cause(error)
-                        raise cause if isinstance(cause, KafkaError) else error
-                    self._forget_leader()
-                    await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - loop.time())))
+        while True:
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            if remaining_ms <= 0:
+                raise RequestTimedOut(f"{OFFSETS_TOPIC}-{self.partition}: the write was not replicated "
+                                      f"within offsets.commit.timeout.ms ({self.offsets_commit_timeout_ms})")
+            try:
+                address, _ = await self._leader()
+                producing.produce_answer(await self._nodes.request(address, producing.produce_request(
+                    topic=OFFSETS_TOPIC, partition=self.partition, records=batch, acks=ACKS_ALL,
+                    timeout_ms=remaining_ms)), topic=OFFSETS_TOPIC, partition=self.partition)
+                return
+            except Exception as error:
+                if not is_retriable(error):
+                    cause = kafka_cause(error)
+                    raise cause if isinstance(cause, KafkaError) else error
+                self._forget_leader()
+                await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - loop.time())))
 
     async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
         controller = ray.get_actor("controller", namespace=NAMESPACE)
@@ -296,6 +296,3 @@ class GroupCoordinatorActor:
 
     async def update_image(self, image) -> None:
         self.serving.offer_image(image)
-
-    async def _allocate_producer_id(self) -> int:
-        return await ray.get_actor("controller", namespace=NAMESPACE).allocate_producer_id.remote()

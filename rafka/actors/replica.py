@@ -37,15 +37,15 @@ import os
 
 import ray
 
-from rafka.actors.serving import NodeServing
-from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
+from rafka.actors.serving import NodeServing, allocate_producer_id_from_controller
+from rafka.core.actor_names import replica_actor_name
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
                                         ensure_identity)
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
 from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
 from rafka.core.records import iter_batches
-from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, ProduceResult, Role
+from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, Role
 from rafka.client.network import NodeConnections
 from rafka.protocol import fetching
 from rafka.protocol.hosted_partition import HostedPartition
@@ -118,7 +118,7 @@ class ReplicaActor:
         self._role_lock = asyncio.Lock()
         self._stopped = False
         self.serving = NodeServing(replica_actor_name(topic, partition, replica_id), partitions=self,
-                                   allocate_producer_id=self._allocate_producer_id)
+                                   allocate_producer_id=allocate_producer_id_from_controller)
 
     # --- the Kafka protocol -------------------------------------------------------
 
@@ -130,10 +130,6 @@ class ReplicaActor:
         """PartitionHost: this actor serves its own partition (as leader; its calls
         refuse as a follower, offline or stopped replica would)."""
         return self.hosted if (topic, partition) == self._partition else None
-
-    async def _allocate_producer_id(self) -> int:
-        controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
-        return await controller.allocate_producer_id.remote()
 
     async def update_image(self, image) -> None:
         """The controller's newest cluster image (Metadata answers, partition lookups)."""
@@ -267,19 +263,6 @@ class ReplicaActor:
             self._fetcher = None
 
     # --- leader side --------------------------------------------------------------
-
-    # Ray calls that still carry records (issue 15 moves their callers onto the
-    # wire, and these go): the coordinators' offset writes and loading, the admin's
-    # offset lookups and Spark's read tasks. The same calls the Kafka node serves.
-    async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
-        return await self.hosted.produce(records, acks, request_timeout_ms)
-
-    async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
-                             leader_epoch: int | None = None) -> FetchResult:
-        return await self.hosted.consumer_fetch(fetch_offset, max_bytes, max_wait_ms, leader_epoch)
-
-    async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
-        return await self.hosted.list_offset(timestamp_ms, leader_epoch)
 
     async def _keep_isr(self) -> None:
         """Leader only: propose ISR shrinks (followers lagging for longer than

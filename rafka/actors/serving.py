@@ -21,12 +21,20 @@ from collections.abc import Awaitable, Callable
 
 import ray
 
+from rafka.core.actor_names import CONTROLLER_NAME
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.node_table import node_table
 from rafka.protocol.server import ProtocolServer
 
+NAMESPACE = "rafka"
 logger = logging.getLogger(__name__)
+
+
+async def allocate_producer_id_from_controller() -> int:
+    """InitProducerId on a replica or coordinator node: the controller hands out
+    producer ids (as Kafka's ProducerIdManager takes blocks from the controller)."""
+    return await ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).allocate_producer_id.remote()
 
 
 class NodeServing:

@@ -1,25 +1,46 @@
 """Admin: topics and consumer groups, as kafka-topics.sh and
 kafka-consumer-groups.sh offer them (driver side).
 
-Group offsets are changed only while the group has no members (Kafka's rule for
---reset-offsets): the commit goes out without a member id, and the coordinator
+Topic administration is a control-plane call to the controller; offset lookups
+(ListOffsets to each leader) and group requests (to each group's coordinator)
+go over the Kafka protocol. Group offsets are changed only while the group has
+no members (Kafka's rule for --reset-offsets): the commit goes out without a member id, and the coordinator
 refuses it (UNKNOWN_MEMBER_ID) if a member joined in between.
 """
 
 from __future__ import annotations
 
+import threading
+
 import ray
 
-from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.membership import CoordinatorClient
 from rafka.client.metadata import MetadataCache
-from rafka.client.retry import call_leader, retry_until
+from rafka.client.network import ClientNetwork
+from rafka.client.retry import retry_until
+from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.core.errors import NonEmptyGroup
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
+from rafka.protocol import fetching, group_requests
 
 INACTIVE_GROUP_STATES = ("Empty", "Dead")
+
+_network_lock = threading.Lock()
+_network: ClientNetwork | None = None
+
+
+def admin_network() -> ClientNetwork:
+    """The process's one network for admin requests (offset lookups, group
+    requests). Shared by every Admin: admins are made freely (`cluster.admin()`,
+    each CLI command, Spark's driver) and have no close, so one loop thread serves
+    them all, as one AdminClient's NetworkClient would."""
+    global _network
+    with _network_lock:
+        if _network is None:
+            _network = ClientNetwork(client_id="rafka-admin")
+        return _network
 
 
 class Admin:
@@ -99,16 +120,37 @@ class Admin:
 
     def list_offsets(self, partitions, timestamp_ms: int) -> dict[TopicPartition, tuple[int, int] | None]:
         """Kafka's ListOffsets: EARLIEST_TIMESTAMP (-2) -> log start, LATEST_TIMESTAMP
-        (-1) -> HW, else the first (offset, timestamp) at or after the time, below the HW."""
+        (-1) -> HW, else the first (offset, timestamp) at or after the time, below the HW.
+        Every leader is asked at once, on the wire; a partition whose answer failed
+        is asked again, with retries, after the metadata is refreshed."""
         tps = [TopicPartition(*tp) for tp in partitions]
-        try:   # every leader asked at once; on any failure, the retrying path per partition
-            asked = [(leader.list_offset.remote(timestamp_ms, leader_epoch=epoch))
-                     for leader, epoch in (self._metadata.leader_and_epoch(*tp) for tp in tps)]
-            return dict(zip(tps, ray.get(asked, timeout=self.default_api_timeout_s)))
-        except Exception:
-            return {tp: call_leader(self._metadata, tp.topic, tp.partition, "list_offset", timestamp_ms,
-                                    timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s)
-                    for tp in tps}
+        network = admin_network()
+
+        def ask(tp: TopicPartition):
+            address, epoch = self._metadata.leader_address(tp.topic, tp.partition)
+            return network.submit(address, fetching.list_offset_request(
+                topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
+                leader_epoch=epoch, timestamp_ms=timestamp_ms))
+
+        def read(tp: TopicPartition, answer) -> tuple[int, int] | None:
+            return fetching.list_offset_answer(answer.result(timeout=self.default_api_timeout_s),
+                                               topic=tp.topic, partition=tp.partition)
+        found = {}
+        asked = {}
+        for tp in tps:
+            try:
+                asked[tp] = ask(tp)
+            except Exception:   # no leader known: the retrying path below
+                pass
+        for tp in tps:
+            try:
+                found[tp] = read(tp, asked[tp])
+            except Exception:
+                self._metadata.invalidate(tp.topic)
+                found[tp] = retry_until(lambda _, tp=tp: read(tp, ask(tp)), timeout_s=self.default_api_timeout_s,
+                                        retry_backoff_s=self.retry_backoff_s, what=f"list offsets of {tp}",
+                                        on_retry=lambda tp=tp: self._metadata.invalidate(tp.topic))
+        return found
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
         return {tp: found[0] for tp, found in self.list_offsets(partitions, EARLIEST_TIMESTAMP).items()}
@@ -123,25 +165,25 @@ class Admin:
     # --- consumer groups ------------------------------------------------------------------
 
     def _group(self, group_id: str) -> CoordinatorClient:
-        return CoordinatorClient(self._metadata, group_id, retry_backoff_s=self.retry_backoff_s,
+        return CoordinatorClient(self._metadata, admin_network(), group_id, retry_backoff_s=self.retry_backoff_s,
                                  default_timeout_s=self.default_api_timeout_s)
 
     def list_consumer_groups(self) -> list[dict]:
-        """[{group, state}] from every coordinator."""
-        count = self._metadata.partition_count(OFFSETS_TOPIC)
+        """[{group, state}] from every coordinator (ListGroups to each)."""
+        network = admin_network()
 
-        def ask(partition: int):
-            return lambda remaining_s: ray.get(ray.get_actor(coordinator_actor_name(partition), namespace=NAMESPACE)
-                                               .list_groups.remote(), timeout=remaining_s)
-        groups = []
-        for partition in range(count):
-            groups += retry_until(ask(partition), timeout_s=self.default_api_timeout_s,
-                                  retry_backoff_s=self.retry_backoff_s, what=f"list_groups on coordinator {partition}")
+        def ask_all(remaining_s: float) -> list[dict]:
+            asked = [network.submit(address, group_requests.list_groups_request())
+                     for address in self._metadata.coordinator_addresses()]
+            return [g for answer in asked for g in group_requests.list_groups_answer(answer.result(remaining_s))]
+        groups = retry_until(ask_all, timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s,
+                             what="list groups", on_retry=lambda: self._metadata.invalidate(OFFSETS_TOPIC))
         return sorted(groups, key=lambda g: g["group"])
 
     def describe_consumer_group(self, group_id: str) -> dict:
         """The coordinator's view: state ("Dead" for a group that does not exist),
-        generation, assignor, members with client id, host and assignment."""
+        assignor, members with client id, host and assignment (DescribeGroups, as
+        Kafka's AdminClient.describeConsumerGroups)."""
         return self._group(group_id).call("describe_group")
 
     def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:

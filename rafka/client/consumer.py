@@ -60,7 +60,7 @@ from rafka.actors.coordinator import OFFSETS_TOPIC
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
-from rafka.client.retry import call_leader, is_retriable, kafka_cause
+from rafka.client.retry import ask_leader, is_retriable, kafka_cause
 from rafka.core.config import ConfigDef, at_least
 from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)
@@ -142,11 +142,12 @@ class Consumer:
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_interval_s = auto_commit_interval_ms / 1000
         self._next_auto_commit_s = time.monotonic() + self.auto_commit_interval_s
-        self._commit_completions: list = []   # (callback, offsets, exception) from Ray threads
+        self._commit_completions: list = []   # (callback, offsets, exception) from the network thread
         self._completion_lock = threading.Condition()
         self._async_commits: collections.deque = collections.deque()  # (request, callback) not yet sent
         self._async_commit_in_flight = False
-        self._coordinator = (CoordinatorClient(self._metadata, group_id, retry_backoff_s=self.retry_backoff_s,
+        self._coordinator = (CoordinatorClient(self._metadata, self._network, group_id,
+                                               retry_backoff_s=self.retry_backoff_s,
                                                default_timeout_s=self.default_api_timeout_s)
                              if group_id is not None else None)
         self._membership_options = dict(client_id=client_id, session_timeout_ms=session_timeout_ms,
@@ -497,8 +498,13 @@ class Consumer:
 
     def _list_offset(self, tp: TopicPartition, timestamp_ms: int):
         self._check_open()
-        return call_leader(self._metadata, tp.topic, tp.partition, "list_offset", timestamp_ms,
-                           timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s)
+        return ask_leader(
+            self._metadata, self._network, tp.topic, tp.partition,
+            lambda leader_epoch: fetching.list_offset_request(
+                topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
+                leader_epoch=leader_epoch, timestamp_ms=timestamp_ms),
+            lambda response: fetching.list_offset_answer(response, topic=tp.topic, partition=tp.partition),
+            timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s)
 
     @staticmethod
     def _move(state: _PartitionState, *, position: int | None, reset_to: str | None) -> None:
@@ -554,15 +560,15 @@ class Consumer:
 
     def _pump_async_commits(self) -> None:
         """Consumer thread only: send the next queued async commit once the one
-        before it completed. (Not from the completion callback: that runs on a Ray
-        thread, where submitting a task can deadlock.)"""
+        before it completed. (Not from the completion callback: that runs on the
+        network's loop thread, which must never wait on itself.)"""
         with self._completion_lock:
             if self._async_commit_in_flight or not self._async_commits:
                 return
             request, callback = self._async_commits.popleft()
             self._async_commit_in_flight = True
         try:
-            ref = self._group().submit("commit_offsets", request, *self._identity())
+            answer = self._group().submit("commit_offsets", request, *self._identity())
         except Exception as error:
             self._async_commit_done(callback, request, error)
             return
@@ -574,7 +580,7 @@ class Consumer:
             except Exception as failure:
                 error = kafka_cause(failure)
             self._async_commit_done(callback, request, error)
-        ref.future().add_done_callback(done)
+        answer.add_done_callback(done)
 
     def _async_commit_done(self, callback, request: dict, error) -> None:
         self._complete_commit(callback, request, error)

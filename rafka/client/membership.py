@@ -1,9 +1,12 @@
 """A consumer's side of its group: the coordinator's address, and membership
 (join, sync, heartbeat, leave), as Kafka's ConsumerCoordinator.
 
-`CoordinatorClient` finds the coordinator actor of a group (`abs(hash(group)) % N`
-over `__consumer_offsets`) and calls it, retrying retriable errors; the handle is
-cached until a call fails.
+`CoordinatorClient` sends a group's requests (Kafka's JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups,
+DeleteGroups) to its coordinator's Kafka endpoint: the coordinator of the
+group's `__consumer_offsets` partition (`abs(hash(group)) % N`), found in the
+metadata cache's image, looked up afresh after a retriable error (NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS, a lost connection), which is retried.
 
 `GroupMembership` runs the classic protocol for one subscribed consumer. The
 consumer's thread joins (the coordinator parks the join until the generation
@@ -24,55 +27,74 @@ Invariants:
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
-import socket
 import threading
 import time
 
-import ray
-
-from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
-from rafka.actors.replica import NAMESPACE
 from rafka.client.retry import is_retriable, kafka_cause, retry_until
+from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.core.errors import IllegalGeneration, RebalanceInProgress, UnknownMemberId
-from rafka.core.offsets_schema import partition_for_group
+from rafka.protocol import group_requests
 
 logger = logging.getLogger(__name__)
 
 
-def _client_host() -> str:
-    """Kafka's CONSUMER-ID/HOST column shows "/<address>"."""
-    try:
-        return "/" + socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "/127.0.0.1"
+# What each group call sends and how its answer reads: (request builder, answer
+# reader), by the name the callers use. The builders take the group id first.
+_CALLS = {
+    "join_group": (group_requests.join_request, lambda response, _: group_requests.join_answer(response)),
+    "sync_group": (group_requests.sync_request, lambda response, _: group_requests.sync_answer(response)),
+    "heartbeat": (group_requests.heartbeat_request, lambda response, _: group_requests.heartbeat_answer(response)),
+    "leave_group": (group_requests.leave_request, lambda response, _: group_requests.leave_answer(response)),
+    "commit_offsets": (group_requests.commit_request, lambda response, _: group_requests.commit_answer(response)),
+    "fetch_offsets": (group_requests.offset_fetch_request, group_requests.offset_fetch_answer),
+    "delete_offsets": (group_requests.offset_delete_request,
+                       lambda response, _: group_requests.offset_delete_answer(response)),
+    "describe_group": (group_requests.describe_request, group_requests.describe_answer),
+    "delete_group": (group_requests.delete_groups_request, group_requests.delete_groups_answer),
+}
 
 
 class CoordinatorClient:
-    def __init__(self, metadata, group_id: str, *, retry_backoff_s: float, default_timeout_s: float) -> None:
+    """One group's coordinator, on the wire: its endpoint from the metadata cache
+    (the coordinator of the group's __consumer_offsets partition), the requests
+    and answers of protocol.group_requests, sent over the client's network."""
+
+    def __init__(self, metadata, network, group_id: str, *, retry_backoff_s: float,
+                 default_timeout_s: float) -> None:
         self.group_id = group_id
         self._metadata = metadata
+        self._network = network
         self.retry_backoff_s = retry_backoff_s
         self.default_timeout_s = default_timeout_s
-        self._handle = None
-
-    def handle(self):
-        if self._handle is None:
-            count = self._metadata.partition_count(OFFSETS_TOPIC)
-            self._handle = ray.get_actor(coordinator_actor_name(partition_for_group(self.group_id, count)),
-                                         namespace=NAMESPACE)
-        return self._handle
 
     def invalidate(self) -> None:
-        self._handle = None
+        """The coordinator moved, restarted or is loading: look it up afresh."""
+        self._metadata.invalidate(OFFSETS_TOPIC)
 
-    def submit(self, method: str, *args, **kwargs):
-        """One attempt: the ObjectRef of `coordinator.<method>(group, *args)`."""
-        return getattr(self.handle(), method).remote(self.group_id, *args, **kwargs)
+    def submit(self, method: str, *args, timeout_ms: int | None = None, **kwargs) -> concurrent.futures.Future:
+        """One attempt: a future of `method`'s answer (or its typed error).
+        `timeout_ms`: the request's own limit (a join parks up to the rebalance
+        timeout), else the network's request timeout."""
+        build, read = _CALLS[method]
+        request = build(self.group_id, *args, **kwargs)
+        sent = self._network.submit(self._metadata.coordinator_address(self.group_id), request,
+                                    timeout_ms=timeout_ms)
+        answer: concurrent.futures.Future = concurrent.futures.Future()
 
-    def call(self, method: str, *args, timeout_s: float | None = None, **kwargs):
-        """`coordinator.<method>(group, *args)`, retried on retriable errors."""
-        return retry_until(lambda remaining_s: ray.get(self.submit(method, *args, **kwargs), timeout=remaining_s),
+        def done(future: concurrent.futures.Future) -> None:
+            try:
+                answer.set_result(read(future.result(), self.group_id))
+            except BaseException as error:
+                answer.set_exception(error)
+        sent.add_done_callback(done)
+        return answer
+
+    def call(self, method: str, *args, timeout_s: float | None = None, timeout_ms: int | None = None, **kwargs):
+        """`method`'s answer, retried on retriable errors until `timeout_s`."""
+        return retry_until(lambda remaining_s: self.submit(method, *args, timeout_ms=timeout_ms, **kwargs)
+                           .result(timeout=remaining_s),
                            timeout_s=self.default_timeout_s if timeout_s is None else timeout_s,
                            retry_backoff_s=self.retry_backoff_s, on_retry=self.invalidate,
                            what=f"{method} for group {self.group_id!r}")
@@ -87,7 +109,6 @@ class GroupMembership:
                              f"session_timeout_ms ({session_timeout_ms})")
         self.coordinator = coordinator
         self.client_id = client_id
-        self.client_host = _client_host()
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.max_poll_interval_ms = max_poll_interval_ms
@@ -141,11 +162,11 @@ class GroupMembership:
                 member_id = self.member_id
             try:
                 answer = self.coordinator.call(
-                    "join_group", member_id, client_id=self.client_id, client_host=self.client_host,
-                    topics=sorted(topics), session_timeout_ms=self.session_timeout_ms,
+                    "join_group", member_id, topics=sorted(topics), session_timeout_ms=self.session_timeout_ms,
                     rebalance_timeout_ms=self.max_poll_interval_ms, assignor_name=self.assignor_name,
-                    owned=list(owned), timeout_s=timeout_s)
-                assignment = self.coordinator.call("sync_group", answer["member_id"], answer["generation"])
+                    owned=list(owned), timeout_s=timeout_s, timeout_ms=int(timeout_s * 1000))
+                assignment = self.coordinator.call("sync_group", answer["member_id"], answer["generation"],
+                                                   self.assignor_name)
             except UnknownMemberId:
                 with self._lock:
                     self.member_id, self.generation = "", -1
@@ -190,8 +211,6 @@ class GroupMembership:
 
     def _heartbeat_loop(self) -> None:
         while not self._closing.wait(self.heartbeat_interval_s):
-            if not ray.is_initialized():
-                return  # the driver shut Ray down under an unclosed consumer
             with self._lock:
                 if not self._active:
                     continue
@@ -202,7 +221,7 @@ class GroupMembership:
                 self.leave(lost=True)
                 continue
             try:
-                ray.get(self.coordinator.submit("heartbeat", member_id, generation), timeout=self.request_timeout_s)
+                self.coordinator.submit("heartbeat", member_id, generation).result(timeout=self.request_timeout_s)
             except Exception as error:
                 self._learn(kafka_cause(error), member_id, generation)
 

@@ -6,9 +6,9 @@ NOT_LEADER_OR_FOLLOWER, a lost connection or actor, a stale epoch) or when a
 topic is not in it; an image never replaces a newer one (the controller's
 version orders them). Thread-safe.
 
-Callers: the producer and the consumer (leader endpoints, on the wire), the
-admin's offset lookups and Spark read tasks (leader replica actors, over Ray
-calls until issue 15 moves them onto the wire too).
+Callers: the producer and the consumer (leader endpoints, on the wire),
+client.membership (coordinator endpoints), the admin's offset lookups and Spark
+read tasks (leader endpoints).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import threading
 
 import ray
 
-from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.core.cluster_image import ClusterImage, PartitionImage
-from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
+from rafka.core.actor_names import OFFSETS_TOPIC
+from rafka.core.errors import CoordinatorNotAvailable, LeaderNotAvailable, UnknownTopicOrPartition
+from rafka.core.offsets_schema import partition_for_group
 
 
 class MetadataCache:
@@ -28,7 +29,6 @@ class MetadataCache:
         self._lock = threading.Lock()
         self._image: ClusterImage | None = None
         self._stale: set[str] = set()        # topics to look up afresh
-        self._handles: dict[tuple[str, int, int], object] = {}
 
     def _topic_image(self, topic: str) -> tuple[ClusterImage, tuple[PartitionImage, ...]]:
         """The image holding `topic`, and the topic's partitions in it."""
@@ -68,25 +68,28 @@ class MetadataCache:
             self.invalidate(topic)
             raise
 
-    def leader(self, topic: str, partition: int):
-        """The leader replica actor's handle; LeaderNotAvailable while there is none."""
-        return self.leader_and_epoch(topic, partition)[0]
+    def coordinator_address(self, group_id: str) -> tuple[str, int]:
+        """(host, port) of the group's coordinator (the coordinator of its
+        __consumer_offsets partition); CoordinatorNotAvailable while it has no
+        endpoint in the image (Kafka's FindCoordinator answers the same)."""
+        image, partitions = self._topic_image(OFFSETS_TOPIC)
+        partition = partition_for_group(group_id, len(partitions))
+        nodes = image.coordinator_nodes
+        node = image.nodes.get(nodes[partition]) if partition < len(nodes) else None
+        if node is None:
+            self.invalidate(OFFSETS_TOPIC)
+            raise CoordinatorNotAvailable(f"the coordinator of group {group_id!r} has no Kafka endpoint yet")
+        return node.host, node.port
 
-    def leader_and_epoch(self, topic: str, partition: int) -> tuple[object, int]:
-        """(leader replica actor, leader epoch); LeaderNotAvailable while there is none,
-        UnknownTopicOrPartition for a partition the topic does not have."""
-        _, state = self._led(topic, partition)
-        return self.replica(topic, partition, state.leader_replica), state.leader_epoch
-
-    def replica(self, topic: str, partition: int, replica_id: int):
-        key = (topic, partition, replica_id)
-        with self._lock:
-            handle = self._handles.get(key)
-        if handle is None:
-            handle = ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
-            with self._lock:
-                self._handles[key] = handle
-        return handle
+    def coordinator_addresses(self) -> list[tuple[str, int]]:
+        """Every coordinator's (host, port), by __consumer_offsets partition;
+        CoordinatorNotAvailable while one has no endpoint yet."""
+        image, partitions = self._topic_image(OFFSETS_TOPIC)
+        found = [image.nodes.get(n) for n in image.coordinator_nodes[:len(partitions)]]
+        if len(found) < len(partitions) or None in found:
+            self.invalidate(OFFSETS_TOPIC)
+            raise CoordinatorNotAvailable("a group coordinator has no Kafka endpoint yet")
+        return [(node.host, node.port) for node in found]
 
     def invalidate(self, topic: str) -> None:
         with self._lock:

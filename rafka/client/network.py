@@ -55,14 +55,16 @@ class NodeConnections:
         self._opening: dict[Address, asyncio.Future] = {}
         self._failures: dict[Address, tuple[int, float]] = {}   # address -> (failures in a row, not before)
 
-    async def request(self, address: Address, request: Any, *, expect_response: bool = True) -> Any:
+    async def request(self, address: Address, request: Any, *, expect_response: bool = True,
+                      timeout_ms: int | None = None) -> Any:
         """Send `request` (a kio request entity) to the node at `address`: its
         response entity (None when no response is expected); NetworkException if
-        the connection could not be made or was lost."""
+        the connection could not be made or was lost, or no answer came within
+        `timeout_ms` (default request_timeout_ms)."""
         address = tuple(address)
         connection = await self._connection(address)
         try:
-            return await connection.request(request, expect_response=expect_response)
+            return await connection.request(request, expect_response=expect_response, timeout_ms=timeout_ms)
         except NetworkException:
             self._lost(address, connection)
             raise
@@ -122,24 +124,16 @@ class ClientNetwork:
         self._thread.start()
         self._closed = False
 
-    def submit(self, address: Address, request: Any, *, expect_response: bool = True) -> concurrent.futures.Future:
+    def submit(self, address: Address, request: Any, *, expect_response: bool = True,
+               timeout_ms: int | None = None) -> concurrent.futures.Future:
         """Send `request` (a kio request entity) to the node at `address`; a future of
         its response entity (None when no response is expected), or of the
-        NetworkException that ended it."""
+        NetworkException that ended it (`timeout_ms`: see NodeConnections.request)."""
         if self._closed:
             raise RuntimeError("the client is closed")
         return asyncio.run_coroutine_threadsafe(
-            self.nodes.request(address, request, expect_response=expect_response), self._loop)
-
-    def call(self, address: Address, request: Any, *, timeout_s: float) -> Any:
-        """`submit` and wait: the response entity; NetworkException (retriable) when
-        no answer came within `timeout_s`."""
-        future = self.submit(address, request)
-        try:
-            return future.result(timeout=timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise NetworkException(f"no answer from {address[0]}:{address[1]} within {timeout_s:.1f} s") from None
+            self.nodes.request(address, request, expect_response=expect_response, timeout_ms=timeout_ms),
+            self._loop)
 
     def close(self) -> None:
         if self._closed:

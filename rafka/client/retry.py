@@ -16,8 +16,9 @@ import ray
 
 from rafka.core.errors import KafkaError, RequestTimedOut
 
+# an actor dead or restarting, a name not registered yet, an answer not in time
 _ACTOR_GONE = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-               ray.exceptions.GetTimeoutError, ValueError)
+               ray.exceptions.GetTimeoutError, ValueError, TimeoutError)
 
 
 def kafka_cause(error: BaseException) -> BaseException:
@@ -53,12 +54,14 @@ def retry_until(call, *, timeout_s: float, retry_backoff_s: float, what: str, on
             time.sleep(retry_backoff_s)
 
 
-def call_leader(metadata, topic: str, partition: int, method: str, *args, timeout_s: float,
-                retry_backoff_s: float):
-    """`leader.<method>(*args, leader_epoch=<current>)` on the partition's leader,
-    retried on retriable errors until `timeout_s`."""
+def ask_leader(metadata, network, topic: str, partition: int, request_for, read, *, timeout_s: float,
+               retry_backoff_s: float):
+    """`read(response)` of `request_for(leader_epoch)` sent over `network` (a
+    client.network.ClientNetwork) to the partition's leader, retried on retriable
+    errors (after the topic's metadata is dropped) until `timeout_s`."""
     def call(remaining_s: float):
-        leader, leader_epoch = metadata.leader_and_epoch(topic, partition)
-        return ray.get(getattr(leader, method).remote(*args, leader_epoch=leader_epoch), timeout=remaining_s)
+        address, leader_epoch = metadata.leader_address(topic, partition)
+        return read(network.submit(address, request_for(leader_epoch)).result(timeout=remaining_s))
     return retry_until(call, timeout_s=timeout_s, retry_backoff_s=retry_backoff_s,
-                       what=f"{method} on {topic}-{partition}", on_retry=lambda: metadata.invalidate(topic))
+                       what=f"a request to the leader of {topic}-{partition}",
+                       on_retry=lambda: metadata.invalidate(topic))

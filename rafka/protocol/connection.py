@@ -61,8 +61,11 @@ class Connection:
     def closed(self) -> bool:
         return self._failure is not None
 
-    async def request(self, body: Any, *, expect_response: bool = True) -> Any:
-        """Send one request (a kio request entity); its response entity, or None."""
+    async def request(self, body: Any, *, expect_response: bool = True, timeout_ms: int | None = None) -> Any:
+        """Send one request (a kio request entity); its response entity, or None.
+        `timeout_ms`: this request's own limit (a JoinGroup parks up to the rebalance
+        timeout), else the connection's request timeout."""
+        timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
         async with self._slots:
             if self._failure is not None:
                 raise self._failure
@@ -81,11 +84,11 @@ class Connection:
             if not expect_response:
                 return None
             try:
-                return await asyncio.wait_for(asyncio.shield(future), self.request_timeout_s)
+                return await asyncio.wait_for(asyncio.shield(future), timeout_s)
             except asyncio.TimeoutError:
                 future.cancel()   # nobody waits for it any more
                 self._fail(NetworkException(f"no response to correlation id {correlation_id} within "
-                                            f"{self.request_timeout_s} s"))
+                                            f"{timeout_s} s"))
                 raise self._failure from None
             except asyncio.CancelledError:
                 # the caller gave up (a follower told its new role): the answer,

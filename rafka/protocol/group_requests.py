@@ -30,15 +30,8 @@ client.consumer.
 from __future__ import annotations
 
 import datetime
-import io
-import struct
 from collections.abc import Iterable, Mapping
 
-from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as AssignmentV0
-from kio.schema.consumer_protocol_assignment.v1.data import ConsumerProtocolAssignment as AssignmentV1
-from kio.schema.consumer_protocol_assignment.v2.data import ConsumerProtocolAssignment as AssignmentV2
-from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment as AssignmentV3
-from kio.schema.consumer_protocol_subscription.v1 import data as subscription_v1
 from kio.schema.delete_groups.v2 import request as delete_groups_v2
 from kio.schema.describe_groups.v5 import request as describe_groups_v5
 from kio.schema.errors import ErrorCode
@@ -51,12 +44,10 @@ from kio.schema.offset_commit.v8 import request as offset_commit_v8
 from kio.schema.offset_delete.v0 import request as offset_delete_v0
 from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.sync_group.v5 import request as sync_group_v5
-from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from rafka.core.errors import KafkaError, UnknownServerError, error_for_code
-from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, check_entity
-from rafka.protocol.consumer_protocol import decode_subscription
+from rafka.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
 
 PROTOCOL_TYPE = "consumer"
 GROUP_KEY_TYPE = 0           # FindCoordinator: a consumer group (1 would be a transaction)
@@ -71,8 +62,6 @@ NO_OFFSET = -1               # OffsetFetch: nothing committed for the partition
 _COMMIT_PARTITION_CODES = frozenset({ErrorCode.offset_metadata_too_large, ErrorCode.invalid_request,
                                      ErrorCode.invalid_commit_offset_size, ErrorCode.unknown_topic_or_partition,
                                      ErrorCode.topic_authorization_failed})
-_VERSION = struct.Struct(">h")   # consumer protocol payloads open with their int16 version
-_ASSIGNMENTS = (AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3)
 
 
 def _error(code: ErrorCode, what: str) -> KafkaError:
@@ -96,39 +85,6 @@ def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     return by_topic
 
 
-# --- consumer protocol payloads (what consumer_protocol does not have yet) -----------
-
-def encode_subscription_owning(topics: Iterable[str], owned: Iterable[tuple[str, int]] = ()) -> bytes:
-    """A subscription (version 1) that also names the partitions the member owns;
-    consumer_protocol.encode_subscription writes version 0, which has no owned."""
-    subscription = subscription_v1.ConsumerProtocolSubscription(
-        topics=tuple(sorted(set(topics))), user_data=None,
-        owned_partitions=tuple(subscription_v1.TopicPartition(topic=t, partitions=tuple(i32(p) for p in ps))
-                               for t, ps in _by_topic(owned).items()))
-    buffer = io.BytesIO()
-    buffer.write(_VERSION.pack(1))
-    entity_writer(subscription_v1.ConsumerProtocolSubscription)(buffer, subscription)
-    return buffer.getvalue()
-
-
-def decode_assignment(data: bytes | None) -> list[tuple[str, int]]:
-    """The (topic, partition) pairs of a member's assignment bytes, sorted; no bytes:
-    nothing assigned. A version newer than the newest known is read as the newest
-    (new versions only add fields at the end)."""
-    if not data:
-        return []
-    version = _VERSION.unpack_from(data, 0)[0] if len(data) >= _VERSION.size else -1
-    if version < 0:
-        raise UnknownServerError(f"unreadable consumer protocol assignment ({len(data)} bytes)")
-    schema = _ASSIGNMENTS[min(version, len(_ASSIGNMENTS) - 1)]
-    try:
-        check_entity(schema, data, _VERSION.size, len(data))
-        assignment, _ = entity_reader(schema)(data, _VERSION.size)
-    except (DeclaredSizeTooLarge, *KIO_DECODE_ERRORS) as error:
-        raise UnknownServerError(f"unreadable consumer protocol assignment: {error}") from None
-    return sorted((t.topic, int(p)) for t in assignment.assigned_partitions for p in t.partitions)
-
-
 # --- membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------------
 
 def join_request(group_id: str, member_id: str, *, topics: Iterable[str], owned: Iterable[tuple[str, int]] = (),
@@ -140,7 +96,7 @@ def join_request(group_id: str, member_id: str, *, topics: Iterable[str], owned:
         group_id=group_id, session_timeout=_ms(session_timeout_ms), rebalance_timeout=_ms(rebalance_timeout_ms),
         member_id=member_id, group_instance_id=None, protocol_type=PROTOCOL_TYPE,
         protocols=(join_group_v7.JoinGroupRequestProtocol(
-            name=assignor_name, metadata=encode_subscription_owning(topics, owned)),))
+            name=assignor_name, metadata=encode_subscription(topics, owned)),))
 
 
 def join_answer(response) -> dict:
@@ -188,7 +144,7 @@ def leave_answer(response) -> None:
 
 # --- offsets: OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------
 
-def commit_request(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str]], *,
+def commit_request(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str]],
                    member_id: str = "", generation: int = NO_GENERATION) -> offset_commit_v8.OffsetCommitRequest:
     """OffsetCommit v8. offsets: {(topic, partition): (offset, leader_epoch, metadata)};
     no member id and generation -1: a commit from outside the group protocol."""
@@ -269,9 +225,9 @@ def describe_request(group_id: str) -> describe_groups_v5.DescribeGroupsRequest:
 
 
 def describe_answer(response, group_id: str) -> dict:
-    """The shape of the Ray describe_group: {group, state, generation, leader,
-    assignor, members: {member_id: {client_id, host, topics, assignment}}}. Not on
-    the wire: generation and leader (None); the assignor only while the group has
+    """{group, state, assignor, members: {member_id: {client_id, host, topics,
+    assignment}}}, as Kafka's AdminClient describes a consumer group: DescribeGroups
+    carries no generation or leader. The assignor is named only while the group has
     members ("" otherwise); topics and assignment come sorted. An unknown group is
     state "Dead", no error; the group's error raises (NOT_COORDINATOR)."""
     group = _only([g for g in response.groups if g.group_id == group_id], f"DescribeGroups of group {group_id!r}")
@@ -281,8 +237,7 @@ def describe_answer(response, group_id: str) -> dict:
         topics, _owned = decode_subscription(m.member_metadata)
         members[m.member_id] = {"client_id": m.client_id, "host": m.client_host, "topics": list(topics),
                                 "assignment": decode_assignment(m.member_assignment)}
-    return {"group": group_id, "state": group.group_state, "generation": None, "leader": None,
-            "assignor": group.protocol_data, "members": members}
+    return {"group": group_id, "state": group.group_state, "assignor": group.protocol_data, "members": members}
 
 
 def list_groups_request() -> list_groups_v4.ListGroupsRequest:

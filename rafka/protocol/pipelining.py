@@ -23,20 +23,22 @@ Callers: the server (`admitting`, per request task), the Produce handler
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
+from collections.abc import Callable
 
-_ADMISSION: contextvars.ContextVar[asyncio.Future | None] = contextvars.ContextVar("rafka_admission",
-                                                                                   default=None)
+_ADMISSION: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("rafka_admission",
+                                                                                      default=None)
 
 
-def admitting(admitted: asyncio.Future) -> None:
-    """In a request's task: `admitted` is resolved by `admit_next()`."""
-    _ADMISSION.set(admitted)
+def admitting(admit: Callable[[], None]) -> None:
+    """In a request's task: `admit()` lets the connection's next request start; the
+    first `admit_next()` calls it, later ones do nothing."""
+    _ADMISSION.set(admit)
 
 
 def admit_next() -> None:
     """The request's ordered part is done: its connection's next request may start."""
-    admitted = _ADMISSION.get()
-    if admitted is not None and not admitted.done():
-        admitted.set_result(None)
+    admit = _ADMISSION.get()
+    if admit is not None:
+        _ADMISSION.set(None)
+        admit()

@@ -20,6 +20,14 @@ Invariants:
     request for `connections_max_idle_ms` is closed (connections.max.idle.ms).
   * stop() closes the listening socket and every connection, and returns once
     their tasks have ended.
+  * Answers that are ready together go out in one write (a parked Produce's
+    acks complete together when the HW moves); a client that stops reading
+    stops being read (the transport's write buffer pauses reading).
+
+Built on asyncio.Protocol callbacks, not streams: a read costs no task and no
+wait, a request costs one task (its handler), and the answers are written from
+its done callback. (The streams version spent most of the broker's busy time in
+asyncio's task and wait machinery.)
 
 Callers: the replica, coordinator and controller actors (one server each, on their
 event loop); tests drive it on loopback with any Kafka client.
@@ -28,6 +36,7 @@ event loop); tests drive it on loopback with any Kafka client.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import socket
@@ -37,9 +46,9 @@ from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import SOCKET_REQUEST_MAX_BYTES_DEFAULT, FrameDecoder
 from rafka.protocol.pipelining import admitting
 
+
 logger = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES = 65_536
 MAX_CONNECTIONS_DEFAULT = 1_000
 MAX_PIPELINED_REQUESTS_DEFAULT = 5   # Kafka's max.in.flight.requests.per.connection
 CONNECTIONS_MAX_IDLE_MS_DEFAULT = 600_000       # Kafka's connections.max.idle.ms
@@ -55,18 +64,19 @@ class ProtocolServer:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         if connections_max_idle_ms <= 0:
             raise ValueError(f"connections_max_idle_ms must be positive, not {connections_max_idle_ms}")
+        if max_pipelined_requests < 1:
+            raise ValueError(f"max_pipelined_requests must be at least 1, not {max_pipelined_requests}")
         self.dispatcher = dispatcher
         self.host = host
         self.requested_port = port
         self.socket_request_max_bytes = socket_request_max_bytes
         self.max_connections = max_connections
         self.connections_max_idle_s = connections_max_idle_ms / 1000
-        if max_pipelined_requests < 1:
-            raise ValueError(f"max_pipelined_requests must be at least 1, not {max_pipelined_requests}")
         self.max_pipelined_requests = max_pipelined_requests
         self._server: asyncio.Server | None = None
-        self._connections: dict[str, asyncio.Task] = {}
+        self._connections: dict[str, _KafkaConnection] = {}
         self._connection_numbers = itertools.count()
+        self._idle_checker: asyncio.TimerHandle | None = None
         self.refused_connections = 0
         self.closed_for_bad_input = 0
 
@@ -83,113 +93,186 @@ class ProtocolServer:
 
     async def start(self) -> int:
         """Listen; returns the port."""
-        self._server = await asyncio.start_server(self._accept, self.host, self.requested_port,
-                                                  reuse_address=True, limit=READ_CHUNK_BYTES)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _KafkaConnection(self), self.host, self.requested_port,
+                                                reuse_address=True)
+        self._check_idle()
         return self.port
 
     async def stop(self) -> None:
+        if self._idle_checker is not None:
+            self._idle_checker.cancel()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        tasks = list(self._connections.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        connections = list(self._connections.values())
+        for connection in connections:
+            connection.close()
+        await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _check_idle(self) -> None:
+        """Close connections with no request for connections_max_idle_ms (checked
+        every quarter of it: a timer for the server, not one per connection)."""
+        now = asyncio.get_running_loop().time()
+        for connection in list(self._connections.values()):
+            if connection.idle_since(now) > self.connections_max_idle_s:
+                logger.debug("closing idle connection %s", connection.connection_id)
+                connection.close()
+        self._idle_checker = asyncio.get_running_loop().call_later(self.connections_max_idle_s / 4,
+                                                                   self._check_idle)
+
+    def _opened(self, connection: _KafkaConnection, transport: asyncio.Transport) -> bool:
         if len(self._connections) >= self.max_connections:
             self.refused_connections += 1
-            writer.close()
-            return
-        connection_id = self._connection_id(writer)
-        self._connections[connection_id] = asyncio.current_task()
-        try:
-            await self._serve(connection_id, reader, writer)
-        except ProtocolError as error:
-            self.closed_for_bad_input += 1
-            logger.info("closing connection %s: %s", connection_id, error)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass   # the client went away
-        except asyncio.CancelledError:
-            pass   # stop()
-        except Exception:   # a handler's bug: this connection only
-            logger.exception("closing connection %s after an unexpected error", connection_id)
-        finally:
-            del self._connections[connection_id]
-            writer.close()
+            return False
+        connection.connection_id = self._connection_id(transport)
+        self._connections[connection.connection_id] = connection
+        return True
 
-    async def _serve(self, connection_id: str, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
-        """Read frames and start each request's task, in order; a writer task sends
-        the answers in the same order. A failure in either ends the connection."""
-        decoder = FrameDecoder(socket_request_max_bytes=self.socket_request_max_bytes)
-        answers: asyncio.Queue = asyncio.Queue()   # started requests, in order; at most `slots` of them
-        slots = asyncio.Semaphore(self.max_pipelined_requests)
-        writing = asyncio.create_task(self._write_answers(answers, writer, slots))
-        try:
-            while True:
-                reading = asyncio.ensure_future(asyncio.wait_for(reader.read(READ_CHUNK_BYTES),
-                                                                 self.connections_max_idle_s))
-                await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
-                if writing.done():
-                    reading.cancel()
-                    return writing.result()   # raises what ended the writer
-                try:
-                    chunk = reading.result()
-                except asyncio.TimeoutError:
-                    logger.debug("closing idle connection %s", connection_id)
-                    return
-                if not chunk:   # the client closed its side: answer what it sent, then close
-                    answers.put_nowait(None)
-                    return await writing
-                for frame in decoder.feed(chunk):
-                    if slots.locked():   # max_pipelined_requests unanswered: wait for one (or a failure)
-                        slot = asyncio.ensure_future(slots.acquire())
-                        await asyncio.wait({slot, writing}, return_when=asyncio.FIRST_COMPLETED)
-                        if writing.done():
-                            slot.cancel()
-                            return writing.result()
-                    else:
-                        await slots.acquire()   # free: taken at once, no task on the hot path
-                    admitted = asyncio.get_running_loop().create_future()
-                    request = asyncio.create_task(self._answer(frame, connection_id, admitted))
-                    answers.put_nowait(request)
-                    await asyncio.wait({admitted, request, writing}, return_when=asyncio.FIRST_COMPLETED)
-                    if writing.done():
-                        return writing.result()
-                    if request.done() and request.exception() is not None:
-                        raise request.exception()   # bad bytes or a handler's bug: close
-        finally:
-            writing.cancel()
-            while not answers.empty():
-                answers.get_nowait().cancel()
+    def _closed(self, connection: _KafkaConnection) -> None:
+        self._connections.pop(connection.connection_id, None)
 
-    async def _answer(self, frame, connection_id: str, admitted: asyncio.Future):
-        admitting(admitted)
-        try:
-            return await self.dispatcher.dispatch(frame, connection_id=connection_id)
-        finally:
-            if not admitted.done():
-                admitted.set_result(None)
-
-    @staticmethod
-    async def _write_answers(answers: asyncio.Queue, writer: asyncio.StreamWriter,
-                             slots: asyncio.Semaphore) -> None:
-        while True:
-            request = await answers.get()
-            if request is None:
-                return
-            response = await request
-            if response is not None:
-                writer.write(response)
-                await writer.drain()   # a client that does not read stops being read
-            slots.release()
-
-    def _connection_id(self, writer: asyncio.StreamWriter) -> str:
+    def _connection_id(self, transport: asyncio.Transport) -> str:
         """Kafka's form: local address:port-remote address:port-index."""
-        local = writer.get_extra_info("sockname") or ("?", 0)
-        remote = writer.get_extra_info("peername") or ("?", 0)
-        sock = writer.get_extra_info("socket")
+        local = transport.get_extra_info("sockname") or ("?", 0)
+        remote = transport.get_extra_info("peername") or ("?", 0)
+        sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return f"{local[0]}:{local[1]}-{remote[0]}:{remote[1]}-{next(self._connection_numbers)}"
+
+
+class _KafkaConnection(asyncio.Protocol):
+    """One client connection. State, touched only from the loop's callbacks:
+    `_frames` read but not started (at most one read's worth: reading pauses while
+    any wait), `_started` requests started and not yet answered, in order (at most
+    max_pipelined_requests), `_holding` while the newest started request has not
+    let the next start (pipelining.admit_next)."""
+
+    def __init__(self, server: ProtocolServer) -> None:
+        self.server = server
+        self.connection_id = ""
+        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder(socket_request_max_bytes=server.socket_request_max_bytes)
+        self._frames: collections.deque = collections.deque()
+        self._started: collections.deque = collections.deque()
+        self._holding = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._eof = False
+        self._last_request_s = asyncio.get_running_loop().time()
+
+    def idle_since(self, now_s: float) -> float:
+        return 0.0 if self._started or self._frames else now_s - self._last_request_s
+
+    # --- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        if not self.server._opened(self, transport):
+            transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        self._last_request_s = asyncio.get_running_loop().time()
+        try:
+            self._frames.extend(self._decoder.feed(data))
+        except ProtocolError as error:
+            self._bad_input(error)
+            return
+        self._start_next()
+
+    def eof_received(self) -> bool:
+        """The client closed its side: answer what it sent, then close."""
+        self._eof = True
+        self._close_when_done()
+        return True   # keep the transport open for the answers
+
+    def pause_writing(self) -> None:   # the client is not reading its answers
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def connection_lost(self, error: Exception | None) -> None:
+        """`closed` is done once every request task of the connection has ended."""
+        requests = list(self._started)
+        for request in requests:
+            request.cancel()
+        self._started.clear()
+        self._frames.clear()
+        self.server._closed(self)
+        ended = asyncio.gather(*requests, return_exceptions=True)
+        ended.add_done_callback(lambda _: self.closed.done() or self.closed.set_result(None))
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    # --- requests -------------------------------------------------------------------------
+
+    def _start_next(self) -> None:
+        """Start the read frames that may start now: in order, one at a time until
+        each admits the next or is answered, at most max_pipelined_requests unanswered."""
+        while self._frames and not self._holding and len(self._started) < self.server.max_pipelined_requests:
+            frame = self._frames.popleft()
+            self._holding = True
+            request = asyncio.get_running_loop().create_task(self._answer(frame))
+            self._started.append(request)
+            request.add_done_callback(self._answered)
+        self._update_reading()
+
+    async def _answer(self, frame: bytes):
+        admitting(self._admit_next)
+        return await self.server.dispatcher.dispatch(frame, connection_id=self.connection_id)
+
+    def _admit_next(self) -> None:
+        """The newest request let the next one start (it waits for replication)."""
+        self._holding = False
+        self._start_next()
+
+    def _answered(self, request: asyncio.Task) -> None:
+        if request.cancelled():
+            return
+        if request is self._started[-1]:
+            self._holding = False
+        failure = request.exception()
+        if failure is not None:
+            if isinstance(failure, ProtocolError):
+                self._bad_input(failure)
+            else:   # a handler's bug: this connection only
+                logger.error("closing connection %s after an unexpected error", self.connection_id,
+                             exc_info=failure)
+                self.close()
+            return
+        ready = []
+        while self._started and self._started[0].done():
+            response = self._started.popleft().result()
+            if response is not None:
+                ready.append(response)
+        if ready and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(ready[0] if len(ready) == 1 else b"".join(ready))
+        self._start_next()
+        self._close_when_done()
+
+    def _update_reading(self) -> None:
+        """Read only while nothing read waits to start and the client reads its answers."""
+        if self._transport is None or self._transport.is_closing():
+            return
+        pause = bool(self._frames) or self._writing_paused or self._eof
+        if pause and not self._reading_paused:
+            self._transport.pause_reading()
+        elif not pause and self._reading_paused:
+            self._transport.resume_reading()
+        self._reading_paused = pause
+
+    def _close_when_done(self) -> None:
+        if self._eof and not self._frames and not self._started:
+            self.close()
+
+    def _bad_input(self, error: ProtocolError) -> None:
+        self.server.closed_for_bad_input += 1
+        logger.info("closing connection %s: %s", self.connection_id, error)
+        self.close()

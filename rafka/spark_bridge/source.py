@@ -105,17 +105,26 @@ def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES
     binary array can), and the table is sliced to the range at the end."""
     from rafka.actors.controller import CONTROLLER_NAME
     from rafka.actors.replica import NAMESPACE
+    from rafka.client.admin import admin_network
     from rafka.client.metadata import MetadataCache
-    from rafka.client.retry import call_leader
+    from rafka.client.retry import ask_leader
     from rafka.core.columnar import decode_columns
+    from rafka.protocol import fetching
 
     metadata = MetadataCache(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE))
+    topic, partition = offset_range.topic, offset_range.partition
     chunks, offsets = [], []
     position = offset_range.start
     waiting_since_s = None
-    while position < offset_range.end:
-        result = call_leader(metadata, offset_range.topic, offset_range.partition, "consumer_fetch", position,
-                             fetch_max_bytes, 0, timeout_s=60.0, retry_backoff_s=0.1)
+    while position < offset_range.end:   # Fetch, as a consumer, on the leader's Kafka endpoint
+        result = ask_leader(
+            metadata, admin_network(), topic, partition,
+            lambda leader_epoch: fetching.fetch_request(
+                topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, fetch_offset=position,
+                leader_epoch=leader_epoch, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
+                max_bytes=fetch_max_bytes, max_wait_ms=0),
+            lambda response: fetching.leader_answer(response, topic=topic, partition=partition),
+            timeout_s=60.0, retry_backoff_s=0.1)
         if not result.records:
             if result.high_watermark >= offset_range.end:
                 break   # a compacted topic: nothing is left in [position, end)

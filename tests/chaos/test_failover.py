@@ -16,7 +16,7 @@ from rafka.actors.replica import NAMESPACE
 from rafka.core.errors import NotEnoughReplicas, NotLeaderOrFollower
 from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, ACKS_LEADER
-from tests.harness import (StreamingProducer, assert_acked_once_in_order,
+from tests.harness import (produce_to, replica_wire, StreamingProducer, assert_acked_once_in_order,
                            assert_replicas_identical_below_high_watermark, describe_replica,
                            partition_state, paused, read_back, replica, wait_for_leader, wait_until)
 
@@ -97,33 +97,33 @@ def test_leader_paused_until_replaced__cannot_ack_steps_down_and_truncates_its_t
     old = before["leader"]
     followers = [r for r in before["replicas"] if r != old]
     for i in range(10):
-        ray.get(replica("zombie", 0, old).produce.remote(encode_batch([RecordInput(b"acked-%d" % i)]),
-                                                        ACKS_ALL, 10_000))
+        produce_to(replica("zombie", 0, old), encode_batch([RecordInput(b"acked-%d" % i)]), ACKS_ALL,
+                   10_000).result(timeout=60)
     wait_until(lambda: all(describe_replica("zombie", 0, r)["log_end_offset"] == 10 for r in followers))
     follower_pids = [describe_replica("zombie", 0, r)["pid"] for r in followers]
     old_pid = describe_replica("zombie", 0, old)["pid"]
+    zombie = replica_wire(replica("zombie", 0, old))   # asked now: it is paused when written to
     for pid in follower_pids:
         os.kill(pid, signal.SIGSTOP)
     # A fetch parked before the pause would carry the tail to a follower (which is
     # replication, not a bug): wait until the leader has answered every parked fetch.
     wait_until(lambda: describe_replica("zombie", 0, old)["parked_follower_fetches"] == 0)
     try:
-        tail = ray.get(replica("zombie", 0, old).produce.remote(
-            encode_batch([RecordInput(b"unreplicated")]), ACKS_LEADER, 10_000))
-        assert tail.base_offset == 10
+        tail = produce_to(zombie, encode_batch([RecordInput(b"unreplicated")]), ACKS_LEADER,
+                          10_000).result(timeout=60)
+        assert tail == 10
     finally:
         with paused(old_pid):
             for pid in follower_pids:
                 os.kill(pid, signal.SIGCONT)
-            parked = replica("zombie", 0, old).produce.remote(
-                encode_batch([RecordInput(b"never-acked")]), ACKS_ALL, 10_000)
+            parked = produce_to(zombie, encode_batch([RecordInput(b"never-acked")]), ACKS_ALL, 10_000)
             new = wait_for_leader(cluster, "zombie", 0, newer_than_epoch=before["leader_epoch"])
             assert new["leader"] in followers and old not in new["isr"]
             for i in range(5):
-                ray.get(replica("zombie", 0, new["leader"]).produce.remote(
-                    encode_batch([RecordInput(b"new-%d" % i)]), ACKS_ALL, 10_000))
+                produce_to(replica("zombie", 0, new["leader"]), encode_batch([RecordInput(b"new-%d" % i)]),
+                           ACKS_ALL, 10_000).result(timeout=60)
     with pytest.raises((NotLeaderOrFollower,)):
-        ray.get(parked, timeout=30)
+        parked.result(timeout=30)
     wait_until(lambda: (d := describe_replica("zombie", 0, old))["role"] == "follower"
                and d["leader_epoch"] == new["leader_epoch"], what="the old leader stepping down")
     log = assert_replicas_identical_below_high_watermark(cluster, "zombie", 0)
@@ -192,7 +192,7 @@ def test_acks_all__isr_below_min_isr__not_enough_replicas_and_not_visible(cluste
         wait_until(lambda: ray.get(leader.describe.remote())["isr"] == [before["leader"]], timeout_s=30,
                    what="ISR shrunk to the leader")
         with pytest.raises(NotEnoughReplicas):
-            ray.get(leader.produce.remote(encode_batch([RecordInput(b"x")]), ACKS_ALL, 5_000))
+            produce_to(leader, encode_batch([RecordInput(b"x")]), ACKS_ALL, 5_000).result(timeout=60)
         state = ray.get(leader.describe.remote())
         assert state["log_end_offset"] == 0 and state["high_watermark"] == 0
     finally:

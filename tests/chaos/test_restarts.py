@@ -22,7 +22,7 @@ from rafka.actors.replica import NAMESPACE
 from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, ACKS_LEADER
 from rafka.core.structs import TopicPartition
-from tests.harness import (TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS, StreamingProducer,
+from tests.harness import (produce_to, TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS, StreamingProducer,
                            assert_acked_once_in_order, assert_replicas_identical_below_high_watermark,
                            describe_replica, partition_state, paused, read_back, replica, wait_for_leader,
                            wait_until, wait_until_serving)
@@ -120,7 +120,7 @@ def test_leader_broker_restarted_with_an_unreplicated_tail__its_replica_truncate
     leader_broker = before["brokers"][before["replicas"].index(old)]
     leader = replica("tail-cut", 0, old)
     for i in range(10):
-        ray.get(leader.produce.remote(encode_batch([RecordInput(b"acked-%d" % i)], now_ms=now_ms()), ACKS_ALL, 10_000))
+        produce_to(leader, encode_batch([RecordInput(b"acked-%d" % i)], now_ms=now_ms()), ACKS_ALL, 10_000).result(timeout=60)
     follower_pids = [describe_replica("tail-cut", 0, r)["pid"] for r in before["replicas"] if r != old]
     with ExitStack() as stack:
         for pid in follower_pids:
@@ -129,8 +129,8 @@ def test_leader_broker_restarted_with_an_unreplicated_tail__its_replica_truncate
         # write to it (the answer waits in its socket): let those expire first
         wait_until(lambda: describe_replica("tail-cut", 0, old)["parked_follower_fetches"] == 0,
                    what="no follower fetch parked at the leader")
-        ray.get(leader.produce.remote(encode_batch([RecordInput(b"unreplicated")], now_ms=now_ms()), ACKS_LEADER,
-                                      10_000))
+        produce_to(leader, encode_batch([RecordInput(b"unreplicated")], now_ms=now_ms()), ACKS_LEADER,
+                                      10_000).result(timeout=60)
         cluster.remove_node(cluster.node_of_broker(leader_broker))
     new = wait_for_leader(cluster, "tail-cut", 0, newer_than_epoch=before["leader_epoch"])
     assert new["leader"] != old

@@ -6,7 +6,7 @@ import ray
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
 
-from tests.harness import replica, wait_until
+from tests.harness import replica, wait_until, produce_to
 
 pytestmark = pytest.mark.cluster
 
@@ -38,16 +38,16 @@ def test_leader_actor_killed__new_leader_next_epoch_and_acked_writes_survive(con
     wait_until(lambda: ray.get(leader.ping.remote())["role"] == "leader")
     acked = []
     for i in range(30):
-        result = ray.get(leader.produce.remote(encode_batch([RecordInput(b"order-%d" % i)]), ACKS_ALL, 10_000))
-        acked.append((result.base_offset, b"order-%d" % i))
+        result = produce_to(leader, encode_batch([RecordInput(b"order-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
+        acked.append((result, b"order-%d" % i))
     ray.kill(leader, no_restart=False)  # the actor restarts; the controller must move leadership
     now = wait_until(lambda: (s := leader_of(controller, "orders", 0))["leader_epoch"] > first["leader_epoch"] and s)
     assert now["leader"] != first["leader"] and now["leader_epoch"] == first["leader_epoch"] + 1
     new_leader = replica("orders", 0, now["leader"])
     wait_until(lambda: ray.get(new_leader.ping.remote()) ["role"] == "leader")
     for i in range(30, 40):
-        result = ray.get(new_leader.produce.remote(encode_batch([RecordInput(b"order-%d" % i)]), ACKS_ALL, 10_000))
-        acked.append((result.base_offset, b"order-%d" % i))
+        result = produce_to(new_leader, encode_batch([RecordInput(b"order-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
+        acked.append((result, b"order-%d" % i))
     data = ray.get(new_leader.read_below_high_watermark.remote())
     assert [(r.offset, r.value) for r in decode_records(data)] == acked
     # the restarted replica follows again and converges to the same bytes below the HW

@@ -308,12 +308,15 @@ def test_run_consumer_group__members_on_different_nodes_handle_everything_and_st
                timeout_s=60, what="the group committed every record")
     # A member reports its assignment as of its last poll, so a member still in a
     # poll begun before the latest rebalance shows its old one: wait until both
-    # report the coordinator's current generation of a Stable group.
+    # report the assignment the coordinator gave them in a Stable group.
     def settled():
         coordinator_view = admin.describe_consumer_group("invoicing")
-        return (coordinator_view["state"] == "Stable" and len(coordinator_view["members"]) == 2
-                and all(d["generation"] == coordinator_view["generation"] for d in group.describe()))
-    wait_until(settled, timeout_s=60, what="both members report the current generation")
+        members = coordinator_view["members"]
+        return (coordinator_view["state"] == "Stable" and len(members) == 2
+                and all(d["member_id"] in members
+                        and sorted(map(tuple, d["assignment"])) == sorted(members[d["member_id"]]["assignment"])
+                        for d in group.describe()))
+    wait_until(settled, timeout_s=60, what="both members report the coordinator's current assignment")
     described = group.describe()
     assert sorted(tp for d in described for tp in d["assignment"]) == [("invoices", p) for p in range(4)]
     assert len({d["node_id"] for d in described}) == 2   # the SPREAD placement group

@@ -11,6 +11,7 @@ from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.errors import NotEnoughReplicas, NotLeaderOrFollower
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
+from tests.harness import produce_to, fetch_from
 
 pytestmark = pytest.mark.ray
 
@@ -36,9 +37,9 @@ def test_acks_all__completes_once_followers_replicated_and_logs_match(ray_node, 
     leader, *followers = start_replicas(tmp_path, "sync", 3, {"min.insync.replicas": "2"})
     endpoint = ray.get(leader.become_leader.remote(0, [0, 1, 2], [0, 1, 2], 0))
     ray.get([f.become_follower.remote(0, 0, endpoint) for f in followers])
-    results = [ray.get(leader.produce.remote(encode_batch([RecordInput(b"order-%d" % i)]), ACKS_ALL, 10_000))
+    results = [produce_to(leader, encode_batch([RecordInput(b"order-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
                for i in range(20)]
-    assert [r.base_offset for r in results] == list(range(20))
+    assert results == list(range(20))
     state = ray.get(leader.describe.remote())
     assert state["high_watermark"] == 20 and state["isr"] == [0, 1, 2]
     leader_bytes = ray.get(leader.read_below_high_watermark.remote())
@@ -46,7 +47,7 @@ def test_acks_all__completes_once_followers_replicated_and_logs_match(ray_node, 
     for follower in followers:
         follower_bytes = ray.get(follower.read_below_high_watermark.remote())
         assert follower_bytes == leader_bytes[:len(follower_bytes)]  # a prefix: its HW may lag by a fetch
-    consumed = ray.get(leader.consumer_fetch.remote(0, 1 << 20, 0))
+    consumed = fetch_from(leader, 0)
     assert decode_records(consumed.records)[-1].offset == 19
 
 
@@ -54,18 +55,18 @@ def test_acks_all__isr_below_min_isr__not_enough_replicas(ray_node, tmp_path):
     (leader,) = start_replicas(tmp_path, "lonely", 1, {"min.insync.replicas": "2"})
     ray.get(leader.become_leader.remote(0, [0, 1], [0], 0))
     with pytest.raises(NotEnoughReplicas):
-        ray.get(leader.produce.remote(encode_batch([RecordInput(b"x")]), ACKS_ALL, 1_000))
+        produce_to(leader, encode_batch([RecordInput(b"x")]), ACKS_ALL, 1_000).result(timeout=60)
     assert ray.get(leader.describe.remote())["log_end_offset"] == 0
 
 
 def test_deposed_leader__parked_acks_all_produce_fails_not_leader(ray_node, tmp_path):
     leader, follower = start_replicas(tmp_path, "deposed", 2)
     ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))   # the follower never fetches
-    parked = leader.produce.remote(encode_batch([RecordInput(b"x")]), ACKS_ALL, 30_000)
+    parked = produce_to(leader, encode_batch([RecordInput(b"x")]), ACKS_ALL, 30_000)
     endpoint = ray.get(follower.become_leader.remote(1, [0, 1], [1], 1))
     ray.get(leader.become_follower.remote(1, 1, endpoint))
     with pytest.raises(NotLeaderOrFollower):
-        ray.get(parked)
+        parked.result(timeout=60)
 
 
 def test_compacted_topic__every_replica_cleans_its_own_log_on_a_timer(ray_node, tmp_path):
@@ -80,7 +81,7 @@ def test_compacted_topic__every_replica_cleans_its_own_log_on_a_timer(ray_node, 
     ray.get(follower.become_follower.remote(0, 0, endpoint))
     for i in range(60):
         batch = encode_batch([RecordInput(b"value-%d" % i, b"key-%d" % (i % 4))])
-        ray.get(leader.produce.remote(batch, ACKS_ALL, 10_000))
+        produce_to(leader, batch, ACKS_ALL, 10_000).result(timeout=60)
     latest = {b"key-%d" % k: b"value-%d" % (56 + k) for k in range(4)}
 
     def cleaned(replica) -> bool:
@@ -129,7 +130,7 @@ def test_follower_told_to_follow_a_leader_not_started_yet__keeps_trying_and_catc
     ray.get(follower.update_image.remote(dataclasses.replace(EMPTY_IMAGE, version=1, nodes={
         7: NodeEndpoint(node_id=7, actor=replica_actor_name("late", 0, 0), host=host, port=port)})))
     for i in range(5):
-        ray.get(leader.produce.remote(encode_batch([RecordInput(b"late-%d" % i)]), ACKS_ALL, 10_000))
+        produce_to(leader, encode_batch([RecordInput(b"late-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
     wait_until(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 5, timeout_s=30,
                what="the follower catching up with the late leader")
 
@@ -146,6 +147,6 @@ def test_stale_become_follower__refused_and_the_current_fetcher_keeps_running(ra
     with pytest.raises(FencedLeaderEpoch):
         ray.get(follower.become_follower.remote(0, 0, endpoint))
     for i in range(5):
-        ray.get(leader.produce.remote(encode_batch([RecordInput(b"stale-%d" % i)]), ACKS_ALL, 10_000))
+        produce_to(leader, encode_batch([RecordInput(b"stale-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
     wait_until(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 5, timeout_s=30,
                what="the follower still fetching at epoch 1")
