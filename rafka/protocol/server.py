@@ -146,8 +146,8 @@ class _KafkaConnection(asyncio.Protocol):
     """One client connection. State, touched only from the loop's callbacks:
     `_frames` read but not started (at most one read's worth: reading pauses while
     any wait), `_started` requests started and not yet answered, in order (at most
-    max_pipelined_requests), `_holding` while the newest started request has not
-    let the next start (pipelining.admit_next)."""
+    max_pipelined_requests), `_holder`: the newest started request while it has
+    not let the next start (pipelining.admit_next) nor been answered."""
 
     def __init__(self, server: ProtocolServer) -> None:
         self.server = server
@@ -157,7 +157,7 @@ class _KafkaConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(socket_request_max_bytes=server.socket_request_max_bytes)
         self._frames: collections.deque = collections.deque()
         self._started: collections.deque = collections.deque()
-        self._holding = False
+        self._holder: asyncio.Task | None = None
         self._reading_paused = False
         self._writing_paused = False
         self._eof = False
@@ -216,10 +216,9 @@ class _KafkaConnection(asyncio.Protocol):
     def _start_next(self) -> None:
         """Start the read frames that may start now: in order, one at a time until
         each admits the next or is answered, at most max_pipelined_requests unanswered."""
-        while self._frames and not self._holding and len(self._started) < self.server.max_pipelined_requests:
+        while self._frames and self._holder is None and len(self._started) < self.server.max_pipelined_requests:
             frame = self._frames.popleft()
-            self._holding = True
-            request = asyncio.get_running_loop().create_task(self._answer(frame))
+            request = self._holder = asyncio.get_running_loop().create_task(self._answer(frame))
             self._started.append(request)
             request.add_done_callback(self._answered)
         self._update_reading()
@@ -230,14 +229,14 @@ class _KafkaConnection(asyncio.Protocol):
 
     def _admit_next(self) -> None:
         """The newest request let the next one start (it waits for replication)."""
-        self._holding = False
+        self._holder = None
         self._start_next()
 
     def _answered(self, request: asyncio.Task) -> None:
         if request.cancelled():
             return
-        if request is self._started[-1]:
-            self._holding = False
+        if request is self._holder:
+            self._holder = None
         failure = request.exception()
         if failure is not None:
             if isinstance(failure, ProtocolError):

@@ -125,6 +125,38 @@ def test_a_request_that_admits_the_next__the_next_starts_while_it_waits_and_answ
     assert events == ["start 0", "start 1", "end 1", "end 0", "start 2", "end 2"]
 
 
+def test_pipelined_requests_finishing_together__all_answered_in_order_without_a_failure():
+    """Requests that admitted the next and finish in the same turn of the loop: the
+    first one's completion writes every answer that is ready, and the others'
+    completions find nothing left to write (this used to fail the connection)."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+    from rafka.protocol.pipelining import admit_next
+    release = asyncio.Event()
+
+    async def held_handler(request, context):
+        admit_next()
+        await release.wait()
+        return await metadata_stub(request, context)
+
+    async def scenario():
+        failures = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: failures.append(context))
+        server = await serving(routes=[Route(METADATA_KEY, 10, 12, held_handler)], max_pipelined_requests=3)
+        connection = await Connection.open("127.0.0.1", server.port)
+        request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                  include_topic_authorized_operations=False)
+        together = [asyncio.ensure_future(connection.request(request)) for _ in range(3)]
+        await asyncio.sleep(0.1)
+        release.set()
+        answers = await asyncio.gather(*together)
+        later = await connection.request(request)
+        count = server.connection_count
+        await connection.close()
+        await server.stop()
+        return answers, later, count, failures
+    answers, later, count, failures = run(scenario())
+    assert len(answers) == 3 and later is not None and count == 1 and failures == []
+
 def test_bad_bytes__close_their_own_connection_only():
     async def scenario():
         server = await serving(socket_request_max_bytes=1_000)
