@@ -18,6 +18,7 @@ import threading
 import ray
 
 from rafka.core.cluster_image import ClusterImage, PartitionImage
+from rafka.core.config import TopicConfig
 from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.core.errors import CoordinatorNotAvailable, LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.offsets_schema import partition_for_group
@@ -44,6 +45,11 @@ class MetadataCache:
         if topic not in image.topics:
             raise UnknownTopicOrPartition(f"Topic '{topic}' does not exist.")
         return image, image.topics[topic].partitions
+
+    def max_message_bytes(self, topic: str) -> int:
+        """The topic's max.message.bytes: the largest record batch its leader takes."""
+        image, _ = self._topic_image(topic)
+        return TopicConfig.from_dict(image.topics[topic].config).max_message_bytes
 
     def partition_count(self, topic: str) -> int:
         return len(self._topic_image(topic)[1])

@@ -134,6 +134,7 @@ class _Batch:
     encoded: bytes | None = None
     encoded_for: tuple[int, int] = (-1, -1)   # the (producer id, epoch) `encoded` carries
     order: int = 0                            # close order on its partition: the send order
+    absorbed: list = dataclasses.field(default_factory=list)   # (batch, index of its first record here)
     attempts: int = 0
     first_send_s: float = 0.0
     not_before_s: float = 0.0
@@ -210,6 +211,8 @@ class Producer:
         self._orders = itertools.count()
         self._next_sequence: dict[tuple[str, int], int] = collections.defaultdict(int)
         self._buffered_bytes = 0
+        # per topic: how many bytes of records one request may carry (_absorb_waiting)
+        self._request_bytes_limit: dict[str, int] = {}
         self._metrics = collections.Counter()
         self._flushing = 0
         self._closed = False
@@ -232,6 +235,9 @@ class Producer:
             raise RecordTooLarge(f"The message is {size} bytes when serialized which is larger than "
                                  f"max.request.size ({self.max_request_size})")
         partition_count = self._metadata.partition_count(topic)
+        if topic not in self._request_bytes_limit:   # asked once, outside the lock
+            self._request_bytes_limit[topic] = min(self.max_request_size,
+                                                   self._metadata.max_message_bytes(topic)) * 9 // 10
         if partition is None:
             partition = (partition_for_key(key, partition_count) if key is not None
                          else self._sticky.partition(topic, partition_count))
@@ -261,9 +267,10 @@ class Producer:
 
     def metrics(self) -> dict[str, int]:
         """Kafka's producer counters: record-send-total (first attempts),
-        record-retry-total (resends), record-error-total (failed for good)."""
+        record-retry-total (resends), record-error-total (failed for good),
+        request-total (Produce requests sent)."""
         return {name: self._metrics[name] for name in
-                ("record-send-total", "record-retry-total", "record-error-total")}
+                ("record-send-total", "record-retry-total", "record-error-total", "request-total")}
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every buffered record now and wait until each is acked or failed."""
@@ -315,6 +322,26 @@ class Producer:
                 next_due = min(next_due, due)
         return next_due
 
+    def _absorb_waiting(self, batch: _Batch, queue: collections.deque) -> None:
+        """Send the partition's batches that wait behind `batch` (closed, never sent)
+        in the same request: `batch` takes their records, up to a request the
+        leader accepts (max_request_size and the topic's max.message.bytes, less a
+        tenth for framing). Under load batches queue up behind the requests in
+        flight, and one request of many batches costs the broker what one of a
+        single batch does, where each request is Python work on it and its
+        followers (librdkafka's batches grow the same way, up to batch.size 1 MB).
+        Kafka's Java producer sends them one by one; order, sequences and offsets
+        are the same: the records stay in send order and each absorbed batch's
+        records learn their offsets from `batch`'s answer."""
+        if not queue or queue[0].encoded is not None:
+            return
+        limit_bytes = self._request_bytes_limit.get(batch.topic, self.batch_size)
+        while queue and queue[0].encoded is None and batch.size_bytes + queue[0].size_bytes <= limit_bytes:
+            waiting = queue.popleft()
+            batch.absorbed.append((waiting, len(batch.records)))
+            batch.records.extend(waiting.records)
+            batch.size_bytes += waiting.size_bytes
+
     # --- the sender thread ----------------------------------------------------------
 
     def _run(self) -> None:
@@ -328,7 +355,10 @@ class Producer:
                     for key_tp, queue in self._ready.items():
                         limit = 1 if key_tp in self._recovering else self._max_in_flight
                         while queue and self._sending[key_tp] < limit and queue[0].not_before_s <= now:
-                            to_send.append(queue.popleft())
+                            batch = queue.popleft()
+                            if batch.encoded is None and key_tp not in self._recovering:
+                                self._absorb_waiting(batch, queue)
+                            to_send.append(batch)
                             self._sending[key_tp] += 1
                     if answered or to_send:
                         break
@@ -369,6 +399,7 @@ class Producer:
                 batch.first_send_s = time.monotonic()
         batch.attempts += 1
         self._metrics["record-send-total" if batch.attempts == 1 else "record-retry-total"] += len(batch.records)
+        self._metrics["request-total"] += 1
         try:
             address, _ = self._metadata.leader_address(batch.topic, batch.partition)
             answer = self._network.submit(address, self._produce_request(batch),
@@ -432,10 +463,11 @@ class Producer:
         self._next_sequence.clear()
 
     def _finish(self, batch: _Batch, base_offset: int, error: Exception | None = None) -> None:
-        if error is None:
-            batch.done.set_result(base_offset)
-        else:
-            batch.done.set_exception(error)
+        for part, first_index in [(batch, 0), *batch.absorbed]:
+            if error is not None:
+                part.done.set_exception(error)
+            else:
+                part.done.set_result(-1 if base_offset < 0 else base_offset + first_index)
         key_tp = (batch.topic, batch.partition)
         with self._lock:
             self._sending[key_tp] -= 1

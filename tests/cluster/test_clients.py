@@ -148,6 +148,27 @@ def test_producer__record_over_max_message_bytes__record_too_large_and_nothing_w
         assert producer.send("small", b"ok", partition=0).result(timeout=30).offset == 0
 
 
+def test_producer__batches_waiting_behind_the_one_in_flight_go_in_one_request__offsets_in_send_order(cluster):
+    """With one request in flight, closed batches queue behind it; the next request
+    carries all of them (up to max.message.bytes): far fewer requests than batches,
+    and every record at the offset its send order gives, read back in that order."""
+    cluster.admin().create_topic("merged", partitions=1, replication_factor=3,
+                                 config={"max.message.bytes": "200000"})
+    values = [b"m-%05d-" % i + b"x" * 1000 for i in range(2_000)]
+    with cluster.producer(acks="all", batch_size=16_384, max_in_flight_requests_per_connection=1) as producer:
+        futures = [producer.send("merged", value, partition=0) for value in values]
+        producer.flush(timeout=60)
+        offsets = [f.result(timeout=30).offset for f in futures]
+        requests = producer.metrics()["request-total"]
+    batches = len(values) * 1_016 // 16_384   # at least this many 16 KiB batches were closed
+    assert offsets == list(range(len(values)))
+    assert requests < batches // 2, (requests, batches)
+    with cluster.consumer(auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("merged", 0)])
+        got = []
+        wait_until(lambda: got.extend(consumer.poll(timeout=0.5)) or len(got) >= len(values), what="every record")
+    assert [(r.offset, r.value) for r in got] == list(enumerate(values))
+
 def test_admin__delete_topic__gone_from_metadata_actors_and_disk(cluster):
     admin = cluster.admin()
     admin.create_topic("doomed", partitions=1, replication_factor=3)
