@@ -33,6 +33,11 @@ class MetadataCache:
 
     def _topic_image(self, topic: str) -> tuple[ClusterImage, tuple[PartitionImage, ...]]:
         """The image holding `topic`, and the topic's partitions in it."""
+        image = self._image   # the fast path, every send: one read each, no lock (the GIL orders them)
+        if image is not None and topic not in self._stale:
+            found = image.topics.get(topic)
+            if found is not None:
+                return image, found.partitions
         with self._lock:
             image, stale = self._image, topic in self._stale
         if image is None or stale or topic not in image.topics:

@@ -198,7 +198,7 @@ class Producer:
         self.producer_id = (ray.get(controller.allocate_producer_id.remote())
                             if enable_idempotence else NO_PRODUCER_ID)
         self.producer_epoch = 0 if enable_idempotence else -1
-        self._lock = threading.Condition()
+        self._lock = threading.Condition(threading.Lock())   # not reentrant: cheaper on every send
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
         self._in_flight: dict = {}          # request future -> _Batch
