@@ -198,7 +198,10 @@ class Producer:
         self.producer_id = (ray.get(controller.allocate_producer_id.remote())
                             if enable_idempotence else NO_PRODUCER_ID)
         self.producer_epoch = 0 if enable_idempotence else -1
-        self._lock = threading.Condition(threading.Lock())   # not reentrant: cheaper on every send
+        # send() takes the lock itself (C-level, no Condition method per record);
+        # waits and wake-ups go through the condition on that same lock
+        self._mutex = threading.Lock()
+        self._lock = threading.Condition(self._mutex)
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
         self._in_flight: dict = {}          # request future -> _Batch
@@ -243,7 +246,7 @@ class Producer:
                          else self._sticky.partition(topic, partition_count))
         elif not 0 <= partition < partition_count:
             raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
-        with self._lock:
+        with self._mutex:
             deadline = time.monotonic() + self.max_block_s
             while self._buffered_bytes + size > self.buffer_memory:
                 if not self._lock.wait(timeout=max(0.0, deadline - time.monotonic())):
