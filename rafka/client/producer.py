@@ -229,7 +229,12 @@ class Producer:
              headers: list[tuple[str, bytes | None]] | None = None) -> RecordFuture:
         if self._closed:
             raise RuntimeError("send after close")
-        value, key, partition, timestamp_ms, headers = record_fields(value, key, partition, timestamp_ms, headers)
+        if ((value is None or type(value) is bytes) and (key is None or type(key) is bytes) and headers is None
+                and timestamp_ms is None and (partition is None or type(partition) is int)):
+            headers = ()   # the common case, every check of record_fields passed by the types alone
+        else:
+            value, key, partition, timestamp_ms, headers = record_fields(value, key, partition, timestamp_ms,
+                                                                         headers)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         record = RecordInput(value, key, timestamp_ms, headers)
@@ -247,10 +252,11 @@ class Producer:
         elif not 0 <= partition < partition_count:
             raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
         with self._mutex:
-            deadline = time.monotonic() + self.max_block_s
-            while self._buffered_bytes + size > self.buffer_memory:
-                if not self._lock.wait(timeout=max(0.0, deadline - time.monotonic())):
-                    raise RequestTimedOut(f"buffer_memory full for {self.max_block_s}s")
+            if self._buffered_bytes + size > self.buffer_memory:
+                deadline = time.monotonic() + self.max_block_s
+                while self._buffered_bytes + size > self.buffer_memory:
+                    if not self._lock.wait(timeout=max(0.0, deadline - time.monotonic())):
+                        raise RequestTimedOut(f"buffer_memory full for {self.max_block_s}s")
             key_tp = (topic, partition)
             batch = self._open.get(key_tp)
             if batch is not None and batch.size_bytes + size > self.batch_size:
