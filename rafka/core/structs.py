@@ -23,10 +23,11 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
     """One record as `Consumer.poll` returns it. `value is None` is a tombstone.
-    Field order puts the per-batch fields first so a decoder can bind them once."""
+    Field order puts the per-batch fields first so a decoder can bind them once.
+    A NamedTuple, as kafka-python's: one is made per record consumed, and a frozen
+    dataclass's init cost three times as much."""
 
     topic: str
     partition: int
