@@ -66,7 +66,7 @@ def rafka_figures(seconds: float, samples: int) -> dict[str, dict]:
         for name in ("own-1k", "own-100", "rdk-1k", "rdk-100", "sync-own", "sync-rdk"):
             admin.create_topic(f"peer-{name}", partitions=1, replication_factor=3,
                                config={"min.insync.replicas": "2"})
-        bootstrap = cluster.bootstrap_address()
+        bootstrap = cluster.bootstrap_servers
         own = {"1 KiB": rafka_publish(cluster, "peer-own-1k", 1024, seconds),
                "100 B": rafka_publish(cluster, "peer-own-100", 100, seconds)}
         rdk = {"1 KiB": librdkafka_publish(bootstrap, "peer-rdk-1k", 1024, seconds),
