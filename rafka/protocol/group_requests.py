@@ -4,27 +4,25 @@ KafkaError raised). Pure: no I/O, no Ray; the callers own connections, retries
 and coordinator lookups.
 
 Invariants:
-  a reader returns exactly what the coordinator actor's Ray method of the same
-  name returns (actors.coordinator, core.coordinator_shard), so a caller can move
-  from the Ray call to the wire without changing what it does with the answer;
-  what the wire cannot carry is said where it happens (describe_answer: leader
-  and generation are None);
-  an error the Ray method raises is raised here with the same type
+  a reader returns what the coordinator's own method of the same name returns
+  (actors.coordinator, core.coordinator_shard), less what the wire cannot carry
+  (describe_answer: no leader or generation, as Kafka's AdminClient);
+  an error the coordinator raises is raised here with the same type
   (core.errors.error_for_code); an error it returns as a value (per partition in
   OffsetCommit and OffsetDelete) is a value here too;
   one fixed version per API, the newest the handlers route: JoinGroup v7,
   SyncGroup v5, Heartbeat v4, LeaveGroup v5, OffsetCommit v8, OffsetFetch v8,
-  DescribeGroups v5, ListGroups v4, DeleteGroups v2, OffsetDelete v0,
-  FindCoordinator v4 (handlers.group_membership, group_offsets, group_admin,
-  find_coordinator).
+  DescribeGroups v5, ListGroups v4, DeleteGroups v2, OffsetDelete v0
+  (handlers.group_membership, group_offsets, group_admin). rafka's clients find
+  a group's coordinator in their cluster image, not with FindCoordinator.
 
 rafka's coordinator computes the assignment itself (DESIGN section 5): a join
 offers one protocol, named after the assignor, whose metadata is Kafka's consumer
 protocol subscription; a sync sends no assignments and every member reads its
 own from the answer.
 
-Callers (to come): client.membership's CoordinatorClient, client.admin,
-client.consumer.
+Callers: client.membership's CoordinatorClient (for client.consumer, the member
+actors, client.admin and spark_bridge.stream), client.admin (ListGroups), tests.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ from collections.abc import Iterable, Mapping
 from kio.schema.delete_groups.v2 import request as delete_groups_v2
 from kio.schema.describe_groups.v5 import request as describe_groups_v5
 from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v4 import request as find_coordinator_v4
 from kio.schema.heartbeat.v4 import request as heartbeat_v4
 from kio.schema.join_group.v7 import request as join_group_v7
 from kio.schema.leave_group.v5 import request as leave_group_v5
@@ -44,13 +41,12 @@ from kio.schema.offset_commit.v8 import request as offset_commit_v8
 from kio.schema.offset_delete.v0 import request as offset_delete_v0
 from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.sync_group.v5 import request as sync_group_v5
-from kio.static.primitive import i8, i32, i32Timedelta, i64
+from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.core.errors import KafkaError, UnknownServerError, error_for_code
 from rafka.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
 
 PROTOCOL_TYPE = "consumer"
-GROUP_KEY_TYPE = 0           # FindCoordinator: a consumer group (1 would be a transaction)
 NO_GENERATION = -1           # a commit from outside the group protocol (assign mode)
 NO_OFFSET = -1               # OffsetFetch: nothing committed for the partition
 
@@ -260,21 +256,6 @@ def delete_groups_answer(response, group_id: str) -> None:
     """None once deleted, or raises (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
     result = _only([r for r in response.results if r.group_id == group_id], f"DeleteGroups of group {group_id!r}")
     _check(result.error_code, f"DeleteGroups of group {group_id!r}")
-
-
-def find_coordinator_request(group_id: str) -> find_coordinator_v4.FindCoordinatorRequest:
-    return find_coordinator_v4.FindCoordinatorRequest(key_type=i8(GROUP_KEY_TYPE), coordinator_keys=(group_id,))
-
-
-def find_coordinator_answer(response, group_id: str) -> tuple[int, str, int]:
-    """(node id, host, port) of the group's coordinator, or raises
-    (COORDINATOR_NOT_AVAILABLE, retriable)."""
-    found = _only([c for c in response.coordinators if c.key == group_id],
-                  f"FindCoordinator of group {group_id!r}")
-    if found.error_code != ErrorCode.none:
-        what = f"FindCoordinator of group {group_id!r}"
-        raise _error(found.error_code, f"{what} ({found.error_message})" if found.error_message else what)
-    return int(found.node_id), found.host, int(found.port)
 
 
 def _only(matches: list, what: str):

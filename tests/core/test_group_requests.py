@@ -147,10 +147,3 @@ def test_offset_delete__the_commit_is_gone__an_unknown_group_raises(node):
     assert gr.offset_fetch_answer(fetched, GROUP) == {("orders", 1): (6, -1, "")}
     with pytest.raises(GroupIdNotFound):
         gr.offset_delete_answer(unknown)
-
-
-def test_find_coordinator__the_node_of_the_groups_coordinator(node):
-    (found,) = exchange(node, gr.find_coordinator_request(GROUP))
-    node_id, host, port = gr.find_coordinator_answer(found, GROUP)
-    assert (host, port) == ("127.0.0.1", node.coordinator_port)
-    assert node_id == node.image().coordinator_nodes[0]
