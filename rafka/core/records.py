@@ -371,22 +371,7 @@ def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
             key, cursor = None, cursor + 1
         else:
             key, cursor = _read_bytes(buf, cursor, record_end)
-        if cursor + 1 < record_end and buf[cursor + 1] < 0x80 and buf[cursor] != 1:   # a value, its length in 1-2 bytes
-            z = buf[cursor]
-            if z < 0x80:
-                cursor += 1
-            else:
-                z = (z & 0x7F) | (buf[cursor + 1] << 7)
-                cursor += 2
-            size = (z >> 1) ^ -(z & 1)
-            if size < 0 or cursor + size > record_end:
-                raise CorruptRecord("field length overruns its record")
-            value = buf[cursor:cursor + size]
-            if type(value) is not bytes:
-                value = bytes(value)
-            cursor += size
-        else:
-            value, cursor = _read_bytes(buf, cursor, record_end)
+        value, cursor = _read_bytes(buf, cursor, record_end)
         if cursor < record_end and buf[cursor] == 0:   # no headers
             headers, cursor = (), cursor + 1
         else:
