@@ -167,8 +167,7 @@ class GroupCoordinatorActor:
         the newest cluster image; after a failed request (`_forget_leader`) the image
         is asked of the controller afresh: a commit costs no controller call."""
         if self._image_stale:
-            image = await ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).cluster_image.remote()
-            self.serving.offer_image(image)
+            await self._refresh_image()
             self._image_stale = False
         try:
             return self.serving.image.leader_endpoint(OFFSETS_TOPIC, self.partition)
@@ -216,9 +215,17 @@ class GroupCoordinatorActor:
                 await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - loop.time())))
 
     async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
-        controller = ray.get_actor("controller", namespace=NAMESPACE)
-        snapshot = (await controller.metadata_snapshot.remote())["topics"]
-        return {t: len(snapshot[t]["partitions"]) for t in topics if t in snapshot}
+        """Partition counts for an assignment, from the newest cluster image (asked of
+        the controller afresh only when a subscribed topic is not in it yet: a topic
+        just created). A count that grows later reaches the group as Kafka's does:
+        with the next rebalance."""
+        if not set(topics) <= set(self.serving.image.topics):
+            await self._refresh_image()
+        image = self.serving.image
+        return {t: len(image.topics[t].partitions) for t in topics if t in image.topics}
+
+    async def _refresh_image(self) -> None:
+        self.serving.offer_image(await ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).cluster_image.remote())
 
     # --- requests: checked here (ownership, loading), decided by the shard ------------
 
