@@ -67,7 +67,12 @@ def test_producer__acks_all_across_a_leader_kill__every_record_once_in_order(clu
         assert offsets == list(range(50))
         before = leader_of(cluster.controller, "payments", 0)
         ray.kill(replica("payments", 0, before["leader"]), no_restart=False)
-        second = [producer.send("payments", b"p-%d" % i, key=b"k") for i in range(50, 100)]
+        # Half races the kill (it may reach the old leader first); the rest goes once
+        # a new leader is elected, to the leader the producer's metadata still names.
+        second = [producer.send("payments", b"p-%d" % i, key=b"k") for i in range(50, 75)]
+        wait_until(lambda: leader_of(cluster.controller, "payments", 0)["leader_epoch"] > before["leader_epoch"],
+                   what="a new leader elected")
+        second += [producer.send("payments", b"p-%d" % i, key=b"k") for i in range(75, 100)]
         offsets += [f.result(timeout=60).offset for f in second]
     assert offsets == list(range(100))
     after = leader_of(cluster.controller, "payments", 0)
