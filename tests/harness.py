@@ -228,8 +228,11 @@ def produce_to(replica, records: bytes, acks: int, timeout_ms: int = 10_000):
     from rafka.client.admin import admin_network
     from rafka.protocol import producing
     address, topic, partition = replica_wire(replica)
+    # the client waits well past the broker's own timeout: the replica may be
+    # paused (SIGSTOP) for as long as a test holds it, and the answer still counts
     sent = admin_network().submit(address, producing.produce_request(
-        topic=topic, partition=partition, records=records, acks=acks, timeout_ms=timeout_ms))
+        topic=topic, partition=partition, records=records, acks=acks, timeout_ms=timeout_ms),
+        timeout_ms=timeout_ms + 120_000)
     answer: concurrent.futures.Future = concurrent.futures.Future()
 
     def done(future) -> None:
