@@ -440,8 +440,16 @@ class Producer:
         expired = time.monotonic() - batch.first_send_s > self.delivery_timeout_s
         # A batch after one that failed finds its sequence out of order: it goes
         # again after that one (Kafka's TransactionManager.canRetry does the same).
-        retriable = is_retriable(error) or (isinstance(cause, OutOfOrderSequence) and key_tp in self._recovering)
+        # "After one that failed" is known before that one's answer is: an earlier
+        # batch of the partition still unanswered or queued. After a leader change
+        # the answers come on two connections, and the new leader's
+        # OUT_OF_ORDER_SEQUENCE can arrive before the old leader's NOT_LEADER.
         with self._lock:
+            earlier_outstanding = any(
+                other.order < batch.order for other in (*self._in_flight.values(), *self._ready[key_tp])
+                if (other.topic, other.partition) == key_tp)
+            retriable = is_retriable(error) or (isinstance(cause, OutOfOrderSequence)
+                                                and (key_tp in self._recovering or earlier_outstanding))
             self._recovering.add(key_tp)
         if retriable and not expired:
             self._metadata.invalidate(batch.topic)
