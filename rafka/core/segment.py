@@ -12,7 +12,11 @@ Files, named by the 20-digit base offset:
 
 Invariants: the .log holds only whole batches that passed their CRC (checked at
 append, or at recovery for an unflushed tail); index entries increase in both
-fields; the in-memory indexes are the truth and the files follow them.
+fields; the in-memory indexes are the truth and the files follow them. The
+tail (the headers and positions of the batches from the last index entry on,
+while `_tail_complete`) is what a lookup at or past the last index entry would
+find by reading headers from the file: readers at the log's end (followers,
+caught-up consumers) find their batch in memory.
 Caller: PartitionLog only, from one thread.
 """
 
@@ -33,6 +37,7 @@ TIME_INDEX_ENTRY = struct.Struct(">qi")
 SCAN_CHUNK_BYTES = 1 << 20      # recovery and rebuild read whole batches
 LOOKUP_CHUNK_BYTES = 8 << 10    # lookups read headers: about one index interval
 IOV_MAX = 1024
+MAX_TAIL_BATCHES = 256          # past this (a large index.interval.bytes), lookups read the file
 NO_TIMESTAMP = -1
 
 
@@ -61,6 +66,10 @@ class Segment:
         self._time_timestamps: list[int] = []
         self._time_offsets: list[int] = []
         self._bytes_since_index_entry = 0
+        self._tail_positions: list[int] = []
+        self._tail_last_offsets: list[int] = []
+        self._tail_headers: list[BatchHeader] = []
+        self._tail_complete = True
         self._index_file = None
         self._timeindex_file = None
 
@@ -88,6 +97,7 @@ class Segment:
             segment.rebuild(verify_crc=False)
             return segment
         start = segment._index_positions[-1] if segment._index_positions else 0
+        segment._tail_complete = True   # the scan below tracks each batch from `start`
         try:
             for position, header in segment._scan(start):
                 segment._track(header, position, index=False)
@@ -140,6 +150,8 @@ class Segment:
         self._index_offsets, self._index_positions = [], []
         self._time_timestamps, self._time_offsets = [], []
         self._bytes_since_index_entry = 0
+        self._tail_positions, self._tail_last_offsets, self._tail_headers = [], [], []
+        self._tail_complete = True    # from position 0: the first batch tracked starts the index
 
     def _load_indexes(self) -> bool:
         try:
@@ -163,6 +175,7 @@ class Segment:
             timestamps.append(timestamp)
             time_offsets.append(self.base_offset + relative)
         self._reset_tracking()
+        self._tail_complete = False   # the tail is not read yet (open_trusted scans it)
         self._index_offsets, self._index_positions = offsets, positions
         self._time_timestamps, self._time_offsets = timestamps, time_offsets
         if timestamps:
@@ -210,6 +223,16 @@ class Segment:
             self.offset_of_max_timestamp = header.last_offset
         self.next_offset = header.next_offset
         self.size_bytes = max(self.size_bytes, position + header.size_bytes)
+        if index and (self._bytes_since_index_entry > self.index_interval_bytes or not self._index_offsets):
+            self._tail_positions, self._tail_last_offsets, self._tail_headers = [], [], []
+            self._tail_complete = True
+        if self._tail_complete:
+            if len(self._tail_headers) < MAX_TAIL_BATCHES:
+                self._tail_positions.append(position)
+                self._tail_last_offsets.append(header.last_offset)
+                self._tail_headers.append(header)
+            else:
+                self._tail_complete = False
         if not index:
             return
         if self._bytes_since_index_entry > self.index_interval_bytes or not self._index_offsets:
@@ -275,6 +298,11 @@ class Segment:
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= `offset`, or None."""
+        if self._tail_complete and offset >= (self._index_offsets[-1] if self._index_offsets else 0):
+            slot = bisect.bisect_left(self._tail_last_offsets, offset)
+            if slot == len(self._tail_headers):
+                return None
+            return self._tail_positions[slot], self._tail_headers[slot]
         for position, header in self._scan(self._position_floor(offset), chunk_bytes=LOOKUP_CHUNK_BYTES):
             if header.last_offset >= offset:
                 return position, header

@@ -32,6 +32,11 @@ from rafka.core.errors import NotLeaderOrFollower, RequestTimedOut
 from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
 
 
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclasses.dataclass(frozen=True)
 class Appended:
     """A batch appended by a Produce, waiting for its acks."""
@@ -43,7 +48,7 @@ class Appended:
 class HostedPartition:
     def __init__(self, replica: Callable[[], PartitionReplica]) -> None:
         self._replica = replica
-        self._changed = asyncio.Event()
+        self._waiters: set[asyncio.Future] = set()
         self.parked_produces = 0
         self.parked_follower_fetches = 0
 
@@ -54,14 +59,24 @@ class HostedPartition:
 
     def notify(self) -> None:
         """Wake every waiter: the LEO, HW or role changed."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def wait_for_change(self, timeout_s: float) -> None:
+        """Until the next notify() or `timeout_s`. A bare future and one timer: the
+        waiting of every parked request, so no task per wait (asyncio.wait_for
+        made one, and its wake-ups were a large part of the leader's time)."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiters.add(waiter)
+        timer = loop.call_later(max(0.0, timeout_s), _wake, waiter)
         try:
-            await asyncio.wait_for(self._changed.wait(), timeout=max(0.0, timeout_s))
-        except asyncio.TimeoutError:
-            pass
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)
 
     async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
         return await self.acknowledged(self.append(records, acks), request_timeout_ms)

@@ -468,3 +468,56 @@ def test_clean_shutdown__next_open_skips_recovery__a_crash_does_not(tmp_path):
     reopened._unlock()   # a crash: no close, no marker
     crashed = open_log(tmp_path)
     assert not crashed.opened_after_clean_shutdown and crashed.log_end_offset == 3
+
+
+def _found_by_reading_the_file(segment, offset):
+    return next(((p, h.base_offset, h.last_offset) for p, h in segment._scan(0) if h.last_offset >= offset), None)
+
+
+def _lookups_agree_with_the_file(log):
+    for segment in log._segments:
+        for offset in range(segment.base_offset - 1, segment.next_offset + 2):
+            found = segment.find_batch(offset)
+            assert (None if found is None else (found[0], found[1].base_offset, found[1].last_offset)) \
+                == _found_by_reading_the_file(segment, offset), offset
+
+
+def test_lookup_at_the_tail__the_batch_the_file_holds__across_index_entries_truncation_and_reopen(tmp_path):
+    config = {"segment.bytes": 3_000, "index.interval.bytes": 200}
+    log = open_log(tmp_path, **config)
+    for i in range(60):
+        log.append_as_leader(batch(*[b"v%d-%d" % (i, j) * (1 + i % 7) for j in range(1 + i % 4)]), leader_epoch=0)
+    assert len(log._segments) > 2 and log.active_segment.index_entry_count > 2
+    _lookups_agree_with_the_file(log)
+    log.update_high_watermark(log.log_end_offset - 9)
+    log.truncate_to(log.log_end_offset - 9)
+    _lookups_agree_with_the_file(log)
+    log.append_as_leader(batch(b"after truncation", b"x"), leader_epoch=1)
+    _lookups_agree_with_the_file(log)
+    log.close()
+    log = open_log(tmp_path, **config)
+    _lookups_agree_with_the_file(log)
+    log.append_as_leader(batch(b"after reopen"), leader_epoch=1)
+    _lookups_agree_with_the_file(log)
+
+
+@pytest.mark.parametrize("reopened", [False, True])
+def test_lookup_at_the_tail__reads_no_file(tmp_path, monkeypatch, reopened):
+    """A follower or caught-up consumer reads at the log end: the batch it asks for
+    is found in memory (one pread of the batch bytes, none for headers); so is the
+    last batch of an older segment, also after the log is opened again (older
+    segments open trusted, the active one is recovered)."""
+    log = open_log(tmp_path, **{"segment.bytes": 8_000})
+    for i in range(200):
+        log.append_as_leader(batch(b"x" * 100), leader_epoch=0)
+    if reopened:
+        log.close()
+        log = open_log(tmp_path, **{"segment.bytes": 8_000})
+    first_segment_last = log._segments[0].next_offset - 1
+    assert len(log._segments) > 2
+    real_pread = os.pread
+    for offset in (first_segment_last, 199):
+        preads = []
+        monkeypatch.setattr(os, "pread", lambda *args: preads.append(args) or real_pread(*args))
+        data = log.read(offset, 1 << 20, None)
+        assert read_header(data, 0).base_offset == offset and len(preads) == 1

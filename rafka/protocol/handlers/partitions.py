@@ -92,6 +92,10 @@ async def serve_each(host: PartitionHost, work: list[tuple[str, Any]], partition
                      call: Callable[[PartitionEndpoint, Any], Awaitable[Any]]) -> list[tuple[str, Any, ErrorCode, Any]]:
     """Every (topic, requested partition) of a request at once: (topic, the request's
     partition entry, error code, result), in the request's order."""
+    if len(work) == 1:   # what rafka's followers and consumers send: no task for the gather
+        (topic, wanted), = work
+        code, result = await on_partition(host, topic, partition_of(wanted), lambda endpoint: call(endpoint, wanted))
+        return [(topic, wanted, code, result)]
     results = await asyncio.gather(*(
         on_partition(host, topic, partition_of(wanted), lambda endpoint, wanted=wanted: call(endpoint, wanted))
         for topic, wanted in work))
