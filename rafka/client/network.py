@@ -35,6 +35,8 @@ import threading
 import time
 from typing import Any
 
+import uvloop
+
 from rafka.core.errors import NetworkException
 from rafka.protocol.connection import Connection
 
@@ -118,7 +120,7 @@ class ClientNetwork:
                                      max_in_flight_requests=max_in_flight_requests,
                                      reconnect_backoff_ms=reconnect_backoff_ms,
                                      reconnect_backoff_max_ms=reconnect_backoff_max_ms)
-        self._loop = asyncio.new_event_loop()
+        self._loop = uvloop.new_event_loop()   # as Ray's actors run theirs (see pyproject)
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"rafka-network-{client_id}",
                                         daemon=True)
         self._thread.start()

@@ -14,7 +14,8 @@ retry never duplicates (idempotence). A request unanswered for
 same), which fails, and so retries, everything in flight on it.
 
 Completion is pushed, not polled: each request's future gets a done callback
-that hands it back to the sender thread, which wakes at once. `send` wakes the
+that finishes an acked batch on the network thread, and hands anything else
+back to the sender thread, which wakes at once. `send` wakes the
 sender only when a batch opens or fills, not per record. A record's future is a
 view on its batch's one future (index into the batch), so a send costs no Future
 of its own.
@@ -162,6 +163,9 @@ class RecordFuture:
         return self._batch.done.done()
 
     def add_done_callback(self, callback) -> None:
+        """`callback(this future)` once the record is acked or failed. It runs on the
+        producer's network thread, as Kafka's callbacks run on its I/O thread: keep
+        it short, and do not wait on the producer (flush, a full buffer) from it."""
         self._batch.done.add_done_callback(lambda _: callback(self))
 
 
@@ -381,7 +385,23 @@ class Producer:
                 self._send(batch)
 
     def _on_answer(self, answer: Future) -> None:
-        """Done callback of a request (the network thread): hand it to the sender."""
+        """Done callback of a request (the network thread). A batch acked is finished
+        here, at once: its records' futures resolve without a wake-up of the sender
+        thread in between (a sync send waits on this). Anything else (an error, a
+        retry, which may refresh metadata with a call that blocks) is handed to the
+        sender thread."""
+        batch = self._in_flight.get(answer)
+        if batch is not None and answer.exception() is None:
+            try:
+                base_offset = producing.produce_answer(answer.result(), topic=batch.topic,
+                                                       partition=batch.partition)
+            except Exception:
+                base_offset = None
+            if base_offset is not None:
+                with self._lock:   # the sender iterates _in_flight under the lock
+                    del self._in_flight[answer]
+                self._finish(batch, base_offset)
+                return
         with self._lock:
             self._answered.append(answer)
             self._lock.notify_all()

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import io
 import itertools
 import struct
 from typing import Any
 
 from rafka.protocol.entities import load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from rafka.core.errors import NetworkException
-from rafka.protocol.framing import SIZE_PREFIX_BYTES, decode_response_header, request_header
+from rafka.protocol.framing import SIZE_PREFIX_BYTES, decode_response_header, pack_request_header
+from rafka.protocol.hot_writers import write_body
 
 _SIZE = struct.Struct(">i")
 
@@ -102,16 +102,11 @@ class Connection:
         await asyncio.gather(self._receiver, return_exceptions=True)
 
     def _frame(self, body: Any, correlation_id: int) -> bytes:
-        header_type = body.__header_schema__
-        buffer = io.BytesIO()
-        buffer.write(b"\0" * SIZE_PREFIX_BYTES)
-        entity_writer(header_type)(buffer, request_header(
-            header_version=header_type.__version__, api_key=body.__api_key__, api_version=body.__version__,
-            correlation_id=correlation_id, client_id=self.client_id))
-        entity_writer(type(body))(buffer, body)
-        view = buffer.getbuffer()
-        _SIZE.pack_into(view, 0, len(view) - SIZE_PREFIX_BYTES)
-        return bytes(view)
+        header = pack_request_header(header_version=body.__header_schema__.__version__, api_key=body.__api_key__,
+                                     api_version=body.__version__, correlation_id=correlation_id,
+                                     client_id=self.client_id)
+        payload = write_body(body)
+        return _SIZE.pack(len(header) + len(payload)) + header + payload
 
     async def _receive(self) -> None:
         try:

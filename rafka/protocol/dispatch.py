@@ -35,7 +35,6 @@ connection (Kafka's per-connection ordering is the server's job).
 from __future__ import annotations
 
 import dataclasses
-import io
 import struct
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
@@ -45,14 +44,15 @@ from rafka.protocol.entities import load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.static.primitive import i16, i32
 
 from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, check_entity
 from rafka.protocol.errors import (MalformedRequestBody, UnknownApiKey,
                                    UnsupportedApiVersion)
-from rafka.protocol.framing import (SIZE_PREFIX_BYTES, RequestHeader, decode_request_header,
+from rafka.protocol.framing import (RequestHeader, decode_request_header, encode_response_header,
                                     peek_api_key_and_version)
+from rafka.protocol.hot_writers import write_body
 
 API_VERSIONS_KEY = 18
 # ApiVersionsRequest.json: "flexibleVersions": "3+" (used only for versions kio
@@ -197,12 +197,7 @@ class Dispatcher:
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """Size prefix, the response header kio assigns to this response type (v0 or v1;
     v0 for every ApiVersions version), the body."""
-    header_type = response.__header_schema__
-    buffer = io.BytesIO()
-    buffer.write(b"\0" * SIZE_PREFIX_BYTES)
-    entity_writer(header_type)(buffer, header_type(correlation_id=i32(correlation_id)))
-    entity_writer(type(response))(buffer, response)
-    frame = buffer.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - SIZE_PREFIX_BYTES)
-    return bytes(frame)
-
+    header = encode_response_header(header_version=response.__header_schema__.__version__,
+                                    correlation_id=correlation_id)
+    body = write_body(response)
+    return _SIZE.pack(len(header) + len(body)) + header + body

@@ -15,7 +15,8 @@ Callers: the actor's asyncio server (FrameDecoder, encode_frame), dispatch (the
 header codecs), and clients and tests (the encoders).
 
 The headers are kio's generated types (kio.schema.request_header.v1/v2,
-kio.schema.response_header.v0/v1), written with kio's entity_writer. Request
+kio.schema.response_header.v0/v1), read with kio's reader and packed here with
+`struct` (kio's generic writer was a visible part of every request's cost). Request
 headers v2 are read as v1 plus a tagged-field section skipped here, because kio's
 reader raises on any tag it does not know while Kafka's RequestHeader.parse keeps
 unknown tags and goes on.
@@ -23,18 +24,23 @@ unknown tags and goes on.
 
 from __future__ import annotations
 
-import io
 import struct
 
 from kio.schema.request_header.v1 import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2 import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0 import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1 import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.static.primitive import i16, i32
 
 from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, skip_tagged_fields
 from rafka.protocol.errors import InvalidFrameSize, MalformedRequestHeader
+
+_REQUEST_HEADER_FIXED = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_NULL_STRING = _I16.pack(-1)
+_NO_TAGS = b"\x00"
 
 SOCKET_REQUEST_MAX_BYTES_DEFAULT = 104_857_600     # Kafka's socket.request.max.bytes
 SIZE_PREFIX_BYTES = 4
@@ -134,9 +140,23 @@ def decode_request_header(frame: bytes | memoryview, *, header_version: int) -> 
 
 
 def encode_request_header(header: RequestHeader) -> bytes:
-    buffer = io.BytesIO()
-    entity_writer(type(header))(buffer, header)
-    return buffer.getvalue()
+    return pack_request_header(header_version=type(header).__version__, api_key=header.request_api_key,
+                               api_version=header.request_api_version, correlation_id=header.correlation_id,
+                               client_id=header.client_id)
+
+
+def pack_request_header(*, header_version: int, api_key: int, api_version: int, correlation_id: int,
+                        client_id: str | None) -> bytes:
+    """A request header v1 (api key, version, correlation id, client id as a legacy
+    nullable string) or v2 (and an empty tagged-field section), packed directly:
+    every request a client sends starts with one (the bytes kio writes)."""
+    fixed = _REQUEST_HEADER_FIXED.pack(api_key, api_version, correlation_id)
+    if client_id is None:
+        client = _NULL_STRING
+    else:
+        data = client_id.encode()
+        client = _I16.pack(len(data)) + data
+    return fixed + client + (_NO_TAGS if header_version >= 2 else b"")
 
 
 def request_header(*, header_version: int, api_key: int, api_version: int,
@@ -147,10 +167,8 @@ def request_header(*, header_version: int, api_key: int, api_version: int,
 
 
 def encode_response_header(*, header_version: int, correlation_id: int) -> bytes:
-    header_type = RESPONSE_HEADER_TYPES[header_version]
-    buffer = io.BytesIO()
-    entity_writer(header_type)(buffer, header_type(correlation_id=i32(correlation_id)))
-    return buffer.getvalue()
+    """v0: the correlation id; v1: and an empty tagged-field section (the bytes kio writes)."""
+    return _I32.pack(correlation_id) + (_NO_TAGS if header_version >= 1 else b"")
 
 
 def decode_response_header(frame: bytes | memoryview, *, header_version: int) -> tuple[ResponseHeader, int]:
