@@ -343,6 +343,7 @@ def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
     log_append_time = header.max_timestamp if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND else None
     base_timestamp = header.base_timestamp
     varint = read_zigzag_varint
+    copy = type(buf) is not bytes   # a memoryview's slices are views: records own their bytes
     for _ in range(header.record_count):
         if cursor + 1 < end and buf[cursor + 1] < 0x80:   # a length of one or two bytes
             z = buf[cursor]
@@ -371,7 +372,26 @@ def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
             key, cursor = None, cursor + 1
         else:
             key, cursor = _read_bytes(buf, cursor, record_end)
-        value, cursor = _read_bytes(buf, cursor, record_end)
+        # the value: its length read inline when one or two bytes (values under 8 KiB);
+        # anything else (longer, negative, overrunning) through _read_bytes
+        value_start = cursor
+        z = buf[cursor] if cursor < record_end else 0xFF
+        if z < 0x80:
+            cursor += 1
+        elif cursor + 1 < record_end and buf[cursor + 1] < 0x80:
+            z = (z & 0x7F) | (buf[cursor + 1] << 7)
+            cursor += 2
+        else:
+            z = -1
+        if z == 1:   # zigzag -1: a null value
+            value = None
+        elif z >= 0 and not z & 1 and cursor + (z >> 1) <= record_end:
+            value = buf[cursor:cursor + (z >> 1)]
+            cursor += z >> 1
+            if copy:
+                value = bytes(value)
+        else:
+            value, cursor = _read_bytes(buf, value_start, record_end)
         if cursor < record_end and buf[cursor] == 0:   # no headers
             headers, cursor = (), cursor + 1
         else:
