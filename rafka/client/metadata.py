@@ -51,6 +51,12 @@ class MetadataCache:
             raise UnknownTopicOrPartition(f"Topic '{topic}' does not exist.")
         return image, image.topics[topic].partitions
 
+    def needs_refresh(self, topic: str) -> bool:
+        """Whether asking about `topic` now would fetch the image from the controller
+        (a blocking call): it is marked stale or not in the image."""
+        image = self._image
+        return image is None or topic in self._stale or topic not in image.topics
+
     def max_message_bytes(self, topic: str) -> int:
         """The topic's max.message.bytes: the largest record batch its leader takes."""
         image, _ = self._topic_image(topic)

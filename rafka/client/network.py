@@ -126,6 +126,11 @@ class ClientNetwork:
         self._thread.start()
         self._closed = False
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop `nodes` lives on: a caller may run its own callbacks there."""
+        return self._loop
+
     def submit(self, address: Address, request: Any, *, expect_response: bool = True,
                timeout_ms: int | None = None) -> concurrent.futures.Future:
         """Send `request` (a kio request entity) to the node at `address`; a future of

@@ -1,22 +1,25 @@
 """Producer: batches records per partition and sends them to partition leaders.
 
 Design, as Kafka's client: `send` puts a record in the open batch of its
-partition and returns a future; one sender thread closes batches that are full
+partition and returns a future; the sender closes batches that are full
 (`batch_size` bytes), old (`linger_ms`) or flushed, encodes each once (with the
 producer id, epoch and the partition's next sequence) and sends it to the
 leader's Kafka endpoint as a Produce request (client.network: one connection per
-node, on the client's own event loop thread). A retriable failure (leader moved,
-connection lost, ISR too small for a while) refreshes metadata and resends the
-same bytes after `retry_backoff_ms`, until `delivery_timeout_ms`: the leader
-drops a batch it has already written and answers with the original offsets, so a
-retry never duplicates (idempotence). A request unanswered for
-`request_timeout_ms` closes its connection (Kafka's NetworkClient does the
-same), which fails, and so retries, everything in flight on it.
+node). A retriable failure (leader moved, connection lost, ISR too small for a
+while) refreshes metadata and resends the same bytes after `retry_backoff_ms`,
+until `delivery_timeout_ms`: the leader drops a batch it has already written and
+answers with the original offsets, so a retry never duplicates (idempotence). A
+request unanswered for `request_timeout_ms` closes its connection (Kafka's
+NetworkClient does the same), which fails, and so retries, everything in flight
+on it.
 
-Completion is pushed, not polled: each request's future gets a done callback
-that finishes an acked batch on the network thread, and hands anything else
-back to the sender thread, which wakes at once. `send` wakes the
-sender only when a batch opens or fills, not per record. A record's future is a
+The sender is not a thread of its own: it runs on the client's network event
+loop (`_pump`), where the requests go out and their answers come in. Kafka's
+sender thread is its network thread too; here a separate one cost two thread
+wake-ups per request, a visible part of a sync send's latency. `send` wakes it
+only when a batch opens or fills, not per record; an acked batch is finished in
+its request's done callback; metadata is fetched (a Ray call) on a worker thread,
+never on the loop, while that topic's partitions wait. A record's future is a
 view on its batch's one future (index into the batch), so a send costs no Future
 of its own.
 
@@ -50,8 +53,8 @@ import ray
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
 from rafka.client.retry import is_retriable, kafka_cause
-from rafka.core.errors import (OutOfOrderSequence, RecordTooLarge, RequestTimedOut, SerializationError,
-                               UnknownTopicOrPartition)
+from rafka.core.errors import (NetworkException, OutOfOrderSequence, RecordTooLarge, RequestTimedOut,
+                               SerializationError, UnknownTopicOrPartition)
 from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
 from rafka.core.structs import RecordMetadata
@@ -223,8 +226,13 @@ class Producer:
         self._metrics = collections.Counter()
         self._flushing = 0
         self._closed = False
-        self._sender = threading.Thread(target=self._run, name="rafka-producer-sender", daemon=True)
-        self._sender.start()
+        # the sender runs on the network's loop (see _pump); these are its own
+        self._loop = self._network.loop
+        self._wake_lock = threading.Lock()
+        self._pump_scheduled = False
+        self._timer = None                      # the next linger or backoff due
+        self._refreshing: set[str] = set()      # topics whose metadata is being fetched
+        self._refresh_failures: dict[str, Exception] = {}
 
     # --- public API ---------------------------------------------------------------
 
@@ -268,14 +276,14 @@ class Producer:
                 batch = None
             if batch is None:
                 batch = self._open[key_tp] = _Batch(topic, partition, time.monotonic())
-                self._lock.notify_all()  # the sender times this batch's linger
+                self._wake()   # the sender times this batch's linger
             future = RecordFuture(batch, len(batch.records), timestamp_ms)
             batch.records.append(record)
             batch.size_bytes += size
             self._buffered_bytes += size
             if batch.size_bytes >= self.batch_size:
                 self._close_batch(key_tp, partition_count)
-                self._lock.notify_all()
+                self._wake()
         return future
 
     def metrics(self) -> dict[str, int]:
@@ -289,7 +297,7 @@ class Producer:
         """Send every buffered record now and wait until each is acked or failed."""
         with self._lock:
             self._flushing += 1
-            self._lock.notify_all()
+            self._wake()
             try:
                 ok = self._lock.wait_for(lambda: self._buffered_bytes == 0, timeout=timeout)
             finally:
@@ -303,8 +311,6 @@ class Producer:
         self.flush(timeout)
         with self._lock:
             self._closed = True
-            self._lock.notify_all()
-        self._sender.join(timeout)
         self._network.close()
 
     def __enter__(self) -> Producer:
@@ -355,59 +361,94 @@ class Producer:
             batch.records.extend(waiting.records)
             batch.size_bytes += waiting.size_bytes
 
-    # --- the sender thread ----------------------------------------------------------
+    # --- the sender: on the network's event loop ---------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while True:
-                    now = time.monotonic()
-                    answered, self._answered = self._answered, []
-                    wait_s = self._close_lingered(now)
-                    to_send = []
-                    for key_tp, queue in self._ready.items():
-                        limit = 1 if key_tp in self._recovering else self._max_in_flight
-                        while queue and self._sending[key_tp] < limit and queue[0].not_before_s <= now:
-                            batch = queue.popleft()
-                            if batch.encoded is None and key_tp not in self._recovering:
-                                self._absorb_waiting(batch, queue)
-                            to_send.append(batch)
-                            self._sending[key_tp] += 1
-                    if answered or to_send:
-                        break
-                    if self._closed and not self._in_flight and not any(self._ready.values()):
-                        return
-                    self._lock.wait(timeout=min(wait_s, self.retry_backoff_s) if self._open or any(
-                        self._ready.values()) else self.retry_backoff_s)
-            for answer in answered:
-                self._complete(answer, self._in_flight.pop(answer))
-            for batch in to_send:
-                self._send(batch)
+    def _wake(self) -> None:
+        """Run `_pump` on the network loop soon: from any thread, holding the
+        producer's lock or not (its own small lock); once however often asked
+        before it runs."""
+        with self._wake_lock:
+            if self._pump_scheduled:
+                return
+            self._pump_scheduled = True
+        self._loop.call_soon_threadsafe(self._pump)
 
-    def _on_answer(self, answer: Future) -> None:
-        """Done callback of a request (the network thread). A batch acked is finished
-        here, at once: its records' futures resolve without a wake-up of the sender
-        thread in between (a sync send waits on this). Anything else (an error, a
-        retry, which may refresh metadata with a call that blocks) is handed to the
-        sender thread."""
+    def _pump(self) -> None:
+        """The sender's round, on the network loop: finish the answers handed over,
+        close batches past linger, send what may go (per partition, up to the
+        requests allowed in flight, none while its topic's metadata is being
+        fetched), then come back when the next linger or backoff is due."""
+        with self._wake_lock:
+            self._pump_scheduled = False
+        with self._lock:
+            now = time.monotonic()
+            answered, self._answered = self._answered, []
+            wait_s = self._close_lingered(now)
+            to_send = []
+            for key_tp, queue in self._ready.items():
+                if not queue or key_tp[0] in self._refreshing:
+                    continue
+                limit = 1 if key_tp in self._recovering else self._max_in_flight
+                while queue and self._sending[key_tp] < limit and queue[0].not_before_s <= now:
+                    batch = queue.popleft()
+                    if batch.encoded is None and key_tp not in self._recovering:
+                        self._absorb_waiting(batch, queue)
+                    to_send.append(batch)
+                    self._sending[key_tp] += 1
+            waiting = bool(self._open) or any(self._ready.values())
+        for answer in answered:
+            self._complete(answer, self._in_flight.pop(answer))
+        for batch in to_send:
+            self._send(batch)
+        if answered or to_send:
+            self._wake()   # what they did (a retry queued, a slot freed) may let more go
+        elif waiting:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_later(min(wait_s, self.retry_backoff_s), self._pump)
+
+    def _refresh(self, topic: str) -> None:
+        """Fetch the topic's metadata on a worker thread (a Ray call: never on the
+        loop); its partitions send nothing meanwhile, and go on once it is back."""
+        if topic in self._refreshing:
+            return
+        self._refreshing.add(topic)
+
+        def refreshed(done) -> None:
+            self._refreshing.discard(topic)
+            error = done.exception()
+            if error is not None:
+                self._refresh_failures[topic] = error
+            self._wake()
+        self._loop.run_in_executor(None, self._metadata.partition_count, topic).add_done_callback(refreshed)
+
+    def _on_answer(self, answer) -> None:
+        """Done callback of a request (the network loop). A batch acked is finished
+        at once: its records' futures resolve with no other wake-up in between (a
+        sync send waits on this). Anything else goes through the next `_pump`."""
         batch = self._in_flight.get(answer)
-        if batch is not None and answer.exception() is None:
+        if batch is not None and not answer.cancelled() and answer.exception() is None:
             try:
                 base_offset = producing.produce_answer(answer.result(), topic=batch.topic,
                                                        partition=batch.partition)
             except Exception:
                 base_offset = None
             if base_offset is not None:
-                with self._lock:   # the sender iterates _in_flight under the lock
+                with self._lock:   # _retry_or_fail reads _in_flight under the lock
                     del self._in_flight[answer]
                 self._finish(batch, base_offset)
                 return
         with self._lock:
             self._answered.append(answer)
-            self._lock.notify_all()
+        self._wake()
 
     def _send(self, batch: _Batch) -> None:
         key_tp = (batch.topic, batch.partition)
+        if batch.topic not in self._refresh_failures and self._metadata.needs_refresh(batch.topic):
+            with self._lock:   # back in its place: sent once the metadata is here (off the loop)
+                self._requeue(batch)
+            self._refresh(batch.topic)
+            return
         if batch.encoded is not None and batch.encoded_for != (self.producer_id, self.producer_epoch):
             batch.encoded = None   # a new producer epoch since: new sequences too (KIP-360)
         if batch.encoded is None:
@@ -430,12 +471,15 @@ class Producer:
         self._metrics["record-send-total" if batch.attempts == 1 else "record-retry-total"] += len(batch.records)
         self._metrics["request-total"] += 1
         try:
+            failure = self._refresh_failures.pop(batch.topic, None)
+            if failure is not None:   # the metadata fetch for this topic failed
+                raise failure
             address, _ = self._metadata.leader_address(batch.topic, batch.partition)
-            answer = self._network.submit(address, self._produce_request(batch),
-                                          expect_response=self.acks != ACKS_NONE)
         except Exception as error:  # no leader known yet: retry like a failed request
             self._retry_or_fail(batch, error)
             return
+        answer = self._loop.create_task(self._network.nodes.request(
+            address, self._produce_request(batch), expect_response=self.acks != ACKS_NONE))
         if self.acks == ACKS_NONE:
             self._finish(batch, -1)
             return
@@ -446,8 +490,10 @@ class Producer:
         return producing.produce_request(topic=batch.topic, partition=batch.partition, records=batch.encoded,
                                          acks=self.acks, timeout_ms=self.request_timeout_ms)
 
-    def _complete(self, answer: Future, batch: _Batch) -> None:
+    def _complete(self, answer, batch: _Batch) -> None:
         try:
+            if answer.cancelled():   # the network is closing
+                raise NetworkException(f"the request for {batch.topic}-{batch.partition} was cancelled")
             base_offset = producing.produce_answer(answer.result(), topic=batch.topic, partition=batch.partition)
         except Exception as error:
             self._retry_or_fail(batch, error)
@@ -475,10 +521,8 @@ class Producer:
             self._metadata.invalidate(batch.topic)
             batch.not_before_s = time.monotonic() + self.retry_backoff_s
             with self._lock:
-                queue = self._ready[key_tp]
-                position = next((i for i, queued in enumerate(queue) if queued.order > batch.order), len(queue))
-                queue.insert(position, batch)
-                self._sending[key_tp] -= 1
+                self._requeue(batch)
+            self._refresh(batch.topic)   # during the backoff
             return
         failure = cause if isinstance(cause, Exception) else error
         self._metrics["record-error-total"] += len(batch.records)
@@ -486,12 +530,22 @@ class Producer:
             self._bump_epoch()
         self._finish(batch, -1, failure)
 
+    def _requeue(self, batch: _Batch) -> None:
+        """Under the lock: a batch taken to send goes back to its partition's queue,
+        in send order (by `order`), and no longer counts as in flight."""
+        queue = self._ready[(batch.topic, batch.partition)]
+        position = next((i for i, queued in enumerate(queue) if queued.order > batch.order), len(queue))
+        queue.insert(position, batch)
+        self._sending[(batch.topic, batch.partition)] -= 1
+
     def _bump_epoch(self) -> None:
         """A batch failed for good: the leader may or may not hold it, so its sequence
         can be neither reused nor skipped. As Kafka's idempotent producer does
         (KIP-360), start a new producer epoch, whose sequences restart at 0 on every
-        partition. Sender thread only; with one request in flight per partition no
-        older-epoch batch is sent after a newer one to the same partition."""
+        partition. Sender (network loop) only; with one request in flight per
+        partition no older-epoch batch is sent after a newer one to the same
+        partition. A new producer id (once per 32,767 epochs) is a blocking call
+        to the controller on the loop: rare enough to leave there."""
         if self.producer_epoch >= MAX_PRODUCER_EPOCH:
             self.producer_id = ray.get(self._controller.allocate_producer_id.remote())
             self.producer_epoch = 0

@@ -42,7 +42,6 @@ class Connection:
         self._correlation_ids = itertools.count()
         # (correlation id, response type, future) in send order
         self._pending: collections.deque = collections.deque()
-        self._send_lock = asyncio.Lock()
         self._receiver = asyncio.get_running_loop().create_task(self._receive())
         self._failure: NetworkException | None = None
 
@@ -64,37 +63,39 @@ class Connection:
     async def request(self, body: Any, *, expect_response: bool = True, timeout_ms: int | None = None) -> Any:
         """Send one request (a kio request entity); its response entity, or None.
         `timeout_ms`: this request's own limit (a JoinGroup parks up to the rebalance
-        timeout), else the connection's request timeout."""
+        timeout), else the connection's request timeout. Frames go out in call
+        order: each is queued on the transport synchronously, before any await."""
         timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
         async with self._slots:
             if self._failure is not None:
                 raise self._failure
             correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
             frame = self._frame(body, correlation_id)
-            future = asyncio.get_running_loop().create_future()
-            async with self._send_lock:
-                if expect_response:
-                    response_type = load_response_schema(body.__api_key__, body.__version__)
-                    self._pending.append((correlation_id, response_type, future))
-                self._writer.write(frame)
-                try:
-                    await self._writer.drain()
-                except ConnectionError as error:
-                    self._fail(NetworkException(f"connection lost: {error}"))
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            if expect_response:
+                response_type = load_response_schema(body.__api_key__, body.__version__)
+                self._pending.append((correlation_id, response_type, future))
+            self._writer.write(frame)
+            try:
+                await self._writer.drain()
+            except ConnectionError as error:
+                self._fail(NetworkException(f"connection lost: {error}"))
             if not expect_response:
                 return None
+            # One timer, not wait_for (a task per request, and in Python 3.11 it can
+            # swallow a cancellation). A caller cancelled while waiting cancels
+            # `future` with it: the answer, or the connection's failure, is then
+            # dropped, never left unretrieved.
+            timer = loop.call_later(timeout_s, self._timed_out, future, correlation_id, timeout_s)
             try:
-                return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-            except asyncio.TimeoutError:
-                future.cancel()   # nobody waits for it any more
-                self._fail(NetworkException(f"no response to correlation id {correlation_id} within "
-                                            f"{timeout_s} s"))
-                raise self._failure from None
-            except asyncio.CancelledError:
-                # the caller gave up (a follower told its new role): the answer,
-                # or the connection's failure, must not be left unretrieved
-                future.cancel()
-                raise
+                return await future
+            finally:
+                timer.cancel()
+
+    def _timed_out(self, future: asyncio.Future, correlation_id: int, timeout_s: float) -> None:
+        if not future.done():
+            self._fail(NetworkException(f"no response to correlation id {correlation_id} within {timeout_s} s"))
 
     async def close(self) -> None:
         self._fail(NetworkException("connection closed"))

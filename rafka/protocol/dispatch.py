@@ -45,7 +45,7 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i16
 
 from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, check_entity
 from rafka.protocol.errors import (MalformedRequestBody, UnknownApiKey,

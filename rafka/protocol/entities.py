@@ -12,6 +12,7 @@ Callers: the handlers, dispatch, the client connection.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 from types import ModuleType
 from typing import Any
@@ -38,6 +39,13 @@ def make(entity_type: type, **values: Any) -> Any:
     """`entity_type(**values)` with the values its version has no field for left out."""
     names = field_names(entity_type)
     return entity_type(**{k: v for k, v in values.items() if k in names})
+
+
+@functools.lru_cache(maxsize=64)
+def timedelta_ms(milliseconds: int) -> datetime.timedelta:
+    """A duration field (kio's i32Timedelta) of `milliseconds`, made once per value:
+    the data path's requests carry the same few (timeouts, max waits)."""
+    return datetime.timedelta(milliseconds=milliseconds)
 
 
 def module_of(entity_type: type) -> ModuleType:

@@ -10,8 +10,13 @@ What waits, and until when (Kafka's DelayedProduce and DelayedFetch purgatories)
   * a follower's fetch with nothing to return, up to max_wait_ms, until the LEO
     moves (a diverging answer returns at once);
   * a consumer's fetch with nothing below the HW, up to max_wait_ms.
-Every waiter is woken by `notify()`, which the host calls after any change of LEO,
-HW or role; a follower's fetch that moves the HW notifies by itself.
+Every waiter is woken by `notify()`, which the host calls after any change of
+role, ISR or log. Here, an append wakes the followers' fetches (the LEO moved)
+and, only if it moved the HW too (an ISR of the leader alone), everyone; a
+follower's fetch that moves the HW wakes the produces and consumers' fetches,
+not the other followers' fetches: they wait for data, which a HW move is not
+(Kafka's tryCompleteDelayedFetch after an append, tryCompleteDelayedRequests
+after a HW increase).
 
 Invariants: the core replica is touched only on the event loop, between awaits;
 `replica()` is asked again on every call and raises the host's typed error when
@@ -48,7 +53,8 @@ class Appended:
 class HostedPartition:
     def __init__(self, replica: Callable[[], PartitionReplica]) -> None:
         self._replica = replica
-        self._waiters: set[asyncio.Future] = set()
+        self._waiters: set[asyncio.Future] = set()              # produces, consumers' fetches
+        self._follower_waiters: set[asyncio.Future] = set()     # followers' fetches
         self.parked_produces = 0
         self.parked_follower_fetches = 0
 
@@ -59,24 +65,37 @@ class HostedPartition:
 
     def notify(self) -> None:
         """Wake every waiter: the LEO, HW or role changed."""
-        waiters, self._waiters = self._waiters, set()
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._wake_all(followers=True, others=True)
 
-    async def wait_for_change(self, timeout_s: float) -> None:
-        """Until the next notify() or `timeout_s`. A bare future and one timer: the
-        waiting of every parked request, so no task per wait (asyncio.wait_for
-        made one, and its wake-ups were a large part of the leader's time)."""
+    def _wake_all(self, *, followers: bool, others: bool) -> None:
+        woken = []
+        if followers:
+            woken.append(self._follower_waiters)
+            self._follower_waiters = set()
+        if others:
+            woken.append(self._waiters)
+            self._waiters = set()
+        for waiters in woken:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait_for_change(self, timeout_s: float, *, follower: bool = False) -> None:
+        """Until the next wake-up of its kind (a follower's fetch: the LEO moved or
+        notify(); anything else: the HW moved or notify()) or `timeout_s`. A bare
+        future and one timer: the waiting of every parked request, so no task per
+        wait (asyncio.wait_for made one, and its wake-ups were a large part of the
+        leader's time)."""
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
-        self._waiters.add(waiter)
+        waiters = self._follower_waiters if follower else self._waiters
+        waiters.add(waiter)
         timer = loop.call_later(max(0.0, timeout_s), _wake, waiter)
         try:
             await waiter
         finally:
             timer.cancel()
-            self._waiters.discard(waiter)
+            waiters.discard(waiter)
 
     async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
         return await self.acknowledged(self.append(records, acks), request_timeout_ms)
@@ -84,8 +103,9 @@ class HostedPartition:
     def append(self, records: bytes, acks: int) -> Appended:
         """A Produce's first part, done at once and in request order: the append."""
         replica = self._replica()
+        high_watermark = replica.log.high_watermark
         result = replica.append(records, acks=acks)
-        self.notify()
+        self._wake_all(followers=True, others=replica.log.high_watermark != high_watermark)
         return Appended(result, acks, replica.leader_epoch)
 
     async def acknowledged(self, appended: Appended, request_timeout_ms: int) -> ProduceResult:
@@ -122,13 +142,13 @@ class HostedPartition:
                                                 leader_epoch=leader_epoch, max_bytes=max_bytes,
                                                 last_fetched_epoch=last_fetched_epoch)
             if replica.log.high_watermark != high_watermark:
-                self.notify()   # this fetch moved the HW: wake acks=all produces
+                self._wake_all(followers=False, others=True)   # acks=all produces, consumers' fetches
             remaining = deadline - asyncio.get_running_loop().time()
             if result.records or result.diverging_epoch is not None or remaining <= 0:
                 return result
             self.parked_follower_fetches += 1
             try:
-                await self.wait_for_change(remaining)
+                await self.wait_for_change(remaining, follower=True)
             finally:
                 self.parked_follower_fetches -= 1
 

@@ -112,7 +112,8 @@ def test_offsets_leader_node_removed__every_committed_offset_returned_unchanged(
     cluster.remove_node(cluster.node_of_broker(leader_broker))
     wait_for_leader(cluster, OFFSETS_TOPIC, 0, newer_than_epoch=state["leader_epoch"])
     coordinator = ray.get_actor(coordinator_actor_name(0), namespace=NAMESPACE)
-    pid = ray.get(coordinator.ping.remote(), timeout=30)["pid"]
+    # it may have lived on the removed node and be restarting: wait for its answer
+    pid = wait_until(lambda: ray.get(coordinator.ping.remote(), timeout=5), what="the coordinator answers")["pid"]
     ray.kill(coordinator, no_restart=False)            # its cache is gone: it must reload
     wait_until(lambda: (lambda a: a["loaded"] and a["pid"] != pid)(ray.get(coordinator.ping.remote(), timeout=5)),
                what="the restarted coordinator loaded from the new leader")

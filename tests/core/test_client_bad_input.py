@@ -66,7 +66,7 @@ def test_record_fields__not_bytes_like_or_int__serialization_error(fields, messa
     assert isinstance(raised.value, (KafkaError, TypeError))
 
 
-def test_producer_send__str_value__serialization_error_nothing_queued_sender_alive():
+def test_producer_send__str_value__serialization_error_nothing_queued_sender_running():
     producer = Producer(None, acks=1)  # no idempotence: the constructor asks the controller nothing
     try:
         for bad in (dict(value="a str"), dict(value=b"v", key="k"), dict(value=b"v", partition="0"),
@@ -74,10 +74,10 @@ def test_producer_send__str_value__serialization_error_nothing_queued_sender_ali
             with pytest.raises(SerializationError):
                 producer.send("orders", **bad)
         assert (producer._buffered_bytes, producer._open, dict(producer._ready)) == (0, {}, {})
-        assert producer._sender.is_alive()
+        assert producer._loop.is_running()   # the sender's loop
     finally:
         producer.close(timeout=5)
-    assert not producer._sender.is_alive()
+    assert producer._loop.is_closed()
 
 
 # --- consumer configs -----------------------------------------------------------------

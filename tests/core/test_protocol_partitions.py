@@ -191,7 +191,8 @@ def test_fetch__at_the_end_waits_for_data_up_to_max_wait(node):
     answer, empty = asyncio.run(go())
     assert fetched(answer).high_watermark == 1 and fetched(answer).records
     assert fetched(empty).error_code == ErrorCode.none and not fetched(empty).records
-    assert not node.endpoint("orders", 0)._waiters   # a wait that timed out leaves nothing parked
+    endpoint = node.endpoint("orders", 0)
+    assert not endpoint._waiters and not endpoint._follower_waiters   # a timed-out wait leaves nothing parked
 
 
 def test_fetch__an_incremental_session_is_not_found(node):

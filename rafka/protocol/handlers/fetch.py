@@ -69,15 +69,17 @@ async def fetch(host: PartitionHost, request, version: int):
 
     rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
                             lambda wanted: int(wanted.partition), read)
+    # plain ints where kio's types say i32/i64: they are ints at runtime, and their
+    # range checks were a visible part of every fetch (the values are the log's)
     grouped = by_topic((topic, make(
-        module.PartitionData, partition_index=i32(wanted.partition), error_code=code,
-        high_watermark=i64(result.high_watermark if result else -1),
-        last_stable_offset=i64(result.high_watermark if result else -1),
-        log_start_offset=i64(result.log_start_offset if result else -1),
-        aborted_transactions=None, preferred_read_replica=i32(-1),
+        module.PartitionData, partition_index=wanted.partition, error_code=code,
+        high_watermark=result.high_watermark if result else -1,
+        last_stable_offset=result.high_watermark if result else -1,
+        log_start_offset=result.log_start_offset if result else -1,
+        aborted_transactions=None, preferred_read_replica=-1,
         diverging_epoch=_diverging(module, result),
         records=result.records if result else None)) for topic, wanted, code, result in rows)
-    return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, session_id=i32(0),
+    return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
                 responses=tuple(make(module.FetchableTopicResponse, topic=topic, partitions=tuple(partitions))
                                 for topic, partitions in grouped.items()))
 
@@ -87,6 +89,10 @@ def _diverging(module, result):
     for a version without the field (v12 added it)."""
     if not hasattr(module, "EpochEndOffset"):
         return None
-    epoch, end_offset = (result.diverging_epoch if result is not None and result.diverging_epoch is not None
-                         else (-1, -1))
+    if result is None or result.diverging_epoch is None:
+        return _NOT_DIVERGING.get(module) or _NOT_DIVERGING.setdefault(module, module.EpochEndOffset())
+    epoch, end_offset = result.diverging_epoch
     return make(module.EpochEndOffset, epoch=i32(epoch), end_offset=i64(end_offset))
+
+
+_NOT_DIVERGING: dict = {}   # by schema module: the default EpochEndOffset (-1, -1), made once

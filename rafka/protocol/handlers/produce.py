@@ -32,7 +32,7 @@ import datetime
 
 from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i32Timedelta, i64
+from kio.static.primitive import i32Timedelta
 
 from rafka.core.errors import InvalidRecord
 from rafka.core.records import MAGIC, read_header
@@ -92,10 +92,10 @@ async def produce(host: PartitionHost, request, version: int):
         return None
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
-    grouped = by_topic((topic, make(
-        module.PartitionProduceResponse, index=i32(partition_data.index), error_code=code,
-        base_offset=i64(result.base_offset if result else -1), log_append_time=_append_time(result),
-        log_start_offset=i64(-1), record_errors=(), error_message=None))
+    grouped = by_topic((topic, make(   # plain ints for i32/i64: see handlers.fetch
+        module.PartitionProduceResponse, index=partition_data.index, error_code=code,
+        base_offset=result.base_offset if result else -1, log_append_time=_append_time(result),
+        log_start_offset=-1, record_errors=(), error_message=None))
         for topic, partition_data, code, result in rows)
     return make(response_type, throttle_time=_NO_THROTTLE, responses=tuple(
         make(module.TopicProduceResponse, name=topic, partition_responses=tuple(partitions))
