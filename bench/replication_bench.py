@@ -72,6 +72,14 @@ def sync_latencies_ms(cluster, topic: str, count: int) -> list[float]:
     return sorted(latencies)
 
 
+def quiesce() -> None:
+    """Before each measured phase: the page cache's dirty pages written out now, so
+    that the kernel's writeback of the phase before (a GB or more of log) does
+    not take the cores during this one. Each phase is measured on a quiet
+    machine, as separate runs of a tool would be."""
+    os.sync()
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
@@ -94,14 +102,17 @@ def main() -> None:
                 topic = f"bench-r{rf}-{size}"
                 admin.create_topic(topic, partitions=1, replication_factor=rf,
                                    config={"min.insync.replicas": str(min(rf, 2))})
+                quiesce()
                 count, elapsed = publish(cluster, topic, size, args.seconds,
                                          batch_size=args.batch_size, linger_ms=args.linger_ms)
                 rows.append(("publish", f"R{rf}", size, count, elapsed))
         produced = next(r[3] for r in rows if r[:3] == ("publish", "R3", 1024))
+        quiesce()
         count, elapsed = consume(cluster, "bench-r3-1024", produced)
         rows.append(("consume", "R3", 1024, count, elapsed))
         admin.create_topic("bench-latency", partitions=1, replication_factor=3,
                            config={"min.insync.replicas": "2"})
+        quiesce()
         latencies = sync_latencies_ms(cluster, "bench-latency", args.latency_samples)
 
     print(f"\nrafka replication bench: 3 broker nodes, 1 partition, batch_size {args.batch_size} B, "

@@ -47,7 +47,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-import functools
 import logging
 import re
 import threading
@@ -464,10 +463,9 @@ class Consumer:
         state.fetch_position = max(state.fetch_position or 0, last_header.next_offset)
         self._send_fetch(tp, state)  # the next round trip overlaps this decode
 
-        def make_for(header):
-            return functools.partial(ConsumerRecord, tp.topic, tp.partition, header.timestamp_type,
-                                     header.partition_leader_epoch)
-        for _, records in decode_batches(result.records, make_for):
+        def shape_for(header):
+            return ConsumerRecord, (tp.topic, tp.partition, header.timestamp_type, header.partition_leader_epoch)
+        for _, records in decode_batches(result.records, shape_for):
             if records and records[0].offset < fetch_offset:   # a batch begun below the fetch offset
                 records = [r for r in records if r.offset >= fetch_offset]
             if records and records[-1].offset >= result.high_watermark:

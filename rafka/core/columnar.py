@@ -176,15 +176,12 @@ def _no_headers(count: int) -> pa.Array:
 
 
 def _decode_batch_with_headers(buf, pos: int, header) -> Columns:
-    offsets, timestamps, keys, values, headers = [], [], [], [], []
-
-    def column(offset, timestamp_ms, key, value, record_headers) -> None:
-        offsets.append(offset)
-        timestamps.append(timestamp_ms)
-        keys.append(key)
-        values.append(value)
-        headers.append([{"key": k, "value": v} for k, v in record_headers])
-    _decode_records(buf, pos, header, column)
+    records = _decode_records(buf, pos, header)
+    offsets = [r.offset for r in records]
+    timestamps = [r.timestamp_ms for r in records]
+    keys = [r.key for r in records]
+    values = [r.value for r in records]
+    headers = [[{"key": k, "value": v} for k, v in r.headers] for r in records]
     return Columns(np.array(offsets, dtype=np.int64), np.array(timestamps, dtype=np.int64),
                    np.full(len(offsets), header.timestamp_type, dtype=np.int32),
                    pa.array(keys, pa.binary()), pa.array(values, pa.binary()), pa.array(headers, HEADER_TYPE),

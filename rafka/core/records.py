@@ -309,13 +309,15 @@ def with_log_append_time(batch, now_ms: int) -> bytes:
 
 # --- decode -----------------------------------------------------------------------
 
-def decode_batches(buf, make_for=None) -> Iterator[tuple[BatchHeader, list]]:
+def decode_batches(buf, shape_for=None) -> Iterator[tuple[BatchHeader, list]]:
     """Every batch in `buf` with its records; CorruptRecord on the first bad one.
-    `make_for(header)` returns the constructor of that batch's records, called as
-    `make(offset, timestamp_ms, key, value, headers)` (default: Record); the
-    consumer builds its ConsumerRecords directly, with no second pass."""
+    `shape_for(header)` gives (a NamedTuple class, the fields before offset,
+    timestamp, key, value, headers that are the same for the whole batch): the
+    consumer builds its ConsumerRecords directly, with no second pass. Default:
+    Record, nothing before."""
     for pos, header in iter_batches(buf, verify_crc=True):
-        yield header, _decode_records(buf, pos, header, make_for(header) if make_for else Record)
+        cls, prefix = shape_for(header) if shape_for else (Record, ())
+        yield header, _decode_records(buf, pos, header, cls, prefix)
 
 
 def decode_records(buf) -> list[Record]:
@@ -332,26 +334,37 @@ def _records_section(buf, pos: int, header: BatchHeader):
     return inflated, 0, len(inflated)
 
 
-def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
-    """The batch's records. The per-record loop reads its one-byte varints inline
-    (nearly all of them: deltas, counts, a null key): it runs for every record a
-    consumer or coordinator reads, and a call per field was most of its cost."""
+def _decode_records(buf, pos: int, header: BatchHeader, cls=Record, prefix: tuple = ()) -> list:
+    """The batch's records, each `cls(*prefix, offset, timestamp, key, value,
+    headers)` (made as a tuple, with no Python call per record).
+
+    The per-record loop reads its varints of one or two bytes inline: the
+    record's length, its deltas (two bytes once a batch spans 64 records or 64
+    ms: a producer under load merges batches), the key's and value's lengths, a
+    null key and empty headers. It runs for every record a consumer or
+    coordinator reads, and a call per field was most of its cost. Anything
+    longer or malformed goes through read_zigzag_varint / _read_bytes, which
+    raise CorruptRecord."""
     buf, cursor, end = _records_section(buf, pos, header)
-    records: list[Record] = []
+    records: list = []
     append = records.append
+    new = tuple.__new__
     base_offset = header.base_offset
     log_append_time = header.max_timestamp if header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND else None
     base_timestamp = header.base_timestamp
     varint = read_zigzag_varint
     copy = type(buf) is not bytes   # a memoryview's slices are views: records own their bytes
     for _ in range(header.record_count):
-        if cursor + 1 < end and buf[cursor + 1] < 0x80:   # a length of one or two bytes
-            z = buf[cursor]
-            if z < 0x80:
-                cursor += 1
-            else:
-                z = (z & 0x7F) | (buf[cursor + 1] << 7)
-                cursor += 2
+        # record length
+        z = buf[cursor] if cursor < end else 0xFF
+        if z < 0x80:
+            cursor += 1
+        elif cursor + 1 < end and buf[cursor + 1] < 0x80:
+            z = (z & 0x7F) | (buf[cursor + 1] << 7)
+            cursor += 2
+        else:
+            z = -1
+        if z >= 0:
             length = (z >> 1) ^ -(z & 1)
         else:
             length, cursor = varint(buf, cursor, end)
@@ -359,21 +372,37 @@ def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
         if length < 1 or record_end > end:
             raise CorruptRecord(f"record in batch {base_offset} overruns its batch")
         cursor += 1  # record attributes, unused in v2
-        if cursor + 2 < record_end and buf[cursor] < 0x80 and buf[cursor + 1] < 0x80:
-            z = buf[cursor]
-            timestamp_delta = (z >> 1) ^ -(z & 1)
-            z = buf[cursor + 1]
-            offset_delta = (z >> 1) ^ -(z & 1)
+        # timestamp delta, then offset delta
+        z = buf[cursor] if cursor < record_end else 0xFF
+        if z < 0x80:
+            cursor += 1
+        elif cursor + 1 < record_end and buf[cursor + 1] < 0x80:
+            z = (z & 0x7F) | (buf[cursor + 1] << 7)
             cursor += 2
         else:
+            z = -1
+        if z >= 0:
+            timestamp_delta = (z >> 1) ^ -(z & 1)
+        else:
             timestamp_delta, cursor = varint(buf, cursor, record_end)
+        z = buf[cursor] if cursor < record_end else 0xFF
+        if z < 0x80:
+            cursor += 1
+        elif cursor + 1 < record_end and buf[cursor + 1] < 0x80:
+            z = (z & 0x7F) | (buf[cursor + 1] << 7)
+            cursor += 2
+        else:
+            z = -1
+        if z >= 0:
+            offset_delta = (z >> 1) ^ -(z & 1)
+        else:
             offset_delta, cursor = varint(buf, cursor, record_end)
+        # key
         if cursor < record_end and buf[cursor] == 1:   # zigzag -1: a null key
             key, cursor = None, cursor + 1
         else:
             key, cursor = _read_bytes(buf, cursor, record_end)
-        # the value: its length read inline when one or two bytes (values under 8 KiB);
-        # anything else (longer, negative, overrunning) through _read_bytes
+        # value: its length inline when one or two bytes (values under 8 KiB)
         value_start = cursor
         z = buf[cursor] if cursor < record_end else 0xFF
         if z < 0x80:
@@ -392,15 +421,16 @@ def _decode_records(buf, pos: int, header: BatchHeader, make=Record) -> list:
                 value = bytes(value)
         else:
             value, cursor = _read_bytes(buf, value_start, record_end)
+        # headers
         if cursor < record_end and buf[cursor] == 0:   # no headers
             headers, cursor = (), cursor + 1
         else:
             headers, cursor = _read_headers(buf, cursor, record_end)
         if cursor != record_end:
             raise CorruptRecord(f"record in batch {base_offset} has trailing bytes")
-        append(make(base_offset + offset_delta,
-                    log_append_time if log_append_time is not None else base_timestamp + timestamp_delta,
-                    key, value, headers))
+        append(new(cls, prefix + (base_offset + offset_delta,
+                                  log_append_time if log_append_time is not None else base_timestamp + timestamp_delta,
+                                  key, value, headers)))
     if cursor != end:
         raise CorruptRecord(f"batch {base_offset} has bytes after its last record")
     return records

@@ -62,3 +62,15 @@ def test_flipped_byte__every_checked_byte__corrupt_record_never_data():
         damaged[position] ^= 0x01
         with pytest.raises(CorruptRecord):
             decode_records(bytes(damaged))
+
+
+@pytest.mark.parametrize("value_bytes", [0, 63, 64, 8_191, 8_192, 70_000])
+def test_batch__every_varint_width_the_decoder_reads_inline_or_not__round_trip(value_bytes):
+    """Deltas of one and two bytes (a batch past 64 records and 64 ms), keys and
+    values whose lengths take one, two and three bytes, null keys and values."""
+    inputs = [RecordInput(None if i % 97 == 5 else bytes([i % 251]) * value_bytes,
+                          None if i % 3 else b"k" * (i % 200), 1_000_000 + 7 * i, (("h", b"v"),) if i % 50 == 1 else ())
+              for i in range(300)]
+    records = decode_records(encode_batch(inputs, base_offset=40))
+    assert [(r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in records] == [
+        (40 + i, r.timestamp_ms, r.key, r.value, r.headers) for i, r in enumerate(inputs)]
