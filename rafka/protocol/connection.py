@@ -26,7 +26,7 @@ from kio.serial import entity_reader
 
 from rafka.core.errors import NetworkException
 from rafka.protocol.framing import SIZE_PREFIX_BYTES, decode_response_header, pack_request_header
-from rafka.protocol.hot_writers import write_body
+from rafka.protocol.hot_writers import body_pieces
 
 _SIZE = struct.Struct(">i")
 
@@ -106,8 +106,8 @@ class Connection:
         header = pack_request_header(header_version=body.__header_schema__.__version__, api_key=body.__api_key__,
                                      api_version=body.__version__, correlation_id=correlation_id,
                                      client_id=self.client_id)
-        payload = write_body(body)
-        return _SIZE.pack(len(header) + len(payload)) + header + payload
+        pieces = body_pieces(body)
+        return b"".join((_SIZE.pack(len(header) + sum(map(len, pieces))), header, *pieces))
 
     async def _receive(self) -> None:
         try:

@@ -52,7 +52,7 @@ from rafka.protocol.errors import (MalformedRequestBody, UnknownApiKey,
                                    UnsupportedApiVersion)
 from rafka.protocol.framing import (RequestHeader, decode_request_header, encode_response_header,
                                     peek_api_key_and_version)
-from rafka.protocol.hot_writers import write_body
+from rafka.protocol.hot_writers import body_pieces
 
 API_VERSIONS_KEY = 18
 # ApiVersionsRequest.json: "flexibleVersions": "3+" (used only for versions kio
@@ -199,5 +199,5 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
     v0 for every ApiVersions version), the body."""
     header = encode_response_header(header_version=response.__header_schema__.__version__,
                                     correlation_id=correlation_id)
-    body = write_body(response)
-    return _SIZE.pack(len(header) + len(body)) + header + body
+    pieces = body_pieces(response)
+    return b"".join((_SIZE.pack(len(header) + sum(map(len, pieces))), header, *pieces))
