@@ -80,7 +80,9 @@ class FrameDecoder:
     def buffered_bytes(self) -> int:
         return self._buffered
 
-    def feed(self, chunk: bytes | bytearray | memoryview) -> list[bytes]:
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[memoryview]:
+        """The frames completed by `chunk` (without their size prefix), as read-only
+        views of the bytes received."""
         if self._failed is not None:
             raise self._failed
         if not chunk:
@@ -90,7 +92,8 @@ class FrameDecoder:
         if self._buffered < self._needed:
             return []
         data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        frames: list[bytes] = []
+        view = memoryview(data)   # frames are views of it: a 1 MB produce is not copied again
+        frames: list[memoryview] = []
         position = 0
         buffered = len(data)
         while buffered - position >= SIZE_PREFIX_BYTES:
@@ -105,7 +108,7 @@ class FrameDecoder:
             if end > buffered:
                 self._needed = end - position
                 break
-            frames.append(data[position + SIZE_PREFIX_BYTES:end])
+            frames.append(view[position + SIZE_PREFIX_BYTES:end])
             position = end
         else:
             self._needed = SIZE_PREFIX_BYTES
