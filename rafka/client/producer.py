@@ -480,7 +480,8 @@ class Producer:
             return
         answer = self._loop.create_task(self._network.nodes.request(
             address, self._produce_request(batch), expect_response=self.acks != ACKS_NONE))
-        if self.acks == ACKS_NONE:
+        if self.acks == ACKS_NONE:   # nobody waits for the request: its failure is dropped
+            answer.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._finish(batch, -1)
             return
         self._in_flight[answer] = batch
