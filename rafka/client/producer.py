@@ -419,6 +419,8 @@ class Producer:
             error = done.exception()
             if error is not None:
                 self._refresh_failures[topic] = error
+            else:   # an older failure is stale now
+                self._refresh_failures.pop(topic, None)
             self._wake()
         self._loop.run_in_executor(None, self._metadata.partition_count, topic).add_done_callback(refreshed)
 
