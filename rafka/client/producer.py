@@ -72,7 +72,7 @@ MAX_TIMESTAMP_MS = 1 << 63
 def record_fields(value, key, partition, timestamp_ms, headers):
     """send's arguments as the record will hold them, or SerializationError.
 
-    Checked in send, before anything is queued: a value the sender thread cannot
+    Checked in send, before anything is queued: a value the sender cannot
     encode would otherwise fail there, after send returned, and stop the sender.
     Key and value: bytes-like or None (bytearray and memoryview are copied to bytes
     now, as Kafka serializes in send: a later change to the caller's buffer does
@@ -211,8 +211,7 @@ class Producer:
         self._lock = threading.Condition(self._mutex)
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
-        self._in_flight: dict = {}          # request future -> _Batch
-        self._answered: list = []           # request futures whose answer arrived (done callbacks)
+        self._in_flight: dict = {}          # request task -> _Batch (network loop only)
         # requests in flight per partition, and at most how many (with idempotence,
         # order survives retries; without, only one in flight keeps it)
         self._sending: collections.Counter = collections.Counter()
@@ -329,8 +328,8 @@ class Producer:
 
     def _close_lingered(self, now_s: float) -> float:
         """Close open batches past linger (all, when flushing). Returns seconds until
-        the next one is due."""
-        next_due = self.linger_s
+        the next one is due (infinity with none open)."""
+        next_due = float("inf")
         for key_tp, batch in list(self._open.items()):
             due = batch.created_s + self.linger_s - now_s
             if due <= 0 or self._flushing or self._closed:
@@ -374,16 +373,16 @@ class Producer:
         self._loop.call_soon_threadsafe(self._pump)
 
     def _pump(self) -> None:
-        """The sender's round, on the network loop: finish the answers handed over,
-        close batches past linger, send what may go (per partition, up to the
-        requests allowed in flight, none while its topic's metadata is being
-        fetched), then come back when the next linger or backoff is due."""
+        """The sender's round, on the network loop: close batches past linger, send
+        what may go (per partition, up to the requests allowed in flight, none while
+        its topic's metadata is being fetched), then come back when the next linger
+        or retry backoff is due. An answer that frees a slot, and a metadata fetch
+        that ends, wake it too."""
         with self._wake_lock:
             self._pump_scheduled = False
         with self._lock:
             now = time.monotonic()
-            answered, self._answered = self._answered, []
-            wait_s = self._close_lingered(now)
+            due_s = self._close_lingered(now)
             to_send = []
             for key_tp, queue in self._ready.items():
                 if not queue or key_tp[0] in self._refreshing:
@@ -395,17 +394,16 @@ class Producer:
                         self._absorb_waiting(batch, queue)
                     to_send.append(batch)
                     self._sending[key_tp] += 1
-            waiting = bool(self._open) or any(self._ready.values())
-        for answer in answered:
-            self._complete(answer, self._in_flight.pop(answer))
+                if queue and queue[0].not_before_s > now:   # backing off after a failure
+                    due_s = min(due_s, queue[0].not_before_s - now)
         for batch in to_send:
             self._send(batch)
-        if answered or to_send:
-            self._wake()   # what they did (a retry queued, a slot freed) may let more go
-        elif waiting:
+        if to_send:
+            self._wake()   # a send that failed at once was requeued: it may go again
+        elif due_s != float("inf"):
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer = self._loop.call_later(min(wait_s, self.retry_backoff_s), self._pump)
+            self._timer = self._loop.call_later(due_s, self._pump)
 
     def _refresh(self, topic: str) -> None:
         """Fetch the topic's metadata on a worker thread (a Ray call: never on the
@@ -425,24 +423,14 @@ class Producer:
         self._loop.run_in_executor(None, self._metadata.partition_count, topic).add_done_callback(refreshed)
 
     def _on_answer(self, answer) -> None:
-        """Done callback of a request (the network loop). A batch acked is finished
-        at once: its records' futures resolve with no other wake-up in between (a
-        sync send waits on this). Anything else goes through the next `_pump`."""
-        batch = self._in_flight.get(answer)
-        if batch is not None and not answer.cancelled() and answer.exception() is None:
-            try:
-                base_offset = producing.produce_answer(answer.result(), topic=batch.topic,
-                                                       partition=batch.partition)
-            except Exception:
-                base_offset = None
-            if base_offset is not None:
-                with self._lock:   # _retry_or_fail reads _in_flight under the lock
-                    del self._in_flight[answer]
-                self._finish(batch, base_offset)
-                return
-        with self._lock:
-            self._answered.append(answer)
-        self._wake()
+        """Done callback of a request (the network loop, where the sender runs): the
+        batch is finished or retried at once, with no other wake-up in between (a
+        sync send waits on this); then the sender goes on if its partition has
+        batches waiting for the slot this request held."""
+        batch = self._in_flight.pop(answer)
+        self._complete(answer, batch)
+        if self._ready.get((batch.topic, batch.partition)):
+            self._wake()
 
     def _send(self, batch: _Batch) -> None:
         key_tp = (batch.topic, batch.partition)
@@ -460,7 +448,7 @@ class Producer:
                                              producer_epoch=self.producer_epoch, base_sequence=sequence,
                                              compression_codec=self.compression_codec)
             except Exception as error:   # send checked every field; should one still not encode,
-                # this batch fails, not the sender thread (every later future would hang)
+                # this batch fails, not the sender (every later future would hang)
                 self._metrics["record-error-total"] += len(batch.records)
                 self._finish(batch, -1, SerializationError(f"the batch could not be encoded: {error!r}"))
                 return
