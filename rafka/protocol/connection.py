@@ -72,8 +72,8 @@ class Connection:
             correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
             frame = self._frame(body, correlation_id)
             loop = asyncio.get_running_loop()
-            future = loop.create_future()
             if expect_response:
+                future = loop.create_future()
                 response_type = load_response_schema(body.__api_key__, body.__version__)
                 self._pending.append((correlation_id, response_type, future))
             self._writer.write(frame)

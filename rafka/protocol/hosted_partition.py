@@ -77,8 +77,7 @@ class HostedPartition:
             self._waiters = set()
         for waiters in woken:
             for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+                _wake(waiter)
 
     async def wait_for_change(self, timeout_s: float, *, follower: bool = False) -> None:
         """Until the next wake-up of its kind (a follower's fetch: the LEO moved or

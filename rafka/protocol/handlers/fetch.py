@@ -90,9 +90,6 @@ def _diverging(module, result):
     if not hasattr(module, "EpochEndOffset"):
         return None
     if result is None or result.diverging_epoch is None:
-        return _NOT_DIVERGING.get(module) or _NOT_DIVERGING.setdefault(module, module.EpochEndOffset())
+        return module.EpochEndOffset()   # its defaults: (-1, -1)
     epoch, end_offset = result.diverging_epoch
     return make(module.EpochEndOffset, epoch=i32(epoch), end_offset=i64(end_offset))
-
-
-_NOT_DIVERGING: dict = {}   # by schema module: the default EpochEndOffset (-1, -1), made once
