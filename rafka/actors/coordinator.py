@@ -8,17 +8,18 @@ partition's leader, from the log start to the HW (ListOffsets and Fetch, as a
 consumer, on the leader's Kafka endpoint), and replays every record; until that
 is done every request gets COORDINATOR_LOAD_IN_PROGRESS, never stale data.
 
-Writes: the shard's handlers return records; `_append` encodes them as one batch
-and produces it (Produce, acks=all, on the wire) to its partition's leader, found
-in the newest cluster image, and the shard replays
-them, and answers, only once the leader acknowledged them (so they are below the
-HW: invariant 8). Writes of different groups are in flight together (pipelined
-on one connection to the leader, which appends them in the order sent); the
-shard's group locks keep each group's records in log order from decision to
-replay, so no group's commit waits behind another's. A write that cannot
-complete within `offsets_commit_timeout_ms` (the ISR below min.insync.replicas, no
-leader) fails with REQUEST_TIMED_OUT, a retriable error, and changes nothing in
-the cache.
+Writes: the shard's handlers return records, queued in decision order
+(core.write_queue); `_append` encodes what is queued as one batch and produces it
+(Produce, acks=all, on the wire) to its partition's leader, found in the newest
+cluster image, and the shard replays the records, and answers, only once the
+leader acknowledged them (so they are below the HW: invariant 8). One append is
+in flight at a time and carries every write queued meanwhile, of any group, so
+commits are batched under load and no group's commit waits for another's round
+trip of its own. A commit lets its connection's next request start as soon as it
+is queued (pipelining.admit_next), so one member's commits are in flight together.
+A write that cannot complete within `offsets_commit_timeout_ms` (the ISR below
+min.insync.replicas, no leader) fails with REQUEST_TIMED_OUT, a retriable error,
+and changes nothing in the cache.
 
 Named `coordinator:<offsets partition>` in namespace `rafka`, detached,
 restartable, spread over the broker nodes.
@@ -51,8 +52,15 @@ from rafka.core.offsets_schema import decode_key, decode_value, encode_key, enco
 from rafka.core.records import RecordInput, decode_batches, encode_batch
 from rafka.core.replica import ACKS_ALL, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.protocol import fetching, producing
+from rafka.protocol.pipelining import admit_next
 
 LOAD_FETCH_MAX_BYTES = 1 << 20
+# A member's commits are batched into one append only as far as they are started
+# together: 16 per connection (a node's default is 5) lets a consumer's
+# ASYNC_COMMITS_UNANSWERED_MAX (16) commits all be queued, so an append carries up
+# to 16 of them, not 2 or 3 (group_bench: 1,100 -> 1,420 commits/s). Each parked
+# commit holds only its answer's state; the write queue bounds what all hold.
+PIPELINED_REQUESTS_PER_CONNECTION = 16
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +96,8 @@ class GroupCoordinatorActor:
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
-                                   list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller)
+                                   list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller,
+                                   max_pipelined_requests=PIPELINED_REQUESTS_PER_CONNECTION)
         # Loading starts from a call to ourselves (an actor cannot start tasks in
         # __init__), retried: a restarting actor's call to itself from __init__ can fail
         # with ACTOR_UNAVAILABLE ("the actor is restarting"; seen with Ray 2.60, the
@@ -234,7 +243,7 @@ class GroupCoordinatorActor:
         """offsets: {(topic, partition): (offset, leader_epoch, metadata)}. Returns
         {(topic, partition): None or the partition's error}."""
         self._require_loaded(group)
-        return await self.shard.commit_offsets(group, offsets, member_id, generation)
+        return await self.shard.commit_offsets(group, offsets, member_id, generation, on_queued=admit_next)
 
     async def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
         """{(topic, partition): (offset, leader_epoch, metadata) or None}."""

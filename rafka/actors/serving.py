@@ -25,7 +25,7 @@ from rafka.core.actor_names import CONTROLLER_NAME
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.node_table import node_table
-from rafka.protocol.server import ProtocolServer
+from rafka.protocol.server import MAX_PIPELINED_REQUESTS_DEFAULT, ProtocolServer
 
 NAMESPACE = "rafka"
 logger = logging.getLogger(__name__)
@@ -40,16 +40,19 @@ async def allocate_producer_id_from_controller() -> int:
 class NodeServing:
     def __init__(self, name: str, *, allocate_producer_id: Callable[[], Awaitable[int]], partitions=None,
                  groups=None, topic_admin_host=None, list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
-                 listener_port: int = 0, image_source: Callable[[], ClusterImage] | None = None) -> None:
+                 listener_port: int = 0, image_source: Callable[[], ClusterImage] | None = None,
+                 max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT) -> None:
         """The hosts are what this actor answers for (protocol.node_table): its
         partition, its groups, topic administration; `image_source`: where
         Metadata answers come from, by default the newest image offered (the
-        controller passes its own, always current)."""
+        controller passes its own, always current); `max_pipelined_requests`: the
+        server's bound on a connection's started, unanswered requests."""
         self.name = name
         self._table_options = dict(allocate_producer_id=allocate_producer_id, partitions=partitions, groups=groups,
                                    topic_admin_host=topic_admin_host, list_groups=list_groups)
         self._image_source = image_source
         self.listener_port = listener_port
+        self.max_pipelined_requests = max_pipelined_requests
         self.image: ClusterImage = EMPTY_IMAGE
         self.server: ProtocolServer | None = None
         self.host: str | None = None
@@ -78,7 +81,8 @@ class NodeServing:
     async def _start(self) -> tuple[str, int]:
         if self.server is None:
             table = node_table(image=self.current_image, **self._table_options)
-            server = ProtocolServer(Dispatcher(table), host="0.0.0.0", port=self.listener_port)
+            server = ProtocolServer(Dispatcher(table), host="0.0.0.0", port=self.listener_port,
+                                    max_pipelined_requests=self.max_pipelined_requests)
             await server.start()
             self.host = ray.util.get_node_ip_address()
             self.server = server

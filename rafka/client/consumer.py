@@ -27,7 +27,12 @@ Committed offsets: with a `group_id`, a partition without a position starts at
 the group's committed offset (else `auto_offset_reset`: earliest, latest, none,
 or KIP-1106's by_duration:<ISO-8601>); commit_sync retries retriable errors until
 its timeout; commit_async tries once and reports to its callback from the
-consumer's own thread (in the next poll, commit or close), as Kafka's does;
+consumer's own thread (in the next poll, commit or close), as Kafka's does.
+Async commits are sent at once, in call order, several in flight together on
+the one connection to the coordinator (which applies a connection's commits in
+the order sent, so an older one never lands after a newer one); at most
+`ASYNC_COMMITS_UNANSWERED_MAX` are unanswered, a further commit_async waits for
+the oldest. commit_sync first waits for every async commit to be answered;
 auto-commit commits the positions every `auto_commit_interval_ms` from poll and
 once more on close. Commits from assign mode carry no member id and generation
 -1 (Kafka's "simple" commits).
@@ -71,6 +76,11 @@ from rafka.protocol import fetching
 
 logger = logging.getLogger(__name__)
 _MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId)
+# commit_async's bound: as many as the coordinator starts together on one
+# connection (actors.coordinator.PIPELINED_REQUESTS_PER_CONNECTION), all of which
+# its next append carries.
+ASYNC_COMMITS_UNANSWERED_MAX = 16
+CONSUMER_IN_FLIGHT_REQUESTS_PER_CONNECTION = 100
 # Checked at construction (InvalidConfig), not at the first fetch: a leader
 # refuses a fetch of 0 bytes (Kafka's allows it), so no poll would return a record.
 MAX_POLL_RECORDS = ConfigDef("max.poll.records", int, 500, at_least(1), ">= 1")
@@ -172,7 +182,13 @@ class Consumer:
         self.client_id = client_id
         self._controller = controller
         self._metadata = MetadataCache(controller)
-        self._network = ClientNetwork(client_id=client_id, request_timeout_ms=request_timeout_ms)
+        # Kafka's KafkaConsumer gives its NetworkClient 100 requests in flight per
+        # connection ("a fixed large enough value"): the consumer bounds what it sends
+        # itself (one fetch per partition, ASYNC_COMMITS_UNANSWERED_MAX commits), and
+        # the node admits 5 of a connection's requests at a time, the rest waiting in
+        # its socket, so a pipelined commit starts the moment one is answered.
+        self._network = ClientNetwork(client_id=client_id, request_timeout_ms=request_timeout_ms,
+                                      max_in_flight_requests=CONSUMER_IN_FLIGHT_REQUESTS_PER_CONNECTION)
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         # Fetch answer future -> (TopicPartition, the _PartitionState it was sent for,
         # its fetch generation then, fetch offset); at most one per partition
@@ -185,8 +201,7 @@ class Consumer:
         self._next_auto_commit_s = time.monotonic() + self.auto_commit_interval_s
         self._commit_completions: list = []   # (callback, offsets, exception) from the network thread
         self._completion_lock = threading.Condition()
-        self._async_commits: collections.deque = collections.deque()  # (request, callback) not yet sent
-        self._async_commit_in_flight = False
+        self._async_commits_unanswered = 0
         self._coordinator = (CoordinatorClient(self._metadata, self._network, group_id,
                                                retry_backoff_s=self.retry_backoff_s,
                                                default_timeout_s=self.default_api_timeout_s)
@@ -386,7 +401,6 @@ class Consumer:
             self._ensure_membership()
         elif not self._partitions:
             raise IllegalStateError("Consumer is not subscribed to any topics or assigned any partitions")
-        self._pump_async_commits()
         self._run_commit_callbacks()
         if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit_s:
             self._next_auto_commit_s = time.monotonic() + self.auto_commit_interval_s
@@ -588,31 +602,23 @@ class Consumer:
 
     def commit_async(self, offsets: dict | None = None, callback=None) -> None:
         """One attempt, never retried; `callback(offsets, exception)` runs in a later
-        poll / commit / close. Async commits go out one at a time, in call order: Ray
-        does not order an async actor's tasks, and an older commit landing after a
-        newer one would move the committed offset back (the seed's regression)."""
+        poll / commit / close. Sent at once, in call order, on the connection to the
+        coordinator (whose commits take effect in the order sent); waits only while
+        `ASYNC_COMMITS_UNANSWERED_MAX` earlier ones are unanswered."""
         request = self._commit_request(offsets)
-        if request:
-            with self._completion_lock:
-                self._async_commits.append((request, callback))
-            self._pump_async_commits()
-
-    def _pump_async_commits(self) -> None:
-        """Consumer thread only: send the next queued async commit once the one
-        before it completed. (Not from the completion callback: that runs on the
-        network's loop thread, which must never wait on itself.)"""
+        if not request:
+            return
         with self._completion_lock:
-            if self._async_commit_in_flight or not self._async_commits:
-                return
-            request, callback = self._async_commits.popleft()
-            self._async_commit_in_flight = True
+            while self._async_commits_unanswered >= ASYNC_COMMITS_UNANSWERED_MAX:
+                self._completion_lock.wait()
+            self._async_commits_unanswered += 1
         try:
             answer = self._group().submit("commit_offsets", request, *self._identity())
         except Exception as error:
             self._async_commit_done(callback, request, error)
             return
 
-        def done(future) -> None:
+        def done(future) -> None:   # on the network's thread
             try:
                 self._raise_partition_error(future.result())
                 error = None
@@ -624,16 +630,13 @@ class Consumer:
     def _async_commit_done(self, callback, request: dict, error) -> None:
         self._complete_commit(callback, request, error)
         with self._completion_lock:
-            self._async_commit_in_flight = False
+            self._async_commits_unanswered -= 1
             self._completion_lock.notify_all()
 
     def _wait_for_async_commits(self, timeout: float | None) -> None:
         deadline = time.monotonic() + (self.default_api_timeout_s if timeout is None else timeout)
-        while True:
-            self._pump_async_commits()
-            with self._completion_lock:
-                if not self._async_commit_in_flight and not self._async_commits:
-                    return
+        with self._completion_lock:
+            while self._async_commits_unanswered:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise RequestTimedOut("async commits still in flight at the commit_sync timeout")

@@ -3,11 +3,13 @@
 expiry and offsets retention, over an injected acks=all append. No Ray.
 
 Ordering, the design: one asyncio lock per group, held by a request from its
-validation through the append of its records and their replay. Every request of a
-group takes it (commit, join, sync, heartbeat, leave, delete, and the ticker's
-member expiry and retention), so each one sees the state the one before it left,
-and a record is replayed over exactly the state it was decided on. Without it, a
-join admitted while a group record was being written was wiped out when that
+validation until its records are queued (commits) or written and replayed
+(everything else). Every request of a group takes it (commit, join, sync,
+heartbeat, leave, delete, and the ticker's member expiry and retention), and the
+writes go out in the order they were queued (core.write_queue: one append in
+flight, batched), so each request is decided on the state the ones before it
+left, and a record is replayed over exactly the state it was decided on. Without
+it, a join admitted while a group record was being written was wiped out when that
 record replayed over the group, and a retention decision taken while a commit was
 in flight wrote a tombstone that deleted the commit once acked (and again at every
 reload, the tombstone following it in the log). A JoinGroup holds the lock only to
@@ -15,25 +17,34 @@ register and to try to complete its generation, never while it is parked.
 Reads (fetch offsets, describe, list) take no lock: the cache changes only by
 replaying acked records, so they never see an unacked commit.
 
+Commits release the lock once queued: a commit decides nothing any later request
+of the group depends on but the offsets themselves, and the decisions that read
+offsets (delete, delete offsets, retention) first wait for every queued write to
+be answered (`WriteQueue.settled`). So a group's commits, like Kafka's, are in
+flight together (the next one from a member's connection starts as soon as this
+one is queued: `on_queued`), and go out batched behind the append in flight.
+
 Why a lock, not Kafka's CoordinatorRuntime (apply records at once to timeline data
 structures, answer once committed, revert to a snapshot when a write fails): that
 needs every structure here to be snapshotable and every read to be made at the
 committed offset; the lock needs neither, and keeps "the cache is what replaying
 the log gives" (loading is the same replay). The cost, as with the group lock that
-Kafka's classic coordinator holds around its appends: a group's requests wait
-behind its write in flight (each at most offsets.commit.timeout.ms). Other groups
-never wait for this lock.
+Kafka's classic coordinator holds around its appends: a group's membership
+requests wait behind its membership write in flight (each at most
+offsets.commit.timeout.ms). Other groups never wait for this lock.
 
 Invariants:
   the records of one group are appended and replayed in one order, each decided on
-  the state every earlier one left; a failed append replays nothing
+  the state every earlier one left (a decision that reads offsets: on the state
+  every earlier write left once answered); a failed append replays nothing
   the cache is what replaying the partition's acked records gives, plus the
   transient membership of rebalances in progress (core.group_manager)
-  a retention tombstone is decided and written under its group's lock, so it never
-  deletes a commit acked after its decision (KIP-211 expiry)
-  a group's lock is held only in validation, append and replay, never by a parked
-  join; at most `max_queued_requests_per_group` requests wait for it, more are
-  refused COORDINATOR_NOT_AVAILABLE (retriable)
+  a retention tombstone is decided and written under its group's lock, after every
+  earlier write was answered, so it never deletes a commit acked after its
+  decision (KIP-211 expiry)
+  a group's lock is held only in validation, queueing, append and replay, never
+  by a parked join; at most `max_queued_requests_per_group` requests wait for it,
+  more are refused COORDINATOR_NOT_AVAILABLE (retriable)
 Pure logic over asyncio; the clock, the append and the topic metadata are passed
 in. Caller: the group coordinator actor (rafka/actors/coordinator.py), which loads
 its partition through `replay` before it serves a request.
@@ -52,6 +63,7 @@ from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore, Record
 from rafka.core.offsets_schema import GroupKey, OffsetKey
+from rafka.core.write_queue import WriteQueue
 
 # acks=all append of records to the partition; returns once they are below the HW,
 # raises (a KafkaError) if they could not be written
@@ -105,12 +117,12 @@ class CoordinatorShard:
         self.offsets = offsets
         self.groups = groups
         self.clock = clock
-        self._append = append
         self._partitions_per_topic = partitions_per_topic
         self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
         self._next_retention_check_ms = 0
         self.join_poll_interval_ms = join_poll_interval_ms
         self.locks = GroupLocks(max_queued_requests_per_group=max_queued_requests_per_group)
+        self._writes = WriteQueue(append, self.replay)
         self._changed = asyncio.Event()
 
     # --- the one way the cache changes ----------------------------------------------
@@ -121,13 +133,11 @@ class CoordinatorShard:
         self.groups.replay(key, value, self.clock.now_ms())
 
     async def _write(self, records: list[Record]) -> None:
-        """Append, then replay. The caller holds the lock of every group the records
-        name, so nothing of theirs changes between the decision and the replay."""
-        if not records:
-            return
-        await self._append(records)
-        for key, value in records:
-            self.replay(key, value)
+        """Append, then replay (in the write queue's order). The caller holds the lock
+        of every group the records name, so nothing of theirs changes between the
+        decision and the replay."""
+        if records:
+            await self._writes.submit(records)
 
     def _notify(self) -> None:
         """Wakes parked joins: a group they wait on may have moved."""
@@ -136,9 +146,12 @@ class CoordinatorShard:
 
     # --- offsets ----------------------------------------------------------------------
 
-    async def commit_offsets(self, group: str, offsets: dict, member_id: str = "", generation: int = -1) -> dict:
+    async def commit_offsets(self, group: str, offsets: dict, member_id: str = "", generation: int = -1, *,
+                             on_queued: Callable[[], None] | None = None) -> dict:
         """offsets: {(topic, partition): (offset, leader_epoch, metadata)}. Returns
-        {(topic, partition): None or the partition's error}, once written."""
+        {(topic, partition): None or the partition's error}, once written.
+        `on_queued()` runs once the commit is decided and its records queued in log
+        order (the server then starts the connection's next request)."""
         async with self.locks.hold(group):
             known = self.groups.groups.get(group)
             validate_offset_commit(state=known.state if known else GroupState.EMPTY,
@@ -147,7 +160,11 @@ class CoordinatorShard:
                                    member_id=member_id, commit_generation=generation)
             commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
             result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
-            await self._write(result.records)
+            written = self._writes.submit(result.records) if result.records else None
+        if on_queued is not None:
+            on_queued()
+        if written is not None:
+            await written
         return result.response
 
     def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
@@ -240,6 +257,7 @@ class CoordinatorShard:
         only a known one (GROUP_ID_NOT_FOUND); tombstones for its offsets and for
         the group, acknowledged once replicated."""
         async with self.locks.hold(group):
+            await self._writes.settled()   # offsets of commits still in flight
             state = self.groups.groups.get(group)
             offsets = self.offsets.fetch(group)
             if state is None and not offsets:
@@ -258,6 +276,7 @@ class CoordinatorShard:
         partition); GROUP_ID_NOT_FOUND for an unknown group. {(topic, partition):
         None or its error}, once the tombstones are replicated."""
         async with self.locks.hold(group):
+            await self._writes.settled()   # offsets of commits still in flight
             state = self.groups.groups.get(group)
             offsets = self.offsets.fetch(group)
             if state is None and not offsets:
@@ -292,6 +311,8 @@ class CoordinatorShard:
         try:
             for group in sorted(candidates):
                 async with self.locks.hold(group):
+                    if retention_due:
+                        await self._writes.settled()   # offsets of commits still in flight
                     now_ms = self.clock.now_ms()
                     records = self.groups.expire_group_members(group, now_ms)
                     if retention_due:

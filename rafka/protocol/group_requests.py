@@ -41,7 +41,7 @@ from kio.schema.offset_commit.v8 import request as offset_commit_v8
 from kio.schema.offset_delete.v0 import request as offset_delete_v0
 from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.sync_group.v5 import request as sync_group_v5
-from kio.static.primitive import i32, i32Timedelta, i64
+from kio.static.primitive import i32, i32Timedelta
 
 from rafka.core.errors import KafkaError, UnknownServerError, error_for_code
 from rafka.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
@@ -144,13 +144,16 @@ def commit_request(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, i
                    member_id: str = "", generation: int = NO_GENERATION) -> offset_commit_v8.OffsetCommitRequest:
     """OffsetCommit v8. offsets: {(topic, partition): (offset, leader_epoch, metadata)};
     no member id and generation -1: a commit from outside the group protocol."""
+    # plain ints where kio says i32/i64 (the same ints at runtime; its checked
+    # constructors were most of a commit's cost in its member)
     by_topic: dict[str, list] = {}
+    partition_type = offset_commit_v8.OffsetCommitRequestPartition
     for (topic, partition), (offset, leader_epoch, metadata) in sorted(offsets.items()):
-        by_topic.setdefault(topic, []).append(offset_commit_v8.OffsetCommitRequestPartition(
-            partition_index=i32(partition), committed_offset=i64(offset), committed_leader_epoch=i32(leader_epoch),
+        by_topic.setdefault(topic, []).append(partition_type(
+            partition_index=partition, committed_offset=offset, committed_leader_epoch=leader_epoch,
             committed_metadata=metadata))
     return offset_commit_v8.OffsetCommitRequest(
-        group_id=group_id, generation_id_or_member_epoch=i32(generation), member_id=member_id,
+        group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id,
         group_instance_id=None, topics=tuple(offset_commit_v8.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
                                              for t, ps in by_topic.items()))
 

@@ -28,6 +28,7 @@ from rafka.core.replica import PartitionReplica
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.hosted_partition import HostedPartition
 from rafka.protocol.node_table import node_table
+from rafka.protocol.pipelining import admit_next
 from rafka.protocol.server import ProtocolServer
 
 
@@ -60,6 +61,9 @@ class LocalCoordinator:
 
     async def fetch_offsets(self, group, partitions=None):
         return self.shard.fetch_offsets(group, partitions)
+
+    async def commit_offsets(self, group, offsets, member_id="", generation=-1):   # as the actor's
+        return await self.shard.commit_offsets(group, offsets, member_id, generation, on_queued=admit_next)
 
     def __getattr__(self, name):   # join_group, sync_group, heartbeat, commit_offsets, ...
         return getattr(self.shard, name)

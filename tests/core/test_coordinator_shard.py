@@ -33,13 +33,14 @@ class Hold:
 
 
 class FakeOffsetsPartition:
-    """The shard's acks=all append: one append in flight at a time (as the actor's
-    write lock), its records kept encoded as the replicas would hold them. A test
+    """The shard's acks=all append, its records kept encoded as the replicas would
+    hold them; it checks that the shard has one append in flight at a time. A test
     holds the next append (`hold_next`) or fails it (`fail_next`)."""
 
     def __init__(self) -> None:
         self.records: list[tuple[bytes, bytes | None]] = []
         self.fail_next = 0
+        self.appends = 0
         self._holds: list[Hold] = []
         self._one_in_flight = asyncio.Lock()
 
@@ -49,13 +50,15 @@ class FakeOffsetsPartition:
         return hold
 
     async def append(self, records) -> None:
+        assert not self._one_in_flight.locked(), "the shard had two appends in flight"
+        self.appends += 1
+        failing, self.fail_next = self.fail_next > 0, max(0, self.fail_next - 1)
         async with self._one_in_flight:
             if self._holds:
                 hold = self._holds.pop(0)
                 hold.started.set()
                 await hold.released.wait()
-            if self.fail_next:
-                self.fail_next -= 1
+            if failing:
                 raise RequestTimedOut("__consumer_offsets-0: the write was not replicated (fake)")
             self.records += [(encode_key(key), encode_value(value)) for key, value in records]
 
@@ -272,20 +275,120 @@ def test_parked_joins__hold_no_lock__the_group_serves_others_while_they_wait():
     asyncio.run(scenario())
 
 
-def test_requests_queued_behind_a_write__bounded__the_next_one_refused_retriable():
+def test_requests_queued_behind_a_membership_write__bounded__the_next_one_refused_retriable():
+    """a's sync record is being written (a membership write holds the group's lock
+    until replayed); a commit and a heartbeat queue for the lock; the next request
+    is refused, retriable, and the queued ones complete once the write does."""
     async def scenario():
         clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock, max_queued=2)
+        shard = shard_on(partition, clock, max_queued=3)
+        a = await join(shard, "a")
         hold = partition.hold_next()
-        writing = asyncio.create_task(shard.commit_offsets(G, {("orders", 0): (1, -1, "")}))
+        syncing = asyncio.create_task(shard.sync_group(G, a["member_id"], 1))
         await hold.started.wait()
-        waiting = asyncio.create_task(shard.commit_offsets(G, {("orders", 0): (2, -1, "")}))
+        waiting = [asyncio.create_task(shard.commit_offsets(G, {("orders", 0): (2, -1, "")}, a["member_id"], 1)),
+                   asyncio.create_task(shard.heartbeat(G, a["member_id"], 1))]
         await settle()
         with pytest.raises(CoordinatorNotAvailable) as refused:
-            await shard.commit_offsets(G, {("orders", 0): (3, -1, "")})
+            await shard.commit_offsets(G, {("orders", 0): (3, -1, "")}, a["member_id"], 1)
         assert refused.value.retriable
         hold.release()
-        await asyncio.gather(writing, waiting)
+        await asyncio.gather(syncing, *waiting)
         assert shard.fetch_offsets(G) == {("orders", 0): (2, -1, "")}
         assert not shard.locks.held(G)
+    asyncio.run(scenario())
+
+
+def test_commits_during_an_append__queued_without_the_lock__one_append_carries_them_in_order():
+    """While a's first commit is being written, five more commits of the same
+    partition arrive (one member's pipelined commit_async): each is queued at once
+    (its connection may go on: on_queued runs before any ack) and holds no lock, the
+    next append carries all five, and the last one queued is what the cache and a
+    reload hold."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        a = await join(shard, "a")
+        await shard.sync_group(G, a["member_id"], 1)
+        appends_before = partition.appends
+        queued = []
+        hold = partition.hold_next()
+        first = asyncio.create_task(shard.commit_offsets(G, {("orders", 0): (10, -1, "")}, a["member_id"], 1,
+                                                         on_queued=lambda: queued.append(10)))
+        await hold.started.wait()
+        later = [asyncio.create_task(shard.commit_offsets(G, {("orders", 0): (offset, -1, "")}, a["member_id"], 1,
+                                                          on_queued=lambda o=offset: queued.append(o)))
+                 for offset in (11, 12, 13, 14, 15)]
+        await settle()
+        assert queued == [10, 11, 12, 13, 14, 15], "each commit is queued while the first one is in flight"
+        assert not shard.locks.held(G) and not any(task.done() for task in later)
+        assert shard.fetch_offsets(G) == {}, "nothing is visible before it is acked"
+        hold.release()
+        assert await asyncio.gather(first, *later) == [{("orders", 0): None}] * 6
+        assert partition.appends - appends_before == 2, "the five queued commits went out in one append"
+        assert [decode_value(decode_key(k), v).offset for k, v in partition.records[-6:]] == [10, 11, 12, 13, 14, 15]
+        assert shard.fetch_offsets(G) == {("orders", 0): (15, -1, "")}
+        assert reloaded(partition, clock).fetch_offsets(G) == {("orders", 0): (15, -1, "")}
+    asyncio.run(scenario())
+
+
+def test_append_carrying_two_commits_fails__both_fail_nothing_replayed__the_next_write_goes_out():
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        await shard.commit_offsets("audit", {("orders", 0): (1, -1, "")})
+        hold = partition.hold_next()
+        first = asyncio.create_task(shard.commit_offsets("audit", {("orders", 0): (2, -1, "")}))
+        await hold.started.wait()
+        failing = [asyncio.create_task(shard.commit_offsets("audit", {("orders", p): (3, -1, "")})) for p in (0, 1)]
+        await settle()
+        partition.fail_next = 1   # the append after the held one: it carries both
+        hold.release()
+        assert await first == {("orders", 0): None}
+        for task in failing:
+            with pytest.raises(RequestTimedOut):
+                await task
+        assert shard.fetch_offsets("audit") == {("orders", 0): (2, -1, "")}
+        assert await shard.commit_offsets("audit", {("orders", 1): (4, -1, "")}) == {("orders", 1): None}
+        expected = {("orders", 0): (2, -1, ""), ("orders", 1): (4, -1, "")}
+        assert shard.fetch_offsets("audit") == expected == reloaded(partition, clock).fetch_offsets("audit")
+    asyncio.run(scenario())
+
+
+def test_delete_offsets_while_a_commit_is_in_flight__decided_after_it__nothing_left_behind():
+    """An assign-mode group commits orders-1 while OffsetDelete of orders-0 and
+    orders-1 arrives: the delete waits for the commit to be answered, so its
+    tombstones cover the new offset too, in the cache and after a reload."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        await shard.commit_offsets("audit", {("orders", 0): (5, -1, "")})
+        hold = partition.hold_next()
+        commit = asyncio.create_task(shard.commit_offsets("audit", {("orders", 1): (6, -1, "")}))
+        await hold.started.wait()
+        deleting = asyncio.create_task(shard.delete_offsets("audit", [("orders", 0), ("orders", 1)]))
+        await settle()
+        assert not deleting.done()
+        hold.release()
+        assert await commit == {("orders", 1): None}
+        assert await deleting == {("orders", 0): None, ("orders", 1): None}
+        assert shard.fetch_offsets("audit") == {} == reloaded(partition, clock).fetch_offsets("audit")
+    asyncio.run(scenario())
+
+
+def test_write_queue_full__the_next_commit_refused_retriable__the_queued_ones_complete():
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        shard._writes.max_queued_writes = 3
+        hold = partition.hold_next()
+        queued = [asyncio.create_task(shard.commit_offsets(f"g{i}", {("orders", 0): (i, -1, "")})) for i in range(3)]
+        await hold.started.wait()
+        with pytest.raises(CoordinatorNotAvailable) as refused:
+            await shard.commit_offsets("g3", {("orders", 0): (3, -1, "")})
+        assert refused.value.retriable
+        hold.release()
+        await asyncio.gather(*queued)
+        assert [shard.fetch_offsets(f"g{i}") for i in range(4)] == [
+            {("orders", 0): (0, -1, "")}, {("orders", 0): (1, -1, "")}, {("orders", 0): (2, -1, "")}, {}]
     asyncio.run(scenario())

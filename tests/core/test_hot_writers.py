@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_request
 from kio.schema.fetch.v12 import response as fetch_response
+from kio.schema.offset_commit.v8 import request as commit_request
+from kio.schema.offset_commit.v8 import response as commit_response
 from kio.schema.produce.v9 import request as produce_request
 from kio.schema.produce.v9 import response as produce_response
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -87,13 +89,28 @@ fetch_responses = st.builds(
         preferred_read_replica=int32s, records=records)))))
 
 
+commit_requests = st.builds(
+    commit_request.OffsetCommitRequest, group_id=names, generation_id_or_member_epoch=int32s, member_id=names,
+    group_instance_id=st.none() | names, topics=tuples(st.builds(
+        commit_request.OffsetCommitRequestTopic, name=names, partitions=tuples(st.builds(
+            commit_request.OffsetCommitRequestPartition, partition_index=int32s, committed_offset=int64s,
+            committed_leader_epoch=int32s, committed_metadata=st.none() | names)))))
+
+commit_responses = st.builds(
+    commit_response.OffsetCommitResponse, throttle_time=millis, topics=tuples(st.builds(
+        commit_response.OffsetCommitResponseTopic, name=names, partitions=tuples(st.builds(
+            commit_response.OffsetCommitResponsePartition, partition_index=int32s, error_code=errors)))))
+
+
 def test_every_hand_written_writer_is_tested_here():
     assert set(WRITERS) == {produce_request.ProduceRequest, produce_response.ProduceResponse,
-                            fetch_request.FetchRequest, fetch_response.FetchResponse}
+                            fetch_request.FetchRequest, fetch_response.FetchResponse,
+                            commit_request.OffsetCommitRequest, commit_response.OffsetCommitResponse}
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.one_of(produce_requests, produce_responses, fetch_requests, fetch_responses))
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(produce_requests, produce_responses, fetch_requests, fetch_responses, commit_requests,
+                 commit_responses))
 def test_hot_writer__the_bytes_kio_writes(entity):
     assert write_body(entity) == kio_bytes(entity)
 

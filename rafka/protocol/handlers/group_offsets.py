@@ -85,15 +85,17 @@ async def commit(host: GroupHost, request, version: int):
                for t in request.topics for p in t.partitions}
     code, per_partition = await _call(host, request.group_id, "commit_offsets", offsets, request.member_id,
                                       int(request.generation_id_or_member_epoch))
+    # Every version's partition answer is (partition_index, error_code): built
+    # directly, with plain ints (kio's checked ones cost more than the rest).
+    partition_type, topic_type = module.OffsetCommitResponsePartition, module.OffsetCommitResponseTopic
     topics = []
     for t in request.topics:
         partitions = []
         for p in t.partitions:
-            error = per_partition.get((t.name, int(p.partition_index))) if per_partition else None
-            partitions.append(make(module.OffsetCommitResponsePartition, partition_index=i32(p.partition_index),
-                                   error_code=code if code != ErrorCode.none else
-                                   (error_code_of(error) if error is not None else ErrorCode.none)))
-        topics.append(make(module.OffsetCommitResponseTopic, name=t.name, partitions=tuple(partitions)))
+            error = per_partition.get((t.name, p.partition_index)) if per_partition else None
+            partitions.append(partition_type(partition_index=p.partition_index, error_code=(
+                code if code != ErrorCode.none else error_code_of(error) if error is not None else ErrorCode.none)))
+        topics.append(topic_type(name=t.name, partitions=tuple(partitions)))
     return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(topics))
 
 

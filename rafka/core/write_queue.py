@@ -1,0 +1,98 @@
+"""The writes of one `__consumer_offsets` partition's coordinator, in the order
+they were decided: one append in flight at a time, carrying every write queued
+while the one before it was in flight.
+
+Why one append at a time, batched (Kafka's CoordinatorRuntime accumulates a
+shard's records the same way): the log order is then the order writes were
+queued, and an append that failed can be retried (nothing was sent after it)
+without ever landing behind a later write of the same offsets. A commit's caller
+therefore only has to queue its records in order; it does not hold its group's
+lock while they replicate, and the commits of one member that arrive while an
+append is in flight go out together in the next. Pipelined appends would need a
+rule for each failure (fail every later write, or reorder the log); this needs
+none, and costs at most one round trip of queueing.
+
+Invariants:
+  writes are appended, and their records replayed, in the order `submit` was
+  called; a write is replayed exactly when its append was acknowledged, and a
+  failed append replays nothing and fails every write it carried
+  at most `max_queued_writes` writes are queued or in flight (more are refused
+  COORDINATOR_NOT_AVAILABLE, retriable); an append carries at most
+  `max_batch_records` records, unless one write alone has more (a write is never
+  split: its records are acked together)
+  `settled()` returns once every write queued before it was answered
+
+Pure asyncio over an injected append (the actor's acks=all Produce, with its own
+retries until offsets.commit.timeout.ms). Caller: core.coordinator_shard only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable
+
+from rafka.core.errors import CoordinatorNotAvailable
+
+Record = tuple[object, object]   # (key, value or None for a tombstone), as core.offset_store
+Append = Callable[[list[Record]], Awaitable[None]]
+
+
+class WriteQueue:
+    def __init__(self, append: Append, replay: Callable[[object, object], None], *,
+                 max_queued_writes: int = 10_000, max_batch_records: int = 128) -> None:
+        self._append = append
+        self._replay = replay
+        self.max_queued_writes = max_queued_writes
+        self.max_batch_records = max_batch_records
+        self._queued: collections.deque[tuple[list[Record], asyncio.Future]] = collections.deque()
+        self._in_flight = 0          # writes carried by the append in flight
+        self._last: asyncio.Future | None = None
+        self._appender: asyncio.Task | None = None
+
+    def submit(self, records: list[Record]) -> asyncio.Future:
+        """Queues `records` behind every write submitted before; the future is done
+        once they are acknowledged and replayed (or failed, with the append's
+        error). Synchronous, so callers decide and queue under one lock."""
+        loop = asyncio.get_running_loop()
+        if len(self._queued) + self._in_flight >= self.max_queued_writes:
+            raise CoordinatorNotAvailable(f"{len(self._queued) + self._in_flight} writes are queued for "
+                                          f"__consumer_offsets, the most the coordinator keeps: retry")
+        written = self._last = loop.create_future()
+        self._queued.append((records, written))
+        if self._appender is None:
+            self._appender = loop.create_task(self._append_queued())
+        return written
+
+    async def settled(self) -> None:
+        """Returns once every write submitted so far was answered (acked or failed)."""
+        last = self._last
+        if last is not None and not last.done():
+            await asyncio.wait([last])
+
+    async def _append_queued(self) -> None:
+        try:
+            while self._queued:
+                batch = [self._queued.popleft()]
+                records = list(batch[0][0])
+                while self._queued and len(records) + len(self._queued[0][0]) <= self.max_batch_records:
+                    write = self._queued.popleft()
+                    batch.append(write)
+                    records += write[0]
+                self._in_flight = len(batch)
+                try:
+                    await self._append(records)
+                except Exception as error:   # every write it carried fails; nothing replays
+                    for _, written in batch:
+                        if not written.done():
+                            written.set_exception(error)
+                    continue
+                finally:
+                    self._in_flight = 0
+                for write_records, written in batch:
+                    for key, value in write_records:
+                        self._replay(key, value)
+                    if not written.done():
+                        written.set_result(None)
+        finally:
+            self._appender = None
