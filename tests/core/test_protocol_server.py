@@ -250,3 +250,86 @@ def test_throttle_time_is_zero():   # rafka has no quotas: every answer says so
         await server.stop()
         return response
     assert run(scenario()).throttle_time == i32Timedelta.parse(datetime.timedelta(0))
+
+
+async def rechunking_proxy(server_port: int, chunk_bytes: int):
+    """A loopback proxy that passes the client's bytes on as they come and hands the
+    server's answers back only once it has all of them, in `chunk_bytes` pieces:
+    answers split across many reads, and several answers in one read."""
+    async def handle(client_reader, client_writer):
+        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", server_port)
+
+        async def upstream():
+            while data := await client_reader.read(65536):
+                server_writer.write(data)
+        pumping = asyncio.create_task(upstream())
+        answers = b""
+        while len(answers) < handle.expected_bytes:
+            answers += await server_reader.read(65536)
+        for start in range(0, len(answers), chunk_bytes):
+            client_writer.write(answers[start:start + chunk_bytes])
+            await client_writer.drain()
+        await client_reader.read()   # until the client closes
+        pumping.cancel()
+        server_writer.close()
+        client_writer.close()
+    proxy = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return proxy, handle
+
+
+def test_connection__answers_split_over_reads_and_joined_in_one__each_request_gets_its_own():
+    async def scenario():
+        server = await serving(routes=[Route(METADATA_KEY, 10, 12, metadata_stub)])
+        alone = await Connection.open("127.0.0.1", server.port)
+        expected = await alone.request(API_VERSIONS)
+        await alone.close()
+        answers = []
+        for chunk_bytes in (1, 7, 1 << 16):
+            proxy, handle = await rechunking_proxy(server.port, chunk_bytes)
+            handle.expected_bytes = 3 * (4 + 4 + len(b"".join(_kio_bytes(expected))))   # size, header, body
+            connection = await Connection.open("127.0.0.1", proxy.sockets[0].getsockname()[1])
+            answers.append(await asyncio.gather(*(connection.request(API_VERSIONS) for _ in range(3))))
+            await connection.close()
+            proxy.close()
+        await server.stop()
+        return expected, answers
+    expected, answers = run(scenario())
+    assert answers == [[expected] * 3] * 3
+
+
+def _kio_bytes(entity) -> list:
+    from rafka.protocol.hot_writers import body_pieces
+    return body_pieces(entity)
+
+
+def test_connection__the_server_closes__every_pending_request_fails_retriable_and_no_more_go_out():
+    async def scenario():
+        async def hang_up(reader, writer):
+            await reader.readexactly(4)
+            writer.close()
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        connection = await Connection.open("127.0.0.1", server.sockets[0].getsockname()[1])
+        results = await asyncio.gather(connection.request(API_VERSIONS), connection.request(API_VERSIONS),
+                                       return_exceptions=True)
+        with pytest.raises(NetworkException):
+            await connection.request(API_VERSIONS)
+        server.close()
+        return results, connection.closed
+    results, closed = run(scenario())
+    assert closed and all(isinstance(r, NetworkException) and r.retriable for r in results)
+
+
+def test_connection__an_answer_with_the_wrong_correlation_id__fails_the_connection():
+    async def scenario():
+        async def confused(reader, writer):
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            await reader.readexactly(size)
+            writer.write(struct.pack(">ii", 4, 12345))   # an answer of correlation id 12345 (expected 0)
+            await reader.read()
+        server = await asyncio.start_server(confused, "127.0.0.1", 0)
+        connection = await Connection.open("127.0.0.1", server.sockets[0].getsockname()[1])
+        with pytest.raises(NetworkException, match="correlation id 12345"):
+            await connection.request(API_VERSIONS)
+        server.close()
+        return connection.closed
+    assert run(scenario())
