@@ -174,3 +174,17 @@ def test_dispatch_table__two_routes_for_one_key__refused():
 def test_route__version_kio_does_not_know__refused_at_construction():
     with pytest.raises(Exception, match="Failed mapping"):
         Route(18, 0, 99, api_versions.handle_api_versions)
+
+
+def test_bounds__records_walked_by_length__whole_request_ends_where_kio_ends_and_an_overlong_length_is_refused():
+    from rafka.protocol import producing
+    from rafka.protocol.bounds import DeclaredSizeTooLarge, check_entity
+    from rafka.protocol.hot_writers import write_body
+    for records in (b"r" * 5000, b"", None):
+        request = producing.produce_request(topic="t", partition=0, records=records, acks=-1, timeout_ms=1)
+        body = write_body(request)
+        assert check_entity(type(request), body, 0, len(body)) == len(body)
+        assert entity_reader(type(request))(body, 0)[0].topic_data[0].partition_data[0].records == records
+    body = write_body(producing.produce_request(topic="t", partition=0, records=b"r" * 5000, acks=-1, timeout_ms=1))
+    with pytest.raises(DeclaredSizeTooLarge, match="the bytes of records of size 5000"):
+        check_entity(type(request), body[:-100], 0, len(body) - 100)
