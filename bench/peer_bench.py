@@ -7,7 +7,10 @@ loopback, ../shared/peers/nats_jetstream_bench.py measures JetStream R3 (acked
 publish, sync publish latency) with nats-py, and the servers are stopped. Then
 rafka on a 3-node local cluster, one partition R3 with min ISR 2, acks=all,
 each client with its default settings: rafka's own Producer (batch 16 KiB,
-linger 5 ms) and librdkafka (confluent-kafka). Nothing of the two runs at once.
+linger 5 ms) in this driver, and librdkafka (confluent-kafka) in a Python
+process of its own, as its applications run. Nothing of the two runs at once:
+each phase has a topic of its own, created before it and deleted after, on a
+quiesced machine (replication_bench.quiesce).
 
 Prints one table: records/s at 1 KiB and 100 B, the ratio to JetStream at
 1 KiB (target: >= 2x with both clients), and sync publish p50 / p99; then the
@@ -26,8 +29,8 @@ import subprocess
 import sys
 import tempfile
 
-from replication_bench import percentile   # bench/ is the script's directory
-from wire_bench import librdkafka_publish, librdkafka_sync, rafka_publish, rafka_sync
+from replication_bench import percentile, quiesce   # bench/ is the script's directory
+from wire_bench import in_own_process, librdkafka_publish, librdkafka_sync, rafka_publish, rafka_sync
 
 PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "peers")
 PEER_PYTHON = os.environ.get("PEERVENV", "/tmp/peervenv") + "/bin/python"
@@ -63,16 +66,28 @@ def rafka_figures(seconds: float, samples: int) -> dict[str, dict]:
     figures = {}
     with rafka.local_cluster(nodes=3) as cluster:
         admin = cluster.admin()
-        for name in ("own-1k", "own-100", "rdk-1k", "rdk-100", "sync-own", "sync-rdk"):
-            admin.create_topic(f"peer-{name}", partitions=1, replication_factor=3,
-                               config={"min.insync.replicas": "2"})
         bootstrap = cluster.bootstrap_servers
-        own = {"1 KiB": rafka_publish(cluster, "peer-own-1k", 1024, seconds),
-               "100 B": rafka_publish(cluster, "peer-own-100", 100, seconds)}
-        rdk = {"1 KiB": librdkafka_publish(bootstrap, "peer-rdk-1k", 1024, seconds),
-               "100 B": librdkafka_publish(bootstrap, "peer-rdk-100", 100, seconds)}
-        own_sync = rafka_sync(cluster, "peer-sync-own", samples)
-        rdk_sync = librdkafka_sync(bootstrap, "peer-sync-rdk", samples)
+
+        def phase(name: str, measure):
+            """`measure(topic)` on a topic of its own, created before it and deleted
+            after, on a quiesced machine, as separate runs of a tool would be: each
+            replica is a process, and a finished phase's idle replicas (long polls,
+            the controller's pings) would take a share of the two cores."""
+            topic = f"peer-{name}"
+            admin.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+            quiesce()
+            try:
+                return measure(topic)
+            finally:
+                admin.delete_topic(topic)
+        # librdkafka runs in a process of its own, as its applications do
+        own, rdk = {}, {}
+        for label, size in (("1 KiB", 1024), ("100 B", 100)):
+            own[label] = phase(f"own-{size}", lambda topic: rafka_publish(cluster, topic, size, seconds))
+            rdk[label] = phase(f"rdk-{size}", lambda topic: in_own_process(librdkafka_publish, bootstrap, topic,
+                                                                           size, seconds))
+        own_sync = phase("sync-own", lambda topic: rafka_sync(cluster, topic, samples))
+        rdk_sync = phase("sync-rdk", lambda topic: in_own_process(librdkafka_sync, bootstrap, topic, samples))
     for label, publish, sync in (("rafka, its own Producer", own, own_sync),
                                  ("rafka, confluent-kafka (librdkafka)", rdk, rdk_sync)):
         figures[label] = {size: sent / elapsed for size, (sent, elapsed) in publish.items()}

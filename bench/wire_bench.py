@@ -18,11 +18,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import subprocess
+import sys
 import time
 
 from spy import Sampler, actor_pid, report   # bench/ is the script's directory
 from replication_bench import percentile
+
+
+def in_own_process(measure, *args):
+    """`measure(*args)` (a librdkafka measurement of this module) run in a fresh
+    Python process, as a librdkafka application runs: not inside this driver, whose
+    heap (a million freed futures after rafka's own publish) and threads (Ray's,
+    rafka's clients) it would otherwise share. Its result, through JSON."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import wire_bench; "
+            f"print(json.dumps(wire_bench.{measure.__name__}(*json.loads(sys.argv[2]))))")
+    done = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__)), json.dumps(args)],
+                          check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def librdkafka_publish(bootstrap: str, topic: str, size: int, seconds: float) -> tuple[int, float]:
