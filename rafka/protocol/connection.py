@@ -25,49 +25,41 @@ from rafka.protocol.entities import load_response_schema
 from kio.serial import entity_reader
 
 from rafka.core.errors import NetworkException
-from rafka.protocol.errors import InvalidFrameSize
-from rafka.protocol.framing import FrameDecoder, decode_response_header, pack_request_header
+from rafka.protocol.framing import SIZE_PREFIX_BYTES, decode_response_header, pack_request_header
 from rafka.protocol.hot_writers import body_pieces
 
 _SIZE = struct.Struct(">i")
-# A response frame's bound. Kafka's clients set none (librdkafka's
-# receive.message.max.bytes is 100 MB); a frame is only buffered as it arrives,
-# never allocated from its size prefix, so the int32 limit of the prefix serves.
-RESPONSE_MAX_BYTES = 2**31 - 1
+# The StreamReader's buffer limit. At asyncio's default (64 KiB) the reader paused
+# and resumed the socket every 128 KiB of a frame, a dozen times per 1 MB fetch
+# answer: 1.7-1.9 ms for a 1 MB fetch on loopback, 0.9-1.2 ms with this limit (a
+# frame is read whole either way; this only stops the stop-and-go).
+READ_BUFFER_LIMIT_BYTES = 8 << 20
 
 
-class Connection(asyncio.Protocol):
-    """Built on asyncio.Protocol callbacks, as the server's connections are: the
-    response frames are cut by the same FrameDecoder (views of the bytes received,
-    joined once per frame) and decoded in `data_received`. The streams version
-    read through a 64 KiB StreamReader, which paused and resumed the socket a
-    dozen times per 1 MB fetch answer and copied the frame out again: 1.7-1.9 ms
-    for a 1 MB fetch on loopback, against 0.9-1.2 ms here."""
-
-    def __init__(self, *, client_id: str, request_timeout_ms: int, max_in_flight_requests: int) -> None:
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, client_id: str,
+                 request_timeout_ms: int, max_in_flight_requests: int) -> None:
+        self._reader = reader
+        self._writer = writer
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
         self._slots = asyncio.Semaphore(max_in_flight_requests)
         self._correlation_ids = itertools.count()
         # (correlation id, response type, future) in send order
         self._pending: collections.deque = collections.deque()
-        self._decoder = FrameDecoder(socket_request_max_bytes=RESPONSE_MAX_BYTES)
-        self._transport: asyncio.Transport | None = None
-        self._writable: asyncio.Future | None = None   # set while the transport's buffer is full
+        self._receiver = asyncio.get_running_loop().create_task(self._receive())
         self._failure: NetworkException | None = None
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "rafka", request_timeout_ms: int = 30_000,
                    max_in_flight_requests: int = 5) -> Connection:
-        loop = asyncio.get_running_loop()
-        connection = cls(client_id=client_id, request_timeout_ms=request_timeout_ms,
-                         max_in_flight_requests=max_in_flight_requests)
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: connection, host, port),
-                                   request_timeout_ms / 1000)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=READ_BUFFER_LIMIT_BYTES), request_timeout_ms / 1000)
         except (OSError, asyncio.TimeoutError) as error:
             raise NetworkException(f"could not connect to {host}:{port}: {error}") from None
-        return connection
+        return cls(reader, writer, client_id=client_id, request_timeout_ms=request_timeout_ms,
+                   max_in_flight_requests=max_in_flight_requests)
 
     @property
     def closed(self) -> bool:
@@ -89,11 +81,11 @@ class Connection(asyncio.Protocol):
                 future = loop.create_future()
                 response_type = load_response_schema(body.__api_key__, body.__version__)
                 self._pending.append((correlation_id, response_type, future))
-            self._transport.write(frame)
-            if self._writable is not None:   # the server is not reading: wait before sending more
-                await self._writable
-            if self._failure is not None and not expect_response:
-                raise self._failure
+            self._writer.write(frame)
+            try:
+                await self._writer.drain()
+            except ConnectionError as error:
+                self._fail(NetworkException(f"connection lost: {error}"))
             if not expect_response:
                 return None
             # One timer, not wait_for (a task per request, and in Python 3.11 it can
@@ -114,6 +106,8 @@ class Connection(asyncio.Protocol):
 
     async def close(self) -> None:
         self._fail(NetworkException("connection closed"))
+        self._receiver.cancel()
+        await asyncio.gather(self._receiver, return_exceptions=True)
 
     def _frame(self, body: Any, correlation_id: int) -> bytes:
         header = pack_request_header(header_version=body.__header_schema__.__version__, api_key=body.__api_key__,
@@ -122,61 +116,36 @@ class Connection(asyncio.Protocol):
         pieces = body_pieces(body)
         return b"".join((_SIZE.pack(len(header) + sum(map(len, pieces))), header, *pieces))
 
-    # --- asyncio.Protocol -------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        if self._failure is not None:
-            return
+    async def _receive(self) -> None:
         try:
-            for frame in self._decoder.feed(data):
-                self._answer(frame)
+            while True:
+                (size,) = _SIZE.unpack(await self._reader.readexactly(SIZE_PREFIX_BYTES))
+                frame = await self._reader.readexactly(size)
+                if not self._pending:
+                    raise NetworkException("a response with no request pending")
+                correlation_id, response_type, future = self._pending.popleft()
+                try:
+                    header_version = response_type.__header_schema__.__version__
+                    header, offset = decode_response_header(frame, header_version=header_version)
+                    if header.correlation_id != correlation_id:
+                        raise NetworkException(f"correlation id {header.correlation_id} in a response, "
+                                               f"{correlation_id} expected")
+                    body, _ = entity_reader(response_type)(frame, offset)
+                except Exception as error:   # this request's answer is unreadable: it fails with the connection
+                    if not future.done():
+                        future.set_exception(error if isinstance(error, NetworkException) else NetworkException(
+                            f"unreadable response: {type(error).__name__}: {error}"))
+                    raise
+                if not future.done():
+                    future.set_result(body)
+        except asyncio.CancelledError:
+            raise
         except NetworkException as error:
             self._fail(error)
-        except InvalidFrameSize as error:
-            self._fail(NetworkException(f"unreadable response: {error}"))
-
-    def eof_received(self) -> bool:
-        self._fail(NetworkException("connection lost: the server closed it"))
-        return False
-
-    def connection_lost(self, error: Exception | None) -> None:
-        self._fail(NetworkException(f"connection lost: {type(error).__name__ if error else 'closed'}"))
-        self._wake_writers()
-
-    def pause_writing(self) -> None:
-        if self._writable is None:
-            self._writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        self._wake_writers()
-
-    def _wake_writers(self) -> None:
-        writable, self._writable = self._writable, None
-        if writable is not None and not writable.done():
-            writable.set_result(None)
-
-    def _answer(self, frame) -> None:
-        if not self._pending:
-            raise NetworkException("a response with no request pending")
-        correlation_id, response_type, future = self._pending.popleft()
-        try:
-            header_version = response_type.__header_schema__.__version__
-            header, offset = decode_response_header(frame, header_version=header_version)
-            if header.correlation_id != correlation_id:
-                raise NetworkException(f"correlation id {header.correlation_id} in a response, "
-                                       f"{correlation_id} expected")
-            body, _ = entity_reader(response_type)(frame, offset)
-        except Exception as error:   # this request's answer is unreadable: it fails with the connection
-            failure = error if isinstance(error, NetworkException) else NetworkException(
-                f"unreadable response: {type(error).__name__}: {error}")
-            if not future.done():
-                future.set_exception(failure)
-            raise failure from None
-        if not future.done():
-            future.set_result(body)
+        except (ConnectionError, asyncio.IncompleteReadError) as error:
+            self._fail(NetworkException(f"connection lost: {type(error).__name__}"))
+        except Exception as error:   # an unreadable response
+            self._fail(NetworkException(f"unreadable response: {type(error).__name__}: {error}"))
 
     def _fail(self, error: NetworkException) -> None:
         if self._failure is None:
@@ -185,6 +154,4 @@ class Connection(asyncio.Protocol):
             _, _, future = self._pending.popleft()
             if not future.done():
                 future.set_exception(self._failure)
-        self._wake_writers()
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
+        self._writer.close()
