@@ -136,8 +136,15 @@ class CoordinatorShard:
         """Append, then replay (in the write queue's order). The caller holds the lock
         of every group the records name, so nothing of theirs changes between the
         decision and the replay."""
-        if records:
+        if not records:
+            return
+        try:
             await self._writes.submit(records)
+        except asyncio.CancelledError:
+            # The caller went away, the write goes on: the group's lock stays held
+            # until it is answered, so no later request decides before its replay.
+            await self._writes.settled()
+            raise
 
     def _notify(self) -> None:
         """Wakes parked joins: a group they wait on may have moved."""

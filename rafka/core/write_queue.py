@@ -20,7 +20,8 @@ Invariants:
   COORDINATOR_NOT_AVAILABLE, retriable); an append carries at most
   `max_batch_records` records, unless one write alone has more (a write is never
   split: its records are acked together)
-  `settled()` returns once every write queued before it was answered
+  `settled()` returns once every write queued before it was answered, whether or
+  not its caller still waits
 
 Pure asyncio over an injected append (the actor's acks=all Produce, with its own
 retries until offsets.commit.timeout.ms). Caller: core.coordinator_shard only.
@@ -62,7 +63,10 @@ class WriteQueue:
         self._queued.append((records, written))
         if self._appender is None:
             self._appender = loop.create_task(self._append_queued())
-        return written
+        # Shielded: a caller cancelled while waiting (its client went away) must not
+        # cancel the write's own future, which `settled()` waits on until the write
+        # is really answered.
+        return asyncio.shield(written)
 
     async def settled(self) -> None:
         """Returns once every write submitted so far was answered (acked or failed)."""

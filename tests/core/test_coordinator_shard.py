@@ -392,3 +392,48 @@ def test_write_queue_full__the_next_commit_refused_retriable__the_queued_ones_co
         assert [shard.fetch_offsets(f"g{i}") for i in range(4)] == [
             {("orders", 0): (0, -1, "")}, {("orders", 0): (1, -1, "")}, {("orders", 0): (2, -1, "")}, {}]
     asyncio.run(scenario())
+
+
+def test_commit_cancelled_while_in_flight__a_later_delete_still_waits_for_its_write():
+    """The committing client went away (its request task is cancelled) while the
+    commit was being written: OffsetDelete must still decide after that write, so
+    its tombstone covers the offset the write leaves."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        await shard.commit_offsets("audit", {("orders", 0): (5, -1, "")})
+        hold = partition.hold_next()
+        commit = asyncio.create_task(shard.commit_offsets("audit", {("orders", 1): (6, -1, "")}))
+        await hold.started.wait()
+        commit.cancel()
+        await settle()
+        deleting = asyncio.create_task(shard.delete_offsets("audit", [("orders", 0), ("orders", 1)]))
+        await settle()
+        assert not deleting.done(), "the delete decided while the cancelled commit's write was in flight"
+        hold.release()
+        assert await deleting == {("orders", 0): None, ("orders", 1): None}
+        assert shard.fetch_offsets("audit") == {} == reloaded(partition, clock).fetch_offsets("audit")
+    asyncio.run(scenario())
+
+
+def test_sync_cancelled_while_its_record_is_written__the_group_lock_is_held_until_it_replays():
+    """a's sync request goes away while the group record is in flight; a join that
+    arrives meanwhile must wait for the record's replay (as with any membership
+    write), not be wiped out by it."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        a = await join(shard, "a")
+        hold = partition.hold_next()
+        syncing = asyncio.create_task(shard.sync_group(G, a["member_id"], 1))
+        await hold.started.wait()
+        syncing.cancel()
+        await settle()
+        assert shard.locks.held(G), "the lock was let go while the sync's record was in flight"
+        joining = asyncio.create_task(join(shard, "b"))
+        await settle()
+        hold.release()
+        await settle()
+        assert "b" in {m.client_id for m in shard.groups.groups[G].members.values()}
+        joining.cancel()
+    asyncio.run(scenario())
