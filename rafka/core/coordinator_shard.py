@@ -63,11 +63,8 @@ from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore, Record
 from rafka.core.offsets_schema import GroupKey, OffsetKey
-from rafka.core.write_queue import WriteQueue
+from rafka.core.write_queue import Append, WriteQueue
 
-# acks=all append of records to the partition; returns once they are below the HW,
-# raises (a KafkaError) if they could not be written
-Append = Callable[[list[Record]], Awaitable[None]]
 # {topic: partition count} of the given topics that exist
 PartitionsPerTopic = Callable[[set[str]], Awaitable[dict[str, int]]]
 

@@ -34,8 +34,10 @@ import collections
 from collections.abc import Awaitable, Callable
 
 from rafka.core.errors import CoordinatorNotAvailable
+from rafka.core.offset_store import Record
 
-Record = tuple[object, object]   # (key, value or None for a tombstone), as core.offset_store
+# acks=all append of records to the partition; returns once they are below the HW,
+# raises (a KafkaError) if they could not be written
 Append = Callable[[list[Record]], Awaitable[None]]
 
 

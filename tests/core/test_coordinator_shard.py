@@ -355,10 +355,13 @@ def test_append_carrying_two_commits_fails__both_fail_nothing_replayed__the_next
     asyncio.run(scenario())
 
 
-def test_delete_offsets_while_a_commit_is_in_flight__decided_after_it__nothing_left_behind():
+@pytest.mark.parametrize("client_went_away", [False, True])
+def test_delete_offsets_while_a_commit_is_in_flight__decided_after_it__nothing_left_behind(client_went_away):
     """An assign-mode group commits orders-1 while OffsetDelete of orders-0 and
     orders-1 arrives: the delete waits for the commit to be answered, so its
-    tombstones cover the new offset too, in the cache and after a reload."""
+    tombstones cover the new offset too, in the cache and after a reload. So too
+    when the committing client went away (its request task cancelled) while the
+    commit was being written."""
     async def scenario():
         clock, partition = FakeClock(), FakeOffsetsPartition()
         shard = shard_on(partition, clock)
@@ -366,11 +369,15 @@ def test_delete_offsets_while_a_commit_is_in_flight__decided_after_it__nothing_l
         hold = partition.hold_next()
         commit = asyncio.create_task(shard.commit_offsets("audit", {("orders", 1): (6, -1, "")}))
         await hold.started.wait()
+        if client_went_away:
+            commit.cancel()
+            await settle()
         deleting = asyncio.create_task(shard.delete_offsets("audit", [("orders", 0), ("orders", 1)]))
         await settle()
-        assert not deleting.done()
+        assert not deleting.done(), "the delete decided while the commit's write was in flight"
         hold.release()
-        assert await commit == {("orders", 1): None}
+        if not client_went_away:
+            assert await commit == {("orders", 1): None}
         assert await deleting == {("orders", 0): None, ("orders", 1): None}
         assert shard.fetch_offsets("audit") == {} == reloaded(partition, clock).fetch_offsets("audit")
     asyncio.run(scenario())
@@ -391,28 +398,6 @@ def test_write_queue_full__the_next_commit_refused_retriable__the_queued_ones_co
         await asyncio.gather(*queued)
         assert [shard.fetch_offsets(f"g{i}") for i in range(4)] == [
             {("orders", 0): (0, -1, "")}, {("orders", 0): (1, -1, "")}, {("orders", 0): (2, -1, "")}, {}]
-    asyncio.run(scenario())
-
-
-def test_commit_cancelled_while_in_flight__a_later_delete_still_waits_for_its_write():
-    """The committing client went away (its request task is cancelled) while the
-    commit was being written: OffsetDelete must still decide after that write, so
-    its tombstone covers the offset the write leaves."""
-    async def scenario():
-        clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
-        await shard.commit_offsets("audit", {("orders", 0): (5, -1, "")})
-        hold = partition.hold_next()
-        commit = asyncio.create_task(shard.commit_offsets("audit", {("orders", 1): (6, -1, "")}))
-        await hold.started.wait()
-        commit.cancel()
-        await settle()
-        deleting = asyncio.create_task(shard.delete_offsets("audit", [("orders", 0), ("orders", 1)]))
-        await settle()
-        assert not deleting.done(), "the delete decided while the cancelled commit's write was in flight"
-        hold.release()
-        assert await deleting == {("orders", 0): None, ("orders", 1): None}
-        assert shard.fetch_offsets("audit") == {} == reloaded(partition, clock).fetch_offsets("audit")
     asyncio.run(scenario())
 
 
