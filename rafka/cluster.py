@@ -61,12 +61,12 @@ class Cluster:
 
     def producer(self, **options) -> Producer:
         """A Producer; options are kafka-python style (acks, batch_size, linger_ms, ...)."""
-        return Producer(self.controller, **options)
+        return Producer(self.bootstrap_servers, **options)
 
     def consumer(self, **options) -> Consumer:
         """A Consumer (assign mode); options are kafka-python style
         (auto_offset_reset, max_poll_records, fetch_max_wait_ms, ...)."""
-        return Consumer(self.controller, **options)
+        return Consumer(self.bootstrap_servers, **options)
 
     def run_consumer_group(self, group_id: str, topics: list[str], handler, *, members: int = 1,
                            **consumer_options):

@@ -53,6 +53,13 @@ logger = logging.getLogger(__name__)
 RESTARTED = ("follower", -1)  # a replica actor that came back and was not told its role yet
 
 
+def cluster_bootstrap_servers() -> str:
+    """From inside the Ray cluster (member actors, Spark tasks): the controller's
+    Kafka listener, where a client's first metadata request goes. A control-plane
+    lookup, once per client; the client then knows every node."""
+    return ray.get(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).bootstrap_address.remote())
+
+
 class ControllerActor:
     def __init__(self, *, data_dir: str, replica_lag_time_max_ms: int = 30_000,
                  fetch_max_wait_ms: int = 500, leader_ping_timeout_ms: int = 2_000,

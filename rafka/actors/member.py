@@ -44,12 +44,12 @@ def member_actor_name(group_id: str, index: int) -> str:
 class ConsumerMemberActor:
     def __init__(self, *, group_id: str, topics: list[str], handler, index: int,
                  poll_timeout_s: float = 0.5, **consumer_options) -> None:
-        from rafka.actors.controller import CONTROLLER_NAME
+        from rafka.actors.controller import cluster_bootstrap_servers
         from rafka.client.consumer import Consumer
 
-        controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
         options = {"auto_offset_reset": "earliest", "client_id": f"{group_id}-member-{index}", **consumer_options}
-        self.consumer = Consumer(controller, group_id=group_id, enable_auto_commit=False, **options)
+        self.consumer = Consumer(cluster_bootstrap_servers(), group_id=group_id, enable_auto_commit=False,
+                                 **options)
         self.consumer.subscribe(topics)
         self.handler = handler
         self.index = index

@@ -19,7 +19,6 @@ from rafka.client.membership import CoordinatorClient
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
 from rafka.client.retry import retry_until
-from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.core.errors import NonEmptyGroup
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
@@ -44,9 +43,17 @@ def admin_network() -> ClientNetwork:
 
 
 class Admin:
-    def __init__(self, controller, *, default_api_timeout_ms: int = 60_000, retry_backoff_ms: int = 100) -> None:
+    """`controller`: the controller actor (topic administration is a control-plane
+    call); `bootstrap_servers`: where the Kafka requests start (default: the
+    controller's listener, asked once)."""
+
+    def __init__(self, controller, *, bootstrap_servers=None, default_api_timeout_ms: int = 60_000,
+                 retry_backoff_ms: int = 100) -> None:
         self._controller = controller
-        self._metadata = MetadataCache(controller)
+        if bootstrap_servers is None:
+            bootstrap_servers = ray.get(controller.bootstrap_address.remote())
+        self._metadata = MetadataCache(bootstrap_servers, admin_network(), max_wait_ms=default_api_timeout_ms,
+                                       retry_backoff_ms=retry_backoff_ms)
         self.default_api_timeout_s = default_api_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
 
@@ -169,15 +176,16 @@ class Admin:
                                  default_timeout_s=self.default_api_timeout_s)
 
     def list_consumer_groups(self) -> list[dict]:
-        """[{group, state}] from every coordinator (ListGroups to each)."""
+        """[{group, state}] from every node (ListGroups to each, as Kafka's
+        AdminClient: a node answers for the groups it coordinates)."""
         network = admin_network()
 
         def ask_all(remaining_s: float) -> list[dict]:
             asked = [network.submit(address, group_requests.list_groups_request())
-                     for address in self._metadata.coordinator_addresses()]
+                     for address in self._metadata.node_addresses()]
             return [g for answer in asked for g in group_requests.list_groups_answer(answer.result(remaining_s))]
         groups = retry_until(ask_all, timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s,
-                             what="list groups", on_retry=lambda: self._metadata.invalidate(OFFSETS_TOPIC))
+                             what="list groups")
         return sorted(groups, key=lambda g: g["group"])
 
     def describe_consumer_group(self, group_id: str) -> dict:

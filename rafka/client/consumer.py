@@ -58,9 +58,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-import ray
 
-from rafka.actors.coordinator import OFFSETS_TOPIC
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
@@ -164,7 +162,7 @@ class _PartitionState:
 
 
 class Consumer:
-    def __init__(self, controller, *, auto_offset_reset: str = "latest", max_poll_records: int = 500,
+    def __init__(self, bootstrap_servers, *, auto_offset_reset: str = "latest", max_poll_records: int = 500,
                  fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1_048_576,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
                  default_api_timeout_ms: int = 60_000, client_id: str = "rafka-consumer",
@@ -180,8 +178,6 @@ class Consumer:
         self.request_timeout_s = request_timeout_ms / 1000
         self.default_api_timeout_s = default_api_timeout_ms / 1000
         self.client_id = client_id
-        self._controller = controller
-        self._metadata = MetadataCache(controller)
         # Kafka's KafkaConsumer gives its NetworkClient 100 requests in flight per
         # connection ("a fixed large enough value"): the consumer bounds what it sends
         # itself (one fetch per partition, ASYNC_COMMITS_UNANSWERED_MAX commits), and
@@ -189,6 +185,8 @@ class Consumer:
         # its socket, so a pipelined commit starts the moment one is answered.
         self._network = ClientNetwork(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                       max_in_flight_requests=CONSUMER_IN_FLIGHT_REQUESTS_PER_CONNECTION)
+        self._metadata = MetadataCache(bootstrap_servers, self._network, max_wait_ms=default_api_timeout_ms,
+                                       retry_backoff_ms=retry_backoff_ms)
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         # Fetch answer future -> (TopicPartition, the _PartitionState it was sent for,
         # its fetch generation then, fetch offset); at most one per partition
@@ -280,8 +278,8 @@ class Consumer:
         return self._subscribed_topics is not None
 
     def _matching_topics(self) -> tuple[str, ...]:
-        topics = ray.get(self._controller.list_topics.remote())
-        return tuple(sorted(t for t in topics if t != OFFSETS_TOPIC and self._subscribed_pattern.fullmatch(t)))
+        topics = self._metadata.topic_names()
+        return tuple(sorted(t for t in topics if self._subscribed_pattern.fullmatch(t)))
 
     def _ensure_membership(self) -> None:
         """In poll: rejoin when the group rebalances or the pattern's topics changed."""

@@ -4,9 +4,10 @@
 `CoordinatorClient` sends a group's requests (Kafka's JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups,
 DeleteGroups) to its coordinator's Kafka endpoint: the coordinator of the
-group's `__consumer_offsets` partition (`abs(hash(group)) % N`), found in the
-metadata cache's image, looked up afresh after a retriable error (NOT_COORDINATOR,
-COORDINATOR_LOAD_IN_PROGRESS, a lost connection), which is retried.
+group's `__consumer_offsets` partition (`abs(hash(group)) % N`), found with
+FindCoordinator (client.metadata) and looked up afresh after a retriable error
+(NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, a lost connection), which is
+retried.
 
 `GroupMembership` runs the classic protocol for one subscribed consumer. The
 consumer's thread joins (the coordinator parks the join until the generation
@@ -33,7 +34,6 @@ import threading
 import time
 
 from rafka.client.retry import is_retriable, kafka_cause, retry_until
-from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.core.errors import IllegalGeneration, RebalanceInProgress, UnknownMemberId
 from rafka.protocol import group_requests
 
@@ -58,7 +58,7 @@ _CALLS = {
 
 class CoordinatorClient:
     """One group's coordinator, on the wire: its endpoint from the metadata cache
-    (the coordinator of the group's __consumer_offsets partition), the requests
+    (FindCoordinator: the coordinator of the group's __consumer_offsets partition), the requests
     and answers of protocol.group_requests, sent over the client's network."""
 
     def __init__(self, metadata, network, group_id: str, *, retry_backoff_s: float,
@@ -71,7 +71,7 @@ class CoordinatorClient:
 
     def invalidate(self) -> None:
         """The coordinator moved, restarted or is loading: look it up afresh."""
-        self._metadata.invalidate(OFFSETS_TOPIC)
+        self._metadata.invalidate_coordinator(self.group_id)
 
     def submit(self, method: str, *args, timeout_ms: int | None = None, **kwargs) -> concurrent.futures.Future:
         """One attempt: a future of `method`'s answer (or its typed error).

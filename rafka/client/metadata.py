@@ -1,113 +1,222 @@
-"""The driver's one metadata cache: the controller's newest cluster image (topics,
-partitions, each leader's replica id, epoch and Kafka endpoint).
+"""A client's one metadata cache, filled over the Kafka protocol from any node:
+topics, each partition's leader and leader epoch, the nodes' endpoints, group
+coordinators and each topic's max.message.bytes.
 
-Fetched from the controller on first use and again after `invalidate(topic)` (a
-NOT_LEADER_OR_FOLLOWER, a lost connection or actor, a stale epoch) or when a
-topic is not in it; an image never replaces a newer one (the controller's
-version orders them). Thread-safe.
+As Kafka's client Metadata: a topic is looked up (Metadata v12) on first use and
+again after `invalidate(topic)` (NOT_LEADER_OR_FOLLOWER, a lost connection, a
+stale epoch); a group's coordinator is found with FindCoordinator and dropped by
+`invalidate_coordinator`. Every question goes to the node that answered last,
+else a bootstrap address, else any node the cluster listed: the controller may
+be down and its endpoint gone while the replicas still answer.
 
-Callers: the producer and the consumer (leader endpoints, on the wire),
-client.membership (coordinator endpoints), the admin's offset lookups and Spark
-read tasks (leader endpoints).
+Invariants:
+  * an answer never moves a partition back to an older leader epoch (KIP-320:
+    nodes hold images pushed at different moments, so a node may answer from an
+    older one); a topic whose id changed (deleted and created again) is taken
+    whole from the newer answer;
+  * a lookup is a blocking request: never made on the network's own loop thread
+    (it would wait on itself), and bounded by `max_wait_ms` overall (Kafka's
+    max.block.ms for a producer's send, default.api.timeout.ms otherwise);
+  * thread-safe; the lookups every send makes (a cached topic) take no lock.
+
+Callers: the producer and the consumer (leader endpoints, producer ids),
+client.membership (coordinator endpoints), the admin (offset lookups, every
+node for ListGroups) and Spark read tasks (leader endpoints).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
-import ray
+from rafka.core.errors import (LeaderNotAvailable, NetworkException, RequestTimedOut,
+                               UnknownTopicOrPartition)
+from rafka.protocol import cluster_requests
+from rafka.protocol.cluster_requests import MetadataAnswer, TopicMetadata
 
-from rafka.core.cluster_image import ClusterImage, PartitionImage
-from rafka.core.config import TopicConfig
-from rafka.core.actor_names import OFFSETS_TOPIC
-from rafka.core.errors import CoordinatorNotAvailable, LeaderNotAvailable, UnknownTopicOrPartition
-from rafka.core.offsets_schema import partition_for_group
+Address = tuple[str, int]
+
+
+def parse_bootstrap_servers(servers: str | Iterable[str | Address] | None) -> list[Address]:
+    """"host:port[,host:port...]", or a list of such strings or (host, port) pairs."""
+    if servers is None:
+        return []
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    found = []
+    for item in items:
+        if isinstance(item, str):
+            host, colon, port = item.strip().rpartition(":")
+            if not colon or not host or not port.isdigit():
+                raise ValueError(f"bootstrap server {item!r} is not host:port")
+            item = (host, int(port))
+        found.append((str(item[0]), int(item[1])))
+    return found
 
 
 class MetadataCache:
-    def __init__(self, controller) -> None:
-        self._controller = controller
+    def __init__(self, bootstrap_servers, network, *, max_wait_ms: int = 60_000, retry_backoff_ms: int = 100) -> None:
+        self._bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        self._network = network
+        self.max_wait_s = max_wait_ms / 1000
+        self.retry_backoff_s = retry_backoff_ms / 1000
         self._lock = threading.Lock()
-        self._image: ClusterImage | None = None
-        self._stale: set[str] = set()        # topics to look up afresh
+        self._nodes: dict[int, Address] = {}
+        self._topics: dict[str, TopicMetadata] = {}
+        self._stale: set[str] = set()                  # topics to look up afresh
+        self._coordinators: dict[str, Address] = {}    # group id -> its coordinator
+        self._max_message_bytes: dict[str, int] = {}
+        self._answered_last: Address | None = None
 
-    def _topic_image(self, topic: str) -> tuple[ClusterImage, tuple[PartitionImage, ...]]:
-        """The image holding `topic`, and the topic's partitions in it."""
-        image = self._image   # the fast path, every send: one read each, no lock (the GIL orders them)
-        if image is not None and topic not in self._stale:
-            found = image.topics.get(topic)
-            if found is not None:
-                return image, found.partitions
-        with self._lock:
-            image, stale = self._image, topic in self._stale
-        if image is None or stale or topic not in image.topics:
-            fetched = ray.get(self._controller.cluster_image.remote())
-            with self._lock:
-                if self._image is None or fetched.version >= self._image.version:
-                    self._image = fetched
-                self._stale.discard(topic)
-                image = self._image
-        if topic not in image.topics:
-            raise UnknownTopicOrPartition(f"Topic '{topic}' does not exist.")
-        return image, image.topics[topic].partitions
+    # --- topics and leaders -------------------------------------------------------------
 
     def needs_refresh(self, topic: str) -> bool:
-        """Whether asking about `topic` now would fetch the image from the controller
-        (a blocking call): it is marked stale or not in the image."""
-        image = self._image
-        return image is None or topic in self._stale or topic not in image.topics
+        """Whether asking about `topic` now would ask a node (a blocking request)."""
+        return topic not in self._topics or topic in self._stale
+
+    def partition_count(self, topic: str) -> int:
+        return len(self._topic(topic).partitions)
+
+    def leader_address(self, topic: str, partition: int) -> tuple[Address, int]:
+        """((host, port) of the partition's leader, its leader epoch);
+        LeaderNotAvailable while it has no leader or the leader's endpoint is not
+        listed (retriable: the topic is looked up again next time)."""
+        found = self._topic(topic)
+        if not 0 <= partition < len(found.partitions):
+            raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
+        state = found.partitions[partition]
+        address = self._nodes.get(state.leader_node)
+        if address is None:
+            self.invalidate(topic)
+            raise LeaderNotAvailable(f"{topic}-{partition} has no leader with a Kafka endpoint yet")
+        return address, state.leader_epoch
 
     def max_message_bytes(self, topic: str) -> int:
         """The topic's max.message.bytes: the largest record batch its leader takes."""
-        image, _ = self._topic_image(topic)
-        return TopicConfig.from_dict(image.topics[topic].config).max_message_bytes
+        found = self._max_message_bytes.get(topic)
+        if found is None:
+            found = self._ask(cluster_requests.max_message_bytes_request(topic),
+                              lambda response: cluster_requests.max_message_bytes_answer(response, topic),
+                              what=f"the configs of topic {topic!r}")
+            self._max_message_bytes[topic] = found
+        return found
 
-    def partition_count(self, topic: str) -> int:
-        return len(self._topic_image(topic)[1])
-
-    def _led(self, topic: str, partition: int) -> tuple[ClusterImage, PartitionImage]:
-        image, partitions = self._topic_image(topic)
-        if not 0 <= partition < len(partitions):
-            raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
-        state = partitions[partition]
-        if state.leader_replica < 0:
-            self.invalidate(topic)
-            raise LeaderNotAvailable(f"{topic}-{partition} has no leader")
-        return image, state
-
-    def leader_address(self, topic: str, partition: int) -> tuple[tuple[str, int], int]:
-        """((host, port) of the leader's Kafka endpoint, leader epoch);
-        LeaderNotAvailable while there is no leader or it has no endpoint yet."""
-        image, _ = self._topic_image(topic)
-        try:
-            return image.leader_endpoint(topic, partition)
-        except LeaderNotAvailable:
-            self.invalidate(topic)
-            raise
-
-    def coordinator_address(self, group_id: str) -> tuple[str, int]:
-        """(host, port) of the group's coordinator (the coordinator of its
-        __consumer_offsets partition); CoordinatorNotAvailable while it has no
-        endpoint in the image (Kafka's FindCoordinator answers the same)."""
-        image, partitions = self._topic_image(OFFSETS_TOPIC)
-        partition = partition_for_group(group_id, len(partitions))
-        nodes = image.coordinator_nodes
-        node = image.nodes.get(nodes[partition]) if partition < len(nodes) else None
-        if node is None:
-            self.invalidate(OFFSETS_TOPIC)
-            raise CoordinatorNotAvailable(f"the coordinator of group {group_id!r} has no Kafka endpoint yet")
-        return node.host, node.port
-
-    def coordinator_addresses(self) -> list[tuple[str, int]]:
-        """Every coordinator's (host, port), by __consumer_offsets partition;
-        CoordinatorNotAvailable while one has no endpoint yet."""
-        image, partitions = self._topic_image(OFFSETS_TOPIC)
-        found = [image.nodes.get(n) for n in image.coordinator_nodes[:len(partitions)]]
-        if len(found) < len(partitions) or None in found:
-            self.invalidate(OFFSETS_TOPIC)
-            raise CoordinatorNotAvailable("a group coordinator has no Kafka endpoint yet")
-        return [(node.host, node.port) for node in found]
+    def topic_names(self) -> list[str]:
+        """Every topic but the internal ones, asked afresh (pattern subscriptions)."""
+        answer = self._ask(cluster_requests.metadata_request(None), cluster_requests.metadata_answer,
+                           what="the metadata of every topic")
+        self._take(answer, asked=None)
+        return sorted(name for name, topic in answer.topics.items() if not topic.is_internal)
 
     def invalidate(self, topic: str) -> None:
         with self._lock:
             self._stale.add(topic)
+
+    # --- nodes and coordinators -----------------------------------------------------
+
+    def coordinator_address(self, group_id: str) -> Address:
+        """(host, port) of the group's coordinator (FindCoordinator);
+        COORDINATOR_NOT_AVAILABLE (retriable) while it has no endpoint."""
+        found = self._coordinators.get(group_id)
+        if found is None:
+            found = self._ask(cluster_requests.find_coordinator_request(group_id),
+                              lambda response: cluster_requests.find_coordinator_answer(response, group_id),
+                              what=f"the coordinator of group {group_id!r}")
+            self._coordinators[group_id] = found
+        return found
+
+    def invalidate_coordinator(self, group_id: str) -> None:
+        """The coordinator moved, restarted or is loading: find it afresh."""
+        self._coordinators.pop(group_id, None)
+
+    def node_addresses(self) -> list[Address]:
+        """Every node the cluster lists, asked afresh (Kafka's admin sends ListGroups
+        to every broker)."""
+        answer = self._ask(cluster_requests.metadata_request(()), cluster_requests.metadata_answer,
+                           what="the cluster's nodes")
+        self._take(answer, asked=())
+        return sorted(set(answer.nodes.values()))
+
+    def ask_any_node(self, request: Any, read: Callable[[Any], Any], *, what: str) -> Any:
+        """`read(answer)` of `request` sent to a node chosen as for metadata (e.g.
+        InitProducerId)."""
+        return self._ask(request, read, what=what)
+
+    # --- the lookups ------------------------------------------------------------------
+
+    def _topic(self, topic: str) -> TopicMetadata:
+        found = self._topics.get(topic)   # the fast path, every send: one read, no lock (the GIL orders it)
+        if found is not None and topic not in self._stale:
+            return found
+        answer = self._ask(cluster_requests.metadata_request([topic]), cluster_requests.metadata_answer,
+                           what=f"the metadata of topic {topic!r}")
+        self._take(answer, asked=[topic])
+        error = answer.topic_errors.get(topic)
+        if error is not None:
+            raise error
+        found = self._topics.get(topic)
+        if found is None:
+            raise UnknownTopicOrPartition(f"Topic '{topic}' does not exist.")
+        return found
+
+    def _take(self, answer: MetadataAnswer, *, asked: Iterable[str] | None) -> None:
+        """Merge an answer: nodes replaced, topics taken unless they would go back
+        in leader epoch; a topic the node does not know (deleted) is dropped."""
+        with self._lock:
+            if answer.nodes:
+                self._nodes = dict(answer.nodes)
+            for name, topic in answer.topics.items():
+                self._topics[name] = _newer(self._topics.get(name), topic)
+                self._stale.discard(name)
+            gone = set(answer.topic_errors) if asked is not None else set(self._topics) - set(answer.topics)
+            for name in gone:
+                self._topics.pop(name, None)
+                self._max_message_bytes.pop(name, None)
+                self._stale.discard(name)
+
+    def _ask(self, request: Any, read: Callable[[Any], Any], *, what: str) -> Any:
+        """`read(answer)` from the first node that answers: the one that answered
+        last, the bootstrap addresses, then every listed node, round after round
+        (retry_backoff_ms between rounds) until max_wait_ms. A refused or lost
+        connection moves on to the next node; an error the node answered is the
+        caller's."""
+        if threading.current_thread() is self._network.thread:
+            raise RuntimeError(f"looking up {what} on the network's own loop would wait on itself")
+        deadline = time.monotonic() + self.max_wait_s
+        last_error: Exception | None = None
+        while True:
+            candidates = list(dict.fromkeys(
+                ([self._answered_last] if self._answered_last else []) + self._bootstrap
+                + list(self._nodes.values())))
+            if not candidates:
+                raise NetworkException(f"no bootstrap server to ask for {what}")
+            for address in candidates:
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    break
+                try:
+                    timeout_ms = max(1, min(int(remaining_s * 1000), self._network.nodes.request_timeout_ms))
+                    answered = self._network.submit(address, request, timeout_ms=timeout_ms)
+                    result = read(answered.result(timeout=timeout_ms / 1000 + 1))
+                except NetworkException as error:
+                    last_error = error
+                    continue
+                self._answered_last = address
+                return result
+            if time.monotonic() + self.retry_backoff_s >= deadline:
+                raise RequestTimedOut(f"no node answered {what} in {self.max_wait_s:.1f}s; last error: {last_error}")
+            time.sleep(self.retry_backoff_s)
+
+
+def _newer(cached: TopicMetadata | None, answered: TopicMetadata) -> TopicMetadata:
+    """`answered`, but each partition kept as cached where the answer's leader epoch
+    is older (a node with an older image); a new topic id replaces the topic whole."""
+    if cached is None or cached.topic_id != answered.topic_id:
+        return answered
+    if len(answered.partitions) < len(cached.partitions):
+        return cached   # an image from before partitions were added
+    partitions = tuple(old if old.leader_epoch > new.leader_epoch else new
+                       for old, new in zip(cached.partitions, answered.partitions))
+    partitions += answered.partitions[len(cached.partitions):]
+    return TopicMetadata(answered.name, answered.topic_id, answered.is_internal, partitions)

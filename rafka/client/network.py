@@ -127,6 +127,11 @@ class ClientNetwork:
         self._closed = False
 
     @property
+    def thread(self) -> threading.Thread:
+        """The thread the loop runs on: a blocking wait for an answer there would wait on itself."""
+        return self._thread
+
+    @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """The loop `nodes` lives on: a caller may run its own callbacks there."""
         return self._loop

@@ -18,8 +18,9 @@ loop (`_pump`), where the requests go out and their answers come in. Kafka's
 sender thread is its network thread too; here a separate one cost two thread
 wake-ups per request, a visible part of a sync send's latency. `send` wakes it
 only when a batch opens or fills, not per record; an acked batch is finished in
-its request's done callback; metadata is fetched (a Ray call) on a worker thread,
-never on the loop, while that topic's partitions wait. A record's future is a
+its request's done callback; metadata is fetched (client.metadata: a blocking
+request to any node) on a worker thread, never on the loop, while that topic's
+partitions wait. A record's future is a
 view on its batch's one future (index into the batch), so a send costs no Future
 of its own.
 
@@ -48,8 +49,6 @@ import threading
 import time
 from concurrent.futures import Future
 
-import ray
-
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
 from rafka.client.retry import is_retriable, kafka_cause
@@ -61,7 +60,7 @@ from rafka.core.structs import RecordMetadata
 from rafka.core.compression import parse_compression_type
 from rafka.core.records import NO_PRODUCER_ID, RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, ACKS_NONE, parse_acks
-from rafka.protocol import producing
+from rafka.protocol import cluster_requests, producing
 
 RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
@@ -173,7 +172,7 @@ class RecordFuture:
 
 
 class Producer:
-    def __init__(self, controller, *, acks="all", batch_size: int = 16_384, linger_ms: int = 5,
+    def __init__(self, bootstrap_servers, *, acks="all", batch_size: int = 16_384, linger_ms: int = 5,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
                  delivery_timeout_ms: int = 120_000, enable_idempotence: bool | None = None,
                  max_request_size: int = 1_048_576, buffer_memory: int = 33_554_432,
@@ -189,12 +188,13 @@ class Producer:
         self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
         self.max_block_s = max_block_ms / 1000
-        self._controller = controller
-        self._metadata = MetadataCache(controller)
         if max_in_flight_requests_per_connection < 1:
             raise ValueError("max_in_flight_requests_per_connection must be at least 1")
         self._network = ClientNetwork(client_id="rafka-producer", request_timeout_ms=request_timeout_ms,
                                       max_in_flight_requests=max_in_flight_requests_per_connection)
+        # a send waits for its topic's metadata up to max_block_ms, as Kafka's does
+        self._metadata = MetadataCache(bootstrap_servers, self._network, max_wait_ms=max_block_ms,
+                                       retry_backoff_ms=retry_backoff_ms)
         self._sticky = StickyPartitioner()
         # As Kafka: idempotence is on by default only with acks=all, and asking for it
         # with other acks is a configuration error.
@@ -202,9 +202,15 @@ class Producer:
             enable_idempotence = self.acks == ACKS_ALL
         elif enable_idempotence and self.acks != ACKS_ALL:
             raise ValueError("Must set acks to all in order to use the idempotent producer.")
-        self.producer_id = (ray.get(controller.allocate_producer_id.remote())
-                            if enable_idempotence else NO_PRODUCER_ID)
-        self.producer_epoch = 0 if enable_idempotence else -1
+        if enable_idempotence:
+            try:
+                self.producer_id, self.producer_epoch = self._new_producer_id()
+            except BaseException:
+                self._network.close()
+                raise
+        else:
+            self.producer_id, self.producer_epoch = NO_PRODUCER_ID, -1
+        self._awaiting_producer_id = False   # a new id asked for (epochs ran out): nothing is sent
         # send() takes the lock itself (C-level, no Condition method per record);
         # waits and wake-ups go through the condition on that same lock
         self._mutex = threading.Lock()
@@ -385,7 +391,7 @@ class Producer:
             due_s = self._close_lingered(now)
             to_send = []
             for key_tp, queue in self._ready.items():
-                if not queue or key_tp[0] in self._refreshing:
+                if not queue or key_tp[0] in self._refreshing or self._awaiting_producer_id:
                     continue
                 limit = 1 if key_tp in self._recovering else self._max_in_flight
                 while queue and self._sending[key_tp] < limit and queue[0].not_before_s <= now:
@@ -529,20 +535,39 @@ class Producer:
         queue.insert(position, batch)
         self._sending[(batch.topic, batch.partition)] -= 1
 
+    def _new_producer_id(self) -> tuple[int, int]:
+        """(producer id, epoch) from any node (InitProducerId); blocking."""
+        return self._metadata.ask_any_node(cluster_requests.init_producer_id_request(),
+                                           cluster_requests.init_producer_id_answer, what="a producer id")
+
     def _bump_epoch(self) -> None:
         """A batch failed for good: the leader may or may not hold it, so its sequence
         can be neither reused nor skipped. As Kafka's idempotent producer does
         (KIP-360), start a new producer epoch, whose sequences restart at 0 on every
         partition. Sender (network loop) only; with one request in flight per
         partition no older-epoch batch is sent after a newer one to the same
-        partition. A new producer id (once per 32,767 epochs) is a blocking call
-        to the controller on the loop: rare enough to leave there."""
-        if self.producer_epoch >= MAX_PRODUCER_EPOCH:
-            self.producer_id = ray.get(self._controller.allocate_producer_id.remote())
-            self.producer_epoch = 0
-        else:
-            self.producer_epoch += 1
+        partition. Once per 32,767 epochs a new producer id is needed: asked for
+        on a worker thread (a blocking request), and nothing is sent until it is
+        here (batches are encoded again with it)."""
         self._next_sequence.clear()
+        if self.producer_epoch < MAX_PRODUCER_EPOCH:
+            self.producer_epoch += 1
+            return
+        self._awaiting_producer_id = True
+
+        def answered(done) -> None:
+            if done.exception() is not None:   # asked again after the backoff
+                self._loop.call_later(self.retry_backoff_s, ask)
+                return
+            self.producer_id, self.producer_epoch = done.result()
+            self._next_sequence.clear()
+            self._awaiting_producer_id = False
+            self._wake()
+
+        def ask() -> None:
+            if not self._closed:
+                self._loop.run_in_executor(None, self._new_producer_id).add_done_callback(answered)
+        ask()
 
     def _finish(self, batch: _Batch, base_offset: int, error: Exception | None = None) -> None:
         for part, first_index in [(batch, 0), *batch.absorbed]:

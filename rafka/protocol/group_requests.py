@@ -14,7 +14,7 @@ Invariants:
   SyncGroup v5, Heartbeat v4, LeaveGroup v5, OffsetCommit v8, OffsetFetch v8,
   DescribeGroups v5, ListGroups v4, DeleteGroups v2, OffsetDelete v0
   (handlers.group_membership, group_offsets, group_admin). rafka's clients find
-  a group's coordinator in their cluster image, not with FindCoordinator.
+  a group's coordinator with FindCoordinator (protocol.cluster_requests).
 
 rafka's coordinator computes the assignment itself (DESIGN section 5): a join
 offers one protocol, named after the assignor, whose metadata is Kafka's consumer

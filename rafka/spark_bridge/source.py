@@ -103,15 +103,14 @@ def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES
     Whole batches are decoded into columns (core/columnar.py: no Python object per
     record), one table chunk per fetch (so a range may hold more than the 2 GiB one
     binary array can), and the table is sliced to the range at the end."""
-    from rafka.actors.controller import CONTROLLER_NAME
-    from rafka.actors.replica import NAMESPACE
+    from rafka.actors.controller import cluster_bootstrap_servers
     from rafka.client.admin import admin_network
     from rafka.client.metadata import MetadataCache
     from rafka.client.retry import ask_leader
     from rafka.core.columnar import decode_columns
     from rafka.protocol import fetching
 
-    metadata = MetadataCache(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE))
+    metadata = MetadataCache(cluster_bootstrap_servers(), admin_network())
     topic, partition = offset_range.topic, offset_range.partition
     chunks, offsets = [], []
     position = offset_range.start

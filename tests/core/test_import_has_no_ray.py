@@ -34,4 +34,4 @@ def test_import_each_rafka_core_module_alone__loads_no_ray_module():
 
 
 def test_the_check__catches_a_module_that_imports_ray():
-    assert set(ray_importers(["rafka.core.log", "rafka.client.metadata"])) == {"rafka.client.metadata"}
+    assert set(ray_importers(["rafka.core.log", "rafka.client.admin"])) == {"rafka.client.admin"}
