@@ -162,6 +162,9 @@ class _PartitionState:
 
 
 class Consumer:
+    """`bootstrap_servers`: "host:port[,host:port]" of any of the cluster's nodes
+    (`cluster.bootstrap_servers`); options are kafka-python's, defaults Kafka's."""
+
     def __init__(self, bootstrap_servers, *, auto_offset_reset: str = "latest", max_poll_records: int = 500,
                  fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1_048_576,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,

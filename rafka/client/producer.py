@@ -172,6 +172,9 @@ class RecordFuture:
 
 
 class Producer:
+    """`bootstrap_servers`: "host:port[,host:port]" of any of the cluster's nodes
+    (`cluster.bootstrap_servers`); options are kafka-python's, defaults Kafka's."""
+
     def __init__(self, bootstrap_servers, *, acks="all", batch_size: int = 16_384, linger_ms: int = 5,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
                  delivery_timeout_ms: int = 120_000, enable_idempotence: bool | None = None,

@@ -5,7 +5,7 @@ a while, coordinator loading), a replica actor that is dead or restarting, or an
 actor name not registered yet (`ray.get_actor` raises ValueError while a replica
 is being re-created). Everything else is final and reaches the caller as it is.
 Before a retry the caller's metadata for the topic is dropped, so the next attempt
-asks the controller who leads now.
+asks a node (client.metadata) who leads now.
 """
 
 from __future__ import annotations
