@@ -23,7 +23,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rafka.actors.controller import CONTROLLER_NAME, ControllerActor
+from rafka.actors.controller import CONTROLLER_NAME, ControllerActor, cluster_bootstrap_servers
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.admin import Admin
 from rafka.client.consumer import Consumer
@@ -61,12 +61,12 @@ class Cluster:
 
     def producer(self, **options) -> Producer:
         """A Producer; options are kafka-python style (acks, batch_size, linger_ms, ...)."""
-        return Producer(self.bootstrap_servers, **options)
+        return Producer(cluster_bootstrap_servers, **options)
 
     def consumer(self, **options) -> Consumer:
         """A Consumer (assign mode); options are kafka-python style
         (auto_offset_reset, max_poll_records, fetch_max_wait_ms, ...)."""
-        return Consumer(self.bootstrap_servers, **options)
+        return Consumer(cluster_bootstrap_servers, **options)
 
     def run_consumer_group(self, group_id: str, topics: list[str], handler, *, members: int = 1,
                            **consumer_options):

@@ -54,9 +54,12 @@ RESTARTED = ("follower", -1)  # a replica actor that came back and was not told 
 
 
 def cluster_bootstrap_servers() -> str:
-    """From inside the Ray cluster (member actors, Spark tasks): the controller's
-    Kafka listener, where a client's first metadata request goes. A control-plane
-    lookup, once per client; the client then knows every node."""
+    """From inside the Ray cluster (the driver's clients, member actors, Spark
+    tasks): the controller's Kafka listener, where a client's first metadata
+    request goes. Clients take this function itself as their bootstrap_servers
+    (client.metadata asks it again when no node it knows answers: a restarted
+    local cluster listens on new ports). A control-plane lookup, by name, so it
+    finds a restarted controller."""
     return ray.get(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).bootstrap_address.remote())
 
 

@@ -48,7 +48,7 @@ class ConsumerMemberActor:
         from rafka.client.consumer import Consumer
 
         options = {"auto_offset_reset": "earliest", "client_id": f"{group_id}-member-{index}", **consumer_options}
-        self.consumer = Consumer(cluster_bootstrap_servers(), group_id=group_id, enable_auto_commit=False,
+        self.consumer = Consumer(cluster_bootstrap_servers, group_id=group_id, enable_auto_commit=False,
                                  **options)
         self.consumer.subscribe(topics)
         self.handler = handler

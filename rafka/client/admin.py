@@ -45,13 +45,14 @@ def admin_network() -> ClientNetwork:
 class Admin:
     """`controller`: the controller actor (topic administration is a control-plane
     call); `bootstrap_servers`: where the Kafka requests start (default: the
-    controller's listener, asked once)."""
+    controller's listener, asked of it when first needed and again when no node
+    the admin knows answers)."""
 
     def __init__(self, controller, *, bootstrap_servers=None, default_api_timeout_ms: int = 60_000,
                  retry_backoff_ms: int = 100) -> None:
         self._controller = controller
         if bootstrap_servers is None:
-            bootstrap_servers = ray.get(controller.bootstrap_address.remote())
+            bootstrap_servers = lambda: ray.get(controller.bootstrap_address.remote())   # noqa: E731
         self._metadata = MetadataCache(bootstrap_servers, admin_network(), max_wait_ms=default_api_timeout_ms,
                                        retry_backoff_ms=retry_backoff_ms)
         self.default_api_timeout_s = default_api_timeout_ms / 1000

@@ -7,7 +7,14 @@ again after `invalidate(topic)` (NOT_LEADER_OR_FOLLOWER, a lost connection, a
 stale epoch); a group's coordinator is found with FindCoordinator and dropped by
 `invalidate_coordinator`. Every question goes to the node that answered last,
 else a bootstrap address, else any node the cluster listed: the controller may
-be down and its endpoint gone while the replicas still answer.
+be down and its endpoint gone while the replicas still answer. Nodes in their
+reconnect backoff are tried last (Kafka's leastLoadedNode skips them).
+
+`bootstrap_servers` may be a callable that returns them: rafka's clients inside
+the cluster pass one that asks the controller (over Ray) for its listener, and
+the cache asks it again when no node it knows answers. A local cluster's
+actors listen on ports of the moment, so after a whole-cluster restart every
+address a client knew is gone; under `rafka up` the controller keeps 9092.
 
 Invariants:
   * an answer never moves a partition back to an older leader epoch (KIP-320:
@@ -57,7 +64,8 @@ def parse_bootstrap_servers(servers: str | Iterable[str | Address] | None) -> li
 
 class MetadataCache:
     def __init__(self, bootstrap_servers, network, *, max_wait_ms: int = 60_000, retry_backoff_ms: int = 100) -> None:
-        self._bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        self._discover = bootstrap_servers if callable(bootstrap_servers) else None
+        self._bootstrap = [] if self._discover else parse_bootstrap_servers(bootstrap_servers)
         self._network = network
         self.max_wait_s = max_wait_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
@@ -178,19 +186,29 @@ class MetadataCache:
     def _ask(self, request: Any, read: Callable[[Any], Any], *, what: str) -> Any:
         """`read(answer)` from the first node that answers: the one that answered
         last, the bootstrap addresses, then every listed node, round after round
-        (retry_backoff_ms between rounds) until max_wait_ms. A refused or lost
-        connection moves on to the next node; an error the node answered is the
-        caller's."""
+        (retry_backoff_ms between rounds; the bootstrap addresses discovered again
+        before each, when they come from a callable) until max_wait_ms. A refused
+        or lost connection moves on to the next node; an error the node answered
+        is the caller's."""
         if threading.current_thread() is self._network.thread:
             raise RuntimeError(f"looking up {what} on the network's own loop would wait on itself")
         deadline = time.monotonic() + self.max_wait_s
         last_error: Exception | None = None
+        rounds = 0
         while True:
-            candidates = list(dict.fromkeys(
-                ([self._answered_last] if self._answered_last else []) + self._bootstrap
-                + list(self._nodes.values())))
-            if not candidates:
+            if self._discover is not None and (rounds or not self._bootstrap):
+                try:
+                    self._bootstrap = parse_bootstrap_servers(self._discover())
+                except Exception as error:   # the controller restarting: the next round asks again
+                    last_error = error
+            rounds += 1
+            known = list(dict.fromkeys(([self._answered_last] if self._answered_last else []) + self._bootstrap
+                                       + list(self._nodes.values())))
+            if not known and self._discover is None:
                 raise NetworkException(f"no bootstrap server to ask for {what}")
+            # Nodes in their reconnect backoff would each wait it out (up to a second):
+            # a round asks the others, or only the first of them when all are.
+            candidates = [a for a in known if not self._network.nodes.backing_off(a)] or known[:1]
             for address in candidates:
                 remaining_s = deadline - time.monotonic()
                 if remaining_s <= 0:

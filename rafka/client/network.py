@@ -71,6 +71,13 @@ class NodeConnections:
             self._lost(address, connection)
             raise
 
+    def backing_off(self, address: Address) -> bool:
+        """Whether a connection to `address` failed lately and would not be dialled
+        before its reconnect backoff ends (Kafka's "blacked out" node). A hint,
+        readable from any thread: metadata lookups try other nodes first."""
+        failure = self._failures.get(tuple(address))
+        return failure is not None and failure[1] > time.monotonic()
+
     async def close(self) -> None:
         connections, self._connections = list(self._connections.values()), {}
         opening, self._opening = list(self._opening.values()), {}

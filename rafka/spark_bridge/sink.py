@@ -40,7 +40,7 @@ def write_topic(df, topic: str, *, acks: str = "all", linger_ms: int = 5, batch_
         from rafka.actors.controller import cluster_bootstrap_servers
         from rafka.client.producer import Producer
         futures = []
-        with Producer(cluster_bootstrap_servers(), **options) as producer:
+        with Producer(cluster_bootstrap_servers, **options) as producer:
             for batch in batches:
                 rows = batch.to_pydict()
                 keys = rows.get("key") or [None] * batch.num_rows

@@ -110,7 +110,7 @@ def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES
     from rafka.core.columnar import decode_columns
     from rafka.protocol import fetching
 
-    metadata = MetadataCache(cluster_bootstrap_servers(), admin_network())
+    metadata = MetadataCache(cluster_bootstrap_servers, admin_network())
     topic, partition = offset_range.topic, offset_range.partition
     chunks, offsets = [], []
     position = offset_range.start

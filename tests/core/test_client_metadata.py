@@ -88,6 +88,22 @@ def test_a_dead_bootstrap_address_first__the_next_one_answers(tmp_path, network)
         assert metadata.partition_count("orders") == 1
 
 
+def test_every_known_node_gone__bootstrap_discovered_again(tmp_path, network):
+    """A whole cluster restarted on new ports (a local cluster's actors bind ports
+    of the moment): every address the cache knew refuses; the bootstrap callable
+    (rafka's in-cluster clients ask the controller) is asked again and answers
+    with the new listener."""
+    listeners = []
+    with ProtocolNode(tmp_path / "before", {"orders": 1}) as before:
+        listeners.append(before.bootstrap)
+        metadata = MetadataCache(lambda: listeners[-1], network, max_wait_ms=20_000)
+        old_leader = metadata.leader_address("orders", 0)[0]
+    with ProtocolNode(tmp_path / "after", {"orders": 1}) as after:
+        listeners.append(after.bootstrap)
+        metadata.invalidate("orders")
+        assert metadata.leader_address("orders", 0)[0] == after.image().leader_endpoint("orders", 0)[0] != old_leader
+
+
 def test_no_node_answers__request_timed_out_after_max_wait(network):
     metadata = MetadataCache(f"127.0.0.1:{free_port()}", network, max_wait_ms=300, retry_backoff_ms=50)
     with pytest.raises(RequestTimedOut, match="no node answered the metadata of topic 'orders'"):
@@ -156,7 +172,7 @@ class ScriptedNetwork:
     def __init__(self, images) -> None:
         self.images = list(images)
         self.thread = None   # no loop thread of its own: every caller may wait
-        self.nodes = type("Nodes", (), {"request_timeout_ms": 1_000})()
+        self.nodes = type("Nodes", (), {"request_timeout_ms": 1_000, "backing_off": lambda self, _: False})()
         self.asked = []
 
     def submit(self, address, request, *, timeout_ms=None):
