@@ -22,7 +22,11 @@ Invariants:
     their tasks have ended.
   * Answers that are ready together go out in one write (a parked Produce's
     acks complete together when the HW moves); a client that stops reading
-    stops being read (the transport's write buffer pauses reading).
+    stops being read (the transport's write buffer pauses reading). An answer
+    is written from its request's done callback, not by the request itself:
+    writing each follower's fetch answer the moment it was built (so the second
+    of two fetches one append woke was built after the first went out) made a
+    sync acks=all R3 produce slower, p50 1.0-1.36 ms -> 1.45-1.55 ms.
 
 Built on asyncio.Protocol callbacks, not streams: a read costs no task and no
 wait, a request costs one task (its handler), and the answers are written from
@@ -248,6 +252,9 @@ class _KafkaConnection(asyncio.Protocol):
             return
         ready = []
         while self._started and self._started[0].done():
+            oldest = self._started[0]
+            if oldest.cancelled() or oldest.exception() is not None:
+                break   # its own done callback closes the connection
             response = self._started.popleft().result()
             if response is not None:
                 ready.append(response)

@@ -157,6 +157,43 @@ def test_pipelined_requests_finishing_together__all_answered_in_order_without_a_
     answers, later, count, failures = run(scenario())
     assert len(answers) == 3 and later is not None and count == 1 and failures == []
 
+def test_pipelined_requests_ending_together_one_failed__earlier_answer_written_then_closed():
+    """Two requests that admitted the next end in the same turn of the loop, the
+    second with an error: the first one's completion writes its answer and leaves
+    the failed one to its own completion, which closes the connection (it used to
+    take the failed one off the queue, raise in the callback and drop the first
+    one's answer)."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+    from rafka.protocol.pipelining import admit_next
+    release = asyncio.Event()
+
+    async def held_handler(request, context):
+        admit_next()
+        await release.wait()
+        if context.correlation_id == 1:
+            raise RuntimeError("a bug in the second")
+        return await metadata_stub(request, context)
+
+    async def scenario():
+        failures = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: failures.append(context))
+        server = await serving(routes=[Route(METADATA_KEY, 10, 12, held_handler)], max_pipelined_requests=3)
+        connection = await Connection.open("127.0.0.1", server.port)
+        request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                  include_topic_authorized_operations=False)
+        first, second = (asyncio.ensure_future(connection.request(request)) for _ in range(2))
+        await asyncio.sleep(0.1)
+        release.set()
+        answered = await first
+        with pytest.raises(NetworkException):
+            await second
+        await connection.close()
+        await server.stop()
+        return answered, failures
+    answered, failures = run(scenario())
+    assert answered is not None and failures == []
+
+
 def test_bad_bytes__close_their_own_connection_only():
     async def scenario():
         server = await serving(socket_request_max_bytes=1_000)
