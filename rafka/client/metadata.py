@@ -102,13 +102,8 @@ class MetadataCache:
 
     def max_message_bytes(self, topic: str) -> int:
         """The topic's max.message.bytes: the largest record batch its leader takes."""
-        found = self._max_message_bytes.get(topic)
-        if found is None:
-            found = self._ask(cluster_requests.max_message_bytes_request(topic),
-                              lambda response: cluster_requests.max_message_bytes_answer(response, topic),
-                              what=f"the configs of topic {topic!r}")
-            self._max_message_bytes[topic] = found
-        return found
+        return self._cached(self._max_message_bytes, topic, cluster_requests.max_message_bytes_request,
+                            cluster_requests.max_message_bytes_answer, what=f"the configs of topic {topic!r}")
 
     def topic_names(self) -> list[str]:
         """Every topic but the internal ones, asked afresh (pattern subscriptions)."""
@@ -126,13 +121,8 @@ class MetadataCache:
     def coordinator_address(self, group_id: str) -> Address:
         """(host, port) of the group's coordinator (FindCoordinator);
         COORDINATOR_NOT_AVAILABLE (retriable) while it has no endpoint."""
-        found = self._coordinators.get(group_id)
-        if found is None:
-            found = self._ask(cluster_requests.find_coordinator_request(group_id),
-                              lambda response: cluster_requests.find_coordinator_answer(response, group_id),
-                              what=f"the coordinator of group {group_id!r}")
-            self._coordinators[group_id] = found
-        return found
+        return self._cached(self._coordinators, group_id, cluster_requests.find_coordinator_request,
+                            cluster_requests.find_coordinator_answer, what=f"the coordinator of group {group_id!r}")
 
     def invalidate_coordinator(self, group_id: str) -> None:
         """The coordinator moved, restarted or is loading: find it afresh."""
@@ -152,6 +142,13 @@ class MetadataCache:
         return self._ask(request, read, what=what)
 
     # --- the lookups ------------------------------------------------------------------
+
+    def _cached(self, cache: dict, key: str, request_for, read, *, what: str):
+        """cache[key], else `read(answer, key)` of `request_for(key)` from a node, kept."""
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = self._ask(request_for(key), lambda response: read(response, key), what=what)
+        return found
 
     def _topic(self, topic: str) -> TopicMetadata:
         found = self._topics.get(topic)   # the fast path, every send: one read, no lock (the GIL orders it)

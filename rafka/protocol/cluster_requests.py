@@ -94,15 +94,23 @@ def find_coordinator_request(group_id: str) -> find_coordinator_v4.FindCoordinat
     return find_coordinator_v4.FindCoordinatorRequest(key_type=i8(GROUP_KEY_TYPE), coordinator_keys=(group_id,))
 
 
+def _the_one(entries, name: str, what: str):
+    """The one entry of an answer's list that is about `name` (the key asked
+    for); its error raised. Anything but exactly one: UNKNOWN_SERVER_ERROR."""
+    found = [e for e in entries if e[0] == name]
+    if len(found) != 1:
+        raise UnknownServerError(f"{len(found)} answers about {what}")
+    entry = found[0][1]
+    if entry.error_code != ErrorCode.none:
+        raise _error(entry.error_code, entry.error_message, what)
+    return entry
+
+
 def find_coordinator_answer(response, group_id: str) -> tuple[str, int]:
     """(host, port) of the group's coordinator; its error raised
     (COORDINATOR_NOT_AVAILABLE while it has no endpoint: retriable)."""
-    found = [c for c in response.coordinators if c.key == group_id]
-    if len(found) != 1:
-        raise UnknownServerError(f"FindCoordinator answered {len(found)} coordinators for group {group_id!r}")
-    coordinator = found[0]
-    if coordinator.error_code != ErrorCode.none:
-        raise _error(coordinator.error_code, coordinator.error_message, f"the coordinator of group {group_id!r}")
+    coordinator = _the_one([(c.key, c) for c in response.coordinators], group_id,
+                           f"the coordinator of group {group_id!r}")
     return coordinator.host, int(coordinator.port)
 
 
@@ -115,12 +123,7 @@ def max_message_bytes_request(topic: str) -> describe_configs_v4.DescribeConfigs
 
 def max_message_bytes_answer(response, topic: str) -> int:
     """The topic's max.message.bytes; UNKNOWN_TOPIC_OR_PARTITION (or another error) raised."""
-    found = [r for r in response.results if r.resource_name == topic]
-    if len(found) != 1:
-        raise UnknownServerError(f"DescribeConfigs answered {len(found)} results for topic {topic!r}")
-    result = found[0]
-    if result.error_code != ErrorCode.none:
-        raise _error(result.error_code, result.error_message, f"the configs of topic {topic!r}")
+    result = _the_one([(r.resource_name, r) for r in response.results], topic, f"the configs of topic {topic!r}")
     values = [c.value for c in result.configs if c.name == MAX_MESSAGE_BYTES]
     if len(values) != 1 or values[0] is None:
         raise UnknownServerError(f"no {MAX_MESSAGE_BYTES} for topic {topic!r}")

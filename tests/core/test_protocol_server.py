@@ -125,10 +125,12 @@ def test_a_request_that_admits_the_next__the_next_starts_while_it_waits_and_answ
     assert events == ["start 0", "start 1", "end 1", "end 0", "start 2", "end 2"]
 
 
-def test_pipelined_requests_finishing_together__all_answered_in_order_without_a_failure():
-    """Requests that admitted the next and finish in the same turn of the loop: the
-    first one's completion writes every answer that is ready, and the others'
-    completions find nothing left to write (this used to fail the connection)."""
+def ending_together(count: int, failing: int | None = None):
+    """`count` requests that each admit the next and are held, then released to end
+    in the same turn of the loop (request number `failing` with a handler error);
+    then one more request on the same connection. Returns (each one's answer or
+    error, the later one's answer or error, open connections, errors the loop's
+    exception handler saw)."""
     from kio.schema.metadata.v12.request import MetadataRequest
     from rafka.protocol.pipelining import admit_next
     release = asyncio.Event()
@@ -136,7 +138,15 @@ def test_pipelined_requests_finishing_together__all_answered_in_order_without_a_
     async def held_handler(request, context):
         admit_next()
         await release.wait()
+        if context.correlation_id == failing:
+            raise RuntimeError("a handler bug")
         return await metadata_stub(request, context)
+
+    async def outcome(request):
+        try:
+            return await request
+        except NetworkException as error:
+            return error
 
     async def scenario():
         failures = []
@@ -145,17 +155,26 @@ def test_pipelined_requests_finishing_together__all_answered_in_order_without_a_
         connection = await Connection.open("127.0.0.1", server.port)
         request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                   include_topic_authorized_operations=False)
-        together = [asyncio.ensure_future(connection.request(request)) for _ in range(3)]
+        together = [asyncio.ensure_future(connection.request(request)) for _ in range(count)]
         await asyncio.sleep(0.1)
         release.set()
-        answers = await asyncio.gather(*together)
-        later = await connection.request(request)
-        count = server.connection_count
+        answers = [await outcome(r) for r in together]
+        later = await outcome(connection.request(request))
+        open_connections = server.connection_count
         await connection.close()
         await server.stop()
-        return answers, later, count, failures
-    answers, later, count, failures = run(scenario())
-    assert len(answers) == 3 and later is not None and count == 1 and failures == []
+        return answers, later, open_connections, failures
+    return run(scenario())
+
+
+def test_pipelined_requests_finishing_together__all_answered_in_order_without_a_failure():
+    """Requests that admitted the next and finish in the same turn of the loop: the
+    first one's completion writes every answer that is ready, and the others'
+    completions find nothing left to write (this used to fail the connection)."""
+    answers, later, open_connections, failures = ending_together(3)
+    assert not any(isinstance(a, Exception) for a in answers) and len(answers) == 3
+    assert not isinstance(later, Exception) and open_connections == 1 and failures == []
+
 
 def test_pipelined_requests_ending_together_one_failed__earlier_answer_written_then_closed():
     """Two requests that admitted the next end in the same turn of the loop, the
@@ -163,35 +182,9 @@ def test_pipelined_requests_ending_together_one_failed__earlier_answer_written_t
     the failed one to its own completion, which closes the connection (it used to
     take the failed one off the queue, raise in the callback and drop the first
     one's answer)."""
-    from kio.schema.metadata.v12.request import MetadataRequest
-    from rafka.protocol.pipelining import admit_next
-    release = asyncio.Event()
-
-    async def held_handler(request, context):
-        admit_next()
-        await release.wait()
-        if context.correlation_id == 1:
-            raise RuntimeError("a bug in the second")
-        return await metadata_stub(request, context)
-
-    async def scenario():
-        failures = []
-        asyncio.get_running_loop().set_exception_handler(lambda _, context: failures.append(context))
-        server = await serving(routes=[Route(METADATA_KEY, 10, 12, held_handler)], max_pipelined_requests=3)
-        connection = await Connection.open("127.0.0.1", server.port)
-        request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                  include_topic_authorized_operations=False)
-        first, second = (asyncio.ensure_future(connection.request(request)) for _ in range(2))
-        await asyncio.sleep(0.1)
-        release.set()
-        answered = await first
-        with pytest.raises(NetworkException):
-            await second
-        await connection.close()
-        await server.stop()
-        return answered, failures
-    answered, failures = run(scenario())
-    assert answered is not None and failures == []
+    (first, second), later, _, failures = ending_together(2, failing=1)
+    assert not isinstance(first, Exception)
+    assert isinstance(second, NetworkException) and isinstance(later, NetworkException) and failures == []
 
 
 def test_bad_bytes__close_their_own_connection_only():
