@@ -70,23 +70,32 @@ BILLING_BATCH = 100  # max_poll_records of a billing member: its uncommitted win
 
 def recording_handler(directory: str, pause_s: float = 0.0):
     """A member actor's handler that records what it handled: one 'pid partition
-    offset' line per record, appended to a file per process (what was written
-    survives a kill), then a pause per batch (the demo's stands for a billing call;
-    the tests' keeps a stream going while they strike)."""
+    offset generation' line per record (the group generation the batch was polled
+    in), appended to a file per process (what was written survives a kill), then a
+    pause per batch (the demo's stands for a billing call; the tests' keeps a
+    stream going while they strike)."""
     def handle(records) -> None:
+        from rafka.actors.member import handling_generation
+        generation = handling_generation()
         with open(os.path.join(directory, f"handled-{os.getpid()}.log"), "a") as out:
-            out.write("".join(f"{os.getpid()} {r.partition} {r.offset}\n" for r in records))
+            out.write("".join(f"{os.getpid()} {r.partition} {r.offset} {generation}\n" for r in records))
         if pause_s:
             time.sleep(pause_s)
     return handle
 
 
-def read_recorded(directory: str) -> list[tuple[int, int, int]]:
-    """(pid, partition, offset) of every record a recording_handler handled."""
+def read_recorded(directory: str, *, with_generation: bool = False) -> list[tuple[int, ...]]:
+    """(pid, partition, offset) of every record a recording_handler handled, and
+    the generation it was handled in if asked (-1: none known)."""
     recorded = []
     for name in os.listdir(directory):
         with open(os.path.join(directory, name)) as source:
-            recorded += [tuple(map(int, line.split())) for line in source if line.strip()]
+            for line in source:
+                if line.strip():
+                    pid, partition, offset, generation = line.split()
+                    found = (int(pid), int(partition), int(offset))
+                    recorded.append(found + ((-1 if generation == "None" else int(generation)),)
+                                    if with_generation else found)
     return recorded
 
 

@@ -13,6 +13,9 @@ Invariants:
   refused because the group moved on (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
   REBALANCE_IN_PROGRESS) is dropped, and the batch's partitions go to the
   rebalance (their next owner starts at the last committed offset)
+A handler that needs to know which group generation its batch was polled in
+(a batch handed again after a rebalance comes in a newer one) calls
+`handling_generation()`.
 Actors are named `member:<group>:<index>`, restartable: a restarted member
 starts its loop again from its constructor and joins as a new member. Members
 are spread across the broker nodes with a SPREAD placement group. `stop()`
@@ -35,6 +38,13 @@ from rafka.placement.groups import BROKER_RESOURCE, in_bundle
 
 logger = logging.getLogger(__name__)
 MEMBER_CPU = 0.01
+_handling = threading.local()   # the generation of the batch the member's handler is handling
+
+
+def handling_generation() -> int | None:
+    """Inside a member actor's handler: the group generation its batch was polled
+    in (Kafka's consumer.groupMetadata().generationId); None elsewhere."""
+    return getattr(_handling, "generation", None)
 
 
 def member_actor_name(group_id: str, index: int) -> str:
@@ -72,7 +82,11 @@ class ConsumerMemberActor:
                                       member_id=joined["member_id"], generation=joined["generation_id"])
                 if not records:
                     continue
-                self.handler(records)
+                _handling.generation = joined["generation_id"]
+                try:
+                    self.handler(records)
+                finally:
+                    _handling.generation = None
                 ends = {}
                 for record in records:
                     ends[(record.topic, record.partition)] = record.offset + 1

@@ -356,12 +356,16 @@ class Workload:
 
 def actor_history_handler(directory: str, started_s: float):
     """A member actor's handler: one Poll line per record, into a file per process
-    (a killed process keeps what it wrote); incarnation = the process id."""
+    (a killed process keeps what it wrote); incarnation = the process id, and the
+    group generation the batch was polled in (a batch whose commit the group
+    refused is handed again after the rebalance, in a newer generation)."""
     def handle(records) -> None:
+        from rafka.actors.member import handling_generation
         now_ms = max(0, int((time.time() - started_s) * 1000))
         pid = os.getpid()
+        generation = handling_generation()
         with open(os.path.join(directory, f"actor-{pid}.jsonl"), "a") as out:
-            out.write("".join(Poll(f"actor-{pid}", pid, ACTOR_GROUP, None, r.topic, r.partition, r.offset,
+            out.write("".join(Poll(f"actor-{pid}", pid, ACTOR_GROUP, generation, r.topic, r.partition, r.offset,
                                    r.value.decode(errors="replace"), now_ms).to_json() + "\n"
                               for r in records))
     return handle

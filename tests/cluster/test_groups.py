@@ -325,6 +325,9 @@ def test_run_consumer_group__members_on_different_nodes_handle_everything_and_st
     assert {d["member_id"] for d in described} == set(admin.describe_consumer_group("invoicing")["members"])
     seen = {(partition, offset) for _, partition, offset in handled_records(str(tmp_path))}
     assert seen == {(p, o) for p in range(4) for o in range(15)}
+    # each batch was handled knowing the generation it was polled in
+    handled_in = {g for *_, g in handled_records(str(tmp_path), with_generation=True)}
+    assert handled_in and min(handled_in) >= 1 and max(handled_in) <= generations.pop()
     final = group.stop()
     assert sum(d["handled"] for d in final) >= 60
     assert admin.describe_consumer_group("invoicing")["state"] == "Empty"
