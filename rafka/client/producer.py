@@ -31,8 +31,10 @@ failure on a partition it sends nothing more there until its requests in flight
 have come back, then resends the failed batches in their original order, one at
 a time until one succeeds. While recovering, OUT_OF_ORDER_SEQUENCE is retriable
 (a batch after the one that failed). A batch that fails for good starts a new
-producer epoch (KIP-360); batches not yet written are then encoded again with the
-new epoch and fresh sequences.
+producer epoch (KIP-360); batches not yet sent take the new epoch and fresh
+sequences, and a batch sent before keeps the epoch and sequence it went with, so
+a retry of one that was written is recognised by the leader (or fenced), never
+written twice.
 
 Bounds: the requests in flight above, `buffer_memory` bytes of unsent records
 (send blocks up to `max_block_ms`).
@@ -448,8 +450,10 @@ class Producer:
                 self._requeue(batch)
             self._refresh(batch.topic)
             return
-        if batch.encoded is not None and batch.encoded_for != (self.producer_id, self.producer_epoch):
-            batch.encoded = None   # a new producer epoch since: new sequences too (KIP-360)
+        # A batch encoded before keeps its producer id, epoch and sequence, even
+        # after a new epoch began: it may already be in the leader's log (sent, its
+        # answer lost), and only those let the leader recognise the retry (or fence
+        # it); encoded again with the new epoch's sequence it would be written twice.
         if batch.encoded is None:
             sequence = self._next_sequence[key_tp] if self.producer_id != NO_PRODUCER_ID else -1
             try:
