@@ -5,14 +5,16 @@ coordinators and each topic's max.message.bytes.
 As Kafka's client Metadata: a topic is looked up (Metadata v12) on first use and
 again after `invalidate(topic)` (NOT_LEADER_OR_FOLLOWER, a lost connection, a
 stale epoch); a group's coordinator is found with FindCoordinator and dropped by
-`invalidate_coordinator`. Every question goes to the node that answered last,
-else a bootstrap address, else any node the cluster listed: the controller may
-be down and its endpoint gone while the replicas still answer. Nodes in their
-reconnect backoff are tried last (Kafka's leastLoadedNode skips them).
+`invalidate_coordinator`. Every question goes to a bootstrap address first (in
+rafka, the controller's listener: its image is the newest; other nodes hold
+images it pushed, which can lag), else the node that answered last, else any
+node the cluster listed: the controller may be down and its endpoint gone while
+the replicas still answer. Nodes in their reconnect backoff are tried last
+(Kafka's leastLoadedNode skips them).
 
 `bootstrap_servers` may be a callable that returns them: rafka's clients inside
 the cluster pass one that asks the controller (over Ray) for its listener, and
-the cache asks it again when no node it knows answers. A local cluster's
+the cache asks it again after a bootstrap address failed to answer. A local cluster's
 actors listen on ports of the moment, so after a whole-cluster restart every
 address a client knew is gone; under `rafka up` the controller keeps 9092.
 
@@ -76,6 +78,7 @@ class MetadataCache:
         self._coordinators: dict[str, Address] = {}    # group id -> its coordinator
         self._max_message_bytes: dict[str, int] = {}
         self._answered_last: Address | None = None
+        self._bootstrap_failed = False   # a bootstrap address did not answer: discover them again
 
     # --- topics and leaders -------------------------------------------------------------
 
@@ -181,25 +184,24 @@ class MetadataCache:
                 self._stale.discard(name)
 
     def _ask(self, request: Any, read: Callable[[Any], Any], *, what: str) -> Any:
-        """`read(answer)` from the first node that answers: the one that answered
-        last, the bootstrap addresses, then every listed node, round after round
-        (retry_backoff_ms between rounds; the bootstrap addresses discovered again
-        before each, when they come from a callable) until max_wait_ms. A refused
-        or lost connection moves on to the next node; an error the node answered
-        is the caller's."""
+        """`read(answer)` from the first node that answers: the bootstrap addresses,
+        the one that answered last, then every listed node, round after round
+        (retry_backoff_ms between rounds) until max_wait_ms. When they come from a
+        callable, the bootstrap addresses are discovered again before a round
+        after one of them failed. A refused or lost connection moves on to the
+        next node; an error the node answered is the caller's."""
         if threading.current_thread() is self._network.thread:
             raise RuntimeError(f"looking up {what} on the network's own loop would wait on itself")
         deadline = time.monotonic() + self.max_wait_s
         last_error: Exception | None = None
-        rounds = 0
         while True:
-            if self._discover is not None and (rounds or not self._bootstrap):
+            if self._discover is not None and (self._bootstrap_failed or not self._bootstrap):
                 try:
                     self._bootstrap = parse_bootstrap_servers(self._discover())
+                    self._bootstrap_failed = False
                 except Exception as error:   # the controller restarting: the next round asks again
                     last_error = error
-            rounds += 1
-            known = list(dict.fromkeys(([self._answered_last] if self._answered_last else []) + self._bootstrap
+            known = list(dict.fromkeys(self._bootstrap + ([self._answered_last] if self._answered_last else [])
                                        + list(self._nodes.values())))
             if not known and self._discover is None:
                 raise NetworkException(f"no bootstrap server to ask for {what}")
@@ -216,6 +218,8 @@ class MetadataCache:
                     result = read(answered.result(timeout=timeout_ms / 1000 + 1))
                 except NetworkException as error:
                     last_error = error
+                    if address in self._bootstrap:
+                        self._bootstrap_failed = True
                     continue
                 self._answered_last = address
                 return result

@@ -175,11 +175,38 @@ class ScriptedNetwork:
         self.nodes = type("Nodes", (), {"request_timeout_ms": 1_000, "backing_off": lambda self, _: False})()
         self.asked = []
 
+        self.refused = set()
+
     def submit(self, address, request, *, timeout_ms=None):
         self.asked.append(address)
         answered = concurrent.futures.Future()
-        answered.set_result(metadata_response(self.images.pop(0), request, 12))
+        if address in self.refused:
+            answered.set_exception(NetworkException(f"could not connect to {address}"))
+        else:
+            answered.set_result(metadata_response(self.images.pop(0), request, 12))
         return answered
+
+
+def test_the_bootstrap_asked_first__and_discovered_again_after_it_failed():
+    """The bootstrap address (rafka's controller, whose image is the newest) is
+    asked before the node that answered last; a bootstrap that failed is looked up
+    again (a restarted controller listens on a new port)."""
+    network = ScriptedNetwork([image(leader=2, epoch=5), image(leader=3, epoch=6), image(leader=3, epoch=7)])
+    discovered = []
+
+    def discover():
+        discovered.append(1)
+        return "127.0.0.1:9001"
+    metadata = MetadataCache(discover, network)
+    metadata.leader_address("orders", 0)
+    network.refused.add(("127.0.0.1", 9001))
+    metadata.invalidate("orders")
+    assert metadata.leader_address("orders", 0)[1] == 6
+    assert network.asked == [("127.0.0.1", 9001), ("127.0.0.1", 9001), ("127.0.0.1", 9002)] and len(discovered) == 1
+    network.refused.clear()
+    metadata.invalidate("orders")
+    assert metadata.leader_address("orders", 0)[1] == 7
+    assert network.asked[-1] == ("127.0.0.1", 9001) and len(discovered) == 2
 
 
 def test_a_stale_answer__never_moves_a_partition_back_in_leader_epoch():
