@@ -45,8 +45,8 @@ def admin_network() -> ClientNetwork:
 class Admin:
     """`controller`: the controller actor (topic administration is a control-plane
     call); `bootstrap_servers`: where the Kafka requests start (default: the
-    controller's listener, asked of it when first needed and again when no node
-    the admin knows answers)."""
+    controller's listener, asked of it when first needed and again after it failed
+    to answer: client.metadata)."""
 
     def __init__(self, controller, *, bootstrap_servers=None, default_api_timeout_ms: int = 60_000,
                  retry_backoff_ms: int = 100) -> None:

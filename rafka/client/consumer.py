@@ -58,7 +58,6 @@ import threading
 import time
 from collections.abc import Iterable
 
-
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
