@@ -48,6 +48,7 @@ def timedelta_ms(milliseconds: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=milliseconds)
 
 
+@functools.cache
 def module_of(entity_type: type) -> ModuleType:
     """The kio module of an entity's version, which holds its nested types."""
     return __import__(entity_type.__module__, fromlist=["_"])
