@@ -52,7 +52,7 @@ from rafka.protocol.errors import (MalformedRequestBody, UnknownApiKey,
                                    UnsupportedApiVersion)
 from rafka.protocol.framing import (RequestHeader, decode_request_header, encode_response_header,
                                     peek_api_key_and_version)
-from rafka.protocol.hot_writers import body_pieces
+from rafka.protocol.hot_writers import WrittenBody, body_pieces
 
 API_VERSIONS_KEY = 18
 # ApiVersionsRequest.json: "flexibleVersions": "3+" (used only for versions kio
@@ -86,7 +86,8 @@ Handler = Callable[[Any, RequestContext], Awaitable[Any | None]]
 class Route:
     """API key, inclusive version range, handler. The handler gets the kio request
     body of the request's version and returns the kio response body of the same
-    version, or None when Kafka sends no response (Produce with acks=0)."""
+    version (or a hot_writers.WrittenBody standing for one), or None when Kafka
+    sends no response (Produce with acks=0)."""
     api_key: int
     min_version: int
     max_version: int
@@ -172,10 +173,11 @@ class Dispatcher:
             if response is None:
                 return None
             expected = load_response_schema(parsed.context.api_key, parsed.context.api_version)
-            if type(response) is not expected:   # a handler bug, not the client's
+            answered = response.response_type if type(response) is WrittenBody else type(response)
+            if answered is not expected:   # a handler bug, not the client's
                 raise TypeError(f"handler for API key {parsed.context.api_key} v"
-                                f"{parsed.context.api_version} returned {type(response).__qualname__}"
-                                f" from {type(response).__module__}, not {expected.__module__}")
+                                f"{parsed.context.api_version} returned {answered.__qualname__}"
+                                f" from {answered.__module__}, not {expected.__module__}")
         return encode_response(parsed.context.correlation_id, response)
 
     @staticmethod

@@ -1,6 +1,7 @@
 """The data path's hand-written writers (protocol.hot_writers, and the headers
 framing packs) write exactly the bytes kio's generic writer writes, for any
-entity of their type: kio's writer is the reference."""
+entity of their type, and for the entity an answer written from values stands
+for: kio's writer is the reference."""
 
 import datetime
 import io
@@ -23,7 +24,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from rafka.protocol.framing import encode_request_header, encode_response_header, pack_request_header
-from rafka.protocol.hot_writers import WRITERS, write_body
+from rafka.protocol.hot_writers import WRITERS, fetch_answer_v12, produce_answer_v9, write_body
 
 pytestmark = pytest.mark.core
 
@@ -52,17 +53,6 @@ produce_requests = st.builds(
     topic_data=tuples(st.builds(produce_request.TopicProduceData, name=names, partition_data=tuples(
         st.builds(produce_request.PartitionProduceData, index=int32s, records=records)))))
 
-produce_responses = st.builds(
-    produce_response.ProduceResponse, throttle_time=millis, responses=tuples(st.builds(
-        produce_response.TopicProduceResponse, name=names, partition_responses=tuples(st.builds(
-            produce_response.PartitionProduceResponse, index=int32s, error_code=errors, base_offset=int64s,
-            log_append_time=st.none() | st.datetimes(
-                min_value=datetime.datetime(1971, 1, 1), max_value=datetime.datetime(2200, 1, 1),
-                timezones=st.just(datetime.timezone.utc)).map(lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000)),
-            log_start_offset=int64s, error_message=st.none() | names,
-            record_errors=tuples(st.builds(produce_response.BatchIndexAndErrorMessage, batch_index=int32s,
-                                           batch_index_error_message=st.none() | names)))))))
-
 fetch_requests = st.builds(
     fetch_request.FetchRequest, cluster_id=st.none() | names, replica_id=int32s, max_wait=millis,
     min_bytes=int32s, max_bytes=int32s, isolation_level=int8s, session_id=int32s, session_epoch=int32s,
@@ -72,22 +62,6 @@ fetch_requests = st.builds(
     forgotten_topics_data=tuples(st.builds(fetch_request.ForgottenTopic, topic=names,
                                            partitions=tuples(int32s))),
     rack_id=names)
-
-fetch_responses = st.builds(
-    fetch_response.FetchResponse, throttle_time=millis, error_code=errors, session_id=int32s,
-    responses=tuples(st.builds(fetch_response.FetchableTopicResponse, topic=names, partitions=tuples(st.builds(
-        fetch_response.PartitionData, partition_index=int32s, error_code=errors, high_watermark=int64s,
-        last_stable_offset=int64s, log_start_offset=int64s,
-        diverging_epoch=st.just(fetch_response.EpochEndOffset()) | st.builds(
-            fetch_response.EpochEndOffset, epoch=int32s, end_offset=int64s),
-        current_leader=st.just(fetch_response.LeaderIdAndEpoch()) | st.builds(
-            fetch_response.LeaderIdAndEpoch, leader_id=int32s, leader_epoch=int32s),
-        snapshot_id=st.just(fetch_response.SnapshotId()) | st.builds(
-            fetch_response.SnapshotId, end_offset=int64s, epoch=int32s),
-        aborted_transactions=st.none() | tuples(st.builds(fetch_response.AbortedTransaction,
-                                                          producer_id=int64s, first_offset=int64s)),
-        preferred_read_replica=int32s, records=records)))))
-
 
 commit_requests = st.builds(
     commit_request.OffsetCommitRequest, group_id=names, generation_id_or_member_epoch=int32s, member_id=names,
@@ -103,16 +77,63 @@ commit_responses = st.builds(
 
 
 def test_every_hand_written_writer_is_tested_here():
-    assert set(WRITERS) == {produce_request.ProduceRequest, produce_response.ProduceResponse,
-                            fetch_request.FetchRequest, fetch_response.FetchResponse,
+    assert set(WRITERS) == {produce_request.ProduceRequest, fetch_request.FetchRequest,
                             commit_request.OffsetCommitRequest, commit_response.OffsetCommitResponse}
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(produce_requests, produce_responses, fetch_requests, fetch_responses, commit_requests,
-                 commit_responses))
+@given(st.one_of(produce_requests, fetch_requests, commit_requests, commit_responses))
 def test_hot_writer__the_bytes_kio_writes(entity):
     assert write_body(entity) == kio_bytes(entity)
+
+
+codes = errors.map(lambda code: code.value)
+append_times_ms = st.just(-1) | st.integers(0, 2**42)
+
+produce_answers = tuples(st.tuples(names, tuples(st.tuples(int32s, codes, int64s, append_times_ms, int64s))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(produce_answers)
+def test_produce_answer_written_from_values__the_bytes_kio_writes_for_that_answer(topics):
+    entity = produce_response.ProduceResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), responses=tuple(
+            produce_response.TopicProduceResponse(name=name, partition_responses=tuple(
+                produce_response.PartitionProduceResponse(
+                    index=index, error_code=ErrorCode(code), base_offset=base_offset,
+                    log_append_time=None if append_ms < 0 else datetime.datetime.fromtimestamp(
+                        append_ms / 1000, tz=datetime.timezone.utc),
+                    log_start_offset=log_start, record_errors=(), error_message=None)
+                for index, code, base_offset, append_ms, log_start in partitions))
+            for name, partitions in topics))
+    written = produce_answer_v9(topics)
+    assert written.response_type is produce_response.ProduceResponse
+    assert write_body(written) == kio_bytes(entity)
+
+
+fetch_answers = tuples(st.tuples(names, tuples(st.tuples(
+    int32s, codes, int64s, int64s, int64s, int32s, records, st.none() | st.tuples(int32s, int64s)))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fetch_answers, codes, int32s)
+def test_fetch_answer_written_from_values__the_bytes_kio_writes_for_that_answer(topics, error_code, session_id):
+    entity = fetch_response.FetchResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode(error_code),
+        session_id=session_id, responses=tuple(
+            fetch_response.FetchableTopicResponse(topic=topic, partitions=tuple(
+                fetch_response.PartitionData(
+                    partition_index=index, error_code=ErrorCode(code), high_watermark=high_watermark,
+                    last_stable_offset=last_stable, log_start_offset=log_start, aborted_transactions=None,
+                    preferred_read_replica=preferred, records=partition_records,
+                    diverging_epoch=fetch_response.EpochEndOffset() if diverging is None else
+                    fetch_response.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1]))
+                for index, code, high_watermark, last_stable, log_start, preferred, partition_records, diverging
+                in partitions))
+            for topic, partitions in topics))
+    written = fetch_answer_v12(topics, error_code=error_code, session_id=session_id)
+    assert written.response_type is fetch_response.FetchResponse
+    assert write_body(written) == kio_bytes(entity)
 
 
 @settings(max_examples=200, deadline=None)

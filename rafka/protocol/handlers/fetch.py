@@ -36,9 +36,11 @@ from kio.static.primitive import i32, i32Timedelta, i64
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
+from rafka.protocol.hot_writers import fetch_answer_v12
 
 API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 12
+HOT_VERSION = 12   # answered through hot_writers (rafka's followers and consumers, librdkafka's fetch)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -69,6 +71,10 @@ async def fetch(host: PartitionHost, request, version: int):
 
     rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
                             lambda wanted: int(wanted.partition), read)
+    if version == HOT_VERSION:   # what every client here sends: written from the values
+        return fetch_answer_v12([(topic, [_values(wanted, code, result) for wanted, code, result in partitions])
+                                   for topic, partitions in by_topic(
+                                       (topic, (wanted, code, result)) for topic, wanted, code, result in rows).items()])
     # plain ints where kio's types say i32/i64: they are ints at runtime, and their
     # range checks were a visible part of every fetch (the values are the log's)
     grouped = by_topic((topic, make(
@@ -82,6 +88,16 @@ async def fetch(host: PartitionHost, request, version: int):
     return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
                 responses=tuple(make(module.FetchableTopicResponse, topic=topic, partitions=tuple(partitions))
                                 for topic, partitions in grouped.items()))
+
+
+def _values(wanted, code: ErrorCode, result) -> tuple:
+    """One partition of a v12 answer as hot_writers.fetch_answer_v12 takes it: the
+    same values as the entity below (LSO = HW: no transactions; no preferred
+    read replica)."""
+    if result is None:
+        return int(wanted.partition), code.value, -1, -1, -1, -1, None, None
+    return (int(wanted.partition), code.value, result.high_watermark, result.high_watermark,
+            result.log_start_offset, -1, result.records, result.diverging_epoch)
 
 
 def _diverging(module, result):

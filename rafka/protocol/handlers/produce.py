@@ -40,10 +40,12 @@ from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.errors import ClosedAfterFailedAcksZeroProduce
 from rafka.protocol.handlers.partitions import PartitionHost, by_topic, error_code_of, locate
+from rafka.protocol.hot_writers import produce_answer_v9
 from rafka.protocol.pipelining import admit_next
 
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 9
+HOT_VERSION = 9   # answered through hot_writers
 VALID_ACKS = (-1, 0, 1)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -90,6 +92,11 @@ async def produce(host: PartitionHost, request, version: int):
         if any(code != ErrorCode.none for _, _, code, _ in rows):
             raise ClosedAfterFailedAcksZeroProduce("a partition of an acks=0 produce failed")
         return None
+    if version == HOT_VERSION:   # what rafka's producers, coordinators and librdkafka send
+        return produce_answer_v9([(topic, [_values(partition_data, code, result)
+                                             for partition_data, code, result in partitions])
+                                    for topic, partitions in by_topic(
+                                        (topic, (p, code, result)) for topic, p, code, result in rows).items()])
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
     grouped = by_topic((topic, make(   # plain ints for i32/i64: see handlers.fetch
@@ -100,6 +107,14 @@ async def produce(host: PartitionHost, request, version: int):
     return make(response_type, throttle_time=_NO_THROTTLE, responses=tuple(
         make(module.TopicProduceResponse, name=topic, partition_responses=tuple(partitions))
         for topic, partitions in grouped.items()))
+
+
+def _values(partition_data, code: ErrorCode, result) -> tuple:
+    """One partition of a v9 answer as hot_writers.produce_answer_v9 takes it (the
+    same values as the entity above)."""
+    if result is None:
+        return int(partition_data.index), code.value, -1, -1, -1
+    return int(partition_data.index), code.value, result.base_offset, result.log_append_time_ms, -1
 
 
 def _append(host: PartitionHost, topic: str, partition_data, acks: int):
