@@ -173,7 +173,7 @@ class Dispatcher:
             if response is None:
                 return None
             expected = load_response_schema(parsed.context.api_key, parsed.context.api_version)
-            answered = response.response_type if type(response) is WrittenBody else type(response)
+            answered = response.entity_type if type(response) is WrittenBody else type(response)
             if answered is not expected:   # a handler bug, not the client's
                 raise TypeError(f"handler for API key {parsed.context.api_key} v"
                                 f"{parsed.context.api_version} returned {answered.__qualname__}"

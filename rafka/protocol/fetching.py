@@ -35,12 +35,11 @@ from __future__ import annotations
 import dataclasses
 
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.static.primitive import i8, i32, i64
 
 from rafka.core.errors import error_for_code
-from rafka.protocol.entities import timedelta_ms
+from rafka.protocol.hot_writers import WrittenBody, fetch_request_v12
 
 NO_EPOCH = -1
 CONSUMER_REPLICA_ID = -1     # Kafka's: a fetch from a client, not a replica
@@ -56,19 +55,13 @@ class LeaderAnswer:
 
 
 def fetch_request(*, topic: str, partition: int, replica_id: int, fetch_offset: int, leader_epoch: int,
-                  last_fetched_epoch: int, log_start_offset: int, max_bytes: int,
-                  max_wait_ms: int) -> fetch_v12.FetchRequest:
-    # Built every fetch round: plain ints where kio's types say i32/i64. Those
-    # phantom types are ints at runtime; their range checks cost about a
-    # microsecond each, and these values are ours.
-    return fetch_v12.FetchRequest(
-        cluster_id=None, replica_id=replica_id, max_wait=timedelta_ms(max_wait_ms), min_bytes=1,
-        max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-        topics=(fetch_v12.FetchTopic(topic=topic, partitions=(fetch_v12.FetchPartition(
-            partition=partition, current_leader_epoch=leader_epoch, fetch_offset=fetch_offset,
-            last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset,
-            partition_max_bytes=max_bytes),)),),
-        forgotten_topics_data=(), rack_id="")
+                  last_fetched_epoch: int, log_start_offset: int, max_bytes: int, max_wait_ms: int) -> WrittenBody:
+    """A Fetch v12 of one partition, written from these values (every fetch round
+    builds one: no kio entity for it)."""
+    return fetch_request_v12(
+        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
+        session_id=0, session_epoch=-1, topics=[(topic, [(partition, leader_epoch, fetch_offset, last_fetched_epoch,
+                                                          log_start_offset, max_bytes)])])
 
 
 def leader_answer(response, *, topic: str, partition: int) -> LeaderAnswer:

@@ -31,26 +31,35 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from kio.schema.fetch.v12 import request as fetch_request_v12
-from kio.schema.fetch.v12 import response as fetch_response_v12
-from kio.schema.offset_commit.v8 import request as offset_commit_request_v8
-from kio.schema.offset_commit.v8 import response as offset_commit_response_v8
-from kio.schema.produce.v9 import request as produce_request_v9
-from kio.schema.produce.v9 import response as produce_response_v9
+from kio.schema.fetch.v12 import request as kio_fetch_request_v12
+from kio.schema.fetch.v12 import response as kio_fetch_response_v12
+from kio.schema.offset_commit.v8 import request as kio_offset_commit_request_v8
+from kio.schema.offset_commit.v8 import response as kio_offset_commit_response_v8
+from kio.schema.produce.v9 import request as kio_produce_request_v9
+from kio.schema.produce.v9 import response as kio_produce_response_v9
 from kio.serial import entity_writer
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class WrittenBody:
-    """A response body written from values by a writer below, not from a kio
-    entity: the broker's answers to Produce v9 and Fetch v12 (building kio
-    entities for them and walking them again cost 14 us of a fetch answer's 16).
-    Dispatch frames it as the entity of `response_type` it stands for."""
-    response_type: type
+    """A request or response body written from values by a writer below, not from
+    a kio entity: the broker's answers to Produce v9 and Fetch v12 (building kio
+    entities for them and walking them again cost 14 us of a fetch answer's 16),
+    a follower's or consumer's Fetch and a producer's Produce. Dispatch and
+    Connection frame it as the entity of `entity_type` it stands for."""
+    entity_type: type
     pieces: list
 
     @property
     def __header_schema__(self):
-        return self.response_type.__header_schema__
+        return self.entity_type.__header_schema__
+
+    @property
+    def __api_key__(self) -> int:
+        return self.entity_type.__api_key__
+
+    @property
+    def __version__(self) -> int:
+        return self.entity_type.__version__
 
 
 _I8 = struct.Struct(">b")
@@ -65,6 +74,7 @@ _COMMIT_PARTITION = struct.Struct(">iqi")                # index, offset, leader
 _COMMIT_ANSWER_PARTITION = struct.Struct(">ihB")         # index, error, no tags
 _NO_TAGS = b"\x00"
 _NULL = b"\x00"          # a null compact string, bytes or array
+_PRODUCE_REQUEST_FIXED = struct.Struct(">hi")           # acks, timeout ms
 _FETCH_ANSWER_FIXED = struct.Struct(">ihi")              # throttle ms, error, session id
 _NO_RECORD_ERRORS_NO_MESSAGE = b"\x01\x00\x00"          # empty array, null string, no tags
 _NO_THROTTLE_NO_TAGS = b"\x00\x00\x00\x00\x00"
@@ -97,23 +107,30 @@ def _milliseconds(delta) -> int:
 
 # --- Produce v9 ------------------------------------------------------------------------
 
-def _produce_request_v9(request) -> list:
-    out = [_nullable_compact_string(request.transactional_id),
-           _I16.pack(request.acks), _I32.pack(_milliseconds(request.timeout)),
-           _uvarint(len(request.topic_data) + 1)]
-    for topic in request.topic_data:
-        out.append(_compact_string(topic.name))
-        out.append(_uvarint(len(topic.partition_data) + 1))
-        for partition in topic.partition_data:
-            records = partition.records
-            out.append(_I32.pack(partition.index))
-            out.append(_NULL if records is None else _uvarint(len(records) + 1))
-            if records is not None:
+def produce_request_v9(*, transactional_id: str | None, acks: int, timeout_ms: int, topics) -> WrittenBody:
+    """A Produce v9 request from values: `topics` is [(name, [(index, records or None)])]."""
+    out = [_nullable_compact_string(transactional_id), _PRODUCE_REQUEST_FIXED.pack(acks, timeout_ms),
+           _uvarint(len(topics) + 1)]
+    for name, partitions in topics:
+        out.append(_compact_string(name))
+        out.append(_uvarint(len(partitions) + 1))
+        for index, records in partitions:
+            out.append(_I32.pack(index))
+            if records is None:
+                out.append(_NULL)
+            else:
+                out.append(_uvarint(len(records) + 1))
                 out.append(records)
             out.append(_NO_TAGS)
         out.append(_NO_TAGS)
     out.append(_NO_TAGS)
-    return out
+    return WrittenBody(kio_produce_request_v9.ProduceRequest, out)
+
+
+def _produce_request_v9(request) -> list:
+    return produce_request_v9(
+        transactional_id=request.transactional_id, acks=request.acks, timeout_ms=_milliseconds(request.timeout),
+        topics=[(t.name, [(p.index, p.records) for p in t.partition_data]) for t in request.topic_data]).pieces
 
 
 def produce_answer_v9(topics) -> WrittenBody:
@@ -130,37 +147,51 @@ def produce_answer_v9(topics) -> WrittenBody:
             out.append(_NO_RECORD_ERRORS_NO_MESSAGE)
         out.append(_NO_TAGS)
     out.append(_NO_THROTTLE_NO_TAGS)
-    return WrittenBody(produce_response_v9.ProduceResponse, out)
+    return WrittenBody(kio_produce_response_v9.ProduceResponse, out)
 
 
 # --- Fetch v12 -------------------------------------------------------------------------
 
-def _fetch_request_v12(request) -> list:
-    out = [_FETCH_REQUEST_FIXED.pack(request.replica_id, _milliseconds(request.max_wait), request.min_bytes,
-                                     request.max_bytes, request.isolation_level, request.session_id,
-                                     request.session_epoch),
-           _uvarint(len(request.topics) + 1)]
-    for topic in request.topics:
-        out.append(_compact_string(topic.topic))
-        out.append(_uvarint(len(topic.partitions) + 1))
-        for p in topic.partitions:
-            out.append(_FETCH_PARTITION.pack(p.partition, p.current_leader_epoch, p.fetch_offset,
-                                             p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes))
+def fetch_request_v12(*, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
+                      session_id: int, session_epoch: int, topics, forgotten_topics=(), rack_id: str = "",
+                      cluster_id: str | None = None) -> WrittenBody:
+    """A Fetch v12 request from values: `topics` is [(topic, [(partition, current
+    leader epoch, fetch offset, last fetched epoch, log start offset, partition
+    max bytes)])], `forgotten_topics` [(topic, [partition])]."""
+    out = [_FETCH_REQUEST_FIXED.pack(replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id,
+                                     session_epoch),
+           _uvarint(len(topics) + 1)]
+    for topic, partitions in topics:
+        out.append(_compact_string(topic))
+        out.append(_uvarint(len(partitions) + 1))
+        for partition in partitions:
+            out.append(_FETCH_PARTITION.pack(*partition))
             out.append(_NO_TAGS)
         out.append(_NO_TAGS)
-    out.append(_uvarint(len(request.forgotten_topics_data) + 1))
-    for forgotten in request.forgotten_topics_data:
-        out.append(_compact_string(forgotten.topic))
-        out.append(_uvarint(len(forgotten.partitions) + 1))
-        out.extend(_I32.pack(p) for p in forgotten.partitions)
+    out.append(_uvarint(len(forgotten_topics) + 1))
+    for topic, partitions in forgotten_topics:
+        out.append(_compact_string(topic))
+        out.append(_uvarint(len(partitions) + 1))
+        out.extend(_I32.pack(p) for p in partitions)
         out.append(_NO_TAGS)
-    out.append(_compact_string(request.rack_id))
-    if request.cluster_id is None:       # tag 0, written only when set
+    out.append(_compact_string(rack_id))
+    if cluster_id is None:       # tag 0, written only when set
         out.append(_NO_TAGS)
     else:
-        cluster_id = _nullable_compact_string(request.cluster_id)
-        out += [b"\x01\x00", _uvarint(len(cluster_id)), cluster_id]
-    return out
+        cluster = _nullable_compact_string(cluster_id)
+        out += [b"\x01\x00", _uvarint(len(cluster)), cluster]
+    return WrittenBody(kio_fetch_request_v12.FetchRequest, out)
+
+
+def _fetch_request_v12(request) -> list:
+    return fetch_request_v12(
+        replica_id=request.replica_id, max_wait_ms=_milliseconds(request.max_wait), min_bytes=request.min_bytes,
+        max_bytes=request.max_bytes, isolation_level=request.isolation_level, session_id=request.session_id,
+        session_epoch=request.session_epoch, topics=[(t.topic, [
+            (p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.log_start_offset,
+             p.partition_max_bytes) for p in t.partitions]) for t in request.topics],
+        forgotten_topics=[(f.topic, f.partitions) for f in request.forgotten_topics_data],
+        rack_id=request.rack_id, cluster_id=request.cluster_id).pieces
 
 
 def fetch_answer_v12(topics, *, error_code: int = 0, session_id: int = 0) -> WrittenBody:
@@ -190,7 +221,7 @@ def fetch_answer_v12(topics, *, error_code: int = 0, session_id: int = 0) -> Wri
                 out.append(_ONE_TAG_DIVERGING + _EPOCH_END_OFFSET.pack(*diverging_epoch, 0))
         out.append(_NO_TAGS)
     out.append(_NO_TAGS)
-    return WrittenBody(fetch_response_v12.FetchResponse, out)
+    return WrittenBody(kio_fetch_response_v12.FetchResponse, out)
 
 
 # --- OffsetCommit v8 --------------------------------------------------------------------
@@ -224,10 +255,10 @@ def _offset_commit_response_v8(response) -> list:
 
 
 WRITERS: dict[type, Callable[[Any], list]] = {
-    produce_request_v9.ProduceRequest: _produce_request_v9,
-    fetch_request_v12.FetchRequest: _fetch_request_v12,
-    offset_commit_request_v8.OffsetCommitRequest: _offset_commit_request_v8,
-    offset_commit_response_v8.OffsetCommitResponse: _offset_commit_response_v8,
+    kio_produce_request_v9.ProduceRequest: _produce_request_v9,
+    kio_fetch_request_v12.FetchRequest: _fetch_request_v12,
+    kio_offset_commit_request_v8.OffsetCommitRequest: _offset_commit_request_v8,
+    kio_offset_commit_response_v8.OffsetCommitResponse: _offset_commit_response_v8,
 }
 
 

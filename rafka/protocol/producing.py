@@ -10,21 +10,16 @@ __consumer_offsets writes, acks=all).
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
-from kio.schema.produce.v9 import request as produce_v9
 
 from rafka.core.errors import error_for_code
-from rafka.protocol.entities import timedelta_ms
+from rafka.protocol.hot_writers import WrittenBody, produce_request_v9
 
 
-def produce_request(*, topic: str, partition: int, records: bytes, acks: int,
-                    timeout_ms: int) -> produce_v9.ProduceRequest:
-    """`records`: one or more encoded record batches, as the log stores them.
-    Plain ints where kio's types say i16/i32 (they are ints at runtime; the range
-    checks cost more than the rest of the request, and these values are ours)."""
-    return produce_v9.ProduceRequest(
-        transactional_id=None, acks=acks, timeout=timedelta_ms(timeout_ms),
-        topic_data=(produce_v9.TopicProduceData(name=topic, partition_data=(
-            produce_v9.PartitionProduceData(index=partition, records=records),)),))
+def produce_request(*, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> WrittenBody:
+    """`records`: one or more encoded record batches, as the log stores them; the
+    request is written from these values (no kio entity for it)."""
+    return produce_request_v9(transactional_id=None, acks=acks, timeout_ms=timeout_ms,
+                              topics=[(topic, [(partition, records)])])
 
 
 def produce_answer(response, *, topic: str, partition: int) -> int:

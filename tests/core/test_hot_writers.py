@@ -107,7 +107,7 @@ def test_produce_answer_written_from_values__the_bytes_kio_writes_for_that_answe
                 for index, code, base_offset, append_ms, log_start in partitions))
             for name, partitions in topics))
     written = produce_answer_v9(topics)
-    assert written.response_type is produce_response.ProduceResponse
+    assert written.entity_type is produce_response.ProduceResponse
     assert write_body(written) == kio_bytes(entity)
 
 
@@ -132,7 +132,7 @@ def test_fetch_answer_written_from_values__the_bytes_kio_writes_for_that_answer(
                 in partitions))
             for topic, partitions in topics))
     written = fetch_answer_v12(topics, error_code=error_code, session_id=session_id)
-    assert written.response_type is fetch_response.FetchResponse
+    assert written.entity_type is fetch_response.FetchResponse
     assert write_body(written) == kio_bytes(entity)
 
 

@@ -183,8 +183,8 @@ def test_bounds__records_walked_by_length__whole_request_ends_where_kio_ends_and
     for records in (b"r" * 5000, b"", None):
         request = producing.produce_request(topic="t", partition=0, records=records, acks=-1, timeout_ms=1)
         body = write_body(request)
-        assert check_entity(type(request), body, 0, len(body)) == len(body)
-        assert entity_reader(type(request))(body, 0)[0].topic_data[0].partition_data[0].records == records
+        assert check_entity(request.entity_type, body, 0, len(body)) == len(body)
+        assert entity_reader(request.entity_type)(body, 0)[0].topic_data[0].partition_data[0].records == records
     body = write_body(producing.produce_request(topic="t", partition=0, records=b"r" * 5000, acks=-1, timeout_ms=1))
     with pytest.raises(DeclaredSizeTooLarge, match="the bytes of records of size 5000"):
-        check_entity(type(request), body[:-100], 0, len(body) - 100)
+        check_entity(request.entity_type, body[:-100], 0, len(body) - 100)
