@@ -240,6 +240,7 @@ class Producer:
         self._loop = self._network.loop
         self._wake_lock = threading.Lock()
         self._pump_scheduled = False
+        self._requeued = False                  # a batch went back to its queue during this pump
         self._timer = None                      # the next linger or backoff due
         self._refreshing: set[str] = set()      # topics whose metadata is being fetched
         self._refresh_failures: dict[str, Exception] = {}
@@ -407,10 +408,11 @@ class Producer:
                     self._sending[key_tp] += 1
                 if queue and queue[0].not_before_s > now:   # backing off after a failure
                     due_s = min(due_s, queue[0].not_before_s - now)
+        self._requeued = False
         for batch in to_send:
             self._send(batch)
-        if to_send:
-            self._wake()   # a send that failed at once was requeued: it may go again
+        if self._requeued:
+            self._wake()   # a send that failed at once was requeued: it may go again (or time its backoff)
         elif due_s != float("inf"):
             if self._timer is not None:
                 self._timer.cancel()
@@ -541,6 +543,7 @@ class Producer:
         position = next((i for i, queued in enumerate(queue) if queued.order > batch.order), len(queue))
         queue.insert(position, batch)
         self._sending[(batch.topic, batch.partition)] -= 1
+        self._requeued = True
 
     def _new_producer_id(self) -> tuple[int, int]:
         """(producer id, epoch) from any node (InitProducerId); blocking."""
