@@ -16,8 +16,6 @@ whose ping shows an older image version.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -26,6 +24,7 @@ import ray
 from rafka.core.actor_names import CONTROLLER_NAME
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.protocol.dispatch import Dispatcher
+from rafka.protocol.framing import tune_malloc
 from rafka.protocol.node_table import node_table
 from rafka.protocol.server import MAX_PIPELINED_REQUESTS_DEFAULT, ProtocolServer
 
@@ -37,30 +36,6 @@ async def allocate_producer_id_from_controller() -> int:
     """InitProducerId on a replica or coordinator node: the controller hands out
     producer ids (as Kafka's ProducerIdManager takes blocks from the controller)."""
     return await ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).allocate_producer_id.remote()
-
-
-# glibc's malloc tuned for a node's frames (mallopt's M_TRIM_THRESHOLD and
-# M_MMAP_THRESHOLD). As it comes, a block over 128 KiB may be mmapped and unmapped
-# again when freed, and the free top of the event loop thread's arena is handed
-# back to the kernel: every megabyte a request or answer allocates (the frame's
-# chunks and join, the records kio reads, a fetch answer's read) then faults its
-# pages in afresh. A 1 MB produce to a leader took 3.56 ms end to end, 2.25 ms
-# with these (one partition, R1, acks=1; a 2-core VM, where a fault costs more).
-# The cost: an actor keeps up to TRIM_THRESHOLD_BYTES of freed memory per arena.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD_BYTES = 16 << 20
-TRIM_THRESHOLD_BYTES = 64 << 20
-
-
-@functools.cache
-def tune_malloc() -> bool:
-    """Once per process; False where the C library is not glibc (nothing changed)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-                    and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
-    except (OSError, AttributeError):
-        return False
 
 
 class NodeServing:

@@ -26,7 +26,7 @@ from kio.serial import entity_reader
 
 from rafka.core.errors import NetworkException
 from rafka.protocol.errors import ProtocolError
-from rafka.protocol.framing import FrameDecoder, decode_response_header, pack_request_header
+from rafka.protocol.framing import FrameDecoder, decode_response_header, pack_request_header, tune_malloc
 from rafka.protocol.hot_writers import body_pieces
 
 _SIZE = struct.Struct(">i")
@@ -42,6 +42,7 @@ class Connection(asyncio.Protocol):
     follower's fetch loop)."""
 
     def __init__(self, *, client_id: str, request_timeout_ms: int, max_in_flight_requests: int) -> None:
+        tune_malloc()   # once per process: answers of a megabyte, read without faulting their pages in afresh
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
         self._slots = asyncio.Semaphore(max_in_flight_requests)

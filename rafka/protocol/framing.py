@@ -24,6 +24,8 @@ unknown tags and goes on.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import struct
 
 from kio.schema.request_header.v1 import RequestHeader as RequestHeaderV1
@@ -55,6 +57,32 @@ RESPONSE_HEADER_TYPES = {0: ResponseHeaderV0, 1: ResponseHeaderV1}
 
 def encode_frame(payload: bytes) -> bytes:
     return _SIZE.pack(len(payload)) + payload
+
+
+# glibc's malloc tuned for frames, a node's or a client's (mallopt's M_TRIM_THRESHOLD and
+# M_MMAP_THRESHOLD). As it comes, a block over 128 KiB may be mmapped and unmapped
+# again when freed, and the free top of the event loop thread's arena is handed
+# back to the kernel: every megabyte a request or answer allocates (the frame's
+# chunks and join, the records kio reads, a fetch answer's read) then faults its
+# pages in afresh. A 1 MB produce to a leader took 3.56 ms end to end, 2.25 ms
+# with these (one partition, R1, acks=1; a 2-core VM, where a fault costs more).
+# A consumer reading 1 MB fetch answers was as slow (1.17 ms to read one answer,
+# 0.10 ms tuned), so a client's connection tunes it too.
+# The cost: a process keeps up to TRIM_THRESHOLD_BYTES of freed memory per arena.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES = 16 << 20
+TRIM_THRESHOLD_BYTES = 64 << 20
+
+
+@functools.cache
+def tune_malloc() -> bool:
+    """Once per process; False where the C library is not glibc (nothing changed)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
 
 
 class FrameDecoder:
