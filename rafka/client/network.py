@@ -38,17 +38,36 @@ from typing import Any
 import uvloop
 
 from rafka.core.errors import NetworkException
-from rafka.protocol.connection import Connection
+from rafka.protocol.connection import Connection, SaslLogin
 
 Address = tuple[str, int]
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+
+
+def sasl_login(security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
+               sasl_plain_username: str | None = None, sasl_plain_password: str | None = None) -> SaslLogin | None:
+    """A client's SASL options as kafka-python names them: None for PLAINTEXT, the
+    login for SASL_PLAINTEXT (SCRAM-SHA-256 or -512). TLS is not served: SSL and
+    SASL_SSL are refused here rather than sent in the clear."""
+    if security_protocol not in SECURITY_PROTOCOLS:
+        raise ValueError(f"security_protocol must be one of {SECURITY_PROTOCOLS}, not {security_protocol!r}")
+    if security_protocol == "PLAINTEXT":
+        if sasl_mechanism or sasl_plain_username or sasl_plain_password:
+            raise ValueError("SASL options given with security_protocol PLAINTEXT: use SASL_PLAINTEXT")
+        return None
+    if not sasl_mechanism or sasl_plain_username is None or sasl_plain_password is None:
+        raise ValueError("SASL_PLAINTEXT needs sasl_mechanism, sasl_plain_username and sasl_plain_password")
+    return SaslLogin(sasl_mechanism, sasl_plain_username, sasl_plain_password)
 
 
 class NodeConnections:
     """Connections to nodes, on the event loop that uses them (touch from that loop only)."""
 
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
-                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000) -> None:
+                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000,
+                 sasl: SaslLogin | None = None) -> None:
         self.client_id = client_id
+        self.sasl = sasl   # every connection logs in with it (a refusal is SaslAuthenticationFailed, not retried)
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight_requests = max_in_flight_requests
         self.reconnect_backoff_s = reconnect_backoff_ms / 1000
@@ -103,7 +122,7 @@ class NodeConnections:
         try:
             connection = await Connection.open(*address, client_id=self.client_id,
                                                request_timeout_ms=self.request_timeout_ms,
-                                               max_in_flight_requests=self.max_in_flight_requests)
+                                               max_in_flight_requests=self.max_in_flight_requests, sasl=self.sasl)
         except NetworkException:
             backoff_s = min(self.reconnect_backoff_max_s, self.reconnect_backoff_s * (2 ** failures))
             self._failures[address] = (failures + 1, time.monotonic() + backoff_s)
@@ -121,12 +140,13 @@ class ClientNetwork:
     """NodeConnections on an event loop of its own, for callers on other threads."""
 
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
-                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000) -> None:
+                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000,
+                 sasl: SaslLogin | None = None) -> None:
         self.client_id = client_id
         self.nodes = NodeConnections(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                      max_in_flight_requests=max_in_flight_requests,
                                      reconnect_backoff_ms=reconnect_backoff_ms,
-                                     reconnect_backoff_max_ms=reconnect_backoff_max_ms)
+                                     reconnect_backoff_max_ms=reconnect_backoff_max_ms, sasl=sasl)
         self._loop = uvloop.new_event_loop()   # as Ray's actors run theirs (see pyproject)
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"rafka-network-{client_id}",
                                         daemon=True)

@@ -117,6 +117,12 @@ GroupSubscribedToTopic = _error("GroupSubscribedToTopic", 86, "GROUP_SUBSCRIBED_
                                 "The group has members subscribed to the topic: its offsets stay.")
 InvalidRecord = _error("InvalidRecord", 87, "INVALID_RECORD", False,
                        "A record is not valid for this topic (e.g. no key on a compacted topic).")
+UnsupportedSaslMechanism = _error("UnsupportedSaslMechanism", 33, "UNSUPPORTED_SASL_MECHANISM", False,
+                                  "The SASL mechanism asked for is not enabled on this listener.")
+IllegalSaslState = _error("IllegalSaslState", 34, "ILLEGAL_SASL_STATE", False,
+                          "A SASL request came when the connection's authentication did not expect it.")
+SaslAuthenticationFailed = _error("SaslAuthenticationFailed", 58, "SASL_AUTHENTICATION_FAILED", False,
+                                  "The SASL credentials were refused (unknown user or wrong password).")
 
 InvalidReplicaAssignment = _error("InvalidReplicaAssignment", 39, "INVALID_REPLICA_ASSIGNMENT", False,
                                   "A replica assignment names a broker twice, or one that is not live.")

@@ -8,7 +8,8 @@ and closes the connection (it is not reusable after that). At most
 `max_in_flight_requests` are outstanding (Kafka's
 max.in.flight.requests.per.connection); a further `request` waits for a slot.
 A request whose type Kafka answers with nothing (Produce with acks=0) is sent
-with `expect_response=False`.
+with `expect_response=False`. With a SaslLogin, `open` logs in (SCRAM) before it
+returns: no request of the caller's goes out on a connection that has not.
 
 Callers: client.network (every rafka client and actor that sends requests), tests.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import itertools
 import struct
 from typing import Any
@@ -24,7 +26,12 @@ from typing import Any
 from rafka.protocol.entities import load_response_schema
 from kio.serial import entity_reader
 
-from rafka.core.errors import NetworkException
+from kio.schema.errors import ErrorCode
+from kio.schema.sasl_authenticate.v2 import request as sasl_authenticate_v2
+from kio.schema.sasl_handshake.v1 import request as sasl_handshake_v1
+
+from rafka.core.errors import NetworkException, SaslAuthenticationFailed, UnsupportedSaslMechanism
+from rafka.core.scram import ScramClient, check_mechanism
 from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import FrameDecoder, decode_response_header, pack_request_header, tune_malloc
 from rafka.protocol.hot_writers import body_pieces
@@ -33,6 +40,20 @@ _SIZE = struct.Struct(">i")
 # A client reads whatever size of answer it asked for (Kafka's clients read
 # responses with no size limit; fetch.max.bytes bounds what a broker sends).
 RESPONSE_MAX_BYTES = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class SaslLogin:
+    """A client's SASL/SCRAM credentials (kafka-python's sasl_mechanism,
+    sasl_plain_username, sasl_plain_password)."""
+    mechanism: str
+    username: str
+    password: str = dataclasses.field(repr=False)
+
+    def __post_init__(self) -> None:
+        check_mechanism(self.mechanism)
+        if not self.username:
+            raise ValueError("a SASL login needs a username")
 
 
 class Connection(asyncio.Protocol):
@@ -57,7 +78,8 @@ class Connection(asyncio.Protocol):
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "rafka", request_timeout_ms: int = 30_000,
-                   max_in_flight_requests: int = 5) -> Connection:
+                   max_in_flight_requests: int = 5, sasl: SaslLogin | None = None) -> Connection:
+        """Connected (and, with `sasl`, logged in: SaslAuthenticationFailed if refused)."""
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(loop.create_connection(
@@ -66,7 +88,30 @@ class Connection(asyncio.Protocol):
                 request_timeout_ms / 1000)
         except (OSError, asyncio.TimeoutError) as error:
             raise NetworkException(f"could not connect to {host}:{port}: {error}") from None
+        if sasl is not None:
+            try:
+                await connection._log_in(sasl)
+            except BaseException:
+                await connection.close()
+                raise
         return connection
+
+    async def _log_in(self, login: SaslLogin) -> None:
+        """SaslHandshake v1, then SCRAM's messages in SaslAuthenticate v2 (Kafka's
+        SaslClientAuthenticator): the server's signature is checked too."""
+        handshake = await self.request(sasl_handshake_v1.SaslHandshakeRequest(mechanism=login.mechanism))
+        if handshake.error_code != ErrorCode.none:
+            raise UnsupportedSaslMechanism(f"the node does not enable {login.mechanism}: it offers "
+                                           f"{list(handshake.mechanisms)}")
+        scram = ScramClient(login.mechanism, login.username, login.password)
+        server_first = await self._authenticate(scram.first_message())
+        scram.check_server_final(await self._authenticate(scram.final_message(server_first)))
+
+    async def _authenticate(self, auth_bytes: bytes) -> bytes:
+        answer = await self.request(sasl_authenticate_v2.SaslAuthenticateRequest(auth_bytes=auth_bytes))
+        if answer.error_code != ErrorCode.none:
+            raise SaslAuthenticationFailed(answer.error_message or answer.error_code.name)
+        return bytes(answer.auth_bytes)
 
     @property
     def closed(self) -> bool:

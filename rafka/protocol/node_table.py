@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NotController
+from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
 from rafka.protocol.handlers import (api_versions, describe_configs, fetch, find_coordinator, group_admin,
                                      group_membership, group_offsets, init_producer_id, list_offsets, metadata,
@@ -59,4 +60,5 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
         offset_for_leader_epoch.route(partitions), init_producer_id.route(allocate_producer_id),
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
-        *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin)])
+        *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin),
+        *sasl.routes()])

@@ -49,6 +49,7 @@ from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import SOCKET_REQUEST_MAX_BYTES_DEFAULT, FrameDecoder
 from rafka.protocol.pipelining import admitting
+from rafka.protocol.sasl import SaslGate, SaslListener
 
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ class ProtocolServer:
                  socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT,
                  max_connections: int = MAX_CONNECTIONS_DEFAULT,
                  connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
-                 max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT) -> None:
+                 max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
+                 sasl: SaslListener | None = None) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         if connections_max_idle_ms <= 0:
@@ -77,6 +79,7 @@ class ProtocolServer:
         self.max_connections = max_connections
         self.connections_max_idle_s = connections_max_idle_ms / 1000
         self.max_pipelined_requests = max_pipelined_requests
+        self.sasl = sasl    # None: every connection is served at once (PLAINTEXT)
         self._server: asyncio.Server | None = None
         self._connections: dict[str, _KafkaConnection] = {}
         self._connection_numbers = itertools.count()
@@ -166,6 +169,7 @@ class _KafkaConnection(asyncio.Protocol):
         self._writing_paused = False
         self._eof = False
         self._last_request_s = asyncio.get_running_loop().time()
+        self._gate = None if server.sasl is None else SaslGate(server.sasl, server.dispatcher)
 
     def idle_since(self, now_s: float) -> float:
         return 0.0 if self._started or self._frames else now_s - self._last_request_s
@@ -228,6 +232,8 @@ class _KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     async def _answer(self, frame: bytes):
+        if self._gate is not None and not self._gate.authenticated:   # SASL first (protocol.sasl)
+            return await self._gate.answer(frame, self.connection_id)
         admitting(self._admit_next)
         return await self.server.dispatcher.dispatch(frame, connection_id=self.connection_id)
 
@@ -260,6 +266,9 @@ class _KafkaConnection(asyncio.Protocol):
                 ready.append(response)
         if ready and self._transport is not None and not self._transport.is_closing():
             self._transport.write(ready[0] if len(ready) == 1 else b"".join(ready))
+        if self._gate is not None and self._gate.close_after_answer:   # a refused login: answered, then closed
+            self.close()
+            return
         self._start_next()
         self._close_when_done()
 

@@ -73,9 +73,10 @@ class ProtocolNode:
     """Start with `with ProtocolNode(tmp_path, {"orders": 2}) as node:`;
     `node.bootstrap` is host:port."""
 
-    def __init__(self, directory, topics: dict[str, int]) -> None:
+    def __init__(self, directory, topics: dict[str, int], *, sasl=None) -> None:
         self.directory = directory
         self.topics = topics
+        self.sasl = sasl   # a protocol.sasl.SaslListener: every listener asks for SASL/SCRAM
         self.metadata = ClusterMetadata()
         self.endpoints: dict[tuple[str, int], HostedPartition] = {}
         self._image = None
@@ -141,7 +142,7 @@ class ProtocolNode:
             (replica_actor_name(name, p, 0), "0") for name, count in self.topics.items() for p in range(count)]
         self.servers = []
         for actor, rack in actors:
-            server = ProtocolServer(dispatcher, host="127.0.0.1")
+            server = ProtocolServer(dispatcher, host="127.0.0.1", sasl=self.sasl)
             port = await server.start()
             self.servers.append(server)
             apply(self.metadata.handle_register_node(actor, "127.0.0.1", port, rack)[0])
