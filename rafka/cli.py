@@ -13,6 +13,7 @@ import os
 import sys
 
 from rafka import cli_groups
+from rafka.quiet import own_stderr, quiet_logs
 from rafka.cluster_errors import NotRunning, UsageError
 from rafka.core.errors import KafkaError
 
@@ -41,7 +42,8 @@ def cmd_up(args) -> int:
     from rafka.actors.replica import NAMESPACE
     from rafka.cluster import start_controller
 
-    ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING")
+    ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING",
+             log_to_driver=args.log_to_driver)
     options = {k: v for k, v in (("replica_lag_time_max_ms", args.replica_lag_time_max_ms),
                                  ("fetch_max_wait_ms", args.fetch_max_wait_ms)) if v is not None}
     controller = start_controller(args.data_dir, listener_port=args.listener_port, **options)
@@ -52,7 +54,7 @@ def cmd_up(args) -> int:
     print(f"bootstrap servers: {ray.get(controller.bootstrap_address.remote())}")
     if not brokers:
         print("warning: no Ray node offers the 'rafka_broker' resource; start nodes with "
-              "ray start --resources='{\"rafka_broker\": 1}'", file=sys.stderr)
+              "ray start --resources='{\"rafka_broker\": 1}'", file=own_stderr())
         return 0
     from rafka.cluster import Cluster
     Cluster(controller=controller, data_dir=None).start_group_coordinators(
@@ -68,7 +70,8 @@ def cmd_down(args) -> int:
 
     from rafka.actors.replica import NAMESPACE
 
-    ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING")
+    ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING",
+             log_to_driver=args.log_to_driver)
     try:   # replicas close their logs cleanly first: the next `rafka up` skips recovery
         from rafka.actors.controller import CONTROLLER_NAME
         closed = ray.get(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).shutdown_replicas.remote(),
@@ -76,7 +79,7 @@ def cmd_down(args) -> int:
         print(f"replicas shut down cleanly: {closed['closed']} of {closed['replicas']}")
     except (ValueError, ray.exceptions.RayError) as error:
         print(f"warning: replicas were not shut down cleanly ({error}); their logs recover at the next start",
-              file=sys.stderr)
+              file=own_stderr())
     killed = 0
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] == NAMESPACE:
@@ -114,7 +117,7 @@ def cmd_status(args) -> int:
 
 def _connect(args):
     import rafka
-    return rafka.connect(_address(args))
+    return rafka.connect(_address(args), log_to_driver=args.log_to_driver)
 
 
 def cmd_broker_id(args) -> int:
@@ -276,6 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--replication-factor", type=int)
     topics.add_argument("--config", action="append", metavar="NAME=VALUE")
     topics.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets")
+    users = sub.add_parser("users", help="SASL/SCRAM users of the Kafka listeners (kafka-configs.sh "
+                                         "--entity-type users)")
+    user_action = users.add_mutually_exclusive_group(required=True)
+    user_action.add_argument("--add", metavar="USER", help="set USER's credentials (added or replaced)")
+    user_action.add_argument("--delete", metavar="USER")
+    user_action.add_argument("--list", action="store_true")
+    users.add_argument("--password", help="with --add (default: read from stdin, never echoed)")
+    users.add_argument("--mechanism", action="append", choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+                       help="with --add or --delete (default: both)")
+    users.add_argument("--iterations", type=int, default=4096, help="with --add (at least 4096)")
     cli_groups.add_parsers(sub)
     verify = sub.add_parser("verify", help="a verifiable producer and consumers under faults, checked "
                                            "for lost, duplicated or reordered records (exit 1 on any)")
@@ -301,10 +314,37 @@ def build_parser() -> argparse.ArgumentParser:
     for p in sub.choices.values():
         if p.prog.split()[-1] not in ("demo", "broker-id"):
             p.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else auto)")
+        if "--verbose" not in p._option_string_actions:   # consumer-groups has its own (and shows the logs too)
+            p.add_argument("--verbose", action="store_true",
+                           help="show Ray's and Spark's output too (default: written to a log file)")
     return parser
 
 
-COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "topics": cmd_topics,
+def cmd_users(args) -> int:
+    admin = _connect(args).admin()
+    if args.add:
+        password = args.password
+        if password is None:
+            import getpass
+            password = getpass.getpass(f"password for {args.add}: ") if sys.stdin.isatty() else sys.stdin.readline()
+            password = password.rstrip("\n")
+        if not password:
+            raise UsageError("an empty password is not allowed")
+        mechanisms = args.mechanism or ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+        if args.iterations < 4096:
+            raise UsageError(f"--iterations {args.iterations} is below SCRAM's minimum, 4096")
+        admin.upsert_user(args.add, password, mechanisms=mechanisms, iterations=args.iterations)
+        print(f"Set the SCRAM credentials of user {args.add} ({', '.join(mechanisms)}).")
+    elif args.delete:
+        admin.delete_user(args.delete, args.mechanism)
+        print(f"Deleted the SCRAM credentials of user {args.delete}.")
+    else:
+        for user, mechanisms in admin.list_users().items():
+            print(f"{user}  {','.join(mechanisms)}")
+    return 0
+
+
+COMMANDS = {"up": cmd_up, "users": cmd_users, "down": cmd_down, "status": cmd_status, "topics": cmd_topics,
             "broker-id": cmd_broker_id, "reassign-partitions": cmd_reassign_partitions, "verify": cmd_verify,
             "consumer-groups": lambda args: cli_groups.cmd_consumer_groups(_connect(args).admin(), args),
             "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),
@@ -326,16 +366,18 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.setdefault(name, value)
     if args.command == "demo":
         from rafka.demo import main as demo_main
-        return demo_main()
-    try:
-        return COMMANDS[args.command](args)
-    except (KafkaError, UsageError, NotRunning) as error:
-        print(f"Error while executing {args.command} command : {error}", file=sys.stderr)
-        return 1
-    except ConnectionError:  # ray.init's answer when no Ray cluster is at the address (or "auto" finds none)
-        print(f"Error: no Ray cluster at {_address(args)!r}: start one with `ray start --head` or pass --address",
-              file=sys.stderr)
-        return 1
+        return demo_main(verbose=args.verbose)
+    with quiet_logs(args.verbose, args.command) as logs:
+        args.log_to_driver = logs.log_to_driver
+        try:
+            return COMMANDS[args.command](args)
+        except (KafkaError, UsageError, NotRunning) as error:
+            print(f"Error while executing {args.command} command : {error}", file=own_stderr())
+            return 1
+        except ConnectionError:  # ray.init's answer when no Ray cluster is at the address (or "auto" finds none)
+            print(f"Error: no Ray cluster at {_address(args)!r}: start one with `ray start --head` or pass "
+                  f"--address", file=own_stderr())
+            return 1
 
 
 if __name__ == "__main__":

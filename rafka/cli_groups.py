@@ -20,6 +20,7 @@ from rafka.core.offset_reset import (DESCRIBE_OFFSETS_HEADERS, RESET_OFFSETS_HEA
                                      ToDatetime, ToEarliest, ToLatest, ToOffset, format_offsets_record, format_table,
                                      parse_datetime_ms, parse_iso_duration_ms, plan_reset)
 from rafka.core.structs import TopicPartition
+from rafka.quiet import own_stderr
 
 RESET_OPTIONS = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime", "by_duration")
 
@@ -84,7 +85,7 @@ def cmd_consumer_groups(admin, args) -> int:
             admin.delete_consumer_group(args.group)
         except (GroupIdNotFound, NonEmptyGroup) as error:
             print(f"Error: Deletion of some consumer groups failed:\n* Group '{args.group}' could not be "
-                  f"deleted due to: {error.kafka_name}", file=sys.stderr)
+                  f"deleted due to: {error.kafka_name}", file=own_stderr())
             return 1
         print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
         return 0
@@ -95,7 +96,7 @@ def _describe(admin, args) -> int:
     group = args.group
     description = admin.describe_consumer_group(group)
     if description["state"] == "Dead":
-        print(f"Error: Consumer group '{group}' does not exist.", file=sys.stderr)
+        print(f"Error: Consumer group '{group}' does not exist.", file=own_stderr())
         return 1
     members = description["members"]
     if args.state:
@@ -179,7 +180,7 @@ def _reset(admin, args) -> int:
     state = admin.describe_consumer_group(args.group)["state"]
     if state not in ("Empty", "Dead"):
         print(f"Error: Assignments can only be reset if the group '{args.group}' is inactive, but the current "
-              f"state is {state}.", file=sys.stderr)
+              f"state is {state}.", file=own_stderr())
         return 1
     committed = admin.list_consumer_group_offsets(args.group)
     partitions = _reset_partitions(admin, topics, committed)
@@ -194,7 +195,7 @@ def _reset(admin, args) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     for warning in plan.warnings:
-        print(f"WARN: {warning}", file=sys.stderr)
+        print(f"WARN: {warning}", file=own_stderr())
     if args.execute:
         admin.alter_consumer_group_offsets(args.group, plan.offsets)
     elif not args.dry_run:
@@ -202,7 +203,7 @@ def _reset(admin, args) -> int:
               "the default behavior of this command will be to prompt the user before executing the reset "
               "rather than doing a dry run. You should add the --dry-run option explicitly if you are "
               "scripting this command and want to keep the current default behavior without prompting.",
-              file=sys.stderr)
+              file=own_stderr())
     print(format_table(RESET_OFFSETS_HEADERS, [(args.group, tp.topic, tp.partition, offset)
                                                 for tp, offset in plan.offsets.items()]))
     return 0
@@ -273,6 +274,6 @@ def cmd_console_consumer(cluster, args) -> int:
                     break
         except KeyboardInterrupt:
             pass
-    print(f"Processed a total of {count} messages", file=sys.stderr)
+    print(f"Processed a total of {count} messages", file=own_stderr())
     return 0
 

@@ -178,9 +178,10 @@ class Cluster:
 
 def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_num_partitions: int = 1,
                   offsets_topic_segment_bytes: int = 104_857_600, coordinator_options: dict | None = None,
-                  **controller_options) -> Cluster:
+                  log_to_driver: bool = True, **controller_options) -> Cluster:
     """An embedded rafka on `nodes` simulated broker nodes of this machine (plus a
-    head node), with `__consumer_offsets` and its group coordinators started."""
+    head node), with `__consumer_offsets` and its group coordinators started.
+    `log_to_driver=False`: the actors' output stays in Ray's session logs (rafka.quiet)."""
     from ray.cluster_utils import Cluster as RayCluster
 
     if nodes < 1:
@@ -192,7 +193,7 @@ def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_
     for broker_id in range(nodes):
         _add_broker_node(ray_cluster, data_dir, broker_id)
     ray_cluster.wait_for_nodes()
-    ray.init(address=ray_cluster.address, namespace=NAMESPACE)
+    ray.init(address=ray_cluster.address, namespace=NAMESPACE, log_to_driver=log_to_driver)
     controller = start_controller(data_dir, **controller_options)
     cluster = Cluster(controller=controller, data_dir=data_dir, ray_cluster=ray_cluster, owns_data_dir=owns)
     cluster.start_group_coordinators(offsets_topic_num_partitions=offsets_topic_num_partitions,
@@ -223,9 +224,10 @@ def start_controller(data_dir: str, **controller_options):
     return controller
 
 
-def connect(address: str = "auto") -> Cluster:
+def connect(address: str = "auto", *, log_to_driver: bool = True) -> Cluster:
     """Join a Ray cluster where `rafka up` ran."""
-    ray.init(address=address, namespace=NAMESPACE, ignore_reinit_error=True, logging_level="WARNING")
+    ray.init(address=address, namespace=NAMESPACE, ignore_reinit_error=True, logging_level="WARNING",
+             log_to_driver=log_to_driver)
     try:
         controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
     except ValueError:

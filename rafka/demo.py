@@ -20,6 +20,8 @@ import shutil
 import tempfile
 import time
 
+from rafka.quiet import Logs, quiet_logs
+
 ORDERS_BEFORE_KILL = 3_000
 ORDERS_AFTER_KILL = 3_000
 CUSTOMERS = 50
@@ -192,7 +194,7 @@ def run_revenue(cluster, acked: dict) -> None:
         stop_spark()
 
 
-def run_demo(nodes: int = 3) -> int:
+def run_demo(nodes: int = 3, logs: Logs | None = None) -> int:
     import ray
 
     import rafka
@@ -202,7 +204,7 @@ def run_demo(nodes: int = 3) -> int:
     print(f"rafka demo: an embedded cluster of {nodes} broker nodes (plus the head node)")
     # Groups settle in a demo's time: a short initial rebalance delay, sessions from 1 s.
     with rafka.local_cluster(nodes=nodes, replica_lag_time_max_ms=5_000, leader_ping_timeout_ms=1_000,
-                             watch_interval_ms=200,
+                             watch_interval_ms=200, log_to_driver=logs is None or logs.log_to_driver,
                              coordinator_options={"group_initial_rebalance_delay_ms": 500,
                                                   "group_min_session_timeout_ms": 1_000}) as cluster:
         admin = cluster.admin()
@@ -262,13 +264,20 @@ def run_demo(nodes: int = 3) -> int:
               "every customer's orders went to one partition (murmur2 of the key)")
         run_billing(cluster, acked)
         run_revenue(cluster, acked)
+        where = logs.where() if logs is not None else None   # while Ray's session is known
     print(f"\ndemo passed in {time.monotonic() - started_s:.1f} s")
+    if where:
+        print(where)
     return 0
 
 
-def main() -> int:
-    try:
-        return run_demo()
-    except DemoCheckFailed as failed:
-        print(f"demo FAILED: {failed}")
-        return 1
+def main(verbose: bool = False) -> int:
+    """Only the demo's own lines are printed; Ray's and Spark's go to a log file
+    (rafka.quiet), whose place the last line names, unless `verbose`."""
+    with quiet_logs(verbose, "demo") as logs:
+        try:
+            return run_demo(logs=logs)
+        except DemoCheckFailed as failed:
+            print(f"demo FAILED: {failed}")
+            print(logs.where())
+            return 1

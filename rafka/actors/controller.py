@@ -42,6 +42,7 @@ from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_a
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.errors import TopicDeletionInProgress
+from rafka.core.scram import ScramCredential
 from rafka.core.metadata import ClusterMetadata, PartitionState
 from rafka.placement.brokers import broker_nodes, live_broker_ids
 from rafka.placement.groups import (existing_replica_group, in_bundle, remove_placement_group,
@@ -431,6 +432,24 @@ class ControllerActor:
                     await self.reassign_partition(name, partition, target)
                 except Exception as error:   # the next check tries again
                     logger.warning("%s-%d: reassignment failed: %s", name, partition, error)
+
+    # --- users (SASL/SCRAM) ----------------------------------------------------------
+
+    async def upsert_user(self, name: str, credentials: list[dict]) -> None:
+        """A user's salted SCRAM credentials (core.scram.ScramCredential.to_dict),
+        salted by the caller: no password reaches the controller. Every node's
+        listener has them with the next image pushed (the watch loop)."""
+        async with self._lock:
+            self._commit(self.metadata.handle_upsert_user(name, [ScramCredential.from_dict(c)
+                                                                 for c in credentials]))
+
+    async def delete_user(self, name: str, mechanisms: list[str] | None = None) -> None:
+        async with self._lock:
+            self._commit(self.metadata.handle_delete_user(name, mechanisms))
+
+    async def list_users(self) -> dict[str, list[str]]:
+        """{user: [mechanisms]}: names only, never a credential."""
+        return self.metadata.users()
 
     async def list_brokers(self) -> list[dict]:
         """The broker registry (placement/brokers.py): [{broker_id, node_id, address}]

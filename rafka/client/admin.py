@@ -22,6 +22,7 @@ from rafka.client.retry import retry_until
 from rafka.core.errors import NonEmptyGroup
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
+from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
 from rafka.protocol import fetching, group_requests
 
 INACTIVE_GROUP_STATES = ("Empty", "Dead")
@@ -83,6 +84,21 @@ class Admin:
 
     def list_topics(self) -> list[str]:
         return ray.get(self._controller.list_topics.remote())
+
+    def upsert_user(self, name: str, password: str, *, mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+                    iterations: int = DEFAULT_ITERATIONS) -> None:
+        """Set a user's SCRAM credentials (Kafka's AlterUserScramCredentials upsert):
+        salted here, so the password goes no further than this process."""
+        credentials = [make_credential(m, password, iterations=iterations).to_dict() for m in mechanisms]
+        ray.get(self._controller.upsert_user.remote(name, credentials))
+
+    def delete_user(self, name: str, mechanisms=None) -> None:
+        """ResourceNotFound if the user has no such credential."""
+        ray.get(self._controller.delete_user.remote(name, None if mechanisms is None else list(mechanisms)))
+
+    def list_users(self) -> dict[str, list[str]]:
+        """{user: [mechanisms]} (kafka-configs --describe --entity-type users)."""
+        return ray.get(self._controller.list_users.remote())
 
     def describe_topics(self, names: list[str] | None = None, *, timeout_s: float = 5.0) -> dict[str, dict]:
         """Per partition: leader (replica index and node), leader epoch, replicas, ISR,

@@ -32,6 +32,7 @@ from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_
                                     replica_actor_name)
 from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.metadata import NO_LEADER, ClusterMetadata, NodeEndpoint, id_as_uuid
+from rafka.core.scram import ScramCredential
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,11 @@ class ClusterImage:
     nodes: Mapping[int, NodeEndpoint]
     topics: Mapping[str, TopicImage]
     coordinator_nodes: tuple[int, ...]   # by __consumer_offsets partition; -1 unregistered
+    scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(default_factory=dict)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A SASL listener's lookup: the user's salted credential for `mechanism`."""
+        return self.scram_credentials.get((user, mechanism))
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
@@ -118,4 +124,5 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
                          for p in range(len(offsets.partitions) if offsets else 0))
     controller = node_id(CONTROLLER_NAME)
     return ClusterImage(version=version, cluster_id=metadata.cluster_id, controller_node=controller,
-                        nodes=dict(sorted(listed.items())), topics=topics, coordinator_nodes=coordinators)
+                        nodes=dict(sorted(listed.items())), topics=topics, coordinator_nodes=coordinators,
+                        scram_credentials=dict(metadata.scram_credentials))

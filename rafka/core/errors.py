@@ -123,6 +123,8 @@ IllegalSaslState = _error("IllegalSaslState", 34, "ILLEGAL_SASL_STATE", False,
                           "A SASL request came when the connection's authentication did not expect it.")
 SaslAuthenticationFailed = _error("SaslAuthenticationFailed", 58, "SASL_AUTHENTICATION_FAILED", False,
                                   "The SASL credentials were refused (unknown user or wrong password).")
+ResourceNotFound = _error("ResourceNotFound", 91, "RESOURCE_NOT_FOUND", False,
+                          "The resource (a user's credential) does not exist.")
 
 InvalidReplicaAssignment = _error("InvalidReplicaAssignment", 39, "INVALID_REPLICA_ASSIGNMENT", False,
                                   "A replica assignment names a broker twice, or one that is not live.")

@@ -22,6 +22,9 @@ Invariants:
   only an ISR member may lead (no unclean election); one that restarted leads
   only when no ISR member that kept running is available (it reopened its log,
   which holds every record below the HW, but may be behind the others)
+  a user's SCRAM credential is kept salted (core.scram), never its password: the
+  records, and every image built from them, hold no password (Kafka's
+  UserScramCredentialRecord)
 Pure logic, no I/O. Caller: the controller actor.
 """
 
@@ -39,8 +42,9 @@ from typing import Any
 from rafka.core.config import TopicConfig
 from rafka.core.errors import (FencedLeaderEpoch, InvalidPartitions, InvalidReplicaAssignment,
                                InvalidReplicationFactor, InvalidRequest, InvalidTopic, LeaderNotAvailable,
-                               NotLeaderOrFollower, ReassignmentInProgress, TopicAlreadyExists,
+                               NotLeaderOrFollower, ReassignmentInProgress, ResourceNotFound, TopicAlreadyExists,
                                UnknownTopicOrPartition)
+from rafka.core.scram import ScramCredential
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 NO_LEADER = -1
@@ -145,6 +149,7 @@ class ClusterMetadata:
         self.next_producer_id = 0
         self.nodes: dict[str, NodeEndpoint] = {}   # by actor name
         self.next_node_id = 0
+        self.scram_credentials: dict[tuple[str, str], ScramCredential] = {}   # by (user, mechanism)
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -175,6 +180,11 @@ class ClusterMetadata:
             node = NodeEndpoint(record["node_id"], record["actor"], record["host"], record["port"], record.get("rack"))
             self.nodes[node.actor] = node
             self.next_node_id = max(self.next_node_id, node.node_id + 1)
+        elif kind == "user_scram_credential":
+            credential = ScramCredential.from_dict(record)
+            self.scram_credentials[record["name"], credential.mechanism] = credential
+        elif kind == "remove_user_scram_credential":
+            self.scram_credentials.pop((record["name"], record["mechanism"]), None)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -332,6 +342,34 @@ class ClusterMetadata:
             return [], node
         return [{"type": "node", "node_id": node_id, "actor": actor, "host": host, "port": port,
                  "rack": rack}], node
+
+    def handle_upsert_user(self, name: str, credentials: Sequence[ScramCredential]) -> list[Record]:
+        """A user's SCRAM credentials set (added or replaced), one per mechanism
+        given; the others it has stay (Kafka's AlterUserScramCredentials upsert)."""
+        if not isinstance(name, str) or not name or len(name) > 256:
+            raise InvalidRequest(f"user name {name!r} must be 1 to 256 characters")
+        mechanisms = [c.mechanism for c in credentials]
+        if not credentials or len(set(mechanisms)) != len(mechanisms):
+            raise InvalidRequest(f"give one credential per mechanism for user {name!r}, not {mechanisms}")
+        return [{"type": "user_scram_credential", "name": name, **c.to_dict()} for c in credentials]
+
+    def handle_delete_user(self, name: str, mechanisms: Iterable[str] | None = None) -> list[Record]:
+        """The user's credentials for `mechanisms` (default: all) removed; logins
+        with them are refused from the next exchange on."""
+        held = sorted(m for user, m in self.scram_credentials if user == name)
+        wanted = held if mechanisms is None else sorted(set(mechanisms))
+        missing = [m for m in wanted if m not in held]
+        if not held or missing:
+            raise ResourceNotFound(f"Attempt to delete a user credential that does not exist: {name!r} "
+                                   f"{missing or ''}".rstrip())
+        return [{"type": "remove_user_scram_credential", "name": name, "mechanism": m} for m in wanted]
+
+    def users(self) -> dict[str, list[str]]:
+        """Each user and its mechanisms (never a credential's secrets)."""
+        out: dict[str, list[str]] = {}
+        for user, mechanism in sorted(self.scram_credentials):
+            out.setdefault(user, []).append(mechanism)
+        return out
 
     def handle_delete_topic(self, name: str) -> list[Record]:
         self.topic(name)

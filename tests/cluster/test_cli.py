@@ -1,5 +1,5 @@
 """The CLI on a Ray cluster started by hand, as an operator would after `ray up`:
-`rafka up`, `status`, `topics --create/--list/--describe/--delete`, `down`."""
+`rafka up`, `status`, `topics --create/--list/--describe/--delete`, `users`, `down`."""
 
 import json
 import os
@@ -144,6 +144,22 @@ def check_alter_and_reassign(address, data_dir):
     assert rafka(address, "topics", "--delete", "--topic", "moving")[0] == 0
 
 
+def check_users(address):
+    """users --add (password given, or read from stdin), --list, --delete; a
+    credential that does not exist is Kafka's RESOURCE_NOT_FOUND."""
+    code, out, _ = rafka(address, "users", "--add", "alice", "--password", "alice-secret")
+    assert (code, out) == (0, "Set the SCRAM credentials of user alice (SCRAM-SHA-256, SCRAM-SHA-512).\n")
+    code, out, _ = rafka(address, "users", "--add", "bob", "--mechanism", "SCRAM-SHA-512", stdin="bob-secret\n")
+    assert (code, out) == (0, "Set the SCRAM credentials of user bob (SCRAM-SHA-512).\n")
+    assert rafka(address, "users", "--list")[1] == "alice  SCRAM-SHA-256,SCRAM-SHA-512\nbob  SCRAM-SHA-512\n"
+    assert rafka(address, "users", "--delete", "alice")[0] == 0
+    code, _, err = rafka(address, "users", "--delete", "alice")
+    assert code == 1 and "RESOURCE_NOT_FOUND" in err
+    code, _, err = rafka(address, "users", "--add", "carol", "--password", "x", "--iterations", "100")
+    assert code == 1 and "below SCRAM's minimum" in err
+    assert rafka(address, "users", "--list")[1] == "bob  SCRAM-SHA-512\n"
+
+
 def test_cli__before_up__status_says_to_run_up(ray_address):
     code, _, err = rafka(ray_address, "status")
     assert code == 1 and "rafka is not up" in err and "run `rafka up`" in err
@@ -178,6 +194,7 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
 
     check_group_commands(ray_address)
     check_alter_and_reassign(ray_address, data_dir)
+    check_users(ray_address)
 
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""

@@ -314,3 +314,34 @@ def test_reassign_cancelled__added_replica_dropped_the_old_ones_kept():
     assert (cancelled.replicas, cancelled.brokers, cancelled.isr) == (before.replicas, before.brokers, before.isr)
     assert (cancelled.adding, cancelled.removing) == ((), ())
     assert metadata.handle_cancel_reassignment("t", 0) == ([], cancelled)
+
+
+def test_users__credentials_upserted_per_mechanism_replayed_deleted_and_no_password_kept():
+    from rafka.core.cluster_image import build_image
+    from rafka.core.errors import InvalidRequest, ResourceNotFound
+    from rafka.core.scram import make_credential
+    metadata, log = started()
+    sha256 = make_credential("SCRAM-SHA-256", "first-password")
+    records = metadata.handle_upsert_user("alice", [sha256])
+    assert not metadata.scram_credentials   # handlers change nothing
+    log += apply(metadata, records)
+    log += apply(metadata, metadata.handle_upsert_user("alice", [make_credential("SCRAM-SHA-512", "pw")]))
+    replaced = make_credential("SCRAM-SHA-256", "second-password")
+    log += apply(metadata, metadata.handle_upsert_user("alice", [replaced]))
+    assert metadata.users() == {"alice": ["SCRAM-SHA-256", "SCRAM-SHA-512"]}
+    assert "password" not in repr(log)
+    restarted = ClusterMetadata()
+    apply(restarted, log)
+    image = build_image(restarted, version=1)
+    assert image.scram_credential("alice", "SCRAM-SHA-256") == replaced
+    assert image.scram_credential("bob", "SCRAM-SHA-256") is None
+    log += apply(restarted, restarted.handle_delete_user("alice", ["SCRAM-SHA-512"]))
+    assert restarted.users() == {"alice": ["SCRAM-SHA-256"]}
+    apply(restarted, restarted.handle_delete_user("alice"))
+    assert restarted.users() == {} and build_image(restarted, 2).scram_credential("alice", "SCRAM-SHA-256") is None
+    with pytest.raises(ResourceNotFound):
+        restarted.handle_delete_user("alice")
+    with pytest.raises(InvalidRequest):
+        restarted.handle_upsert_user("", [sha256])
+    with pytest.raises(InvalidRequest):
+        restarted.handle_upsert_user("bob", [sha256, sha256])
