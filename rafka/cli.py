@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     for p in sub.choices.values():
         if p.prog.split()[-1] not in ("demo", "broker-id"):
             p.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else auto)")
-        if "--verbose" not in p._option_string_actions:   # consumer-groups has its own (and shows the logs too)
+        if p.prog.split()[-1] != "consumer-groups":   # it has its own --verbose, which shows the logs too
             p.add_argument("--verbose", action="store_true",
                            help="show Ray's and Spark's output too (default: written to a log file)")
     return parser

@@ -72,9 +72,8 @@ async def fetch(host: PartitionHost, request, version: int):
     rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
                             lambda wanted: int(wanted.partition), read)
     if version == HOT_VERSION:   # what every client here sends: written from the values
-        return fetch_answer_v12([(topic, [_values(wanted, code, result) for wanted, code, result in partitions])
-                                   for topic, partitions in by_topic(
-                                       (topic, (wanted, code, result)) for topic, wanted, code, result in rows).items()])
+        return fetch_answer_v12(list(by_topic(
+            (topic, _values(wanted, code, result)) for topic, wanted, code, result in rows).items()))
     # plain ints where kio's types say i32/i64: they are ints at runtime, and their
     # range checks were a visible part of every fetch (the values are the log's)
     grouped = by_topic((topic, make(

@@ -93,10 +93,8 @@ async def produce(host: PartitionHost, request, version: int):
             raise ClosedAfterFailedAcksZeroProduce("a partition of an acks=0 produce failed")
         return None
     if version == HOT_VERSION:   # what rafka's producers, coordinators and librdkafka send
-        return produce_answer_v9([(topic, [_values(partition_data, code, result)
-                                             for partition_data, code, result in partitions])
-                                    for topic, partitions in by_topic(
-                                        (topic, (p, code, result)) for topic, p, code, result in rows).items()])
+        return produce_answer_v9(list(by_topic(
+            (topic, _values(partition_data, code, result)) for topic, partition_data, code, result in rows).items()))
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
     grouped = by_topic((topic, make(   # plain ints for i32/i64: see handlers.fetch
