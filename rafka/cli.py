@@ -46,12 +46,14 @@ def cmd_up(args) -> int:
              log_to_driver=args.log_to_driver)
     options = {k: v for k, v in (("replica_lag_time_max_ms", args.replica_lag_time_max_ms),
                                  ("fetch_max_wait_ms", args.fetch_max_wait_ms)) if v is not None}
-    controller = start_controller(args.data_dir, listener_port=args.listener_port, **options)
+    controller = start_controller(args.data_dir, listener_port=args.listener_port, sasl=args.sasl, **options)
     brokers = ray.get(controller.list_brokers.remote())
     snapshot = ray.get(controller.metadata_snapshot.remote())
     print(f"rafka is up: cluster id {snapshot['cluster_id']}, controller epoch "
           f"{snapshot['controller_epoch']}, {len(brokers)} broker node(s), data in {args.data_dir}")
     print(f"bootstrap servers: {ray.get(controller.bootstrap_address.remote())}")
+    if ray.get(controller.sasl_required.remote()):
+        print("listeners require SASL/SCRAM (SASL_PLAINTEXT); add users with `rafka users --add`")
     if not brokers:
         print("warning: no Ray node offers the 'rafka_broker' resource; start nodes with "
               "ray start --resources='{\"rafka_broker\": 1}'", file=own_stderr())
@@ -256,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start rafka (the controller) on a running Ray cluster")
     up.add_argument("--data-dir", default=os.environ.get("RAFKA_DATA_DIR", DEFAULT_DATA_DIR),
                     help="where each node keeps its replicas' logs, and the head its metadata log")
+    up.add_argument("--sasl", action="store_true",
+                    help="require a SASL/SCRAM login on every listener (always, once Ray's token auth is on); "
+                         "it stays required for the cluster's life")
     up.add_argument("--replica-lag-time-max-ms", type=int)
     up.add_argument("--fetch-max-wait-ms", type=int)
     up.add_argument("--listener-port", type=int, default=9092,

@@ -23,6 +23,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rafka.actors.cluster_credential import cluster_client_options
 from rafka.actors.controller import CONTROLLER_NAME, ControllerActor, cluster_bootstrap_servers
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.admin import Admin
@@ -60,13 +61,15 @@ class Cluster:
         return ray.get(self.controller.bootstrap_address.remote())
 
     def producer(self, **options) -> Producer:
-        """A Producer; options are kafka-python style (acks, batch_size, linger_ms, ...)."""
-        return Producer(cluster_bootstrap_servers, **options)
+        """A Producer; options are kafka-python style (acks, batch_size, linger_ms, ...).
+        It logs in with the cluster credential (actors.cluster_credential) unless
+        the options name a login."""
+        return Producer(cluster_bootstrap_servers, **{**cluster_client_options(), **options})
 
     def consumer(self, **options) -> Consumer:
         """A Consumer (assign mode); options are kafka-python style
         (auto_offset_reset, max_poll_records, fetch_max_wait_ms, ...)."""
-        return Consumer(cluster_bootstrap_servers, **options)
+        return Consumer(cluster_bootstrap_servers, **{**cluster_client_options(), **options})
 
     def run_consumer_group(self, group_id: str, topics: list[str], handler, *, members: int = 1,
                            **consumer_options):

@@ -37,12 +37,14 @@ from pathlib import Path
 
 import ray
 
+from rafka.actors.cluster_credential import ray_token_auth_enabled, read_or_make_secret
 from rafka.actors.serving import NodeServing
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.errors import TopicDeletionInProgress
-from rafka.core.scram import ScramCredential
+from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential
+from rafka.protocol.connection import SaslLogin
 from rafka.core.metadata import ClusterMetadata, PartitionState
 from rafka.placement.brokers import broker_nodes, live_broker_ids
 from rafka.placement.groups import (existing_replica_group, in_bundle, remove_placement_group,
@@ -70,7 +72,7 @@ class ControllerActor:
                  log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000,
                  broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 1_000,
-                 listener_port: int = 0) -> None:
+                 listener_port: int = 0, sasl: bool = False) -> None:
         self.data_dir = data_dir
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -104,6 +106,12 @@ class ControllerActor:
         self._image = EMPTY_IMAGE
         self._load()
         self._commit(self.metadata.handle_start())
+        # The cluster credential (actors/cluster_credential.py); `sasl` (rafka up --sasl)
+        # or Ray's token authentication make every listener require a login.
+        password = read_or_make_secret(directory)
+        self._cluster_login = SaslLogin(CLUSTER_MECHANISM, CLUSTER_USER, password)
+        require_sasl = sasl or ray_token_auth_enabled()
+        self._commit(self.metadata.handle_cluster_credential(password, require_sasl=require_sasl))
         self._lock = asyncio.Lock()
         self._watcher: asyncio.Task | None = None
         self._starting: set[tuple[str, int]] = set()  # partitions not yet announced: not watched
@@ -446,6 +454,13 @@ class ControllerActor:
     async def delete_user(self, name: str, mechanisms: list[str] | None = None) -> None:
         async with self._lock:
             self._commit(self.metadata.handle_delete_user(name, mechanisms))
+
+    async def sasl_required(self) -> bool:
+        return self.metadata.sasl_required
+
+    async def cluster_login(self) -> SaslLogin:
+        """The cluster credential, for rafka's own clients (cluster_credential.cluster_login)."""
+        return self._cluster_login
 
     async def list_users(self) -> dict[str, list[str]]:
         """{user: [mechanisms]}: names only, never a credential."""

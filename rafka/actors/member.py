@@ -54,10 +54,12 @@ def member_actor_name(group_id: str, index: int) -> str:
 class ConsumerMemberActor:
     def __init__(self, *, group_id: str, topics: list[str], handler, index: int,
                  poll_timeout_s: float = 0.5, **consumer_options) -> None:
+        from rafka.actors.cluster_credential import cluster_client_options
         from rafka.actors.controller import cluster_bootstrap_servers
         from rafka.client.consumer import Consumer
 
-        options = {"auto_offset_reset": "earliest", "client_id": f"{group_id}-member-{index}", **consumer_options}
+        options = {"auto_offset_reset": "earliest", "client_id": f"{group_id}-member-{index}",
+                   **cluster_client_options(), **consumer_options}
         self.consumer = Consumer(cluster_bootstrap_servers, group_id=group_id, enable_auto_commit=False,
                                  **options)
         self.consumer.subscribe(topics)

@@ -46,6 +46,7 @@ from rafka.core.config import TopicConfig
 from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
 from rafka.core.records import iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, Role
+from rafka.actors.cluster_credential import cluster_login
 from rafka.client.network import NodeConnections
 from rafka.protocol import fetching
 from rafka.protocol.hosted_partition import HostedPartition
@@ -353,7 +354,8 @@ class ReplicaActor:
         failure is retried after a pause; the controller tells us when to stop."""
         topic, partition = self._partition
         nodes = NodeConnections(client_id=f"rafka-replica-fetcher-{self.name}", max_in_flight_requests=1,
-                                request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms)
+                                request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms,
+                                sasl=cluster_login)
         try:
             while (not stop.is_set() and self.replica.role is Role.FOLLOWER
                    and self.replica.leader_epoch == leader_epoch):

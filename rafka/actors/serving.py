@@ -6,7 +6,9 @@ Invariants:
     cannot start tasks in __init__; its first control call does it), on the node's
     address and `listener_port` (0: the OS picks one);
   * `offer_image` keeps the newer image by version: pushes may cross;
-  * `stop()` closes the listener and every connection (the actor is shut down).
+  * `stop()` closes the listener and every connection (the actor is shut down);
+  * the listener's SASL follows the image it answers from: the users' credentials,
+    and whether a login is required (read when a connection is accepted).
 
 Callers: the replica, coordinator and controller actors. The controller learns each endpoint from the actor's ping answer and
 registers it (core.metadata.handle_register_node), then pushes images to actors
@@ -26,6 +28,7 @@ from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.framing import tune_malloc
 from rafka.protocol.node_table import node_table
+from rafka.protocol.sasl import SaslListener
 from rafka.protocol.server import MAX_PIPELINED_REQUESTS_DEFAULT, ProtocolServer
 
 NAMESPACE = "rafka"
@@ -83,8 +86,11 @@ class NodeServing:
     async def _start(self) -> tuple[str, int]:
         if self.server is None:
             table = node_table(image=self.current_image, **self._table_options)
+            # SASL/SCRAM, required or optional by the image (actors/cluster_credential.py)
+            sasl = SaslListener(credential_for=lambda user, mechanism: self.current_image().scram_credential(
+                user, mechanism), required=lambda: self.current_image().sasl_required)
             server = ProtocolServer(Dispatcher(table), host="0.0.0.0", port=self.listener_port,
-                                    max_pipelined_requests=self.max_pipelined_requests)
+                                    max_pipelined_requests=self.max_pipelined_requests, sasl=sasl)
             await server.start()
             self.host = ray.util.get_node_ip_address()
             self.server = server

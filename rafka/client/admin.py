@@ -14,6 +14,7 @@ import threading
 
 import ray
 
+from rafka.actors.cluster_credential import cluster_login
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.membership import CoordinatorClient
 from rafka.client.metadata import MetadataCache
@@ -39,7 +40,7 @@ def admin_network() -> ClientNetwork:
     global _network
     with _network_lock:
         if _network is None:
-            _network = ClientNetwork(client_id="rafka-admin")
+            _network = ClientNetwork(client_id="rafka-admin", sasl=cluster_login)   # in the Ray cluster
         return _network
 
 

@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvloop
@@ -65,9 +66,12 @@ class NodeConnections:
 
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000,
-                 sasl: SaslLogin | None = None) -> None:
+                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin]] | None = None) -> None:
         self.client_id = client_id
-        self.sasl = sasl   # every connection logs in with it (a refusal is SaslAuthenticationFailed, not retried)
+        # Every connection logs in with it (a refusal is SaslAuthenticationFailed, not
+        # retried); a coroutine function is awaited at each connection
+        # (actors.cluster_credential.cluster_login: a Ray call the first time).
+        self.sasl = sasl
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight_requests = max_in_flight_requests
         self.reconnect_backoff_s = reconnect_backoff_ms / 1000
@@ -119,10 +123,11 @@ class NodeConnections:
         wait_s = not_before - time.monotonic()
         if wait_s > 0:
             await asyncio.sleep(wait_s)
+        login = await self.sasl() if callable(self.sasl) else self.sasl
         try:
             connection = await Connection.open(*address, client_id=self.client_id,
                                                request_timeout_ms=self.request_timeout_ms,
-                                               max_in_flight_requests=self.max_in_flight_requests, sasl=self.sasl)
+                                               max_in_flight_requests=self.max_in_flight_requests, sasl=login)
         except NetworkException:
             backoff_s = min(self.reconnect_backoff_max_s, self.reconnect_backoff_s * (2 ** failures))
             self._failures[address] = (failures + 1, time.monotonic() + backoff_s)
@@ -141,7 +146,7 @@ class ClientNetwork:
 
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000,
-                 sasl: SaslLogin | None = None) -> None:
+                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin]] | None = None) -> None:
         self.client_id = client_id
         self.nodes = NodeConnections(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                      max_in_flight_requests=max_in_flight_requests,

@@ -64,6 +64,7 @@ class ClusterImage:
     topics: Mapping[str, TopicImage]
     coordinator_nodes: tuple[int, ...]   # by __consumer_offsets partition; -1 unregistered
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(default_factory=dict)
+    sasl_required: bool = False   # every listener asks for a SASL login (protocol.sasl)
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """A SASL listener's lookup: the user's salted credential for `mechanism`."""
@@ -125,4 +126,5 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
     controller = node_id(CONTROLLER_NAME)
     return ClusterImage(version=version, cluster_id=metadata.cluster_id, controller_node=controller,
                         nodes=dict(sorted(listed.items())), topics=topics, coordinator_nodes=coordinators,
-                        scram_credentials=dict(metadata.scram_credentials))
+                        scram_credentials=dict(metadata.scram_credentials),
+                        sasl_required=metadata.sasl_required)

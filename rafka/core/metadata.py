@@ -24,7 +24,10 @@ Invariants:
   which holds every record below the HW, but may be behind the others)
   a user's SCRAM credential is kept salted (core.scram), never its password: the
   records, and every image built from them, hold no password (Kafka's
-  UserScramCredentialRecord)
+  UserScramCredentialRecord); user names beginning with "__" are rafka's own
+  (the cluster credential, core.scram.CLUSTER_USER): `rafka users` cannot add or
+  delete them
+  once SASL is required (`require_sasl`) it stays required: no record turns it off
 Pure logic, no I/O. Caller: the controller actor.
 """
 
@@ -44,7 +47,8 @@ from rafka.core.errors import (FencedLeaderEpoch, InvalidPartitions, InvalidRepl
                                InvalidReplicationFactor, InvalidRequest, InvalidTopic, LeaderNotAvailable,
                                NotLeaderOrFollower, ReassignmentInProgress, ResourceNotFound, TopicAlreadyExists,
                                UnknownTopicOrPartition)
-from rafka.core.scram import ScramCredential
+from rafka.core.scram import (CLUSTER_MECHANISM, CLUSTER_USER, RESERVED_USER_PREFIX, ScramCredential,
+                              make_credential, matches)
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 NO_LEADER = -1
@@ -150,6 +154,7 @@ class ClusterMetadata:
         self.nodes: dict[str, NodeEndpoint] = {}   # by actor name
         self.next_node_id = 0
         self.scram_credentials: dict[tuple[str, str], ScramCredential] = {}   # by (user, mechanism)
+        self.sasl_required = False   # every listener asks for a SASL login (protocol.sasl)
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -185,6 +190,8 @@ class ClusterMetadata:
             self.scram_credentials[record["name"], credential.mechanism] = credential
         elif kind == "remove_user_scram_credential":
             self.scram_credentials.pop((record["name"], record["mechanism"]), None)
+        elif kind == "require_sasl":
+            self.sasl_required = True
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -343,11 +350,29 @@ class ClusterMetadata:
         return [{"type": "node", "node_id": node_id, "actor": actor, "host": host, "port": port,
                  "rack": rack}], node
 
-    def handle_upsert_user(self, name: str, credentials: Sequence[ScramCredential]) -> list[Record]:
+    def handle_require_sasl(self) -> list[Record]:
+        """Every listener requires a SASL login from now on (`rafka up --sasl`, or
+        Ray's token authentication on); a record only the first time."""
+        return [] if self.sasl_required else [{"type": "require_sasl"}]
+
+    def handle_cluster_credential(self, password: str, *, require_sasl: bool) -> list[Record]:
+        """At a controller's start: the cluster user's credential (core.scram.CLUSTER_USER)
+        when the metadata has none made from `password`, and `require_sasl` when asked."""
+        records: list[Record] = []
+        held = self.scram_credentials.get((CLUSTER_USER, CLUSTER_MECHANISM))
+        if held is None or not matches(held, password):
+            records += self.handle_upsert_user(CLUSTER_USER, [make_credential(CLUSTER_MECHANISM, password)],
+                                               reserved=True)
+        return records + (self.handle_require_sasl() if require_sasl else [])
+
+    def handle_upsert_user(self, name: str, credentials: Sequence[ScramCredential], *,
+                           reserved: bool = False) -> list[Record]:
         """A user's SCRAM credentials set (added or replaced), one per mechanism
-        given; the others it has stay (Kafka's AlterUserScramCredentials upsert)."""
+        given; the others it has stay (Kafka's AlterUserScramCredentials upsert).
+        `reserved`: the controller setting rafka's own user (a "__" name)."""
         if not isinstance(name, str) or not name or len(name) > 256:
             raise InvalidRequest(f"user name {name!r} must be 1 to 256 characters")
+        _check_not_reserved(name, reserved)
         mechanisms = [c.mechanism for c in credentials]
         if not credentials or len(set(mechanisms)) != len(mechanisms):
             raise InvalidRequest(f"give one credential per mechanism for user {name!r}, not {mechanisms}")
@@ -356,6 +381,7 @@ class ClusterMetadata:
     def handle_delete_user(self, name: str, mechanisms: Iterable[str] | None = None) -> list[Record]:
         """The user's credentials for `mechanisms` (default: all) removed; logins
         with them are refused from the next exchange on."""
+        _check_not_reserved(name, reserved=False)
         held = sorted(m for user, m in self.scram_credentials if user == name)
         wanted = held if mechanisms is None else sorted(set(mechanisms))
         missing = [m for m in wanted if m not in held]
@@ -365,10 +391,12 @@ class ClusterMetadata:
         return [{"type": "remove_user_scram_credential", "name": name, "mechanism": m} for m in wanted]
 
     def users(self) -> dict[str, list[str]]:
-        """Each user and its mechanisms (never a credential's secrets)."""
+        """Each user and its mechanisms (never a credential's secrets); rafka's own
+        ("__" names) are not listed, as `kafka-topics --list` leaves internal topics out."""
         out: dict[str, list[str]] = {}
         for user, mechanism in sorted(self.scram_credentials):
-            out.setdefault(user, []).append(mechanism)
+            if not user.startswith(RESERVED_USER_PREFIX):
+                out.setdefault(user, []).append(mechanism)
         return out
 
     def handle_delete_topic(self, name: str) -> list[Record]:
@@ -498,3 +526,8 @@ def _partition_record(topic: str, partition: int, state: PartitionState) -> Reco
             "replicas": list(state.replicas), "isr": list(state.isr), "brokers": list(state.brokers),
             "adding": list(state.adding), "removing": list(state.removing),
             "leader": state.leader, "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch}
+
+
+def _check_not_reserved(name: str, reserved: bool) -> None:
+    if name.startswith(RESERVED_USER_PREFIX) and not reserved:
+        raise InvalidRequest(f"user names beginning with {RESERVED_USER_PREFIX!r} are rafka's own: {name!r}")

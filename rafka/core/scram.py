@@ -24,13 +24,14 @@ exist). Secrets are compared in constant time.
 
 Pure: no I/O, randomness and the credential lookup injected. Callers:
 protocol.sasl (a node's listener), client connections (their own login),
-the controller's user records (rafka users).
+the controller's user records (rafka users) and its cluster credential.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import hmac
 import secrets
@@ -42,6 +43,12 @@ MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MIN_ITERATIONS = 4096
 DEFAULT_ITERATIONS = 4096
 _GS2_HEADER = "n,,"
+# rafka's own user: the cluster credential every actor and driver of the Ray
+# cluster logs in with (the controller keeps its password; actors/controller.py).
+# Names with the prefix are the cluster's own: `rafka users` neither adds nor lists them.
+RESERVED_USER_PREFIX = "__"
+CLUSTER_USER = "__rafka"
+CLUSTER_MECHANISM = "SCRAM-SHA-512"
 _FAILED = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
 
 
@@ -70,6 +77,7 @@ def check_mechanism(mechanism: str) -> str:
     return MECHANISMS[mechanism]
 
 
+@functools.lru_cache(maxsize=64)   # PBKDF2 is the login's cost (~5 ms); a client reconnecting pays it once
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
     return hashlib.pbkdf2_hmac(check_mechanism(mechanism), password.encode(), salt, iterations)
 
@@ -85,6 +93,12 @@ def make_credential(mechanism: str, password: str, *, iterations: int = DEFAULT_
     client_key = _hmac(digest, salted, b"Client Key")
     return ScramCredential(mechanism, salt, iterations, hashlib.new(digest, client_key).digest(),
                            _hmac(digest, salted, b"Server Key"))
+
+
+def matches(credential: ScramCredential, password: str) -> bool:
+    """Whether `credential` was made from `password`."""
+    again = make_credential(credential.mechanism, password, iterations=credential.iterations, salt=credential.salt)
+    return hmac.compare_digest(again.stored_key, credential.stored_key)
 
 
 class ScramServer:

@@ -16,9 +16,19 @@ What Kafka does, and what a connection of a listener with SASL does the same way
 Nothing a connection sends before it has authenticated reaches a handler that
 reads or writes data.
 
+rafka's nodes run one listener whose SASL is required or optional by the
+cluster's image (`sasl_required`: `rafka up --sasl`, or Ray's token auth). Where
+it is optional, a connection that asks for anything but SaslHandshake (after
+ApiVersions) is served without a login, as a PLAINTEXT listener serves it; one
+that starts a SaslHandshake must finish the exchange like anywhere else. So
+rafka's own clients log in with the cluster credential on every cluster, and
+Kafka clients without SASL work on an open one. Kafka has no such mode (a
+listener is PLAINTEXT or SASL_PLAINTEXT); it keeps one port for both.
+
 Invariants: a SaslGate belongs to one connection and is touched from its loop
-only; `authenticated` never goes back to False; the user's credential is looked
-up when the exchange starts, so a user deleted before a login cannot log in.
+only; `authenticated` never goes back to False; whether SASL is required is
+read once, when the connection is accepted; the user's credential is looked up
+when the exchange starts, so a user deleted before a login cannot log in.
 
 Callers: protocol.server (one gate per connection of a listener with SASL),
 node_table (the routes that answer after authentication).
@@ -56,6 +66,7 @@ class SaslListener:
     """A listener's SASL: its mechanisms and where a user's credentials are."""
     credential_for: Callable[[str, str], ScramCredential | None]     # (user, mechanism) -> credential
     mechanisms: tuple[str, ...] = tuple(MECHANISMS)
+    required: Callable[[], bool] = lambda: True    # False: a login is optional (see above)
 
     def __post_init__(self) -> None:
         unknown = set(self.mechanisms) - set(MECHANISMS)
@@ -67,10 +78,24 @@ class SaslGate:
     def __init__(self, listener: SaslListener, dispatcher: Dispatcher) -> None:
         self.listener = listener
         self.dispatcher = dispatcher
+        self.required = listener.required()
         self.authenticated = False
-        self.user: str | None = None
+        self.user: str | None = None   # None once authenticated: served without a login
         self.close_after_answer = False     # the answer is the connection's last
         self._scram: ScramServer | None = None
+
+    def waives(self, frame) -> bool:
+        """True when SASL is optional here and `frame` is the connection's first
+        request of a client that does not log in: it, and every request after it,
+        is served as on a PLAINTEXT listener. ApiVersions decides nothing."""
+        if self.required or self._scram is not None:
+            return False
+        api_key, _ = peek_api_key_and_version(frame)
+        if api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            return False
+        if api_key != API_VERSIONS_KEY:
+            self.authenticated = True
+        return True
 
     async def answer(self, frame, connection_id: str) -> bytes | None:
         """The answer to a request before authentication (or ProtocolError: close)."""

@@ -232,8 +232,9 @@ class _KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     async def _answer(self, frame: bytes):
-        if self._gate is not None and not self._gate.authenticated:   # SASL first (protocol.sasl)
-            return await self._gate.answer(frame, self.connection_id)
+        gate = self._gate
+        if gate is not None and not gate.authenticated and not gate.waives(frame):   # SASL first (protocol.sasl)
+            return await gate.answer(frame, self.connection_id)
         admitting(self._admit_next)
         return await self.server.dispatcher.dispatch(frame, connection_id=self.connection_id)
 

@@ -37,10 +37,11 @@ def write_topic(df, topic: str, *, acks: str = "all", linger_ms: int = 5, batch_
     def produce(batches):
         if not ray.is_initialized():
             ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+        from rafka.actors.cluster_credential import cluster_client_options
         from rafka.actors.controller import cluster_bootstrap_servers
         from rafka.client.producer import Producer
         futures = []
-        with Producer(cluster_bootstrap_servers, **options) as producer:
+        with Producer(cluster_bootstrap_servers, **cluster_client_options(), **options) as producer:
             for batch in batches:
                 rows = batch.to_pydict()
                 keys = rows.get("key") or [None] * batch.num_rows

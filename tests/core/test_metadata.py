@@ -345,3 +345,29 @@ def test_users__credentials_upserted_per_mechanism_replayed_deleted_and_no_passw
         restarted.handle_upsert_user("", [sha256])
     with pytest.raises(InvalidRequest):
         restarted.handle_upsert_user("bob", [sha256, sha256])
+
+
+def test_cluster_credential__made_once_per_password_reserved_unlisted_and_sasl_required_for_good():
+    from rafka.core.cluster_image import build_image
+    from rafka.core.errors import InvalidRequest
+    from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, make_credential, matches
+    metadata, log = started()
+    log += apply(metadata, metadata.handle_cluster_credential("cluster-pw", require_sasl=False))
+    assert matches(metadata.scram_credentials[CLUSTER_USER, CLUSTER_MECHANISM], "cluster-pw")
+    assert "cluster-pw" not in repr(log)
+    assert metadata.handle_cluster_credential("cluster-pw", require_sasl=False) == []   # a restart: nothing new
+    assert not metadata.sasl_required and not build_image(metadata, 1).sasl_required
+    log += apply(metadata, metadata.handle_cluster_credential("cluster-pw", require_sasl=True))
+    assert metadata.handle_cluster_credential("cluster-pw", require_sasl=True) == []
+    restarted = ClusterMetadata()
+    apply(restarted, log)
+    assert restarted.sasl_required and build_image(restarted, 2).sasl_required
+    assert restarted.users() == {}   # rafka's own user is not listed
+    renewed = restarted.handle_cluster_credential("new-pw", require_sasl=False)   # the secret file replaced
+    assert [r["type"] for r in renewed] == ["user_scram_credential"]
+    for refused in (lambda: restarted.handle_upsert_user(CLUSTER_USER, [make_credential(CLUSTER_MECHANISM, "x")]),
+                    lambda: restarted.handle_upsert_user("__mine", [make_credential(CLUSTER_MECHANISM, "x")]),
+                    lambda: restarted.handle_delete_user(CLUSTER_USER)):
+        with pytest.raises(InvalidRequest, match="rafka's own"):
+            refused()
+    assert (CLUSTER_USER, CLUSTER_MECHANISM) in restarted.scram_credentials

@@ -221,3 +221,39 @@ def test_client_security_options__bad_ones_are_refused_before_anything_starts(op
     from rafka.client.producer import Producer
     with pytest.raises(ValueError):
         Producer("127.0.0.1:9", **options)
+
+
+# --- a listener where the login is optional (an open rafka cluster) ------------------
+
+@pytest.fixture()
+def open_listener(tmp_path):
+    users = Users()
+    users.add("alice", "alice-secret")
+    with ProtocolNode(tmp_path, {"orders": 1},
+                      sasl=SaslListener(users.credential_for, required=lambda: False)) as node:
+        yield node
+
+
+def test_optional_login__clients_without_sasl_are_served_and_those_that_log_in_too(open_listener):
+    node = open_listener
+    assert confluent_produce(node, {})[0] is None   # PLAINTEXT, as on a listener without SASL
+    login = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+             "sasl.username": "alice", "sasl.password": "alice-secret"}
+    assert confluent_produce(node, login)[0] is None
+    assert written(node) == 2
+
+
+def test_optional_login__a_login_begun_must_succeed(open_listener):
+    from rafka.client.producer import Producer
+    node = open_listener
+    with pytest.raises(SaslAuthenticationFailed):
+        with Producer(node.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                      sasl_plain_username="alice", sasl_plain_password="guess", max_block_ms=20_000) as producer:
+            producer.send("orders", b"x", partition=0).result(timeout=15)
+    assert written(node) == 0
+
+
+def test_scram_matches__a_credential_and_the_password_it_was_made_from():
+    from rafka.core.scram import matches
+    credential = make_credential("SCRAM-SHA-512", "s3cret")
+    assert matches(credential, "s3cret") and not matches(credential, "s3cret ")

@@ -1,0 +1,99 @@
+"""The cluster credential: the SASL/SCRAM login rafka's own clients use on the
+Kafka listeners (followers' fetches, coordinators' offset writes, member actors,
+Spark tasks, the Admin and a driver's `cluster.producer()`), and whether the
+listeners require a login at all.
+
+Kafka gives its brokers an inter-broker user in server.properties; rafka's is
+the reserved user `__rafka` (core.scram.CLUSTER_USER), whose password the
+controller makes at the cluster's first start and keeps in its data dir
+(`controller/cluster.secret`, mode 0600), and whose salted credential it keeps
+in the metadata log like any user's, so every listener knows it from the image.
+
+Invariants:
+  * the password is made once per cluster and never changes, is never printed,
+    logged or put in a metadata record or an image; it leaves the controller only
+    in the answer to `cluster_login`, a Ray call: inside the Ray cluster, which
+    Ray's token authentication guards when it is on;
+  * SASL is required on every listener once `rafka up --sasl` ran or Ray's token
+    authentication is on (the controller commits `require_sasl`, which nothing
+    undoes); on an open cluster rafka's clients log in all the same
+    (protocol.sasl: the login is optional there).
+
+Callers: the controller (`read_or_make_secret` and core.metadata's
+`handle_cluster_credential` at every start, the
+`cluster_login` call), every in-cluster client (`cluster_login`, `cluster_client_options`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from pathlib import Path
+
+import ray
+
+from rafka.actors.serving import NAMESPACE
+from rafka.core.actor_names import CONTROLLER_NAME
+from rafka.protocol.connection import SaslLogin
+
+SECRET_FILE = "cluster.secret"
+
+_logins_lock = threading.Lock()
+_logins: dict[str, SaslLogin] = {}   # by the controller actor's id: one per cluster a process joined
+
+
+def read_or_make_secret(controller_dir: Path) -> str:
+    """The cluster's password, made (random, 256 bits) and fsynced the first time."""
+    path = controller_dir / SECRET_FILE
+    if path.exists():
+        return path.read_text().strip()
+    fresh = controller_dir / (SECRET_FILE + ".new")
+    descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as f:
+        f.write(secrets.token_urlsafe(32))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(fresh, path)
+    return path.read_text().strip()
+
+
+def ray_token_auth_enabled() -> bool:
+    """Whether this Ray cluster runs with token authentication (RAY_AUTH_MODE=token,
+    which Ray's processes inherit). Ray has no public call for it in 2.60: its
+    private one first, the environment variable if that moves."""
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+        return bool(is_token_auth_enabled())
+    except ImportError:
+        return os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+
+
+async def cluster_login() -> SaslLogin:
+    """The cluster credential, asked of the controller over Ray once per process and
+    cluster. Network clients take this function itself as their `sasl`
+    (client.network awaits it when it opens a connection): awaited, not `ray.get`,
+    as actors' event loops must not block."""
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    return _known(controller) or _remember(controller, await controller.cluster_login.remote())
+
+
+def cluster_client_options() -> dict:
+    """Producer/Consumer options (kafka-python's names) that log in as the cluster,
+    for threads that may block (drivers, member actors' loops, Spark tasks)."""
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    login = _known(controller) or _remember(controller, ray.get(controller.cluster_login.remote()))
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": login.mechanism,
+            "sasl_plain_username": login.username, "sasl_plain_password": login.password}
+
+
+def _known(controller) -> SaslLogin | None:
+    # by the controller's actor id: a process may join one cluster after another (tests)
+    with _logins_lock:
+        return _logins.get(controller._actor_id.hex())
+
+
+def _remember(controller, login: SaslLogin) -> SaslLogin:
+    with _logins_lock:
+        _logins[controller._actor_id.hex()] = login
+    return login
