@@ -40,7 +40,7 @@ from rafka.protocol.connection import SaslLogin
 SECRET_FILE = "cluster.secret"
 
 _logins_lock = threading.Lock()
-_logins: dict[str, SaslLogin] = {}   # by the controller actor's id: one per cluster a process joined
+_logins: dict[str, SaslLogin] = {}   # by Ray node id: one per cluster a process joined
 
 
 def read_or_make_secret(controller_dir: Path) -> str:
@@ -69,31 +69,41 @@ def ray_token_auth_enabled() -> bool:
         return os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
 
 
-async def cluster_login() -> SaslLogin:
+async def cluster_login() -> SaslLogin | None:
     """The cluster credential, asked of the controller over Ray once per process and
     cluster. Network clients take this function itself as their `sasl`
     (client.network awaits it when it opens a connection): awaited, not `ray.get`,
-    as actors' event loops must not block."""
-    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
-    return _known(controller) or _remember(controller, await controller.cluster_login.remote())
+    as actors' event loops must not block. None where no controller runs (replicas
+    started on their own, as tests/ray start them): no image asks for a login there."""
+    login = _known()
+    if login is None:
+        try:
+            controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        except ValueError:   # no such actor
+            return None
+        login = _remember(await controller.cluster_login.remote())
+    return login
 
 
 def cluster_client_options() -> dict:
     """Producer/Consumer options (kafka-python's names) that log in as the cluster,
     for threads that may block (drivers, member actors' loops, Spark tasks)."""
-    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
-    login = _known(controller) or _remember(controller, ray.get(controller.cluster_login.remote()))
+    login = _known()
+    if login is None:
+        controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        login = _remember(ray.get(controller.cluster_login.remote()))
     return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": login.mechanism,
             "sasl_plain_username": login.username, "sasl_plain_password": login.password}
 
 
-def _known(controller) -> SaslLogin | None:
-    # by the controller's actor id: a process may join one cluster after another (tests)
+def _known() -> SaslLogin | None:
+    # By the Ray node this process runs on (random per node start, read locally): a
+    # driver may join one cluster after another (tests); an actor stays on its node.
     with _logins_lock:
-        return _logins.get(controller._actor_id.hex())
+        return _logins.get(ray.get_runtime_context().get_node_id())
 
 
-def _remember(controller, login: SaslLogin) -> SaslLogin:
+def _remember(login: SaslLogin) -> SaslLogin:
     with _logins_lock:
-        _logins[controller._actor_id.hex()] = login
+        _logins[ray.get_runtime_context().get_node_id()] = login
     return login

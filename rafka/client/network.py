@@ -66,7 +66,7 @@ class NodeConnections:
 
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000,
-                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin]] | None = None) -> None:
+                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin | None]] | None = None) -> None:
         self.client_id = client_id
         # Every connection logs in with it (a refusal is SaslAuthenticationFailed, not
         # retried); a coroutine function is awaited at each connection
@@ -146,7 +146,7 @@ class ClientNetwork:
 
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000,
-                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin]] | None = None) -> None:
+                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin | None]] | None = None) -> None:
         self.client_id = client_id
         self.nodes = NodeConnections(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                      max_in_flight_requests=max_in_flight_requests,

@@ -5,9 +5,9 @@ user, and nothing written); users come from `rafka users`; and rafka's own
 connections (followers' fetches, the coordinator's offset writes, member actors,
 the driver's clients) log in with the cluster credential, which no command prints.
 
-The module starts its own 2-broker cluster with RAY_AUTH_MODE=token (Ray reads it
-when it starts a process; `Config.initialize` makes this process read it again)
-and puts the environment back afterwards, so later modules run without it."""
+The module starts its own 2-broker cluster with RAY_AUTH_MODE=token and a token of
+its own (Ray reads them when it starts a process; this process is made to read them
+again) and puts them back afterwards, so later modules run as before."""
 
 import os
 import secrets
@@ -30,10 +30,9 @@ TOKEN_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
 @pytest.fixture(scope="module")
 def secured():
     import rafka
-    from ray._raylet import Config
     before = {name: os.environ.get(name) for name in TOKEN_ENV}
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(24))
-    Config.initialize("")   # Ray caches its config per process: read the auth mode again
+    reread_auth_settings()
     try:
         with rafka.local_cluster(nodes=2, coordinator_options=TEST_COORDINATOR_OPTIONS,
                                  **TEST_CLUSTER_OPTIONS) as cluster:
@@ -44,7 +43,15 @@ def secured():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        Config.initialize("")
+        reread_auth_settings()
+
+
+def reread_auth_settings():
+    """Ray caches its config and the token it loaded per process: read both again,
+    so this process and the next cluster it starts agree on them."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def rafka_cli(cluster, *args, token=True, stdin=None):

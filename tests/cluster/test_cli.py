@@ -1,5 +1,5 @@
 """The CLI on a Ray cluster started by hand, as an operator would after `ray up`:
-`rafka up`, `status`, `topics --create/--list/--describe/--delete`, `users`, `down`."""
+`rafka up --sasl`, `status`, `topics --create/--list/--describe/--delete`, `users`, `down`."""
 
 import json
 import os
@@ -166,8 +166,10 @@ def test_cli__before_up__status_says_to_run_up(ray_address):
 
 
 def test_cli__up_topics_status_down(ray_address, data_dir):
-    code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir))
+    # --sasl: every command below (console clients, groups, users) logs in as the cluster
+    code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir), "--sasl")
     assert code == 0 and "2 broker node(s)" in out and "controller epoch 1" in out
+    assert "listeners require SASL/SCRAM" in out
     assert "group coordinators: 1" in out
 
     code, out, _ = rafka(ray_address, "topics", "--create", "--topic", "clicks", "--partitions", "2",
