@@ -165,7 +165,7 @@ def format_lags(sample: LagSample, lags: Sequence[PartitionLag]) -> str:
     total = group_lag(lags)
     at = datetime.datetime.fromtimestamp(sample.wall_ms / 1000, datetime.timezone.utc)
     title = (f"GROUP {sample.group} at {at.strftime('%Y-%m-%dT%H:%M:%S')}Z: lag {_cell(total.lag)} "
-             f"({total.trend or 'trend: -'}), time lag {_cell(format_duration_ms(total.time_lag_ms))}, "
+             f"({total.trend or 'trend -'}), time lag {_cell(format_duration_ms(total.time_lag_ms))}, "
              f"consume {_cell(format_rate(total.consume_rate))}, produce {_cell(format_rate(total.produce_rate))}")
     rows = [(sample.group, p.position.topic, p.position.partition, p.position.committed_offset,
              p.position.log_end_offset, p.lag, p.position.consumer_id, p.position.host, p.position.client_id,
