@@ -2,7 +2,7 @@
 
 `up`, `down` and `status` act on a running Ray cluster (`--address`, else
 RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh; `consumer-groups`,
-`dump-offsets` and the console clients are in cli_groups.py. Errors print as
+`lag`, `dump-offsets` and the console clients are in cli_groups.py. Errors print as
 Kafka's tools print them ("Error while executing topic command : ...") and exit 1.
 """
 
@@ -352,6 +352,7 @@ def cmd_users(args) -> int:
 COMMANDS = {"up": cmd_up, "users": cmd_users, "down": cmd_down, "status": cmd_status, "topics": cmd_topics,
             "broker-id": cmd_broker_id, "reassign-partitions": cmd_reassign_partitions, "verify": cmd_verify,
             "consumer-groups": lambda args: cli_groups.cmd_consumer_groups(_connect(args).admin(), args),
+            "lag": lambda args: cli_groups.cmd_lag(_connect(args).admin(), args),
             "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),
             "console-producer": lambda args: cli_groups.cmd_console_producer(_connect(args), args),
             "console-consumer": lambda args: cli_groups.cmd_console_consumer(_connect(args), args)}

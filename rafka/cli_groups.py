@@ -1,7 +1,9 @@
-"""`rafka consumer-groups`, `dump-offsets`, `console-producer`, `console-consumer`:
+"""`rafka consumer-groups`, `lag`, `dump-offsets`, `console-producer`, `console-consumer`:
 kafka-consumer-groups.sh, the offsets formatter of kafka-console-consumer.sh, and
 the console clients, with Kafka's columns and messages (core/offset_reset.py holds
-the layouts and the reset rules).
+the layouts and the reset rules). `lag` is --describe's table over time: rates,
+trend and time lag from samples some seconds apart (core/lag.py computes and
+prints them; here they are only taken).
 
 --reset-offsets changes nothing without --execute (Kafka's default is a dry run,
 with a warning), and only for a group with no members: Kafka's
@@ -15,7 +17,9 @@ import sys
 import time
 
 from rafka.cluster_errors import UsageError
+from rafka.core.clock import SystemClock
 from rafka.core.errors import GroupIdNotFound, NonEmptyGroup
+from rafka.core.lag import LagSample, PartitionPosition, watch
 from rafka.core.offset_reset import (DESCRIBE_OFFSETS_HEADERS, RESET_OFFSETS_HEADERS, ByDuration, ShiftBy, ToCurrent,
                                      ToDatetime, ToEarliest, ToLatest, ToOffset, format_offsets_record, format_table,
                                      parse_datetime_ms, parse_iso_duration_ms, plan_reset)
@@ -48,6 +52,14 @@ def add_parsers(sub) -> None:
     run = groups.add_mutually_exclusive_group()
     run.add_argument("--dry-run", action="store_true")
     run.add_argument("--execute", action="store_true")
+
+    lag = sub.add_parser("lag", help="a group's lag per partition with consume and produce rates, trend and "
+                                     "time lag (the oldest unconsumed record's age)")
+    lag.add_argument("--group", required=True)
+    lag.add_argument("--watch", type=float, metavar="N", help="print again every N seconds, until Ctrl-C")
+    lag.add_argument("--iterations", type=int, metavar="K", help="with --watch: stop after K tables")
+    lag.add_argument("--interval", type=float, default=1.0, metavar="S",
+                     help="without --watch: seconds between the two looks the rates come from (default 1)")
 
     sub.add_parser("dump-offsets", help="__consumer_offsets below its HW, one line per record")
 
@@ -120,6 +132,51 @@ def _describe(admin, args) -> int:
              r["consumer_id"], r["host"], r["client_id"]) for r in admin.consumer_group_lag(group)]
     print(format_table(DESCRIBE_OFFSETS_HEADERS, rows))
     return 0
+
+
+# --- lag ----------------------------------------------------------------------------
+
+def cmd_lag(admin, args, *, clock=None, sleep=time.sleep) -> int:
+    """`--watch N`: a table every N seconds (the first without rates: nothing to
+    compare with yet) until Ctrl-C or --iterations; without it, two looks
+    --interval apart and one table."""
+    if args.watch is not None and args.watch <= 0:
+        raise UsageError(f"--watch takes a positive number of seconds, not {args.watch:g}")
+    if args.iterations is not None and (args.watch is None or args.iterations < 1):
+        raise UsageError("--iterations takes a positive count, with --watch")
+    if args.interval <= 0:
+        raise UsageError(f"--interval takes a positive number of seconds, not {args.interval:g}")
+    if admin.describe_consumer_group(args.group)["state"] == "Dead":
+        print(f"Error: Consumer group '{args.group}' does not exist.", file=own_stderr())
+        return 1
+    clock = clock or SystemClock()
+
+    def take() -> LagSample:
+        return sample_lag(admin, args.group, clock)
+    try:
+        if args.watch is not None:
+            watch(take, interval_s=args.watch, sleep=sleep, emit=lambda text: print(text, flush=True),
+                  refreshes=args.iterations)
+        else:
+            watch(take, interval_s=args.interval, sleep=sleep, emit=print, refreshes=2, print_first=False)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def sample_lag(admin, group: str, clock) -> LagSample:
+    """One look at `group`: --describe's rows, then, for each partition with lag,
+    the timestamp of the record at its committed offset."""
+    rows = admin.consumer_group_lag(group)
+    wall_ms, monotonic_ms = clock.now_ms(), clock.monotonic_ms()
+    behind = {TopicPartition(r["topic"], r["partition"]): r["current_offset"] for r in rows if r["lag"]}
+    timestamps = admin.record_timestamps(behind) if behind else {}
+    return LagSample(group=group, wall_ms=wall_ms, monotonic_ms=monotonic_ms, positions=tuple(
+        PartitionPosition(topic=r["topic"], partition=r["partition"], committed_offset=r["current_offset"],
+                          log_end_offset=r["log_end_offset"],
+                          oldest_unconsumed_timestamp_ms=timestamps.get(TopicPartition(r["topic"], r["partition"])),
+                          consumer_id=r["consumer_id"], host=r["host"], client_id=r["client_id"])
+        for r in rows))
 
 
 def _reset_spec(args):

@@ -20,7 +20,8 @@ from rafka.client.membership import CoordinatorClient
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork
 from rafka.client.retry import retry_until
-from rafka.core.errors import NonEmptyGroup
+from rafka.core.errors import NonEmptyGroup, OffsetOutOfRange
+from rafka.core.records import decode_records
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
@@ -183,6 +184,46 @@ class Admin:
     def end_offsets(self, partitions) -> dict[TopicPartition, int]:
         """The HW of each partition (what Kafka's tools call LOG-END-OFFSET for a consumer)."""
         return {tp: found[0] for tp, found in self.list_offsets(partitions, LATEST_TIMESTAMP).items()}
+
+    def record_timestamps(self, offsets, *, max_bytes: int = 65_536) -> dict[TopicPartition, int | None]:
+        """{tp: offset} -> the timestamp (ms) of the first record at or after each
+        offset below the HW: a consumer's Fetch to each leader, all at once (what
+        `rafka lag` reads the oldest unconsumed record's age from). An offset below
+        the log start reads the log start's record; None where no record is there
+        or the answer failed (the caller prints "-": one look, no retries)."""
+        network = admin_network()
+
+        def ask(tp: TopicPartition, offset: int):
+            address, epoch = self._metadata.leader_address(tp.topic, tp.partition)
+            return network.submit(address, fetching.fetch_request(
+                topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
+                fetch_offset=offset, leader_epoch=epoch, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
+                max_bytes=max_bytes, max_wait_ms=0))
+
+        def first_timestamp(tp: TopicPartition, offset: int, answer) -> int | None:
+            found = fetching.leader_answer(answer.result(timeout=self.default_api_timeout_s), topic=tp.topic,
+                                           partition=tp.partition)
+            return next((r.timestamp_ms for r in decode_records(found.records) if r.offset >= offset), None)
+        wanted = {TopicPartition(*tp): offset for tp, offset in offsets.items()}
+        asked, found = {}, {}
+        for tp, offset in wanted.items():
+            try:
+                asked[tp] = ask(tp, offset)
+            except Exception:
+                found[tp] = None
+        for tp, answer in asked.items():
+            try:
+                found[tp] = first_timestamp(tp, wanted[tp], answer)
+            except OffsetOutOfRange:   # below the log start (retention): its oldest record is the log start's
+                try:
+                    start = self.beginning_offsets([tp])[tp]
+                    found[tp] = first_timestamp(tp, start, ask(tp, start)) if start > wanted[tp] else None
+                except Exception:
+                    found[tp] = None
+            except Exception:
+                self._metadata.invalidate(tp.topic)
+                found[tp] = None
+        return found
 
     def topic_partitions(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in range(self._metadata.partition_count(topic))]

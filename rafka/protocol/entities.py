@@ -4,7 +4,8 @@ A field that a version does not have is dropped, so one handler serves a version
 range: Kafka's schemas add fields version by version and rarely rename them.
 `load_request_schema` / `load_response_schema` are kio's lookups, cached: kio
 resolves the module by name on every call (pkgutil.resolve_name showed in the
-broker's profile), and every request and answer needs one.
+broker's profile), and every request and answer needs one. Versions kio no longer
+has (Kafka 4 dropped them) come from legacy_schemas first.
 
 Callers: the handlers, dispatch, the client connection.
 """
@@ -19,15 +20,19 @@ from typing import Any
 
 from kio import index as _kio_index
 
+from rafka.protocol.legacy_schemas import OWN_SCHEMAS
+
 
 @functools.cache
 def load_request_schema(api_key: int, api_version: int) -> type:
-    return _kio_index.load_request_schema(api_key, api_version)
+    own = OWN_SCHEMAS.get((api_key, api_version))
+    return own[0] if own else _kio_index.load_request_schema(api_key, api_version)
 
 
 @functools.cache
 def load_response_schema(api_key: int, api_version: int) -> type:
-    return _kio_index.load_response_schema(api_key, api_version)
+    own = OWN_SCHEMAS.get((api_key, api_version))
+    return own[1] if own else _kio_index.load_response_schema(api_key, api_version)
 
 
 @functools.cache

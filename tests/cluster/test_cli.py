@@ -1,10 +1,11 @@
 """The CLI on a Ray cluster started by hand, as an operator would after `ray up`:
-`rafka up --sasl`, `status`, `topics --create/--list/--describe/--delete`, `users`, `down`."""
+`rafka up --sasl`, `status`, `topics --create/--list/--describe/--delete`, `users`, `lag`, `down`."""
 
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -112,6 +113,71 @@ def check_group_commands(address):
     assert code == 1 and "Consumer group 'readers' does not exist." in err
 
 
+def lag_tables(out):
+    """`rafka lag`'s tables: [(title, {partition: row cells})]."""
+    tables = []
+    for block in out.strip().split("\n\n"):
+        title, header, *rows = block.splitlines()
+        assert header.split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                                  "CONSUMER-ID", "HOST", "CLIENT-ID", "TIME-LAG", "CONSUME-RATE", "PRODUCE-RATE",
+                                  "TREND"]
+        tables.append((title, {int(cells[2]): cells for cells in (row.split() for row in rows)}))
+    return tables
+
+
+def check_lag(address):
+    """`rafka lag --watch 1 --iterations 2` while a producer writes to `clicks` and
+    the group `lagging` stays committed on partition 0 at a record a minute old: the first table has no rates, the second a produce rate,
+    no consumption and growing lag; the time lag is that record's age. Without
+    --watch: one table, with rates."""
+    import rafka as rafka_api
+    from rafka.core.structs import TopicPartition
+    cluster = rafka_api.connect(address)
+    minute_ago_ms = int(time.time() * 1000) - 60_000
+    with cluster.producer(acks="all") as producer:
+        old = producer.send("clicks", value=b"old", partition=0, timestamp_ms=minute_ago_ms).result().offset
+        with cluster.consumer(group_id="lagging", enable_auto_commit=False) as consumer:
+            consumer.commit_sync({TopicPartition("clicks", 0): old})
+        start = cluster.admin().end_offsets([TopicPartition("clicks", 0)])[TopicPartition("clicks", 0)]
+        env = dict(os.environ, RAY_ADDRESS=address)
+        watching = subprocess.Popen([sys.executable, "-m", "rafka.cli", "lag", "--group", "lagging", "--watch", "1",
+                                     "--iterations", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        stop = threading.Event()
+
+        def produce():
+            while not stop.is_set():
+                producer.send("clicks", value=b"new", partition=0).result()
+                time.sleep(0.02)
+        writer = threading.Thread(target=produce)
+        writer.start()
+        try:
+            out, err = watching.communicate(timeout=120)
+        finally:
+            stop.set()
+            writer.join()
+    assert watching.returncode == 0, err
+    (first_title, first), (second_title, second) = lag_tables(out)
+    assert first_title.startswith("GROUP lagging at ") and ", consume -, produce -" in first_title
+    group, topic, partition, current, end, lag, *owner, time_lag, consume, produce, trend = first[0]
+    assert (group, topic, partition, current) == ("lagging", "clicks", "0", str(old)) and owner == ["-", "-", "-"]
+    assert int(end) >= start and int(lag) == int(end) - old
+    assert time_lag.startswith("1m")      # the record at the committed offset is a minute old
+    assert (consume, produce, trend) == ("-", "-", "-")
+    *_, end2, lag2, _, _, _, time_lag2, consume2, produce2, trend2 = second[0]
+    assert int(end2) > int(end) and int(lag2) == int(end2) - old and trend2 == "growing"
+    assert consume2 == "0.0/s" and float(produce2.rstrip("/s")) > 0 and time_lag2.startswith("1m")
+    assert "(growing)" in second_title
+
+    code, out, _ = rafka(address, "lag", "--group", "lagging", "--interval", "0.2")
+    (title, table), = lag_tables(out)
+    assert code == 0 and table[0][-2:] == ["0.0/s", "steady"] and table[0][-3] == "0.0/s"
+    code, _, err = rafka(address, "lag", "--group", "nobody")
+    assert code == 1 and "Error: Consumer group 'nobody' does not exist." in err
+    import ray
+    ray.shutdown()
+
+
 def check_alter_and_reassign(address, data_dir):
     """topics --alter --partitions grows `clicks`; reassign-partitions moves an RF=1
     partition to the other broker, with its records, and --verify reports it done."""
@@ -195,6 +261,7 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
     assert code == 0 and "brokers:           2" in out and "topics:            2 (3 partitions" in out
 
     check_group_commands(ray_address)
+    check_lag(ray_address)
     check_alter_and_reassign(ray_address, data_dir)
     check_users(ray_address)
 

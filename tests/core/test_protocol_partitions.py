@@ -216,6 +216,25 @@ def test_list_offsets__earliest_latest_and_by_timestamp(node):
     assert answer(max_timestamp)[0] == ErrorCode.invalid_request
 
 
+def test_list_offsets_v0__old_style_offsets_as_sarama_1_22_asks(node):
+    """Kafka 4 dropped v0 (kio has no classes for it); Debian's Burrow (Sarama 1.22)
+    asks every leader for its log end this way, max_num_offsets=1."""
+    from rafka.protocol.legacy_schemas import ListOffsetsPartitionV0, ListOffsetsRequestV0, ListOffsetsTopicV0
+    exchange(node, produce_request(batch(b"a", b"b", b"c")))   # timestamps 1000, 1001, 1002
+
+    def v0(*partitions):
+        return ListOffsetsRequestV0(replica_id=i32(-1), topics=(ListOffsetsTopicV0(name="orders", partitions=tuple(
+            ListOffsetsPartitionV0(partition_index=i32(p), timestamp=i64(t), max_num_offsets=i32(n))
+            for p, t, n in partitions)),))
+    (answer,) = exchange(node, v0((0, -1, 1), (1, -1, 1), (0, -2, 1), (0, 1_001, 1), (0, 5_000, 1), (0, -1, 0),
+                                  (7, -1, 1)))
+    (topic,) = answer.topics
+    assert topic.name == "orders"
+    assert [(int(p.partition_index), p.error_code, tuple(p.old_style_offsets)) for p in topic.partitions] == [
+        (0, ErrorCode.none, (3,)), (1, ErrorCode.none, (0,)), (0, ErrorCode.none, (0,)), (0, ErrorCode.none, (1,)),
+        (0, ErrorCode.none, ()), (0, ErrorCode.none, ()), (7, ErrorCode.unknown_topic_or_partition, ())]
+
+
 def test_offset_for_leader_epoch__end_of_each_epoch_and_fencing(node):
     from kio.schema.offset_for_leader_epoch.v4 import request as epoch_v4
     replica = node.endpoints[("orders", 0)].replica

@@ -1,4 +1,4 @@
-"""ListOffsets v1-7: the offset for a timestamp, the log start (-2), the end (-1).
+"""ListOffsets v0-7: the offset for a timestamp, the log start (-2), the end (-1).
 
 What Kafka answers (KafkaApis.handleListOffsetRequest, Partition
 .fetchOffsetForTimestamp), and what this handler does the same way:
@@ -12,6 +12,12 @@ What Kafka answers (KafkaApis.handleListOffsetRequest, Partition
     a new leader whose HW is still below its epoch's start: OFFSET_NOT_AVAILABLE.
   * a replica's request (replica_id >= 0, debug tools) is answered as a
     consumer's.
+  * v0 (Kafka before 4.0; Sarama before 1.27 and so Debian's Burrow send it):
+    the answer is a list of at most max_num_offsets offsets (OldStyleOffsets),
+    here the one offset v1 would give (Kafka's legacyFetchOffsetsForTimestamp
+    gives the HW or the log start first, then, when asked for more, older
+    segments' base offsets, which no client here asks for); none when the
+    timestamp finds nothing or max_num_offsets is 0.
 Caller: dispatch, through `route(host)`.
 """
 
@@ -25,9 +31,11 @@ from kio.static.primitive import i32, i32Timedelta, i64
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
+from rafka.protocol.legacy_schemas import (ListOffsetsPartitionResponseV0, ListOffsetsResponseV0,
+                                           ListOffsetsTopicResponseV0)
 
 API_KEY = 2
-MIN_VERSION, MAX_VERSION = 1, 7
+MIN_VERSION, MAX_VERSION = 0, 7
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -47,6 +55,8 @@ async def list_offsets(host: PartitionHost, request, version: int):
 
     rows = await serve_each(host, [(t.name, p) for t in request.topics for p in t.partitions],
                             lambda wanted: int(wanted.partition_index), look_up)
+    if version == 0:
+        return _old_style_answer(rows)
     grouped = by_topic((topic, make(
         module.ListOffsetsPartitionResponse, partition_index=i32(wanted.partition_index), error_code=code,
         timestamp=i64(found[1] if found else -1), offset=i64(found[0] if found else -1), leader_epoch=i32(-1)))
@@ -54,3 +64,12 @@ async def list_offsets(host: PartitionHost, request, version: int):
     return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(
         make(module.ListOffsetsTopicResponse, name=topic, partitions=tuple(partitions))
         for topic, partitions in grouped.items()))
+
+
+def _old_style_answer(rows) -> ListOffsetsResponseV0:
+    grouped = by_topic((topic, ListOffsetsPartitionResponseV0(
+        partition_index=i32(wanted.partition_index), error_code=code,
+        old_style_offsets=(i64(found[0]),) if found and found[0] >= 0 and wanted.max_num_offsets > 0 else ()))
+        for topic, wanted, code, found in rows)
+    return ListOffsetsResponseV0(topics=tuple(ListOffsetsTopicResponseV0(name=topic, partitions=tuple(partitions))
+                                              for topic, partitions in grouped.items()))
