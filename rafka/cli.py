@@ -47,7 +47,7 @@ def cmd_up(args) -> int:
     options = {k: v for k, v in (("replica_lag_time_max_ms", args.replica_lag_time_max_ms),
                                  ("fetch_max_wait_ms", args.fetch_max_wait_ms)) if v is not None}
     controller = start_controller(args.data_dir, listener_port=args.listener_port, sasl=args.sasl, **options)
-    brokers = ray.get(controller.list_brokers.remote())
+    brokers = _wait_for_brokers(controller, args.wait_for_brokers)
     snapshot = ray.get(controller.metadata_snapshot.remote())
     print(f"rafka is up: cluster id {snapshot['cluster_id']}, controller epoch "
           f"{snapshot['controller_epoch']}, {len(brokers)} broker node(s), data in {args.data_dir}")
@@ -64,6 +64,26 @@ def cmd_up(args) -> int:
         offsets_topic_replication_factor=min(3, len(brokers)))
     print(f"group coordinators: {args.offsets_topic_num_partitions} (__consumer_offsets partitions)")
     return 0
+
+
+# Bounded: a broker that never joins is an error an operator sees, not a hang.
+WAIT_FOR_BROKERS_TIMEOUT_S = 600.0
+
+
+def _wait_for_brokers(controller, count: int) -> list[dict]:
+    """The broker nodes, once `count` of them have joined. Under `ray up` the head's
+    commands run while the autoscaler is still starting the workers: the offsets
+    topic is created with them, so `rafka up` waits for them (cluster.yaml)."""
+    import time
+
+    import ray
+    deadline = time.monotonic() + WAIT_FOR_BROKERS_TIMEOUT_S
+    while len(brokers := ray.get(controller.list_brokers.remote())) < count:
+        if time.monotonic() >= deadline:
+            raise UsageError(f"only {len(brokers)} of the {count} broker nodes asked for by --wait-for-brokers "
+                             f"joined within {WAIT_FOR_BROKERS_TIMEOUT_S:.0f}s")
+        time.sleep(1.0)
+    return brokers
 
 
 def cmd_down(args) -> int:
@@ -267,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the controller's Kafka listener: clients' bootstrap.servers port (0: any free port)")
     up.add_argument("--offsets-topic-num-partitions", type=int, default=1,
                     help="partitions of __consumer_offsets, one group coordinator each (Kafka: 50)")
+    up.add_argument("--wait-for-brokers", type=int, default=0, metavar="N",
+                    help="wait until N broker nodes have joined before creating __consumer_offsets "
+                         "(as `ray up` starts the workers after the head's commands began)")
     sub.add_parser("down", help="stop rafka's actors (logs stay on disk)")
     broker_id = sub.add_parser("broker-id", help="print this host's broker id from its log dir "
                                                  "(created on first use), for ray start --labels")
