@@ -1,7 +1,14 @@
 """The cluster credential: the SASL/SCRAM login rafka's own clients use on the
 Kafka listeners (followers' fetches, coordinators' offset writes, member actors,
-Spark tasks, the Admin and a driver's `cluster.producer()`), and whether the
-listeners require a login at all.
+Spark tasks, the Admin and a driver's `cluster.producer()`), whether the
+listeners require a login at all, and whether they speak TLS.
+
+TLS is a host's setting, as a listener's keystore is in Kafka's server.properties:
+with RAFKA_TLS_CERTFILE (and RAFKA_TLS_KEYFILE, unless the key is in the cert
+file) in the environment of `ray start`, every actor's listener on that node
+serves TLS only, and rafka's own clients there trust RAFKA_TLS_CAFILE (the CA of
+the listeners' certificates; host names are not checked inside the cluster:
+brokers are dialled by node IP). Give every node the same settings (cluster.yaml).
 
 Kafka gives its brokers an inter-broker user in server.properties; rafka's is
 the reserved user `__rafka` (core.scram.CLUSTER_USER), whose password the
@@ -14,6 +21,8 @@ Invariants:
     logged or put in a metadata record or an image; it leaves the controller only
     in the answer to `cluster_login`, a Ray call: inside the Ray cluster, which
     Ray's token authentication guards when it is on;
+  * TLS is on where RAFKA_TLS_CERTFILE is set, for the listener and rafka's own
+    clients alike;
   * SASL is required on every listener once `rafka up --sasl` ran or Ray's token
     authentication is on (the controller commits `require_sasl`, which nothing
     undoes); on an open cluster rafka's clients log in all the same
@@ -28,16 +37,18 @@ from __future__ import annotations
 
 import os
 import secrets
+import ssl
 import threading
 from pathlib import Path
 
 import ray
 
-from rafka.actors.serving import NAMESPACE
-from rafka.core.actor_names import CONTROLLER_NAME
+from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
+from rafka.protocol import tls
 from rafka.protocol.connection import SaslLogin
 
 SECRET_FILE = "cluster.secret"
+TLS_CERTFILE_ENV, TLS_KEYFILE_ENV, TLS_CAFILE_ENV = "RAFKA_TLS_CERTFILE", "RAFKA_TLS_KEYFILE", "RAFKA_TLS_CAFILE"
 
 _logins_lock = threading.Lock()
 _logins: dict[str, SaslLogin] = {}   # by Ray node id: one per cluster a process joined
@@ -92,8 +103,28 @@ def cluster_client_options() -> dict:
     if login is None:
         controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
         login = _remember(ray.get(controller.cluster_login.remote()))
-    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": login.mechanism,
-            "sasl_plain_username": login.username, "sasl_plain_password": login.password}
+    options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": login.mechanism,
+               "sasl_plain_username": login.username, "sasl_plain_password": login.password}
+    if tls_settings()[0]:
+        options.update(security_protocol="SASL_SSL", ssl_cafile=tls_settings()[2], ssl_check_hostname=False)
+    return options
+
+
+def tls_settings() -> tuple[str | None, str | None, str | None]:
+    """(cert file, key file, CA file) from this process's environment (the node's)."""
+    return tuple(os.environ.get(name) or None for name in (TLS_CERTFILE_ENV, TLS_KEYFILE_ENV, TLS_CAFILE_ENV))
+
+
+def listener_tls() -> ssl.SSLContext | None:
+    """The listener's TLS context on this node, or None (PLAINTEXT, SASL_PLAINTEXT)."""
+    certfile, keyfile, _ = tls_settings()
+    return tls.server_context(certfile, keyfile) if certfile else None
+
+
+def cluster_tls() -> ssl.SSLContext | None:
+    """rafka's own clients' TLS context on this node, or None."""
+    certfile, _, cafile = tls_settings()
+    return tls.client_context(cafile, check_hostname=False) if certfile else None
 
 
 def _known() -> SaslLogin | None:

@@ -40,7 +40,7 @@ import ray
 
 from rafka.actors.replica import NAMESPACE
 from rafka.actors.serving import NodeServing, allocate_producer_id_from_controller
-from rafka.actors.cluster_credential import cluster_login
+from rafka.actors.cluster_credential import cluster_login, cluster_tls
 from rafka.client.network import NodeConnections
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
@@ -93,7 +93,8 @@ class GroupCoordinatorActor:
         self._load_error: str | None = None
         self._image_stale = True     # ask the controller for the image before the first lookup
         self._nodes = NodeConnections(client_id=f"rafka-coordinator-{offsets_partition}",
-                                      request_timeout_ms=offsets_commit_timeout_ms, sasl=cluster_login)
+                                      request_timeout_ms=offsets_commit_timeout_ms, sasl=cluster_login,
+                                      tls=cluster_tls())
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,

@@ -38,7 +38,7 @@ import os
 import ray
 
 from rafka.actors.serving import NodeServing, allocate_producer_id_from_controller
-from rafka.core.actor_names import replica_actor_name
+from rafka.core.actor_names import NAMESPACE, replica_actor_name
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
                                         ensure_identity)
 from rafka.core.clock import SystemClock
@@ -46,12 +46,11 @@ from rafka.core.config import TopicConfig
 from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
 from rafka.core.records import iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, Role
-from rafka.actors.cluster_credential import cluster_login
+from rafka.actors.cluster_credential import cluster_login, cluster_tls
 from rafka.client.network import NodeConnections
 from rafka.protocol import fetching
 from rafka.protocol.hosted_partition import HostedPartition
 
-NAMESPACE = "rafka"
 REPLICA_SOCKET_TIMEOUT_MS = 30_000   # Kafka's replica.socket.timeout.ms: a fetch unanswered this long past its wait
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
 STOPPED = "stopped"     # ... and once shut down: its log is closed, only a new process serves it
@@ -355,7 +354,7 @@ class ReplicaActor:
         topic, partition = self._partition
         nodes = NodeConnections(client_id=f"rafka-replica-fetcher-{self.name}", max_in_flight_requests=1,
                                 request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms,
-                                sasl=cluster_login)
+                                sasl=cluster_login, tls=cluster_tls())
         try:
             while (not stop.is_set() and self.replica.role is Role.FOLLOWER
                    and self.replica.leader_epoch == leader_epoch):

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable
 
 import ray
 
-from rafka.core.actor_names import CONTROLLER_NAME
+from rafka.actors.cluster_credential import listener_tls
+from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.framing import tune_malloc
@@ -31,8 +32,8 @@ from rafka.protocol.node_table import node_table
 from rafka.protocol.sasl import SaslListener
 from rafka.protocol.server import MAX_PIPELINED_REQUESTS_DEFAULT, ProtocolServer
 
-NAMESPACE = "rafka"
 logger = logging.getLogger(__name__)
+FIRST_IMAGE_WAIT_S = 15.0
 
 
 async def allocate_producer_id_from_controller() -> int:
@@ -59,6 +60,7 @@ class NodeServing:
         self.listener_port = listener_port
         self.max_pipelined_requests = max_pipelined_requests
         self.image: ClusterImage = EMPTY_IMAGE
+        self._has_image = asyncio.Event()   # binds to the actor's loop at its first wait
         self.server: ProtocolServer | None = None
         self.host: str | None = None
         self._starting: asyncio.Lock | None = None
@@ -69,6 +71,20 @@ class NodeServing:
     def offer_image(self, image: ClusterImage) -> None:
         if image.version > self.image.version:
             self.image = image
+            self._has_image.set()
+
+    async def _first_image(self) -> None:
+        """Until this node has a cluster image (its users, whether SASL is required),
+        at most FIRST_IMAGE_WAIT_S: the controller pushes one within a watch round."""
+        if self._image_source is None and not self._has_image.is_set():
+            try:
+                await asyncio.wait_for(self._has_image.wait(), FIRST_IMAGE_WAIT_S)
+            except asyncio.TimeoutError:
+                pass
+
+    def _sasl_required(self) -> bool:
+        image = self.current_image()
+        return image.sasl_required or image.version == 0   # no image yet: ask for a login (fail closed)
 
     @property
     def endpoint(self) -> tuple[str, int] | None:
@@ -88,9 +104,10 @@ class NodeServing:
             table = node_table(image=self.current_image, **self._table_options)
             # SASL/SCRAM, required or optional by the image (actors/cluster_credential.py)
             sasl = SaslListener(credential_for=lambda user, mechanism: self.current_image().scram_credential(
-                user, mechanism), required=lambda: self.current_image().sasl_required)
+                user, mechanism), required=self._sasl_required, settled=self._first_image)
             server = ProtocolServer(Dispatcher(table), host="0.0.0.0", port=self.listener_port,
-                                    max_pipelined_requests=self.max_pipelined_requests, sasl=sasl)
+                                    max_pipelined_requests=self.max_pipelined_requests, sasl=sasl,
+                                    tls=listener_tls())
             await server.start()
             self.host = ray.util.get_node_ip_address()
             self.server = server

@@ -14,7 +14,7 @@ import threading
 
 import ray
 
-from rafka.actors.cluster_credential import cluster_login
+from rafka.actors.cluster_credential import cluster_login, cluster_tls, tls_settings
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.membership import CoordinatorClient
 from rafka.client.metadata import MetadataCache
@@ -30,19 +30,23 @@ from rafka.protocol import fetching, group_requests
 INACTIVE_GROUP_STATES = ("Empty", "Dead")
 
 _network_lock = threading.Lock()
-_network: ClientNetwork | None = None
+_networks: dict[tuple, ClientNetwork] = {}
 
 
 def admin_network() -> ClientNetwork:
     """The process's one network for admin requests (offset lookups, group
     requests). Shared by every Admin: admins are made freely (`cluster.admin()`,
     each CLI command, Spark's driver) and have no close, so one loop thread serves
-    them all, as one AdminClient's NetworkClient would."""
-    global _network
+    them all, as one AdminClient's NetworkClient would. It logs in as the cluster
+    (in the Ray cluster), over TLS where the node's settings say so: one network
+    per TLS setting (a test process changes it between clusters)."""
+    settings = tls_settings()
     with _network_lock:
-        if _network is None:
-            _network = ClientNetwork(client_id="rafka-admin", sasl=cluster_login)   # in the Ray cluster
-        return _network
+        network = _networks.get(settings)
+        if network is None:
+            network = _networks[settings] = ClientNetwork(client_id="rafka-admin", sasl=cluster_login,
+                                                          tls=cluster_tls())
+        return network
 
 
 class Admin:

@@ -60,7 +60,7 @@ from collections.abc import Iterable
 
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
-from rafka.client.network import ClientNetwork, sasl_login
+from rafka.client.network import ClientNetwork, client_security
 from rafka.client.retry import ask_leader, is_retriable, kafka_cause
 from rafka.core.config import ConfigDef, at_least
 from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
@@ -173,7 +173,8 @@ class Consumer:
                  heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: str = "range", metadata_max_age_ms: int = 300_000,
                  security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
-                 sasl_plain_username: str | None = None, sasl_plain_password: str | None = None) -> None:
+                 sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
+                 ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self.auto_offset_reset, self._reset_duration_ms = parse_auto_offset_reset(auto_offset_reset)
         self.max_poll_records = MAX_POLL_RECORDS.parse(max_poll_records)
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -187,10 +188,11 @@ class Consumer:
         # itself (one fetch per partition, ASYNC_COMMITS_UNANSWERED_MAX commits), and
         # the node admits 5 of a connection's requests at a time, the rest waiting in
         # its socket, so a pipelined commit starts the moment one is answered.
+        security = client_security(security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password,
+                                   ssl_cafile, ssl_check_hostname)
         self._network = ClientNetwork(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                       max_in_flight_requests=CONSUMER_IN_FLIGHT_REQUESTS_PER_CONNECTION,
-                                      sasl=sasl_login(security_protocol, sasl_mechanism, sasl_plain_username,
-                                                      sasl_plain_password))
+                                      sasl=security.sasl, tls=security.tls)
         self._metadata = MetadataCache(bootstrap_servers, self._network, max_wait_ms=default_api_timeout_ms,
                                        retry_backoff_ms=retry_backoff_ms)
         self._partitions: dict[TopicPartition, _PartitionState] = {}

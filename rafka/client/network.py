@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -39,26 +41,41 @@ from typing import Any
 import uvloop
 
 from rafka.core.errors import NetworkException
+from rafka.protocol import tls as tls_context
 from rafka.protocol.connection import Connection, SaslLogin
 
 Address = tuple[str, int]
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 
 
-def sasl_login(security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
-               sasl_plain_username: str | None = None, sasl_plain_password: str | None = None) -> SaslLogin | None:
-    """A client's SASL options as kafka-python names them: None for PLAINTEXT, the
-    login for SASL_PLAINTEXT (SCRAM-SHA-256 or -512). TLS is not served: SSL and
-    SASL_SSL are refused here rather than sent in the clear."""
+@dataclasses.dataclass(frozen=True)
+class ClientSecurity:
+    """How a client's connections are made: over TLS (`tls`) or not, logged in
+    (`sasl`) or not."""
+    sasl: SaslLogin | None = None
+    tls: ssl.SSLContext | None = None
+
+
+def client_security(security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
+                    sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
+                    ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> ClientSecurity:
+    """A client's security options as kafka-python names them: PLAINTEXT, SSL (TLS,
+    the listener's certificate checked against `ssl_cafile`, else the system's
+    roots), SASL_PLAINTEXT or SASL_SSL (a SCRAM-SHA-256 or -512 login)."""
     if security_protocol not in SECURITY_PROTOCOLS:
         raise ValueError(f"security_protocol must be one of {SECURITY_PROTOCOLS}, not {security_protocol!r}")
-    if security_protocol == "PLAINTEXT":
+    uses_tls = security_protocol in ("SSL", "SASL_SSL")
+    if not uses_tls and ssl_cafile is not None:
+        raise ValueError(f"ssl_cafile given with security_protocol {security_protocol}: use SSL or SASL_SSL")
+    tls = tls_context.client_context(ssl_cafile, check_hostname=ssl_check_hostname) if uses_tls else None
+    if not security_protocol.startswith("SASL_"):
         if sasl_mechanism or sasl_plain_username or sasl_plain_password:
-            raise ValueError("SASL options given with security_protocol PLAINTEXT: use SASL_PLAINTEXT")
-        return None
+            raise ValueError(f"SASL options given with security_protocol {security_protocol}: "
+                             "use SASL_PLAINTEXT or SASL_SSL")
+        return ClientSecurity(None, tls)
     if not sasl_mechanism or sasl_plain_username is None or sasl_plain_password is None:
-        raise ValueError("SASL_PLAINTEXT needs sasl_mechanism, sasl_plain_username and sasl_plain_password")
-    return SaslLogin(sasl_mechanism, sasl_plain_username, sasl_plain_password)
+        raise ValueError(f"{security_protocol} needs sasl_mechanism, sasl_plain_username and sasl_plain_password")
+    return ClientSecurity(SaslLogin(sasl_mechanism, sasl_plain_username, sasl_plain_password), tls)
 
 
 class NodeConnections:
@@ -66,8 +83,10 @@ class NodeConnections:
 
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000,
-                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin | None]] | None = None) -> None:
+                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin | None]] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.client_id = client_id
+        self.tls = tls     # protocol.tls.client_context: every connection is TLS
         # Every connection logs in with it (a refusal is SaslAuthenticationFailed, not
         # retried); a coroutine function is awaited at each connection
         # (actors.cluster_credential.cluster_login: a Ray call the first time).
@@ -127,7 +146,8 @@ class NodeConnections:
         try:
             connection = await Connection.open(*address, client_id=self.client_id,
                                                request_timeout_ms=self.request_timeout_ms,
-                                               max_in_flight_requests=self.max_in_flight_requests, sasl=login)
+                                               max_in_flight_requests=self.max_in_flight_requests, sasl=login,
+                                               tls=self.tls)
         except NetworkException:
             backoff_s = min(self.reconnect_backoff_max_s, self.reconnect_backoff_s * (2 ** failures))
             self._failures[address] = (failures + 1, time.monotonic() + backoff_s)
@@ -146,12 +166,13 @@ class ClientNetwork:
 
     def __init__(self, *, client_id: str, request_timeout_ms: int = 30_000, max_in_flight_requests: int = 5,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1_000,
-                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin | None]] | None = None) -> None:
+                 sasl: SaslLogin | Callable[[], Awaitable[SaslLogin | None]] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.client_id = client_id
         self.nodes = NodeConnections(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                      max_in_flight_requests=max_in_flight_requests,
                                      reconnect_backoff_ms=reconnect_backoff_ms,
-                                     reconnect_backoff_max_ms=reconnect_backoff_max_ms, sasl=sasl)
+                                     reconnect_backoff_max_ms=reconnect_backoff_max_ms, sasl=sasl, tls=tls)
         self._loop = uvloop.new_event_loop()   # as Ray's actors run theirs (see pyproject)
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"rafka-network-{client_id}",
                                         daemon=True)

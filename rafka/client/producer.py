@@ -52,7 +52,7 @@ import time
 from concurrent.futures import Future
 
 from rafka.client.metadata import MetadataCache
-from rafka.client.network import ClientNetwork, sasl_login
+from rafka.client.network import ClientNetwork, client_security
 from rafka.client.retry import is_retriable, kafka_cause
 from rafka.core.errors import (NetworkException, OutOfOrderSequence, RecordTooLarge, RequestTimedOut,
                                SerializationError, UnknownTopicOrPartition)
@@ -184,7 +184,8 @@ class Producer:
                  max_block_ms: int = 60_000, compression_type: str = "none",
                  max_in_flight_requests_per_connection: int = 5,
                  security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
-                 sasl_plain_username: str | None = None, sasl_plain_password: str | None = None) -> None:
+                 sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
+                 ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self.acks = parse_acks(acks)
         self.compression_codec = parse_compression_type(compression_type)
         self.batch_size = batch_size
@@ -197,10 +198,11 @@ class Producer:
         self.max_block_s = max_block_ms / 1000
         if max_in_flight_requests_per_connection < 1:
             raise ValueError("max_in_flight_requests_per_connection must be at least 1")
+        security = client_security(security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password,
+                                   ssl_cafile, ssl_check_hostname)
         self._network = ClientNetwork(client_id="rafka-producer", request_timeout_ms=request_timeout_ms,
                                       max_in_flight_requests=max_in_flight_requests_per_connection,
-                                      sasl=sasl_login(security_protocol, sasl_mechanism, sasl_plain_username,
-                                                      sasl_plain_password))
+                                      sasl=security.sasl, tls=security.tls)
         # a send waits for its topic's metadata up to max_block_ms, as Kafka's does
         self._metadata = MetadataCache(bootstrap_servers, self._network, max_wait_ms=max_block_ms,
                                        retry_backoff_ms=retry_backoff_ms)

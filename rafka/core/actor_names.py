@@ -8,6 +8,7 @@ operators' tools.
 
 from __future__ import annotations
 
+NAMESPACE = "rafka"   # the Ray namespace of every rafka actor
 CONTROLLER_NAME = "controller"
 OFFSETS_TOPIC = "__consumer_offsets"
 

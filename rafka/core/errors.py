@@ -163,6 +163,16 @@ class SerializationError(KafkaError, TypeError):
     retriable = False
 
 
+class SslAuthenticationFailed(KafkaError):
+    """Client side: the TLS handshake failed (the listener's certificate does not
+    chain to the CA trusted, names another host, or the listener does not speak
+    TLS): Kafka's SslAuthenticationException, which no retry clears."""
+
+    code = -1
+    kafka_name = "SSL_AUTHENTICATION_FAILED"
+    retriable = False
+
+
 ERRORS_BY_CODE: dict[int, type[KafkaError]] = {}
 for _cls in KafkaError.__subclasses__():   # the first class of a code is the one its code decodes to
     if _cls.code >= 0:

@@ -20,6 +20,7 @@ import asyncio
 import collections
 import dataclasses
 import itertools
+import ssl
 import struct
 from typing import Any
 
@@ -30,7 +31,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2 import request as sasl_authenticate_v2
 from kio.schema.sasl_handshake.v1 import request as sasl_handshake_v1
 
-from rafka.core.errors import NetworkException, SaslAuthenticationFailed, UnsupportedSaslMechanism
+from rafka.core.errors import (NetworkException, SaslAuthenticationFailed, SslAuthenticationFailed,
+                               UnsupportedSaslMechanism)
 from rafka.core.scram import ScramClient, check_mechanism
 from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import FrameDecoder, decode_response_header, pack_request_header, tune_malloc
@@ -78,14 +80,19 @@ class Connection(asyncio.Protocol):
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "rafka", request_timeout_ms: int = 30_000,
-                   max_in_flight_requests: int = 5, sasl: SaslLogin | None = None) -> Connection:
-        """Connected (and, with `sasl`, logged in: SaslAuthenticationFailed if refused)."""
+                   max_in_flight_requests: int = 5, sasl: SaslLogin | None = None,
+                   tls: ssl.SSLContext | None = None) -> Connection:
+        """Connected (over TLS with `tls`: SslAuthenticationFailed if its handshake
+        fails), and, with `sasl`, logged in (SaslAuthenticationFailed if refused)."""
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(loop.create_connection(
                 lambda: cls(client_id=client_id, request_timeout_ms=request_timeout_ms,
-                            max_in_flight_requests=max_in_flight_requests), host, port),
+                            max_in_flight_requests=max_in_flight_requests), host, port,
+                ssl=tls, server_hostname=host if tls is not None else None),
                 request_timeout_ms / 1000)
+        except ssl.SSLError as error:   # before OSError, whose subclass it is: no retry clears it
+            raise SslAuthenticationFailed(f"TLS handshake with {host}:{port} failed: {error}") from None
         except (OSError, asyncio.TimeoutError) as error:
             raise NetworkException(f"could not connect to {host}:{port}: {error}") from None
         if sasl is not None:

@@ -26,9 +26,10 @@ Kafka clients without SASL work on an open one. Kafka has no such mode (a
 listener is PLAINTEXT or SASL_PLAINTEXT); it keeps one port for both.
 
 Invariants: a SaslGate belongs to one connection and is touched from its loop
-only; `authenticated` never goes back to False; whether SASL is required is
-read once, when the connection is accepted; the user's credential is looked up
-when the exchange starts, so a user deleted before a login cannot log in.
+only; `authenticated` never goes back to False; whether SASL is required is read
+once per connection, after the listener has settled (a node's first image, or a
+bounded wait for it: without one a login is required); the user's credential is
+looked up when the exchange starts, so a user deleted before a login cannot log in.
 
 Callers: protocol.server (one gate per connection of a listener with SASL),
 node_table (the routes that answer after authentication).
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -67,6 +68,9 @@ class SaslListener:
     credential_for: Callable[[str, str], ScramCredential | None]     # (user, mechanism) -> credential
     mechanisms: tuple[str, ...] = tuple(MECHANISMS)
     required: Callable[[], bool] = lambda: True    # False: a login is optional (see above)
+    # Waits until `credential_for` and `required` can be answered (a node's first
+    # cluster image: a restarted actor serves before the controller pushed it).
+    settled: Callable[[], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.mechanisms) - set(MECHANISMS)
@@ -78,24 +82,32 @@ class SaslGate:
     def __init__(self, listener: SaslListener, dispatcher: Dispatcher) -> None:
         self.listener = listener
         self.dispatcher = dispatcher
-        self.required = listener.required()
+        self.required: bool | None = None   # read once, when a request first needs it
         self.authenticated = False
         self.user: str | None = None   # None once authenticated: served without a login
         self.close_after_answer = False     # the answer is the connection's last
         self._scram: ScramServer | None = None
 
-    def waives(self, frame) -> bool:
+    async def waives(self, frame) -> bool:
         """True when SASL is optional here and `frame` is the connection's first
-        request of a client that does not log in: it, and every request after it,
-        is served as on a PLAINTEXT listener. ApiVersions decides nothing."""
-        if self.required or self._scram is not None:
+        request, past ApiVersions, of a client that does not log in: it, and every
+        request after it, is served as on a PLAINTEXT listener."""
+        if self._scram is not None:
             return False
         api_key, _ = peek_api_key_and_version(frame)
-        if api_key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
-            return False
-        if api_key != API_VERSIONS_KEY:
-            self.authenticated = True
+        if api_key in (API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            return False    # answered by the gate either way
+        if await self._required():
+            return False    # the gate refuses it
+        self.authenticated = True
         return True
+
+    async def _required(self) -> bool:
+        if self.required is None:
+            if self.listener.settled is not None:
+                await self.listener.settled()
+            self.required = self.listener.required()
+        return self.required
 
     async def answer(self, frame, connection_id: str) -> bytes | None:
         """The answer to a request before authentication (or ProtocolError: close)."""
@@ -111,6 +123,7 @@ class SaslGate:
             if self._scram is not None:
                 raise UnexpectedRequestDuringSasl("a second SaslHandshake during SASL authentication")
             mechanism = parsed.body.mechanism
+            await self._required()   # the credentials are there too
             if mechanism not in self.listener.mechanisms:
                 self.close_after_answer = True
                 response = make(response_type, error_code=ErrorCode.unsupported_sasl_mechanism,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import ssl
 import logging
 import socket
 
@@ -65,7 +66,7 @@ class ProtocolServer:
                  max_connections: int = MAX_CONNECTIONS_DEFAULT,
                  connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
-                 sasl: SaslListener | None = None) -> None:
+                 sasl: SaslListener | None = None, tls: ssl.SSLContext | None = None) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         if connections_max_idle_ms <= 0:
@@ -80,6 +81,7 @@ class ProtocolServer:
         self.connections_max_idle_s = connections_max_idle_ms / 1000
         self.max_pipelined_requests = max_pipelined_requests
         self.sasl = sasl    # None: every connection is served at once (PLAINTEXT)
+        self.tls = tls      # protocol.tls.server_context: every connection is TLS (SSL, SASL_SSL)
         self._server: asyncio.Server | None = None
         self._connections: dict[str, _KafkaConnection] = {}
         self._connection_numbers = itertools.count()
@@ -102,7 +104,7 @@ class ProtocolServer:
         """Listen; returns the port."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _KafkaConnection(self), self.host, self.requested_port,
-                                                reuse_address=True)
+                                                reuse_address=True, ssl=self.tls)
         self._check_idle()
         return self.port
 
@@ -114,7 +116,9 @@ class ProtocolServer:
             await self._server.wait_closed()
         connections = list(self._connections.values())
         for connection in connections:
-            connection.close()
+            # TLS's close waits for the peer's close_notify (up to 30 s): a stopping
+            # server does not wait for its clients
+            connection.abort() if self.tls is not None else connection.close()
         await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
 
     def _check_idle(self) -> None:
@@ -194,7 +198,7 @@ class _KafkaConnection(asyncio.Protocol):
         """The client closed its side: answer what it sent, then close."""
         self._eof = True
         self._close_when_done()
-        return True   # keep the transport open for the answers
+        return self.server.tls is None   # keep the transport open for the answers (TLS cannot half-close)
 
     def pause_writing(self) -> None:   # the client is not reading its answers
         self._writing_paused = True
@@ -219,6 +223,10 @@ class _KafkaConnection(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
     # --- requests -------------------------------------------------------------------------
 
     def _start_next(self) -> None:
@@ -233,7 +241,7 @@ class _KafkaConnection(asyncio.Protocol):
 
     async def _answer(self, frame: bytes):
         gate = self._gate
-        if gate is not None and not gate.authenticated and not gate.waives(frame):   # SASL first (protocol.sasl)
+        if gate is not None and not gate.authenticated and not await gate.waives(frame):   # SASL first (protocol.sasl)
             return await gate.answer(frame, self.connection_id)
         admitting(self._admit_next)
         return await self.server.dispatcher.dispatch(frame, connection_id=self.connection_id)

@@ -1,9 +1,10 @@
-"""Authentication on every door of a cluster whose Ray runs with token auth:
-a Ray driver without the token is refused; every Kafka listener requires a
-SASL/SCRAM login (Kafka's errors for no credentials, a wrong password, a deleted
-user, and nothing written); users come from `rafka users`; and rafka's own
-connections (followers' fetches, the coordinator's offset writes, member actors,
-the driver's clients) log in with the cluster credential, which no command prints.
+"""Authentication on every door of a cluster whose Ray runs with token auth and
+whose listeners speak TLS: a Ray driver without the token is refused; every Kafka
+listener requires a SASL/SCRAM login over TLS (SASL_SSL; Kafka's errors for no
+credentials, a wrong password, a deleted user, and nothing written); users come
+from `rafka users`; and rafka's own connections (followers' fetches, the
+coordinator's offset writes, member actors, the driver's clients) log in with the
+cluster credential over TLS, and no command prints it.
 
 The module starts its own 2-broker cluster with RAY_AUTH_MODE=token and a token of
 its own (Ray reads them when it starts a process; this process is made to read them
@@ -19,19 +20,28 @@ import pytest
 import ray
 
 from rafka.core.structs import TopicPartition
+from tests.tls_files import make_tls_files
 from tests.harness import TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS, handled_records, recording_handler, \
     wait_until
 
 pytestmark = pytest.mark.cluster
 
 TOKEN_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+TLS_ENV = ("RAFKA_TLS_CERTFILE", "RAFKA_TLS_KEYFILE", "RAFKA_TLS_CAFILE")
 
 
 @pytest.fixture(scope="module")
-def secured():
+def tls_files(tmp_path_factory):
+    return make_tls_files(tmp_path_factory.mktemp("tls"), extra_ips=(ray.util.get_node_ip_address(),))
+
+
+@pytest.fixture(scope="module")
+def secured(tls_files):
     import rafka
-    before = {name: os.environ.get(name) for name in TOKEN_ENV}
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(24))
+    before = {name: os.environ.get(name) for name in TOKEN_ENV + TLS_ENV}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(24),
+                      RAFKA_TLS_CERTFILE=tls_files["certfile"], RAFKA_TLS_KEYFILE=tls_files["keyfile"],
+                      RAFKA_TLS_CAFILE=tls_files["cafile"])   # the nodes Ray starts inherit them
     reread_auth_settings()
     try:
         with rafka.local_cluster(nodes=2, coordinator_options=TEST_COORDINATOR_OPTIONS,
@@ -78,8 +88,12 @@ def confluent_produce(cluster, topic, extra, timeout_s=10.0):
     return (delivered[0] if delivered else "undelivered"), reported
 
 
+def over_tls():
+    return {"security.protocol": "SSL", "ssl.ca.location": os.environ["RAFKA_TLS_CAFILE"]}
+
+
 def login(user, password, mechanism="SCRAM-SHA-256"):
-    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "sasl.username": user,
+    return {**over_tls(), "security.protocol": "SASL_SSL", "sasl.mechanism": mechanism, "sasl.username": user,
             "sasl.password": password}
 
 
@@ -103,11 +117,13 @@ def test_listeners_require_sasl__kafka_clients_without_a_login_are_refused_and_n
     admin = secured.admin()
     admin.create_topic("guarded", partitions=1, replication_factor=2, config={"min.insync.replicas": "2"})
     assert ray.get(secured.controller.sasl_required.remote())
-    error, _ = confluent_produce(secured, "guarded", {}, timeout_s=3)
-    assert error is not None
+    for without_login in ({}, over_tls()):   # plaintext to a TLS listener; TLS without SASL
+        error, _ = confluent_produce(secured, "guarded", without_login, timeout_s=3)
+        assert error is not None
     with pytest.raises(KafkaError):
         producer = KafkaProducer(bootstrap_servers=secured.bootstrap_servers, acks="all", request_timeout_ms=3_000,
-                                 max_block_ms=3_000)
+                                 max_block_ms=3_000, security_protocol="SSL",
+                                 ssl_cafile=os.environ["RAFKA_TLS_CAFILE"])
         producer.send("guarded", b"kp", partition=0).get(timeout=5)
     assert log_end(secured, "guarded") == 0
 

@@ -73,10 +73,11 @@ class ProtocolNode:
     """Start with `with ProtocolNode(tmp_path, {"orders": 2}) as node:`;
     `node.bootstrap` is host:port."""
 
-    def __init__(self, directory, topics: dict[str, int], *, sasl=None) -> None:
+    def __init__(self, directory, topics: dict[str, int], *, sasl=None, tls=None) -> None:
         self.directory = directory
         self.topics = topics
         self.sasl = sasl   # a protocol.sasl.SaslListener: every listener asks for SASL/SCRAM
+        self.tls = tls     # a protocol.tls.server_context: every listener speaks TLS
         self.metadata = ClusterMetadata()
         self.endpoints: dict[tuple[str, int], HostedPartition] = {}
         self._image = None
@@ -142,7 +143,7 @@ class ProtocolNode:
             (replica_actor_name(name, p, 0), "0") for name, count in self.topics.items() for p in range(count)]
         self.servers = []
         for actor, rack in actors:
-            server = ProtocolServer(dispatcher, host="127.0.0.1", sasl=self.sasl)
+            server = ProtocolServer(dispatcher, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
             port = await server.start()
             self.servers.append(server)
             apply(self.metadata.handle_register_node(actor, "127.0.0.1", port, rack)[0])
