@@ -1,5 +1,6 @@
 """Consumer lag of the groups a coordinator holds, in records and in seconds, for
-its metrics (core.kafka_metrics: kafka_consumergroup_group_lag{,_seconds}).
+its metrics (core.kafka_metrics: kafka_consumergroup_group_lag{,_seconds}): a
+core.lag LagSample per group, by the rules `rafka lag` shows.
 
 Why the coordinator: it holds every committed offset of its groups (no request
 needed for them), it already keeps connections to partition leaders
@@ -17,8 +18,8 @@ committed on:
     stays (a stalled group costs one ListOffsets per round), and dropped once the
     offset moves; one not found (the record is gone, or a new leader's HW is still
     behind) is asked again next round.
-A partition whose leader does not answer keeps its last rows; rows of offsets no
-longer committed (a group deleted, offsets expired) go.
+A partition whose leader does not answer keeps its last position; positions of
+offsets no longer committed (a group deleted, offsets expired) go.
 
 The requests go over the coordinator's own connections (its NodeConnections,
 with its credentials), at most `REQUESTS_IN_FLIGHT` at a time, so they never
@@ -37,7 +38,7 @@ from collections.abc import Callable, Mapping
 
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import KafkaError
-from rafka.core.kafka_metrics import LagRow, lag_seconds
+from rafka.core.lag import LagSample, PartitionPosition
 from rafka.core.records import decode_batches
 from rafka.core.replica import LATEST_TIMESTAMP
 from rafka.protocol import fetching
@@ -59,12 +60,14 @@ class ConsumerLag:
         self._loaded = loaded
         self._clock = clock
         self.max_partitions = max_partitions
-        self._rows: dict[tuple[str, str, int], LagRow] = {}
+        self._samples: list[LagSample] = []
+        self._positions: dict[tuple[str, str, int], PartitionPosition] = {}   # (group, topic, partition)
         self._timestamps: dict[tuple[str, int, int], int] = {}   # (topic, partition, offset) -> ms
         self._in_flight: asyncio.Semaphore | None = None   # made on the loop, at the first refresh
 
-    def rows(self) -> list[LagRow]:
-        return list(self._rows.values())
+    def samples(self) -> list[LagSample]:
+        """The newest look at each group (core.lag), as of the last refresh."""
+        return list(self._samples)
 
     async def refresh(self) -> None:
         if not self._loaded():
@@ -79,15 +82,14 @@ class ConsumerLag:
         image = self._image()
         answers = await asyncio.gather(*(self._partition(image, tp, set(offsets_by_partition[tp].values()))
                                          for tp in partitions), return_exceptions=True)
-        now_ms = self._clock.now_ms()
-        rows: dict[tuple[str, str, int], LagRow] = {}
+        positions: dict[tuple[str, str, int], PartitionPosition] = {}
         timestamps: dict[tuple[str, int, int], int] = {}
         for (topic, partition), answer in zip(partitions, answers):
             groups = offsets_by_partition[(topic, partition)]
             if isinstance(answer, BaseException):   # keep what was known; the next round asks again
                 logger.debug("lag of %s-%d not refreshed: %s", topic, partition, answer)
-                rows.update({(g, topic, partition): self._rows[(g, topic, partition)] for g in groups
-                             if (g, topic, partition) in self._rows})
+                positions.update({(g, topic, partition): self._positions[(g, topic, partition)] for g in groups
+                                  if (g, topic, partition) in self._positions})
                 timestamps.update({k: v for k, v in self._timestamps.items() if k[:2] == (topic, partition)})
                 continue
             if answer is None:   # the topic is gone
@@ -97,11 +99,16 @@ class ConsumerLag:
                 timestamp_ms = found.get(offset)
                 if timestamp_ms is not None:
                     timestamps[(topic, partition, offset)] = timestamp_ms
-                rows[(group, topic, partition)] = LagRow(
-                    group, topic, partition, offset, end_offset,
-                    lag_seconds(committed_offset=offset, end_offset=end_offset,
-                                committed_record_timestamp_ms=timestamp_ms, now_ms=now_ms))
-        self._rows, self._timestamps = rows, timestamps
+                positions[(group, topic, partition)] = PartitionPosition(
+                    topic=topic, partition=partition, committed_offset=offset, log_end_offset=end_offset,
+                    oldest_unconsumed_timestamp_ms=timestamp_ms)
+        by_group: dict[str, list[PartitionPosition]] = {}
+        for (group, _, _), position in sorted(positions.items()):
+            by_group.setdefault(group, []).append(position)
+        wall_ms, monotonic_ms = self._clock.now_ms(), self._clock.monotonic_ms()
+        self._samples = [LagSample(group=group, wall_ms=wall_ms, monotonic_ms=monotonic_ms, positions=tuple(found))
+                         for group, found in by_group.items()]
+        self._positions, self._timestamps = positions, timestamps
 
     async def _partition(self, image: ClusterImage, tp: tuple[str, int], offsets: set[int]):
         """(HW, {committed offset below it: its record's timestamp or None}), or None

@@ -104,7 +104,7 @@ class GroupCoordinatorActor:
         register_coordinator(self.serving.metrics, self.shard, lambda: self._loaded)
         self.lag = ConsumerLag(self._nodes, image=lambda: self.serving.image, loaded=lambda: self._loaded,
                                committed=lambda: self.shard.offsets.offsets_by_group, clock=self.clock)
-        register_consumer_lag(self.serving.metrics, self.lag.rows)
+        register_consumer_lag(self.serving.metrics, self.lag.samples)
         self.serving.metrics_exporter.refresh_before_export(self.lag.refresh)
         # Loading starts from a call to ourselves (an actor cannot start tasks in
         # __init__), retried: a restarting actor's call to itself from __init__ can fail

@@ -21,18 +21,19 @@ a request's path):
   * the controller's partition counts: core.metadata.ClusterMetadata; leader
     elections: a Histogram the controller actor observes;
   * commits and rebalances: core.coordinator_shard / core.group_manager counters;
-  * lag: LagRow values the coordinator actor computes from its committed offsets
-    and what the partitions' leaders answer (actors.consumer_lag).
+  * lag: core.lag LagSamples (the same rule as `rafka lag`) the coordinator actor
+    takes of its groups from its committed offsets and what the partitions'
+    leaders answer (actors.consumer_lag).
 
 Pure Python, no Ray. Callers: the actors (through actors.metrics_export), tests.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 
 from rafka.core.group_state import GroupState
+from rafka.core.lag import LagSample, time_lag_ms
 from rafka.core.metrics import (LATENCY_BUCKETS_MS, Family, Histogram, Kind, MetricsRegistry,
                                 RequestMetrics)
 
@@ -285,40 +286,25 @@ def register_coordinator(registry: MetricsRegistry, shard, loaded: Callable[[], 
         registry.add(family, lambda state=state: () if not loaded() else (((), states()[state]),))
 
 
-@dataclasses.dataclass(frozen=True)
-class LagRow:
-    """One group's lag on one partition."""
-    group: str
-    topic: str
-    partition: int
-    committed_offset: int
-    end_offset: int                 # the partition's HW when asked
-    lag_seconds: float | None       # None: not known (the committed record is gone)
-
-    @property
-    def lag(self) -> int:
-        return max(0, self.end_offset - self.committed_offset)
-
-
-def lag_seconds(*, committed_offset: int, end_offset: int, committed_record_timestamp_ms: int | None,
-                now_ms: int) -> float | None:
-    """Time lag as rafka's `lag` command and Burrow-style exporters read it: now
-    minus the timestamp of the oldest record the group has not consumed (the one
-    at its committed offset); 0 with nothing to consume; None if that record's
-    time is unknown."""
-    if committed_offset >= end_offset:
-        return 0.0
-    if committed_record_timestamp_ms is None or committed_record_timestamp_ms < 0:
-        return None
-    return max(0, now_ms - committed_record_timestamp_ms) / 1000
-
-
-def register_consumer_lag(registry: MetricsRegistry, rows: Callable[[], Iterable[LagRow]]) -> None:
+def register_consumer_lag(registry: MetricsRegistry, samples: Callable[[], Iterable[LagSample]]) -> None:
+    """`samples()`: the newest look at each group (core.lag: committed offset, HW
+    and the oldest unconsumed record's time per partition; time lag by its rule)."""
     def each(read):
-        return lambda: [((row.group, row.topic, str(row.partition)), read(row)) for row in rows()
-                        if read(row) is not None]
-    registry.add(GROUP_OFFSET, each(lambda row: row.committed_offset))
-    registry.add(GROUP_LAG, each(lambda row: row.lag))
-    registry.add(GROUP_LAG_SECONDS, each(lambda row: row.lag_seconds))
+        def collect():
+            rows = []
+            for sample in samples():
+                for position in sample.positions:
+                    value = read(sample, position)
+                    if value is not None:
+                        rows.append(((sample.group, position.topic, str(position.partition)), value))
+            return rows
+        return collect
+
+    def seconds(sample: LagSample, position) -> float | None:
+        lag_ms = time_lag_ms(position, sample.wall_ms)
+        return None if lag_ms is None else lag_ms / 1000
+    registry.add(GROUP_OFFSET, each(lambda sample, position: position.committed_offset))
+    registry.add(GROUP_LAG, each(lambda sample, position: position.lag))
+    registry.add(GROUP_LAG_SECONDS, each(seconds))
     registry.add(PARTITION_LATEST_OFFSET, lambda: list(
-        {(row.topic, str(row.partition)): row.end_offset for row in rows()}.items()))
+        {(p.topic, str(p.partition)): p.log_end_offset for sample in samples() for p in sample.positions}.items()))

@@ -25,9 +25,9 @@ rafka.actors.metrics_export (the exporter to Ray's metrics).
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import enum
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 
 # Request latencies in ms, from a fast produce (~0.3 ms) to a long poll (fetch.max.wait
@@ -72,7 +72,7 @@ class Histogram:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self.bucket_counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.bucket_counts[bisect_left(self.bounds, value)] += 1
         self.count += 1
         self.sum += value
 

@@ -12,6 +12,7 @@ from rafka.core.clock import FakeClock
 from rafka.core.config import TopicConfig
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.group_manager import GroupManager
+from rafka.core.lag import LagSample, PartitionPosition
 from rafka.core.metadata import ClusterMetadata
 from rafka.core.metrics import Family, Histogram, Kind, MetricsRegistry, RequestMetrics, quantile
 from rafka.core.offset_store import OffsetStore
@@ -252,17 +253,19 @@ def test_coordinator_metrics__commits_rebalances_and_groups_by_state():
     assert values[km.NUM_GROUPS_BY_STATE[km.GroupState.EMPTY].name] == {(): 1}   # assign-mode commits only
 
 
-def test_lag__records_and_seconds_from_the_committed_records_time():
-    assert km.lag_seconds(committed_offset=5, end_offset=5, committed_record_timestamp_ms=None, now_ms=9) == 0.0
-    assert km.lag_seconds(committed_offset=3, end_offset=5, committed_record_timestamp_ms=1_000,
-                          now_ms=61_000) == 60.0
-    assert km.lag_seconds(committed_offset=3, end_offset=5, committed_record_timestamp_ms=None, now_ms=9) is None
-    rows = [km.LagRow("g", "orders", 0, 3, 5, 60.0), km.LagRow("h", "orders", 0, 5, 5, 0.0),
-            km.LagRow("g", "orders", 1, 0, 4, None)]
+def test_lag__records_and_seconds_by_core_lags_rule():
+    def at(partition, committed, end, timestamp_ms):
+        return PartitionPosition(topic="orders", partition=partition, committed_offset=committed,
+                                 log_end_offset=end, oldest_unconsumed_timestamp_ms=timestamp_ms)
+    samples = [LagSample(group="g", wall_ms=61_000, monotonic_ms=0,
+                         positions=(at(0, 3, 5, 1_000), at(1, 0, 4, None))),
+               LagSample(group="h", wall_ms=61_000, monotonic_ms=0, positions=(at(0, 5, 5, None),))]
     registry = MetricsRegistry()
-    km.register_consumer_lag(registry, lambda: rows)
+    km.register_consumer_lag(registry, lambda: samples)
     values = collected(registry)
-    assert values[km.GROUP_LAG.name] == {("g", "orders", "0"): 2, ("h", "orders", "0"): 0, ("g", "orders", "1"): 4}
+    assert values[km.GROUP_LAG.name] == {("g", "orders", "0"): 2, ("g", "orders", "1"): 4, ("h", "orders", "0"): 0}
+    assert values[km.GROUP_OFFSET.name][("g", "orders", "0")] == 3
+    # now minus the oldest unconsumed record's time; 0 with nothing to consume; unknown: no series
     assert values[km.GROUP_LAG_SECONDS.name] == {("g", "orders", "0"): 60.0, ("h", "orders", "0"): 0.0}
     assert values[km.PARTITION_LATEST_OFFSET.name] == {("orders", "0"): 5, ("orders", "1"): 4}
 
