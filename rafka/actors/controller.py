@@ -43,6 +43,8 @@ from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_a
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.errors import TopicDeletionInProgress
+from rafka.core.kafka_metrics import register_controller
+from rafka.core.metrics import Histogram
 from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential
 from rafka.protocol.connection import SaslLogin
 from rafka.core.metadata import ClusterMetadata, PartitionState
@@ -122,6 +124,8 @@ class ControllerActor:
         self.serving = NodeServing(CONTROLLER_NAME, topic_admin_host=self,
                                    allocate_producer_id=self.allocate_producer_id,
                                    listener_port=listener_port, image_source=self.cluster_image)
+        self.leader_elections = Histogram()   # ms from deciding an election to the new leader's role
+        register_controller(self.serving.metrics, lambda: self.metadata, self.leader_elections)
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
         # the watch loop, so a restarted controller watches leaders again at once. The
         # ping is retried: a restarting actor's call to itself from __init__ can fail
@@ -512,6 +516,7 @@ class ControllerActor:
         """`partition_epoch`: the state the caller judged `unavailable` and
         `restarted` on; if the partition changed since, nothing is elected (the
         watch loop looks again)."""
+        started_s = time.monotonic()
         async with self._lock:
             state = self.metadata.partition(topic, partition)
             if partition_epoch is not None and state.partition_epoch != partition_epoch:
@@ -521,6 +526,8 @@ class ControllerActor:
         logger.info("%s-%d: leader %d at epoch %d, ISR %s", topic, partition, state.leader,
                     state.leader_epoch, list(state.isr))
         await self._announce(topic, partition, state)
+        if state.online:
+            self.leader_elections.observe((time.monotonic() - started_s) * 1000)
         return {"leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr)}
 
     def _ensure_watcher(self) -> None:

@@ -38,6 +38,7 @@ import os
 
 import ray
 
+from rafka.actors.consumer_lag import ConsumerLag
 from rafka.actors.replica import NAMESPACE
 from rafka.actors.serving import NodeServing, allocate_producer_id_from_controller
 from rafka.actors.cluster_credential import cluster_login, cluster_tls
@@ -48,6 +49,7 @@ from rafka.core.clock import SystemClock
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut
 from rafka.core.group_manager import GroupManager
+from rafka.core.kafka_metrics import register_consumer_lag, register_coordinator
 from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
 from rafka.core.records import RecordInput, decode_batches, encode_batch
@@ -100,6 +102,11 @@ class GroupCoordinatorActor:
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
                                    list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller,
                                    max_pipelined_requests=PIPELINED_REQUESTS_PER_CONNECTION)
+        register_coordinator(self.serving.metrics, self.shard, lambda: self._loaded)
+        self.lag = ConsumerLag(self._nodes, image=lambda: self.serving.image, loaded=lambda: self._loaded,
+                               committed=lambda: self.shard.offsets.offsets_by_group, clock=self.clock)
+        register_consumer_lag(self.serving.metrics, self.lag.samples)
+        self.serving.metrics_exporter.refresh_before_export(self.lag.refresh)
         # Loading starts from a call to ourselves (an actor cannot start tasks in
         # __init__), retried: a restarting actor's call to itself from __init__ can fail
         # with ACTOR_UNAVAILABLE ("the actor is restarting"; seen with Ray 2.60, the

@@ -44,6 +44,7 @@ from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_p
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
 from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
+from rafka.core.kafka_metrics import register_partition
 from rafka.core.records import iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, Role
 from rafka.actors.cluster_credential import cluster_login, cluster_tls
@@ -147,6 +148,9 @@ class ReplicaActor:
         self._stopped = False
         self.serving = NodeServing(replica_actor_name(topic, partition, replica_id), partitions=self.served,
                                    allocate_producer_id=allocate_producer_id_from_controller)
+        register_partition(self.serving.metrics, topic=topic, partition=partition, traffic=self.hosted,
+                           replica=lambda: None if self.storage_error or self._stopped else self.replica,
+                           replication_bytes_in=lambda: self.fetched_bytes)   # its metrics (core.kafka_metrics)
 
     # --- the Kafka protocol -------------------------------------------------------
 

@@ -8,7 +8,10 @@ Invariants:
   * `offer_image` keeps the newer image by version: pushes may cross;
   * `stop()` closes the listener and every connection (the actor is shut down);
   * the listener's SASL follows the image it answers from: the users' credentials,
-    and whether a login is required (read when a connection is accepted).
+    and whether a login is required (read when a connection is accepted);
+  * `metrics`: what the actor exports (every request through its dispatcher is
+    counted there; the actor registers its own sources), copied into Ray's metrics
+    by the exporter the server's start starts (actors.metrics_export).
 
 Callers: the replica, coordinator and controller actors. The controller learns each endpoint from the actor's ping answer and
 registers it (core.metadata.handle_register_node), then pushes images to actors
@@ -24,8 +27,11 @@ from collections.abc import Awaitable, Callable
 import ray
 
 from rafka.actors.cluster_credential import listener_tls
+from rafka.actors.metrics_export import RayMetricsExporter
 from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
+from rafka.core.kafka_metrics import register_requests
+from rafka.core.metrics import MetricsRegistry
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.framing import tune_malloc
 from rafka.protocol.node_table import node_table
@@ -64,6 +70,8 @@ class NodeServing:
         self.server: ProtocolServer | None = None
         self.host: str | None = None
         self._starting: asyncio.Lock | None = None
+        self.metrics = MetricsRegistry()
+        self.metrics_exporter = RayMetricsExporter(self.metrics)
 
     def current_image(self) -> ClusterImage:
         return self._image_source() if self._image_source is not None else self.image
@@ -111,9 +119,12 @@ class NodeServing:
             await server.start()
             self.host = ray.util.get_node_ip_address()
             self.server = server
+            register_requests(self.metrics, server.dispatcher.request_metrics)
+            self.metrics_exporter.start()
             logger.info("%s serves the Kafka protocol at %s:%d", self.name, self.host, server.port)
         return self.endpoint
 
     async def stop(self) -> None:
+        await self.metrics_exporter.stop()
         if self.server is not None:
             await self.server.stop()

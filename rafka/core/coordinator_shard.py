@@ -121,6 +121,7 @@ class CoordinatorShard:
         self.locks = GroupLocks(max_queued_requests_per_group=max_queued_requests_per_group)
         self._writes = WriteQueue(append, self.replay)
         self._changed = asyncio.Event()
+        self.offset_commits = 0   # partitions' offsets committed and acked (Kafka's offset-commit-count)
 
     # --- the one way the cache changes ----------------------------------------------
 
@@ -169,6 +170,7 @@ class CoordinatorShard:
             on_queued()
         if written is not None:
             await written
+            self.offset_commits += len(result.records)
         return result.response
 
     def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:

@@ -87,6 +87,7 @@ class GroupManager:
         self.max_group_size = max_group_size
         self.session_timeout_range_ms = (group_min_session_timeout_ms, group_max_session_timeout_ms)
         self.groups: dict[str, Group] = {}
+        self.completed_rebalances = 0   # joins completed with members (Kafka's group-completed-rebalance-count)
 
     # --- join / sync / heartbeat / leave ---------------------------------------------
 
@@ -137,6 +138,7 @@ class GroupManager:
             group.leader = None
             group.move(GroupEvent.LAST_MEMBER_LEAVES, now_ms)
             return True
+        self.completed_rebalances += 1
         group.leader = group.leader if group.leader in group.members else min(group.members)
         subscriptions = {m.member_id: Subscription(m.topics, m.owned, group.generation - 1)
                          for m in group.members.values()}

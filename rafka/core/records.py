@@ -278,6 +278,22 @@ def iter_batches(buf, *, verify_crc: bool = True) -> Iterator[tuple[int, BatchHe
         pos += header.size_bytes
 
 
+_INT32 = struct.Struct(">i")
+_BATCH_LENGTH_AT = 8
+_RECORD_COUNT_AT = HEADER_SIZE - 4
+
+
+def count_records(buf) -> int:
+    """The records in `buf` (whole batches, as a log read returns them): the sum of
+    each batch header's record count, read in place (a batch's length and count,
+    no record decoded; a consumer fetch's messages out)."""
+    total, pos, end = 0, 0, len(buf)
+    while pos + HEADER_SIZE <= end:
+        total += _INT32.unpack_from(buf, pos + _RECORD_COUNT_AT)[0]
+        pos += LENGTH_PREFIX_SIZE + _INT32.unpack_from(buf, pos + _BATCH_LENGTH_AT)[0]
+    return total
+
+
 def restamp(batch, base_offset: int, partition_leader_epoch: int) -> bytes:
     """The first 16 bytes of `batch` with a new base offset and leader epoch.
 

@@ -18,6 +18,8 @@ Invariants:
   the leader's ISR changes go through `maybe_propose_isr_change` and then the
   controller's answer (core.replication: at most one in flight, HW over the
   maximal ISR)
+  `isr_shrinks` / `isr_expands` count the changes of the committed ISR while leading
+  (Kafka's IsrShrinksPerSec / IsrExpandsPerSec): they only grow
 Caller: the partition replica actor, from one thread.
 """
 
@@ -92,6 +94,8 @@ class PartitionReplica:
         self.leader_epoch = -1
         self.leader_id = -1
         self.leader: LeaderState | None = None
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     @property
     def name(self) -> str:
@@ -130,7 +134,10 @@ class PartitionReplica:
         """An ISR change the controller made on its own and pushed here (ignored
         unless its partition epoch is newer); True if the HW moved."""
         self._require_leader(self.leader_epoch)
-        return self.leader.apply_isr(isr, partition_epoch)
+        before = self.leader.isr
+        moved = self.leader.apply_isr(isr, partition_epoch)
+        self._count_isr_change(before)
+        return moved
 
     def maybe_propose_isr_change(self) -> PendingIsrChange | None:
         """The ISR change to send to the controller now, already counted in the
@@ -142,7 +149,17 @@ class PartitionReplica:
         """The controller's record after it handled `change` becomes the committed
         ISR (unless older than the one held); True if the HW moved."""
         self._require_leader(change.leader_epoch)
-        return self.leader.isr_change_answered(change, isr=isr, partition_epoch=partition_epoch)
+        before = self.leader.isr
+        moved = self.leader.isr_change_answered(change, isr=isr, partition_epoch=partition_epoch)
+        self._count_isr_change(before)
+        return moved
+
+    def _count_isr_change(self, before: frozenset[int]) -> None:
+        after = self.leader.isr
+        if before - after:
+            self.isr_shrinks += 1
+        if after - before:
+            self.isr_expands += 1
 
     def isr_change_refused(self, change: PendingIsrChange) -> bool:
         """The controller refused `change`: dropped; True if the HW moved."""

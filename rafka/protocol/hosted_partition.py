@@ -22,7 +22,12 @@ Invariants: the core replica is touched only on the event loop, between awaits;
 `replica()` is asked again on every call and raises the host's typed error when
 the replica cannot serve (offline log dir, shut down), so nothing here runs on a
 replica that is gone; the parked counts (`parked_produces`,
-`parked_follower_fetches`) are the purgatory sizes a host reports.
+`parked_follower_fetches`, `parked_consumer_fetches`) are the purgatory sizes a
+host reports; the traffic counters (Kafka's BrokerTopicMetrics: `messages_in`,
+`bytes_in` at a leader's append, `bytes_out` and `messages_out` of consumers'
+fetches, `replication_bytes_out` of followers') only grow, and are counted per
+batch from what the call already holds (an append's offsets, a batch header's
+record count), never per record.
 
 Callers: actors.replica (its Kafka node's partition), tests.core.protocol_node.
 """
@@ -34,6 +39,7 @@ import dataclasses
 from collections.abc import Callable
 
 from rafka.core.errors import NotLeaderOrFollower, RequestTimedOut
+from rafka.core.records import count_records
 from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
 
 
@@ -57,6 +63,12 @@ class HostedPartition:
         self._follower_waiters: set[asyncio.Future] = set()     # followers' fetches
         self.parked_produces = 0
         self.parked_follower_fetches = 0
+        self.parked_consumer_fetches = 0
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.messages_out = 0
+        self.bytes_out = 0
+        self.replication_bytes_out = 0
 
     @property
     def replica(self) -> PartitionReplica:
@@ -104,6 +116,9 @@ class HostedPartition:
         replica = self._replica()
         high_watermark = replica.log.high_watermark
         result = replica.append(records, acks=acks)
+        if not result.duplicate:   # a produce's batches have dense offsets: one per record
+            self.messages_in += result.last_offset - result.base_offset + 1
+            self.bytes_in += len(records)
         self._wake_all(followers=True, others=replica.log.high_watermark != high_watermark)
         return Appended(result, acks, replica.leader_epoch)
 
@@ -144,6 +159,7 @@ class HostedPartition:
                 self._wake_all(followers=False, others=True)   # acks=all produces, consumers' fetches
             remaining = deadline - asyncio.get_running_loop().time()
             if result.records or result.diverging_epoch is not None or remaining <= 0:
+                self.replication_bytes_out += len(result.records)
                 return result
             self.parked_follower_fetches += 1
             try:
@@ -160,8 +176,15 @@ class HostedPartition:
                                                         leader_epoch=leader_epoch)
             remaining = deadline - asyncio.get_running_loop().time()
             if result.records or remaining <= 0:
+                if result.records:
+                    self.bytes_out += len(result.records)
+                    self.messages_out += count_records(result.records)
                 return result
-            await self.wait_for_change(remaining)
+            self.parked_consumer_fetches += 1
+            try:
+                await self.wait_for_change(remaining)
+            finally:
+                self.parked_consumer_fetches -= 1
 
     async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
         return self._replica().list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)

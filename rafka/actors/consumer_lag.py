@@ -1,0 +1,149 @@
+"""Consumer lag of the groups a coordinator holds, in records and in seconds, for
+its metrics (core.kafka_metrics: kafka_consumergroup_group_lag{,_seconds}): a
+core.lag LagSample per group, by the rules `rafka lag` shows.
+
+Why the coordinator: it holds every committed offset of its groups (no request
+needed for them), it already keeps connections to partition leaders
+(NodeConnections) and the newest cluster image (who leads each partition), and
+lag per group is what it exports. The controller would have to ask every
+coordinator for offsets first; the leaders know no group. So, before each export
+(every few seconds, never on a request's path), per partition some group
+committed on:
+  * ListOffsets (latest) to its leader: the HW, the end a consumer can reach;
+  * for each committed offset below the HW whose record's time is not known yet,
+    one Fetch at that offset with max_bytes 1 (Kafka answers with at least the
+    whole first batch, KIP-74), whose records give the timestamp of the record at
+    the committed offset: lag in seconds is now minus that time (the oldest record
+    the group has not consumed). The time is kept while the committed offset
+    stays (a stalled group costs one ListOffsets per round), and dropped once the
+    offset moves; one not found (the record is gone, or a new leader's HW is still
+    behind) is asked again next round.
+A partition whose leader does not answer keeps its last position; positions of
+offsets no longer committed (a group deleted, offsets expired) go.
+
+The requests go over the coordinator's own connections (its NodeConnections,
+with its credentials), at most `REQUESTS_IN_FLIGHT` at a time, so they never
+crowd its `__consumer_offsets` writes to the same leader.
+
+Bounds: at most `max_partitions` partitions per round; every request is bounded
+by the connection's request timeout, the round by the exporter's interval.
+Callers: actors.coordinator (its exporter's refresh), tests through the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+
+from rafka.core.cluster_image import ClusterImage
+from rafka.core.errors import KafkaError
+from rafka.core.lag import LagSample, PartitionPosition
+from rafka.core.records import decode_batches
+from rafka.core.replica import LATEST_TIMESTAMP
+from rafka.protocol import fetching
+
+MAX_PARTITIONS = 10_000
+REQUESTS_IN_FLIGHT = 4
+NO_FENCING = -1     # current_leader_epoch -1: the leader does not check it (KIP-320)
+logger = logging.getLogger(__name__)
+
+Committed = Mapping[str, Mapping[tuple[str, int], object]]   # group -> (topic, partition) -> value with .offset
+
+
+class ConsumerLag:
+    def __init__(self, nodes, *, image: Callable[[], ClusterImage], committed: Callable[[], Committed],
+                 loaded: Callable[[], bool], clock, max_partitions: int = MAX_PARTITIONS) -> None:
+        self._nodes = nodes
+        self._image = image
+        self._committed = committed
+        self._loaded = loaded
+        self._clock = clock
+        self.max_partitions = max_partitions
+        self._samples: list[LagSample] = []
+        self._positions: dict[tuple[str, str, int], PartitionPosition] = {}   # (group, topic, partition)
+        self._timestamps: dict[tuple[str, int, int], int] = {}   # (topic, partition, offset) -> ms
+        self._in_flight: asyncio.Semaphore | None = None   # made on the loop, at the first refresh
+
+    def samples(self) -> list[LagSample]:
+        """The newest look at each group (core.lag), as of the last refresh."""
+        return list(self._samples)
+
+    async def refresh(self) -> None:
+        if not self._loaded():
+            return
+        if self._in_flight is None:
+            self._in_flight = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
+        offsets_by_partition: dict[tuple[str, int], dict[str, int]] = {}
+        for group, offsets in list(self._committed().items()):
+            for (topic, partition), value in list(offsets.items()):
+                offsets_by_partition.setdefault((topic, partition), {})[group] = value.offset
+        partitions = sorted(offsets_by_partition)[:self.max_partitions]
+        image = self._image()
+        answers = await asyncio.gather(*(self._partition(image, tp, set(offsets_by_partition[tp].values()))
+                                         for tp in partitions), return_exceptions=True)
+        positions: dict[tuple[str, str, int], PartitionPosition] = {}
+        timestamps: dict[tuple[str, int, int], int] = {}
+        for (topic, partition), answer in zip(partitions, answers):
+            groups = offsets_by_partition[(topic, partition)]
+            if isinstance(answer, BaseException):   # keep what was known; the next round asks again
+                logger.debug("lag of %s-%d not refreshed: %s", topic, partition, answer)
+                positions.update({(g, topic, partition): self._positions[(g, topic, partition)] for g in groups
+                                  if (g, topic, partition) in self._positions})
+                timestamps.update({k: v for k, v in self._timestamps.items() if k[:2] == (topic, partition)})
+                continue
+            if answer is None:   # the topic is gone
+                continue
+            end_offset, found = answer
+            for group, offset in groups.items():
+                timestamp_ms = found.get(offset)
+                if timestamp_ms is not None:
+                    timestamps[(topic, partition, offset)] = timestamp_ms
+                positions[(group, topic, partition)] = PartitionPosition(
+                    topic=topic, partition=partition, committed_offset=offset, log_end_offset=end_offset,
+                    oldest_unconsumed_timestamp_ms=timestamp_ms)
+        by_group: dict[str, list[PartitionPosition]] = {}
+        for (group, _, _), position in sorted(positions.items()):
+            by_group.setdefault(group, []).append(position)
+        wall_ms, monotonic_ms = self._clock.now_ms(), self._clock.monotonic_ms()
+        self._samples = [LagSample(group=group, wall_ms=wall_ms, monotonic_ms=monotonic_ms, positions=tuple(found))
+                         for group, found in by_group.items()]
+        self._positions, self._timestamps = positions, timestamps
+
+    async def _partition(self, image: ClusterImage, tp: tuple[str, int], offsets: set[int]):
+        """(HW, {committed offset below it: its record's timestamp or None}), or None
+        if the image no longer has the topic."""
+        topic, partition = tp
+        if topic not in image.topics:
+            return None
+        address, _ = image.leader_endpoint(topic, partition)
+        end_offset, _ = fetching.list_offset_answer(await self._request(address, fetching.list_offset_request(
+            topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, leader_epoch=NO_FENCING,
+            timestamp_ms=LATEST_TIMESTAMP)), topic=topic, partition=partition)
+        found: dict[int, int | None] = {}
+        for offset in sorted(o for o in offsets if o < end_offset):
+            known = (topic, partition, offset)
+            if known in self._timestamps:
+                found[offset] = self._timestamps[known]
+                continue
+            try:
+                found[offset] = await self._timestamp_at(address, topic, partition, offset)
+            except KafkaError as error:   # e.g. below the log start: retention took it
+                logger.debug("no timestamp at %s-%d@%d: %s", topic, partition, offset, error)
+                found[offset] = None
+        return end_offset, found
+
+    async def _timestamp_at(self, address, topic: str, partition: int, offset: int) -> int | None:
+        answer = fetching.leader_answer(await self._request(address, fetching.fetch_request(
+            topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, fetch_offset=offset,
+            leader_epoch=NO_FENCING, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1, max_bytes=1,
+            max_wait_ms=0)), topic=topic, partition=partition)
+        for _, records in decode_batches(answer.records):   # one batch, decoded off any request's path
+            for record in records:
+                if record.offset >= offset:
+                    return record.timestamp_ms
+        return None
+
+    async def _request(self, address, request):
+        async with self._in_flight:
+            return await self._nodes.request(address, request)
