@@ -45,7 +45,9 @@ def cmd_up(args) -> int:
     ray.init(address=_address(args), namespace=NAMESPACE, logging_level="WARNING",
              log_to_driver=args.log_to_driver)
     options = {k: v for k, v in (("replica_lag_time_max_ms", args.replica_lag_time_max_ms),
-                                 ("fetch_max_wait_ms", args.fetch_max_wait_ms)) if v is not None}
+                                 ("fetch_max_wait_ms", args.fetch_max_wait_ms),
+                                 ("num_partitions", args.num_partitions),
+                                 ("default_replication_factor", args.default_replication_factor)) if v is not None}
     controller = start_controller(args.data_dir, listener_port=args.listener_port, sasl=args.sasl, **options)
     brokers = _wait_for_brokers(controller, args.wait_for_brokers)
     snapshot = ray.get(controller.metadata_snapshot.remote())
@@ -285,6 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--fetch-max-wait-ms", type=int)
     up.add_argument("--listener-port", type=int, default=9092,
                     help="the controller's Kafka listener: clients' bootstrap.servers port (0: any free port)")
+    up.add_argument("--num-partitions", type=int, metavar="N",
+                    help="Kafka's num.partitions: a topic created with -1 partitions gets N (default 1)")
+    up.add_argument("--default-replication-factor", type=int, metavar="N",
+                    help="Kafka's default.replication.factor: for a replication factor of -1 (default 1)")
     up.add_argument("--offsets-topic-num-partitions", type=int, default=1,
                     help="partitions of __consumer_offsets, one group coordinator each (Kafka: 50)")
     up.add_argument("--wait-for-brokers", type=int, default=0, metavar="N",

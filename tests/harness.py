@@ -23,7 +23,10 @@ from rafka.core.structs import TopicPartition
 
 
 # Fast failure detection for tests: short lag window, quick pings and long polls.
-TEST_CLUSTER_OPTIONS = dict(replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100,
+# num.partitions and default.replication.factor set (Kafka's are 1 and 1), so that a
+# CreateTopics with -1 shows the cluster's settings taking effect.
+TEST_CLUSTER_OPTIONS = dict(num_partitions=2, default_replication_factor=3,
+                            replica_lag_time_max_ms=2_000, fetch_max_wait_ms=100,
                             leader_ping_timeout_ms=1_000, watch_interval_ms=100,
                             log_retention_check_interval_ms=200, log_cleaner_backoff_ms=200)
 # Groups settle fast in tests: a short initial rebalance delay, sessions from 1 s.
@@ -254,3 +257,63 @@ def fetch_from(replica, offset: int, max_bytes: int = 1 << 20):
         leader_epoch=fetching.NO_EPOCH, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
         max_bytes=max_bytes, max_wait_ms=0)).result(timeout=30)
     return fetching.leader_answer(response, topic=topic, partition=partition)
+
+
+class MetadataProbe:
+    """Metadata (every topic) to one Kafka node every `interval_ms` on a thread of
+    its own, over rafka's Connection: each answer's latency and the endpoints it
+    named, with the time it was sent. With `check_endpoints`, every endpoint an
+    answer names is dialled once the answer is in, and a refusal is kept with its
+    time (an endpoint a later answer still names is one clients are sent to in
+    vain). Used by the compat tests and bench/topic_create_bench.py."""
+
+    def __init__(self, host: str, port: int, *, interval_ms: int = 20, check_endpoints: bool = False) -> None:
+        self.host, self.port, self.interval_ms = host, port, interval_ms
+        self.check_endpoints = check_endpoints
+        self.answers: list[tuple[float, float, dict]] = []   # (sent at, monotonic s; latency ms; {node: (host, port)})
+        self.refused: dict[tuple[str, int], float] = {}       # endpoint -> since when it refuses (monotonic s)
+        # (endpoint, seconds since it refused) for each answer sent after the endpoint
+        # was seen refusing that still named it
+        self.named_after_refusal: list[tuple[tuple[str, int], float]] = []
+        self.latest = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import asyncio
+        import socket
+
+        from rafka.protocol.cluster_requests import metadata_request
+        from rafka.protocol.connection import Connection
+
+        async def ask_forever():
+            connection = await Connection.open(self.host, self.port, client_id="metadata-probe")
+            while not self._stop.is_set():
+                sent_s = time.monotonic()
+                answer = await connection.request(metadata_request(None))
+                nodes = {int(b.node_id): (b.host, int(b.port)) for b in answer.brokers}
+                self.answers.append((sent_s, (time.monotonic() - sent_s) * 1000, nodes))
+                self.latest = answer
+                for endpoint in set(nodes.values()) if self.check_endpoints else ():
+                    refused_s = self.refused.get(endpoint)
+                    if refused_s is not None and sent_s > refused_s:
+                        self.named_after_refusal.append((endpoint, sent_s - refused_s))
+                    try:
+                        socket.create_connection(endpoint, timeout=1).close()
+                        self.refused.pop(endpoint, None)   # listening (again, or a new node on the port)
+                    except ConnectionRefusedError:
+                        self.refused.setdefault(endpoint, time.monotonic())
+                await asyncio.sleep(self.interval_ms / 1000)
+            await connection.close()
+        asyncio.run(ask_forever())
+
+    def __enter__(self) -> MetadataProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def latencies_ms(self, start_s: float, end_s: float) -> list[float]:
+        return [ms for sent_s, ms, _ in self.answers if start_s <= sent_s <= end_s]

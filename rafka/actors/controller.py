@@ -56,6 +56,9 @@ METADATA_LOG = "metadata.log"
 logger = logging.getLogger(__name__)
 
 RESTARTED = ("follower", -1)  # a replica actor that came back and was not told its role yet
+# One actor class for every replica: `ray.remote(cls)` made anew exports the class to
+# the GCS again at its first creation (a blocking round trip per replica).
+_REPLICA_ACTOR = ray.remote(ReplicaActor)
 
 
 def cluster_bootstrap_servers() -> str:
@@ -74,8 +77,13 @@ class ControllerActor:
                  log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000,
                  broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 1_000,
-                 listener_port: int = 0, sasl: bool = False) -> None:
+                 listener_port: int = 0, sasl: bool = False, num_partitions: int = 1,
+                 default_replication_factor: int = 1) -> None:
         self.data_dir = data_dir
+        # Kafka's num.partitions and default.replication.factor: what CreateTopics'
+        # -1 stands for (cluster settings: `rafka up` options, local_cluster arguments).
+        self.num_partitions = num_partitions
+        self.default_replication_factor = default_replication_factor
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
@@ -120,6 +128,11 @@ class ControllerActor:
         self._stopping = False    # shutdown_replicas ran: watch nothing, elect nobody
         self._replacer: asyncio.Task | None = None
         self._deleting: set[str] = set()   # topics whose replicas are being torn down
+        # Actor handles by name. A handle stays valid across its actor's restarts; it
+        # is dropped when the controller kills the actor or a call finds it dead for
+        # good. Looking one up is a blocking GCS call: the watch loop made one per
+        # replica per round, on the loop that also serves the bootstrap node.
+        self._handles: dict[str, ray.actor.ActorHandle] = {}
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2).
         self.serving = NodeServing(CONTROLLER_NAME, topic_admin_host=self,
                                    allocate_producer_id=self.allocate_producer_id,
@@ -196,6 +209,48 @@ class ControllerActor:
         node = self.metadata.nodes.get(actor)
         return None if node is None else (node.host, node.port)
 
+    async def _node_down(self, actor: str, why: str) -> None:
+        """The actor no longer listens (died, restarting, retired): Metadata and
+        FindCoordinator stop naming its endpoint until it registers again."""
+        async with self._lock:
+            records = self.metadata.handle_node_down(actor)
+            if records:
+                self._commit(records)
+                logger.info("%s is down (%s): its endpoint is no longer named", actor, why)
+
+    async def _push_image(self) -> None:
+        """The current image to every actor the controller has a handle on, now,
+        rather than at their next watch round (a change that takes endpoints away
+        must reach the nodes before those endpoints close). Bounded: an actor that
+        does not answer gets it from the watch loop."""
+        image = ray.put(self.cluster_image())
+        handles = [h for name, h in list(self._handles.items()) if name in self.metadata.nodes]
+        await asyncio.gather(*(asyncio.wait_for(h.update_image.remote(image), self.leader_ping_timeout_ms / 1000)
+                               for h in handles), return_exceptions=True)
+
+    # --- actor handles: every blocking Ray call runs off the event loop ------------
+    # The controller's loop also serves the bootstrap node: a blocking GCS call here
+    # (an actor lookup, a placement group, an actor creation, the node table) held
+    # every Metadata answer for its whole length, seconds on a busy machine while a
+    # topic's replicas started (issue 26). Each runs in a worker thread instead.
+
+    async def _handle(self, name: str):
+        """The named actor's handle; ValueError if no such actor exists."""
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = await asyncio.to_thread(ray.get_actor, name, namespace=NAMESPACE)
+            self._handles[name] = handle
+        return handle
+
+    async def _kill(self, name: str, handle, group_of: tuple[str, int, int] | None) -> None:
+        """Kill the actor for good (no restart) and remove its placement group."""
+        self._handles.pop(name, None)
+        await asyncio.to_thread(ray.kill, handle, no_restart=True)
+        if group_of is not None:
+            group = await asyncio.to_thread(existing_replica_group, *group_of)
+            if group is not None:
+                await asyncio.to_thread(remove_placement_group, group)
+
     async def node_endpoints(self) -> dict[str, tuple[str, int]]:
         """Every registered actor's Kafka endpoint, by actor name."""
         return {actor: self._endpoint_of(actor) for actor in self.metadata.nodes}
@@ -209,14 +264,19 @@ class ControllerActor:
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            config: dict | None = None, validate_only: bool = False) -> dict:
-        """`validate_only`: every check a creation makes, nothing created."""
+        """`validate_only`: every check a creation makes, nothing created. -1 for
+        `partitions` or `replication_factor`: the cluster's default. Answers once
+        every partition's leader serves (the caller bounds the wait)."""
+        partitions = self.num_partitions if partitions == -1 else partitions
+        replication_factor = self.default_replication_factor if replication_factor == -1 else replication_factor
         if name in self._deleting:
             raise TopicDeletionInProgress(f"Topic '{name}' is being deleted: try again when it is gone.")
         async with self._lock:
             records, topic = self.metadata.handle_create_topic(
-                name, partitions, replication_factor, config, live_broker_ids())
+                name, partitions, replication_factor, config, await asyncio.to_thread(live_broker_ids))
             if validate_only:
-                return {"name": name, "topic_id": None}
+                return {"name": name, "topic_id": None, "partitions": [{"replicas": list(state.replicas)}
+                                                                       for state in topic.partitions]}
             self._commit(records)
             self._starting.update((name, p) for p in range(partitions))
         try:
@@ -231,7 +291,7 @@ class ControllerActor:
         not watched meanwhile (`_starting`): replicas still starting would look like
         restarted ones, and the watch loop would elect one of them alone."""
         state = self.metadata.partition(topic, partition)
-        replicas = [self._ensure_replica(topic, partition, r, state) for r in state.replicas]
+        replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state) for r in state.replicas))
         try:   # placing and starting a worker process each: seconds on a busy machine
             await asyncio.wait_for(asyncio.gather(*(r.ping.remote() for r in replicas)),
                                    timeout=self.replica_start_timeout_ms / 1000)
@@ -240,19 +300,27 @@ class ControllerActor:
                            partition, self.replica_start_timeout_ms, error)
         await self._announce(topic, partition, state)
 
-    def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState):
+    async def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState):
         """The replica's actor, created (with its placement group on its broker) if it
         does not exist. A replica whose broker is down is created all the same: Ray
         starts it when the broker's node comes back."""
         try:
-            return self._replica(topic, partition, replica_id)
+            return await self._replica(topic, partition, replica_id)
         except ValueError:
             pass
-        group = replica_placement_group(topic, partition, replica_id, state.broker_of(replica_id))
-        topic_metadata = self.metadata.topic(topic)
+        name = replica_actor_name(topic, partition, replica_id)
         logger.info("%s-%d: starting replica %d on broker %d", topic, partition, replica_id,
                     state.broker_of(replica_id))
-        return ray.remote(ReplicaActor).options(
+        handle = await asyncio.to_thread(self._create_replica, topic, partition, replica_id,
+                                         state.broker_of(replica_id))
+        self._handles[name] = handle
+        return handle
+
+    def _create_replica(self, topic: str, partition: int, replica_id: int, broker_id: int):
+        """Blocking (GCS calls): run off the loop."""
+        group = replica_placement_group(topic, partition, replica_id, broker_id)
+        topic_metadata = self.metadata.topic(topic)
+        return _REPLICA_ACTOR.options(
             name=replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE, get_if_exists=True,
             lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
             scheduling_strategy=in_bundle(group, 0)).remote(
@@ -270,7 +338,7 @@ class ControllerActor:
         starting) is told again by the watch loop."""
         if not state.online:
             return
-        leader = self._replica(topic, partition, state.leader)
+        leader = await self._replica(topic, partition, state.leader)
         try:
             leader_endpoint = await asyncio.wait_for(leader.become_leader.remote(
                 state.leader_epoch, list(state.replicas), list(state.isr), state.partition_epoch),
@@ -278,7 +346,7 @@ class ControllerActor:
         except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
             logger.info("%s-%d: the leader did not take its role yet: %s", topic, partition, error)
             return
-        followers = [self._replica(topic, partition, r) for r in state.replicas if r != state.leader]
+        followers = [await self._replica(topic, partition, r) for r in state.replicas if r != state.leader]
         results = await asyncio.gather(*(asyncio.wait_for(
             f.become_follower.remote(state.leader, state.leader_epoch, leader_endpoint),
             timeout=self.leader_ping_timeout_ms / 1000) for f in followers), return_exceptions=True)
@@ -286,9 +354,8 @@ class ControllerActor:
             if isinstance(result, Exception):
                 logger.info("%s-%d: a follower did not take its role yet: %s", topic, partition, result)
 
-    @staticmethod
-    def _replica(topic: str, partition: int, replica_id: int):
-        return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
+    async def _replica(self, topic: str, partition: int, replica_id: int):
+        return await self._handle(replica_actor_name(topic, partition, replica_id))
 
     async def allocate_producer_id(self) -> int:
         async with self._lock:
@@ -304,7 +371,11 @@ class ControllerActor:
         async with self._lock:
             topic = self.metadata.topic(name)
             self._commit(self.metadata.handle_delete_topic(name))
+            for partition, state in enumerate(topic.partitions):
+                for replica_id in state.replicas:
+                    self._commit(self.metadata.handle_node_down(replica_actor_name(name, partition, replica_id)))
             self._deleting.add(name)
+        await self._push_image()   # no node names the replicas' endpoints before they close
         try:
             await self._tear_down(name, topic)
         finally:
@@ -318,9 +389,13 @@ class ControllerActor:
         """A replica leaves for good (its topic deleted, or moved off its broker):
         its log is deleted if its broker is up (else it stays, and partition.metadata
         keeps it from ever being reopened as another topic's), then its actor and
-        placement group go."""
+        placement group go. Its endpoint is named nowhere before it closes."""
+        name = replica_actor_name(topic, partition, replica_id)
+        if name in self.metadata.nodes:
+            await self._node_down(name, "retired")
+            await self._push_image()
         try:
-            handle = self._replica(topic, partition, replica_id)
+            handle = await self._replica(topic, partition, replica_id)
         except ValueError:
             handle = None
         if handle is not None:
@@ -329,17 +404,18 @@ class ControllerActor:
             except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
                 logger.info("%s-%d: replica %d kept its log (its broker down?): %s", topic, partition,
                             replica_id, error)
-            ray.kill(handle, no_restart=True)
-        group = existing_replica_group(topic, partition, replica_id)
-        if group is not None:
-            remove_placement_group(group)
+            await self._kill(name, handle, (topic, partition, replica_id))
+        else:
+            group = await asyncio.to_thread(existing_replica_group, topic, partition, replica_id)
+            if group is not None:
+                await asyncio.to_thread(remove_placement_group, group)
 
     async def add_partitions(self, name: str, count: int, validate_only: bool = False) -> dict:
         """kafka-topics.sh --alter --partitions: the new partitions are assigned to
         live brokers and started as at creation."""
         async with self._lock:
             before = len(self.metadata.topic(name).partitions)
-            records, _ = self.metadata.handle_add_partitions(name, count, live_broker_ids())
+            records, _ = self.metadata.handle_add_partitions(name, count, await asyncio.to_thread(live_broker_ids))
             if validate_only:
                 return {"name": name}
             self._commit(records)
@@ -356,7 +432,7 @@ class ControllerActor:
         replaced ones once every new one is in the ISR."""
         async with self._lock:
             records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
-                                                                     live_broker_ids())
+                                                                     await asyncio.to_thread(live_broker_ids))
             self._commit(records)
         if records:
             logger.info("%s-%d: reassigning to brokers %s (adding replicas %s, removing %s)", topic, partition,
@@ -392,7 +468,7 @@ class ControllerActor:
         """Start replicas the metadata names, announce the new epoch, then stop the
         removed ones: their logs are deleted where their broker is up."""
         for replica_id in state.replicas:
-            self._ensure_replica(topic, partition, replica_id, state)
+            await self._ensure_replica(topic, partition, replica_id, state)
         await self._announce(topic, partition, state)
         await asyncio.gather(*(self._retire_replica(topic, partition, r) for r in removed))
 
@@ -404,7 +480,7 @@ class ControllerActor:
         if now_s < self._next_broker_check_s:
             return
         self._next_broker_check_s = now_s + 1.0
-        live = live_broker_ids()
+        live = await asyncio.to_thread(live_broker_ids)
         partitions = [(name, p, state) for name, topic in list(self.metadata.topics.items())
                       for p, state in enumerate(topic.partitions)]
         referenced = {b for _, _, state in partitions for b in state.brokers}
@@ -473,7 +549,7 @@ class ControllerActor:
     async def list_brokers(self) -> list[dict]:
         """The broker registry (placement/brokers.py): [{broker_id, node_id, address}]
         of the live Ray nodes that offer the rafka broker resource."""
-        return broker_nodes()
+        return await asyncio.to_thread(broker_nodes)
 
     async def list_topics(self) -> list[str]:
         return sorted(self.metadata.topics)
@@ -589,7 +665,7 @@ class ControllerActor:
         for replica_id, role in role_by_replica.items():
             if (replica_id != state.leader and role is not None and role[0] != OFFLINE
                     and role != ("follower", state.leader_epoch)):
-                await self._bounded(self._replica(topic, partition, replica_id).become_follower.remote(
+                await self._bounded((await self._replica(topic, partition, replica_id)).become_follower.remote(
                     state.leader, state.leader_epoch, self._endpoint_of(replica_actor_name(topic, partition,
                                                                                            state.leader))),
                     f"{topic}-{partition} replica {replica_id}: become_follower")
@@ -602,12 +678,22 @@ class ControllerActor:
         async def one(partition: int) -> None:
             name = coordinator_actor_name(partition)
             try:
-                handle = ray.get_actor(name, namespace=NAMESPACE)
+                handle = await self._handle(name)
                 answer = await asyncio.wait_for(handle.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
-            except (ValueError, asyncio.TimeoutError, ray.exceptions.RayError):
-                return   # not started yet, or restarting: the next round
+            except (ValueError, asyncio.TimeoutError):
+                return   # not started yet, or paused: the next round
+            except ray.exceptions.RayError as error:   # dead or restarting: not listening
+                self._lost(name, error)
+                await self._node_down(name, type(error).__name__)
+                return
             await self._sync_node(handle, name, answer)
         await asyncio.gather(*(one(p) for p in range(len(offsets.partitions) if offsets else 0)))
+
+    def _lost(self, name: str, error: Exception) -> None:
+        """A call found the actor gone for good (killed without restart): its
+        handle is dropped, so the next lookup finds a new actor of that name."""
+        if isinstance(error, ray.exceptions.ActorDiedError):
+            self._handles.pop(name, None)
 
     async def _remove_from_isr(self, topic: str, partition: int, replica_ids: list[int]) -> None:
         async with self._lock:
@@ -615,7 +701,7 @@ class ControllerActor:
             self._commit(records)
         if records:
             logger.info("%s-%d: restarted replicas %s leave the ISR", topic, partition, replica_ids)
-            await self._bounded(self._replica(topic, partition, state.leader).apply_isr.remote(
+            await self._bounded((await self._replica(topic, partition, state.leader)).apply_isr.remote(
                 list(state.isr), state.partition_epoch), f"{topic}-{partition}: apply_isr")
 
     async def _bounded(self, ref, what: str) -> None:
@@ -630,15 +716,20 @@ class ControllerActor:
     async def _role_of(self, topic: str, partition: int, replica_id: int, state: PartitionState):
         """(role, leader epoch) as the replica answers, or None if it does not in time.
         A replica with no actor is created (reconciliation) and counts as None."""
+        name = replica_actor_name(topic, partition, replica_id)
         try:
-            replica = self._replica(topic, partition, replica_id)
+            replica = await self._replica(topic, partition, replica_id)
         except ValueError:
             if not self._stopping:
-                self._ensure_replica(topic, partition, replica_id, state)
+                await self._ensure_replica(topic, partition, replica_id, state)
             return None
         try:
             answer = await asyncio.wait_for(replica.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
-        except (asyncio.TimeoutError, ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+        except asyncio.TimeoutError:
+            return None   # paused or busy: its socket still takes connections
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as error:
+            self._lost(name, error)
+            await self._node_down(name, type(error).__name__)
             return None
         stale = answer.get("topic_id") not in (None, self.metadata.topic(topic).topic_id)
         if (stale or answer["role"] == STOPPED) and not self._stopping:
@@ -648,10 +739,8 @@ class ControllerActor:
             # a new process reopens it
             logger.warning("%s-%d: replica %d (topic id %s, %s) replaced", topic, partition, replica_id,
                            answer.get("topic_id"), answer["role"])
-            ray.kill(replica, no_restart=True)
-            group = existing_replica_group(topic, partition, replica_id)
-            if group is not None:
-                remove_placement_group(group)
+            await self._node_down(name, "replaced")
+            await self._kill(name, replica, (topic, partition, replica_id))
             return None
         await self._sync_node(replica, replica_actor_name(topic, partition, replica_id), answer)
         return answer["role"], answer["leader_epoch"]
@@ -670,7 +759,7 @@ class ControllerActor:
             for partition, state in enumerate(topic.partitions):
                 for replica_id in state.replicas:
                     try:
-                        replicas.append(self._replica(name, partition, replica_id))
+                        replicas.append(await self._replica(name, partition, replica_id))
                     except ValueError:
                         continue
         results = await asyncio.gather(*(asyncio.wait_for(r.shutdown.remote(), timeout=30) for r in replicas),

@@ -57,7 +57,7 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 
-from rafka.core.errors import (CoordinatorNotAvailable, GroupIdNotFound, GroupSubscribedToTopic, NonEmptyGroup,
+from rafka.core.errors import (CoordinatorNotAvailable, UnknownTopicOrPartition, GroupIdNotFound, GroupSubscribedToTopic, NonEmptyGroup,
                                UnknownMemberId)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
@@ -156,7 +156,19 @@ class CoordinatorShard:
         """offsets: {(topic, partition): (offset, leader_epoch, metadata)}. Returns
         {(topic, partition): None or the partition's error}, once written.
         `on_queued()` runs once the commit is decided and its records queued in log
-        order (the server then starts the connection's next request)."""
+        order (the server then starts the connection's next request).
+        A partition of a topic that does not exist, or past its topic's last, gets
+        UNKNOWN_TOPIC_OR_PARTITION and is not written; when no partition is known,
+        nothing else is checked (KafkaApis.handleOffsetCommitRequest drops them
+        before the coordinator sees the request)."""
+        counts = await self._partitions_per_topic({topic for topic, _ in offsets})
+        unknown = {tp: UnknownTopicOrPartition(f"{tp[0]}-{tp[1]}: this topic or partition does not exist")
+                   for tp in offsets if not 0 <= tp[1] < counts.get(tp[0], 0)}
+        offsets = {tp: value for tp, value in offsets.items() if tp not in unknown}
+        if not offsets:
+            if on_queued is not None:
+                on_queued()
+            return unknown
         async with self.locks.hold(group):
             known = self.groups.groups.get(group)
             validate_offset_commit(state=known.state if known else GroupState.EMPTY,
@@ -171,7 +183,7 @@ class CoordinatorShard:
         if written is not None:
             await written
             self.offset_commits += len(result.records)
-        return result.response
+        return {**result.response, **unknown}
 
     def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
         """{(topic, partition): (offset, leader_epoch, metadata) or None}."""

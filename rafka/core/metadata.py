@@ -125,7 +125,10 @@ def assign_replicas_to_brokers(broker_ids: Sequence[int], partitions: int, repli
 @dataclasses.dataclass(frozen=True)
 class NodeEndpoint:
     """A Kafka node: one actor serving the wire protocol. The id is kept for the
-    actor's name across restarts; host and port are those of its last start."""
+    actor's name across restarts; host and port are those of its current start.
+    A node whose actor died, restarts or was retired is down: it has no endpoint
+    (it leaves `ClusterMetadata.nodes`) until it registers again, so no answer
+    names a port nobody listens on (issue 26)."""
     node_id: int
     actor: str
     host: str
@@ -151,7 +154,8 @@ class ClusterMetadata:
         self.controller_epoch = 0
         self.topics: dict[str, TopicMetadata] = {}
         self.next_producer_id = 0
-        self.nodes: dict[str, NodeEndpoint] = {}   # by actor name
+        self.nodes: dict[str, NodeEndpoint] = {}   # by actor name: the nodes that are up
+        self.node_ids: dict[str, int] = {}         # by actor name, up or down: ids are never reused
         self.next_node_id = 0
         self.scram_credentials: dict[tuple[str, str], ScramCredential] = {}   # by (user, mechanism)
         self.sasl_required = False   # every listener asks for a SASL login (protocol.sasl)
@@ -184,7 +188,10 @@ class ClusterMetadata:
         elif kind == "node":
             node = NodeEndpoint(record["node_id"], record["actor"], record["host"], record["port"], record.get("rack"))
             self.nodes[node.actor] = node
+            self.node_ids[node.actor] = node.node_id
             self.next_node_id = max(self.next_node_id, node.node_id + 1)
+        elif kind == "node_down":
+            self.nodes.pop(record["actor"], None)
         elif kind == "user_scram_credential":
             credential = ScramCredential.from_dict(record)
             self.scram_credentials[record["name"], credential.mechanism] = credential
@@ -343,12 +350,18 @@ class ClusterMetadata:
         """An actor started serving at host:port: the node id its name already has,
         else the next one; a record only when something changed."""
         known = self.nodes.get(actor)
-        node_id = known.node_id if known is not None else self.next_node_id
+        node_id = self.node_ids.get(actor, self.next_node_id)
         node = NodeEndpoint(node_id, actor, host, port, rack)
         if node == known:
             return [], node
         return [{"type": "node", "node_id": node_id, "actor": actor, "host": host, "port": port,
                  "rack": rack}], node
+
+    def handle_node_down(self, actor: str) -> list[Record]:
+        """The actor stopped serving (died, restarting, retired): its endpoint is
+        no longer named anywhere; its node id stays its own for when it
+        registers again. A record only when it was up."""
+        return [{"type": "node_down", "actor": actor}] if actor in self.nodes else []
 
     def handle_require_sasl(self) -> list[Record]:
         """Every listener requires a SASL login from now on (`rafka up --sasl`, or

@@ -464,3 +464,77 @@ def test_kcat__produces_and_consumes_in_a_group(cluster, bootstrap):
     wait_until(lambda: {(tp.partition, o) for tp, o in cluster.admin().list_consumer_group_offsets(
         "kcat-wire-group").items()} == {(p, len(o)) for p, o in by_partition.items()}, timeout_s=30,
         what="kcat's group committed its position")
+
+
+def test_create_topics__minus_one__the_clusters_num_partitions_and_default_replication_factor(cluster, bootstrap):
+    """Kafka's num.partitions and default.replication.factor stand for -1 (the
+    test cluster sets 2 and 3); the answer and the topic both have them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from tests.harness import TEST_CLUSTER_OPTIONS
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("broker-defaults", num_partitions=-1, replication_factor=-1)],
+                        request_timeout=120)["broker-defaults"].result(120)
+    described = cluster.admin().describe_topics(["broker-defaults"])["broker-defaults"]["partitions"]
+    assert len(described) == TEST_CLUSTER_OPTIONS["num_partitions"] == 2
+    assert all(len(p["replicas"]) == TEST_CLUSTER_OPTIONS["default_replication_factor"] == 3 for p in described)
+    cluster.admin().delete_topic("broker-defaults")
+
+
+def test_create_topic__the_bootstrap_node_keeps_answering_metadata_while_replicas_start(cluster, bootstrap):
+    """The controller serves the bootstrap node on the loop that creates topics;
+    a blocking Ray call there held every Metadata answer (3.5 s while a
+    4-partition RF3 topic was created, 15 s for 10 partitions). Every answer
+    asked for during a 6-partition creation comes back within 2 s (it takes the
+    machine several seconds to start 18 replica processes)."""
+    import time
+
+    from tests.harness import MetadataProbe
+    host, port = bootstrap.rsplit(":", 1)
+    with MetadataProbe(host, int(port)) as probe:
+        started_s = time.monotonic()
+        cluster.admin().create_topic("metadata-while-creating", partitions=6, replication_factor=3)
+        created_s = time.monotonic()
+    latencies = probe.latencies_ms(started_s, created_s)
+    assert len(latencies) >= 10, f"only {len(latencies)} answers in {created_s - started_s:.1f} s of creation"
+    assert max(latencies) < 2_000, f"Metadata waited {max(latencies):.0f} ms during the creation"
+    cluster.admin().delete_topic("metadata-while-creating")
+
+
+def test_metadata__names_no_endpoint_nobody_listens_on__topics_deleted_recreated_and_a_replica_killed(
+        cluster, bootstrap):
+    """librdkafka reports a refused connection as a broker transport failure.
+    While a topic is deleted and created again twice, no Metadata answer names an
+    endpoint that was already refusing connections (the new replicas are named
+    once they listen; the old ones are named nowhere before they close). A
+    replica killed by SIGKILL (Ray restarts it on a new port) leaves every answer
+    within the controller's detection time and is named again at its new port."""
+    import os
+    import signal
+    import time
+
+    from tests.harness import MetadataProbe, replica
+    host, port = bootstrap.rsplit(":", 1)
+    with MetadataProbe(host, int(port), interval_ms=50, check_endpoints=True) as probe:
+        for _ in range(2):
+            create(cluster, "churn")
+            cluster.admin().delete_topic("churn")
+        create(cluster, "churn")
+        assert probe.named_after_refusal == []
+        state = cluster.admin().describe_topics(["churn"])["churn"]["partitions"][0]
+        victim = replica("churn", 0, state["leader"])
+        old_endpoint = tuple(ray.get(victim.ping.remote())["endpoint"])
+        os.kill(ray.get(victim.describe.remote())["pid"], signal.SIGKILL)
+        killed_s = time.monotonic()
+
+        def named_at_a_new_port():
+            endpoints = ray.get(cluster.controller.node_endpoints.remote())
+            return endpoints.get(f"replica:churn:0:{state['leader']}") not in (None, old_endpoint)
+        wait_until(named_at_a_new_port, timeout_s=60, what="the restarted replica registered again")
+        answered = len(probe.answers)
+        wait_until(lambda: len(probe.answers) > answered + 2, timeout_s=10, what="answers after it registered")
+    late = [(endpoint, after_s) for endpoint, after_s in probe.named_after_refusal if endpoint != old_endpoint]
+    assert late == [], f"answers named endpoints that were refusing: {late}"
+    after_kill = [after_s for endpoint, after_s in probe.named_after_refusal if endpoint == old_endpoint]
+    assert max(after_kill, default=0.0) < 10.0, "the killed replica's port was named for 10 s (Kafka's session: 9 s)"
+    assert old_endpoint not in probe.answers[-1][2].values()
+    cluster.admin().delete_topic("churn")

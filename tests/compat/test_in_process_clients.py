@@ -224,3 +224,21 @@ def test_confluent_admin__alters_and_deletes_group_offsets_except_a_subscribed_t
     kafka_python_admin.close()
     assert all(error is None or getattr(error, "errno", 0) == 0 for error in deleted.values()), deleted
     assert committed(node, "tidy") == {("orders", 1): 4}
+
+
+def test_confluent_kafka__commit_to_a_topic_that_does_not_exist__unknown_topic_or_partition(node):
+    """librdkafka's 0030 (do_nonexist_commit): Kafka refuses each partition of an
+    unknown topic, and of a known topic past its last partition; the known
+    partition of the same commit is committed."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "nonexist-commit",
+                         "enable.auto.commit": False})
+    with pytest.raises(KafkaException) as refused:
+        consumer.commit(offsets=[TopicPartition("no-such-topic", 0, 5)], asynchronous=False)
+    assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    with pytest.raises(KafkaException) as partly:
+        consumer.commit(offsets=[TopicPartition("orders", 1, 3), TopicPartition("orders", 7, 3)], asynchronous=False)
+    assert partly.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    committed = consumer.committed([TopicPartition("orders", 1), TopicPartition("no-such-topic", 0)], timeout=10)
+    assert [(tp.topic, tp.offset) for tp in committed] == [("orders", 3), ("no-such-topic", -1001)]
+    consumer.close()

@@ -11,7 +11,7 @@ import pytest
 
 from rafka.core.clock import FakeClock
 from rafka.core.coordinator_shard import CoordinatorShard
-from rafka.core.errors import CoordinatorNotAvailable, RequestTimedOut
+from rafka.core.errors import CoordinatorNotAvailable, RequestTimedOut, UnknownTopicOrPartition
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState
 from rafka.core.offset_store import OffsetStore
@@ -421,4 +421,25 @@ def test_sync_cancelled_while_its_record_is_written__the_group_lock_is_held_unti
         await settle()
         assert "b" in {m.client_id for m in shard.groups.groups[G].members.values()}
         joining.cancel()
+    asyncio.run(scenario())
+
+
+def test_commit__unknown_topic_or_partition__refused_per_partition_nothing_written():
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION for each partition of a topic that
+    does not exist and for a partition past the topic's last, writes the known
+    ones, and checks no membership for a request naming only unknown ones."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        answer = await shard.commit_offsets(G, {("orders", 1): (5, -1, ""), ("orders", 4): (5, -1, ""),
+                                                ("gone", 0): (7, -1, "")})
+        assert answer[("orders", 1)] is None
+        assert isinstance(answer[("orders", 4)], UnknownTopicOrPartition)
+        assert isinstance(answer[("gone", 0)], UnknownTopicOrPartition)
+        assert shard.fetch_offsets(G) == {("orders", 1): (5, -1, "")}
+        assert reloaded(partition, clock).fetch_offsets(G) == {("orders", 1): (5, -1, "")}
+        appends = partition.appends
+        only_unknown = await shard.commit_offsets(G, {("gone", 0): (7, -1, "")}, "no-such-member", 9)
+        assert list(only_unknown) == [("gone", 0)] and isinstance(only_unknown[("gone", 0)], UnknownTopicOrPartition)
+        assert partition.appends == appends
     asyncio.run(scenario())

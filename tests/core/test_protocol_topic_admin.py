@@ -23,7 +23,8 @@ TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=5))
 
 
 class StandInController:
-    def __init__(self):
+    def __init__(self, *, num_partitions=1, default_replication_factor=1):
+        self.num_partitions, self.default_replication_factor = num_partitions, default_replication_factor
         self.metadata = ClusterMetadata()
         self._apply(self.metadata.handle_start())
 
@@ -35,12 +36,14 @@ class StandInController:
         return build_image(self.metadata, version=1)
 
     async def create_topic(self, name, partitions, replication_factor, config=None, validate_only=False):
+        partitions = self.num_partitions if partitions == -1 else partitions   # the controller's defaults
+        replication_factor = self.default_replication_factor if replication_factor == -1 else replication_factor
         records, topic = self.metadata.handle_create_topic(name, partitions, replication_factor, config, [0, 1, 2],
                                                            rng=random.Random(0))
-        if validate_only:
-            return {"name": name, "topic_id": None}
-        self._apply(records)
-        return {"name": name, "topic_id": topic.topic_id}
+        if not validate_only:
+            self._apply(records)
+        return {"name": name, "topic_id": None if validate_only else topic.topic_id,
+                "partitions": [{"replicas": list(p.replicas)} for p in topic.partitions]}
 
     async def delete_topic(self, name):
         self.metadata.topic(name)
@@ -85,6 +88,17 @@ def test_create_topics__each_topic_its_own_answer(tmp_path):
     assert len(controller.metadata.topic("defaults").partitions) == 1
     assert set(controller.metadata.topics) == {"good", "defaults"}
     assert answer.topics[2].error_message
+
+
+def test_create_topics__minus_one__the_cluster_defaults_and_the_answer_says_them():
+    controller = StandInController(num_partitions=4, default_replication_factor=3)
+    answer = ask(controller, 19, 7, create_v7.CreateTopicsRequest(topics=(
+        creatable("both", partitions=-1, factor=-1), creatable("factor-only", partitions=2, factor=-1)),
+        timeout=TIMEOUT, validate_only=False))
+    assert [(t.name, t.error_code, t.num_partitions, t.replication_factor) for t in answer.topics] == [
+        ("both", ErrorCode.none, 4, 3), ("factor-only", ErrorCode.none, 2, 3)]
+    assert len(controller.metadata.topic("both").partitions) == 4
+    assert all(len(p.replicas) == 3 for p in controller.metadata.topic("both").partitions)
 
 
 def test_create_topics__validate_only_creates_nothing():

@@ -7,8 +7,9 @@ handlers do the same way:
     INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
     INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION (delete, create partitions);
     the other topics of the request go on.
-  * num_partitions / replication_factor -1: the broker defaults (Kafka's
-    num.partitions and default.replication.factor, both 1).
+  * num_partitions / replication_factor -1: the cluster's defaults (Kafka's
+    num.partitions and default.replication.factor, 1 unless the cluster sets
+    them); the answer gives the values the topic got.
   * manual replica assignments are not taken: INVALID_REPLICA_ASSIGNMENT (rafka
     assigns replicas to brokers itself, Kafka's rack-unaware way).
   * validate_only: checked as a creation would be, nothing created.
@@ -38,8 +39,6 @@ from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
 
 CREATE_KEY, DELETE_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
-DEFAULT_NUM_PARTITIONS = 1          # Kafka's num.partitions
-DEFAULT_REPLICATION_FACTOR = 1      # Kafka's default.replication.factor
 ZERO_UUID = uuid.UUID(int=0)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -50,7 +49,9 @@ class TopicAdmin(Protocol):
     def cluster_image(self) -> ClusterImage: ...
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           config: dict | None = ..., validate_only: bool = ...) -> dict: ...
+                           config: dict | None = ..., validate_only: bool = ...) -> dict:
+        """-1 for `partitions` or `replication_factor`: the cluster's default; the
+        answer's "partitions" list the replicas each partition got."""
 
     async def delete_topic(self, name: str) -> None: ...
 
@@ -79,8 +80,7 @@ def routes(admin: TopicAdmin) -> list[Route]:
 
         async def one(topic):
             code, message, described = ErrorCode.none, None, None
-            partitions = DEFAULT_NUM_PARTITIONS if topic.num_partitions == -1 else int(topic.num_partitions)
-            factor = DEFAULT_REPLICATION_FACTOR if topic.replication_factor == -1 else int(topic.replication_factor)
+            partitions, factor = int(topic.num_partitions), int(topic.replication_factor)
             try:
                 if topic.assignments:
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
@@ -91,6 +91,8 @@ def routes(admin: TopicAdmin) -> list[Route]:
             except Exception as error:
                 code, message = _failure(error)
             ok = code == ErrorCode.none
+            if ok and described:   # what -1 became
+                partitions, factor = len(described["partitions"]), len(described["partitions"][0]["replicas"])
             topic_id = id_as_uuid(described["topic_id"]) if described and described.get("topic_id") else ZERO_UUID
             return make(module.CreatableTopicResult, name=topic.name, topic_id=topic_id, error_code=code,
                         error_message=message, topic_config_error_code=i16(0),
