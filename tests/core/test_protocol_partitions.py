@@ -165,7 +165,7 @@ def test_acks_zero__no_answer_and_a_failed_one_closes_the_connection(node):
 def test_fetch__past_the_leo_is_offset_out_of_range_and_epochs_are_fenced(node):
     exchange(node, produce_request(batch(b"a")))
     (past,) = exchange(node, fetch_request(5))
-    assert fetched(past).error_code == ErrorCode.offset_out_of_range and fetched(past).records is None
+    assert fetched(past).error_code == ErrorCode.offset_out_of_range and fetched(past).records == b""
     node.endpoints[("orders", 0)].replica.become_leader(leader_epoch=3, replicas=[0], isr=[0], partition_epoch=1)
     stale, future, current = exchange(node, fetch_request(0, epoch=0), fetch_request(0, epoch=9),
                                       fetch_request(0, epoch=3))
