@@ -115,8 +115,36 @@ GroupMaxSizeReached = _error("GroupMaxSizeReached", 81, "GROUP_MAX_SIZE_REACHED"
                              "The group already has group.max.size members.")
 GroupSubscribedToTopic = _error("GroupSubscribedToTopic", 86, "GROUP_SUBSCRIBED_TO_TOPIC", False,
                                 "The group has members subscribed to the topic: its offsets stay.")
-InvalidRecord = _error("InvalidRecord", 87, "INVALID_RECORD", False,
-                       "A record is not valid for this topic (e.g. no key on a compacted topic).")
+
+
+class InvalidRecord(KafkaError):
+    """A record is not valid for this topic (e.g. no key on a compacted topic).
+
+    `record_errors`: (index of the record in its batch, why) for each record that
+    failed a per-record check (Kafka's RecordValidationException, KIP-467); empty
+    when the batch as a whole was refused. Produce v8+ answers carry them, with the
+    message as the partition's error_message."""
+
+    code = 87
+    kafka_name = "INVALID_RECORD"
+    retriable = False
+
+    def __init__(self, message: str = "", record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.record_errors))
+
+    @classmethod
+    def rejected_records(cls, record_errors: list[tuple[int, str]]) -> InvalidRecord:
+        """The batch's failed records, with Kafka's message for them
+        (LogValidator.processRecordErrors: the count, then at most three)."""
+        shown = ", ".join(f"RecordError(batchIndex={index}, message='{why}')" for index, why in record_errors[:3])
+        return cls(f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
+                   f"and only showing the first three errors at most: [{shown}]", tuple(record_errors))
+
+
 UnsupportedSaslMechanism = _error("UnsupportedSaslMechanism", 33, "UNSUPPORTED_SASL_MECHANISM", False,
                                   "The SASL mechanism asked for is not enabled on this listener.")
 IllegalSaslState = _error("IllegalSaslState", 34, "ILLEGAL_SASL_STATE", False,

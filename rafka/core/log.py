@@ -289,8 +289,11 @@ class PartitionLog:
             # The one per-record check on the append path, as in Kafka: a compacted
             # topic cannot hold a record without a key.
             for _, records in decode_batches(view):
-                if any(r.key is None for r in records):
-                    raise InvalidRecord("compacted topic requires every record to have a key")
+                keyless = [index for index, r in enumerate(records) if r.key is None]
+                if keyless:   # Kafka's message; the directory is named <topic>-<partition>
+                    raise InvalidRecord.rejected_records([(index, f"Compacted topic cannot accept message without "
+                                                                  f"key in topic partition {self.directory.name}")
+                                                          for index in keyless])
         return batches
 
     def _maybe_roll(self, incoming_bytes: int, incoming: list[BatchHeader]) -> None:

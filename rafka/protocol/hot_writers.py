@@ -72,6 +72,7 @@ _FETCH_REQUEST_FIXED = struct.Struct(">iiiibii")
 _EPOCH_END_OFFSET = struct.Struct(">iqB")                # epoch, end offset, no tags
 _COMMIT_PARTITION = struct.Struct(">iqi")                # index, offset, leader epoch
 _COMMIT_ANSWER_PARTITION = struct.Struct(">ihB")         # index, error, no tags
+_ABORTED_TRANSACTION = struct.Struct(">qqB")             # producer id, first offset, no tags
 _NO_TAGS = b"\x00"
 _NULL = b"\x00"          # a null compact string, bytes or array
 _PRODUCE_REQUEST_FIXED = struct.Struct(">hi")           # acks, timeout ms
@@ -135,16 +136,27 @@ def _produce_request_v9(request) -> list:
 
 def produce_answer_v9(topics) -> WrittenBody:
     """A Produce v9 answer from values: `topics` is [(name, [(index, error code,
-    base offset, log append time ms or -1, log start offset)])], each partition
-    with no record errors and no error message (what rafka's broker answers)."""
+    base offset, log append time ms or -1, log start offset, record errors, error
+    message or None)])], record errors being [(batch index, message or None)]
+    (KIP-467: the records a per-record check refused)."""
     out = [_uvarint(len(topics) + 1)]
     for name, partitions in topics:
         out.append(_compact_string(name))
         out.append(_uvarint(len(partitions) + 1))
-        for index, error_code, base_offset, log_append_time_ms, log_start_offset in partitions:
+        for (index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
+             error_message) in partitions:
             out.append(_PARTITION_ANSWER_FIXED.pack(index, error_code, base_offset, log_append_time_ms,
                                                     log_start_offset))
-            out.append(_NO_RECORD_ERRORS_NO_MESSAGE)
+            if not record_errors and error_message is None:   # every answer but a refused record's
+                out.append(_NO_RECORD_ERRORS_NO_MESSAGE)
+                continue
+            out.append(_uvarint(len(record_errors) + 1))
+            for batch_index, batch_index_error_message in record_errors:
+                out.append(_I32.pack(batch_index))
+                out.append(_nullable_compact_string(batch_index_error_message))
+                out.append(_NO_TAGS)
+            out.append(_nullable_compact_string(error_message))
+            out.append(_NO_TAGS)
         out.append(_NO_TAGS)
     out.append(_NO_THROTTLE_NO_TAGS)
     return WrittenBody(kio_produce_response_v9.ProduceResponse, out)
@@ -196,19 +208,24 @@ def _fetch_request_v12(request) -> list:
 
 def fetch_answer_v12(topics, *, error_code: int = 0, session_id: int = 0) -> WrittenBody:
     """A Fetch v12 answer from values: `topics` is [(topic, [(partition index,
-    error code, high watermark, last stable offset, log start offset, preferred
-    read replica, records or None, diverging (epoch, end offset) or None)])], each
-    partition with null aborted transactions and no current-leader or snapshot
-    tag (what rafka's broker answers: it serves no transactions)."""
+    error code, high watermark, last stable offset, log start offset, aborted
+    transactions [(producer id, first offset)] or None, preferred read replica,
+    records or None, diverging (epoch, end offset) or None)])], each partition
+    with no current-leader or snapshot tag (rafka's broker sends neither)."""
     out = [_FETCH_ANSWER_FIXED.pack(0, error_code, session_id), _uvarint(len(topics) + 1)]
     for topic, partitions in topics:
         out.append(_compact_string(topic))
         out.append(_uvarint(len(partitions) + 1))
-        for (index, error_code, high_watermark, last_stable_offset, log_start_offset, preferred_read_replica,
-             records, diverging_epoch) in partitions:
+        for (index, error_code, high_watermark, last_stable_offset, log_start_offset, aborted_transactions,
+             preferred_read_replica, records, diverging_epoch) in partitions:
             out.append(_PARTITION_ANSWER_FIXED.pack(index, error_code, high_watermark, last_stable_offset,
                                                     log_start_offset))
-            out.append(_NULL)   # aborted transactions
+            if aborted_transactions is None:
+                out.append(_NULL)
+            else:
+                out.append(_uvarint(len(aborted_transactions) + 1))
+                out.extend(_ABORTED_TRANSACTION.pack(producer_id, first_offset, 0)
+                           for producer_id, first_offset in aborted_transactions)
             out.append(_I32.pack(preferred_read_replica))
             if records is None:
                 out.append(_NULL)

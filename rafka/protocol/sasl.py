@@ -139,12 +139,14 @@ class SaslGate:
         except SaslAuthenticationFailed as error:
             self.close_after_answer = True
             return encode_response(context.correlation_id, make(
-                response_type, error_code=ErrorCode.sasl_authentication_failed, error_message=str(error),
+                response_type, error_code=ErrorCode.sasl_authentication_failed, error_message=error.message,
                 auth_bytes=b"", session_lifetime=_NO_SESSION_LIFETIME))
         if self._scram.authenticated:
             self.authenticated, self.user = True, self._scram.user
+        # error_message: "" with no error, the field's default (SaslServerAuthenticator
+        # sets none); a refusal carries the exception's message as it is.
         return encode_response(context.correlation_id, make(
-            response_type, error_code=ErrorCode.none, error_message=None, auth_bytes=auth_bytes,
+            response_type, error_code=ErrorCode.none, error_message="", auth_bytes=auth_bytes,
             session_lifetime=_NO_SESSION_LIFETIME))
 
 

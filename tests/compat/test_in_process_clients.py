@@ -5,6 +5,7 @@ local_cluster's actors are the next step of issue 14."""
 
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -25,6 +26,59 @@ def log_values(node, partition):
     log = node.endpoints[("orders", partition)].replica.log
     records = log.read(0, 1 << 24, max_offset=log.high_watermark)
     return [(r.offset, r.value) for _, batch in decode_batches(records) for r in batch]
+
+
+def test_confluent_kafka__fetch_out_of_range__earliest_reset_reads_the_records(node):
+    """A committed offset past the LEO: the Fetch answer says OFFSET_OUT_OF_RANGE with
+    an empty record set (a null one is unparseable to librdkafka, whose consumer then
+    retried forever), so auto.offset.reset=earliest fires and the records are read."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all"})
+    for i in range(3):
+        producer.produce("orders", value=f"r{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "reset", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition("orders", 0, 100)], asynchronous=False)
+    assert committed(node, "reset") == {("orders", 0): 100}
+    consumer.assign([TopicPartition("orders", 0)])   # from the committed offset, 100 > the LEO (3)
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 3 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append((message.offset(), message.value()))
+    consumer.close()
+    assert got == [(0, b"r0"), (1, b"r1"), (2, b"r2")]
+
+
+def test_confluent_kafka__keyless_record_to_a_compacted_topic__invalid_record_nothing_written(tmp_path):
+    """KIP-467: the broker names the keyless records of the batch (record_errors), so
+    librdkafka fails them with INVALID_RECORD and their keyed batch-mates with
+    _INVALID_DIFFERENT_RECORD (without record_errors every record of the batch gets
+    INVALID_RECORD; librdkafka tells them apart only when two or more records
+    failed); nothing of the batch is written, and a keyed record after it is."""
+    from confluent_kafka import KafkaError, Producer
+    with ProtocolNode(tmp_path, {"facts": 1}, configs={"facts": {"cleanup.policy": "compact"}}) as node:
+        reports = {}
+        producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all", "linger.ms": 1000})
+        for index, key in enumerate([b"a", None, b"c", None]):   # one batch: flush sends it
+            producer.produce("facts", key=key, value=f"v{index}".encode(), partition=0,
+                             on_delivery=lambda error, message, index=index: reports.update({index: error}))
+        assert producer.flush(30) == 0
+        assert {index: error.code() for index, error in reports.items()} == {
+            0: KafkaError._INVALID_DIFFERENT_RECORD, 1: KafkaError.INVALID_RECORD,
+            2: KafkaError._INVALID_DIFFERENT_RECORD, 3: KafkaError.INVALID_RECORD}
+        log = node.endpoints[("facts", 0)].replica.log
+        assert log.log_end_offset == 0
+        delivered = []
+        producer.produce("facts", key=b"k", value=b"keyed", partition=0,
+                         on_delivery=lambda error, message: delivered.append((error, message.offset())))
+        assert producer.flush(30) == 0
+        assert delivered == [(None, 0)]
+        records = log.read(0, 1 << 20, max_offset=log.high_watermark)
+        assert [(r.offset, r.key, r.value) for _, batch in decode_batches(records) for r in batch] == [
+            (0, b"k", b"keyed")]
 
 
 def test_kafka_python__idempotent_producer_and_an_assigned_consumer(node):

@@ -71,11 +71,14 @@ class LocalCoordinator:
 
 class ProtocolNode:
     """Start with `with ProtocolNode(tmp_path, {"orders": 2}) as node:`;
-    `node.bootstrap` is host:port."""
+    `node.bootstrap` is host:port; `configs` gives a topic its configs
+    ({"facts": {"cleanup.policy": "compact"}}) beside min.insync.replicas=1."""
 
-    def __init__(self, directory, topics: dict[str, int], *, sasl=None, tls=None) -> None:
+    def __init__(self, directory, topics: dict[str, int], *, configs: dict[str, dict] | None = None, sasl=None,
+                 tls=None) -> None:
         self.directory = directory
         self.topics = topics
+        self.configs = configs or {}
         self.sasl = sasl   # a protocol.sasl.SaslListener: every listener asks for SASL/SCRAM
         self.tls = tls     # a protocol.tls.server_context: every listener speaks TLS
         self.metadata = ClusterMetadata()
@@ -119,13 +122,13 @@ class ProtocolNode:
         apply(self.metadata.handle_start())
         clock = SystemClock()
         for name, count in self.topics.items():
-            records, _ = self.metadata.handle_create_topic(name, count, 1, {"min.insync.replicas": 1}, [0],
-                                                           rng=random.Random(0))
+            config = {"min.insync.replicas": 1, **self.configs.get(name, {})}
+            records, _ = self.metadata.handle_create_topic(name, count, 1, config, [0], rng=random.Random(0))
             apply(records)
             for p in range(count):
                 replica = PartitionReplica(topic=name, partition=p, replica_id=0,
                                            directory=self.directory / f"{name}-{p}",
-                                           config=TopicConfig.from_dict({"min.insync.replicas": 1}), clock=clock,
+                                           config=TopicConfig.from_dict(config), clock=clock,
                                            replica_lag_time_max_ms=30_000)
                 replica.become_leader(leader_epoch=0, replicas=[0], isr=[0], partition_epoch=0)
                 self.endpoints[(name, p)] = HostedPartition(lambda replica=replica: replica)

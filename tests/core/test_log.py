@@ -2,6 +2,7 @@
 truncation and leader epochs, each on a real directory and a fake clock."""
 
 import os
+import pickle
 import shutil
 
 import pytest
@@ -348,6 +349,21 @@ def test_compaction__keyless_record_on_compacted_topic__invalid_record(tmp_path)
     log = open_log(tmp_path, **{"cleanup.policy": "compact"})
     with pytest.raises(InvalidRecord):
         log.append_as_leader(batch(b"no key", key=None), leader_epoch=0)
+    assert log.log_end_offset == 0
+
+
+def test_compaction__keyless_records_in_a_batch__each_named_with_kafkas_message(tmp_path):
+    log = open_log(tmp_path / "facts-3", **{"cleanup.policy": "compact"})
+    records = [RecordInput(b"v", key, 1_000) for key in (b"a", None, b"c", None)]
+    with pytest.raises(InvalidRecord) as refused:
+        log.append_as_leader(encode_batch(records), leader_epoch=0)
+    why = "Compacted topic cannot accept message without key in topic partition facts-3"
+    assert refused.value.record_errors == ((1, why), (3, why))
+    assert refused.value.message == (
+        "One or more records have been rejected due to 2 record errors in total, and only showing the first "
+        f"three errors at most: [RecordError(batchIndex=1, message='{why}'), RecordError(batchIndex=3, "
+        f"message='{why}')]")
+    assert pickle.loads(pickle.dumps(refused.value)).record_errors == refused.value.record_errors
     assert log.log_end_offset == 0
 
 

@@ -99,3 +99,34 @@ def test_offset_delete__refused_for_a_subscribed_topic_and_an_unknown_group(node
     assert subscribed.topics[0].partitions[0].error_code == ErrorCode.group_subscribed_to_topic
     assert unknown.error_code == ErrorCode.group_id_not_found and unknown.topics == ()
     assert node.coordinator.shard.fetch_offsets("wire-group")[("orders", 0)][0] == 2
+
+
+def test_join_and_sync__an_error__null_protocol_type_and_name(node):
+    """Kafka's JoinGroup (v7+) and SyncGroup (v5+) error answers leave both at their
+    null default; a success names the group's."""
+    (refused,) = exchange(node, join_request("range", protocol_type="connect"))
+    assert refused.error_code == ErrorCode.inconsistent_group_protocol
+    assert (refused.protocol_type, refused.protocol_name) == (None, None)
+    (joined,) = exchange(node, join_request("range"))
+    assert (joined.protocol_type, joined.protocol_name) == ("consumer", "range")
+    stale, synced = exchange(
+        node, SyncGroupRequest(group_id="wire-group", generation_id=i32(9), member_id=joined.member_id,
+                               group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                               assignments=()),
+        SyncGroupRequest(group_id="wire-group", generation_id=joined.generation_id, member_id=joined.member_id,
+                         group_instance_id=None, protocol_type="consumer", protocol_name=None, assignments=()))
+    assert stale.error_code == ErrorCode.illegal_generation and (stale.protocol_type, stale.protocol_name) == (
+        None, None)
+    assert synced.error_code == ErrorCode.none and (synced.protocol_type, synced.protocol_name) == (
+        "consumer", "range")
+
+
+def test_join_v6__an_error__empty_protocol_name(node):
+    """Before v7 the name is not nullable: JoinGroupResponse answers ""."""
+    from kio.schema.join_group.v6 import request as join_v6
+    request = join_v6.JoinGroupRequest(
+        group_id="wire-group", session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)), member_id="", group_instance_id=None,
+        protocol_type="connect", protocols=(join_v6.JoinGroupRequestProtocol(name="range", metadata=b""),))
+    (refused,) = exchange(node, request)
+    assert refused.error_code == ErrorCode.inconsistent_group_protocol and refused.protocol_name == ""

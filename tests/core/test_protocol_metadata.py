@@ -168,3 +168,33 @@ def test_metadata__brokers_carry_no_rack_so_librdkafka_can_parse_many_nodes(stat
     assert any(n.rack is not None for n in state.nodes.values())   # known, not sent
     response = ask(build_image(state, version=1), 12, None)
     assert response.brokers and all(b.rack is None for b in response.brokers)
+
+
+def test_find_coordinator__error_message_is_kafkas__none_with_a_coordinator(state):
+    """FindCoordinatorResponse sets error_message from Errors.message(), never null:
+    Errors.NONE's is its name."""
+    assert find(build_image(state, version=1), 3, "g").error_message == "The coordinator is not available."
+    apply(state, state.handle_create_topic("__consumer_offsets", 1, 1, None, [0], rng=random.Random(2))[0])
+    register(state, "coordinator:0", 40_000)
+    image = build_image(state, version=2)
+    assert find(image, 3, "g").error_message == "NONE"
+    assert [c.error_message for c in find(image, 4, "g").coordinators] == ["NONE"]
+    assert find(image, 3, "tx", key_type=1).error_message.startswith("This most likely occurs because of a request")
+
+
+def test_describe_configs__error_message_empty_for_a_topic_and_an_unknown_one(state):
+    """ConfigHelper.describeConfigs sets no message for either: the field's default,
+    "" (not null)."""
+    from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+    from kio.static.primitive import i8
+    from rafka.protocol.handlers import describe_configs
+    image = build_image(state, version=2)   # the fixture's state has "orders"
+    assert "orders" in image.topics
+    dispatcher = Dispatcher(DispatchTable([api_versions.ROUTE, describe_configs.route(lambda: image)]))
+    request = DescribeConfigsRequest(resources=tuple(
+        DescribeConfigsResource(resource_type=i8(2), resource_name=name, configuration_keys=None)
+        for name in ("orders", "nope")), include_synonyms=False, include_documentation=False)
+    frame = asyncio.run(dispatcher.dispatch(request_frame(describe_configs.API_KEY, 4, request)))
+    known, unknown = read_response(frame, describe_configs.API_KEY, 4)[1].results
+    assert (known.error_code, known.error_message) == (ErrorCode.none, "") and known.configs
+    assert (unknown.error_code, unknown.error_message) == (ErrorCode.unknown_topic_or_partition, "")

@@ -17,6 +17,7 @@ from rafka.core.errors import NetworkException
 from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import EARLIEST_TIMESTAMP
 from rafka.protocol.connection import Connection
+from rafka.protocol.entities import load_request_schema, make, module_of
 from tests.core.protocol_node import ProtocolNode
 from tests.core.test_protocol_dispatch import request_frame
 
@@ -165,7 +166,7 @@ def test_acks_zero__no_answer_and_a_failed_one_closes_the_connection(node):
 def test_fetch__past_the_leo_is_offset_out_of_range_and_epochs_are_fenced(node):
     exchange(node, produce_request(batch(b"a")))
     (past,) = exchange(node, fetch_request(5))
-    assert fetched(past).error_code == ErrorCode.offset_out_of_range and fetched(past).records is None
+    assert fetched(past).error_code == ErrorCode.offset_out_of_range and fetched(past).records == b""
     node.endpoints[("orders", 0)].replica.become_leader(leader_epoch=3, replicas=[0], isr=[0], partition_epoch=1)
     stale, future, current = exchange(node, fetch_request(0, epoch=0), fetch_request(0, epoch=9),
                                       fetch_request(0, epoch=3))
@@ -295,3 +296,85 @@ def test_replica_fetch__records_to_the_leo_progress_counted_a_diverging_log_told
         fetching.leader_answer(stale, topic="orders", partition=0)
     assert fetching.list_offset_answer(start, topic="orders", partition=0)[0] == 0
     assert log_end(node) == 2
+
+
+def fetch_request_of(version, offset, *, topic="orders", partition=0, isolation_level=0):
+    """A consumer's Fetch of one partition in any version rafka serves (kio's types)."""
+    request_type = load_request_schema(1, version)
+    module = module_of(request_type)
+    wanted = make(module.FetchPartition, partition=i32(partition), current_leader_epoch=i32(-1),
+                  fetch_offset=i64(offset), last_fetched_epoch=i32(-1), log_start_offset=i64(-1),
+                  partition_max_bytes=i32(1 << 20))
+    return make(request_type, cluster_id=None, replica_id=i32(-1),
+                max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(1), max_bytes=i32(1 << 20),
+                isolation_level=i8(isolation_level), session_id=i32(0), session_epoch=i32(-1),
+                topics=(make(module.FetchTopic, topic=topic, partitions=(wanted,)),), forgotten_topics_data=(),
+                rack_id="")
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_fetch__offset_out_of_range__empty_record_set(node, version):
+    """ReplicaManager answers a read's error with MemoryRecords.EMPTY: a null set is
+    unparseable to librdkafka, whose consumer then never resets its offset."""
+    exchange(node, produce_request(batch(b"a")))
+    (past,) = exchange(node, fetch_request_of(version, 5))
+    data = fetched(past)
+    assert data.error_code == ErrorCode.offset_out_of_range
+    assert data.records == b"" and data.high_watermark == -1
+    assert data.aborted_transactions is None
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_fetch__a_partition_the_image_does_not_know__null_record_set(node, version):
+    """KafkaApis turns such a partition away before ReplicaManager reads:
+    FetchResponse.partitionResponse, whose records are null."""
+    (answer,) = exchange(node, fetch_request_of(version, 0, partition=7))
+    assert fetched(answer).error_code == ErrorCode.unknown_topic_or_partition and fetched(answer).records is None
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_fetch__read_committed__empty_aborted_transactions_read_uncommitted_null(node, version):
+    """LocalLog.read collects aborted transactions only for TXN_COMMITTED reads."""
+    exchange(node, produce_request(batch(b"a")))
+    committed, uncommitted, past = exchange(node, fetch_request_of(version, 0, isolation_level=1),
+                                            fetch_request_of(version, 0),
+                                            fetch_request_of(version, 5, isolation_level=1))
+    assert fetched(committed).aborted_transactions == () and fetched(committed).records
+    assert fetched(uncommitted).aborted_transactions is None
+    assert fetched(past).aborted_transactions is None   # an error: no read, nothing collected
+
+
+def produce_request_of(version, records, *, topic="orders"):
+    request_type = load_request_schema(0, version)
+    module = module_of(request_type)
+    return make(request_type, transactional_id=None, acks=i16(-1),
+                timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)), topic_data=(make(
+                    module.TopicProduceData, name=topic, partition_data=(
+                        make(module.PartitionProduceData, index=i32(0), records=records),)),))
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_produce__keyless_records_to_a_compacted_topic__record_errors_and_kafkas_message(tmp_path, version):
+    with ProtocolNode(tmp_path, {"facts": 1}, configs={"facts": {"cleanup.policy": "compact"}}) as node:
+        records = encode_batch([RecordInput(b"v", key, 1_000) for key in (b"a", None, None)])
+        (answer,) = exchange(node, produce_request_of(version, records, topic="facts"))
+        (partition,) = answer.responses[0].partition_responses
+        why = "Compacted topic cannot accept message without key in topic partition facts-0"
+        assert (partition.error_code, partition.base_offset) == (ErrorCode.invalid_record, -1)
+        assert [(e.batch_index, e.batch_index_error_message) for e in partition.record_errors] == [
+            (1, why), (2, why)]
+        assert partition.error_message == (
+            "One or more records have been rejected due to 2 record errors in total, and only showing the first "
+            f"three errors at most: [RecordError(batchIndex=1, message='{why}'), RecordError(batchIndex=2, "
+            f"message='{why}')]")
+        assert node.endpoints[("facts", 0)].replica.log.log_end_offset == 0
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_produce__other_errors__no_record_errors_and_a_null_message(node, version):
+    """Only a per-record refusal has a custom message (ReplicaManager's LogAppendResult)."""
+    two_batches, unknown = exchange(node, produce_request_of(version, batch(b"a") + batch(b"b")),
+                                    produce_request_of(version, batch(b"a"), topic="nope"))
+    for answer, code in ((two_batches, ErrorCode.invalid_record), (unknown, ErrorCode.unknown_topic_or_partition)):
+        (partition,) = answer.responses[0].partition_responses
+        assert (partition.error_code, partition.record_errors, partition.error_message) == (code, (), None)

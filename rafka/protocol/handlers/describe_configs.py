@@ -7,7 +7,8 @@ what this handler does the same way:
     defaults), or only configuration_keys when given; an override is
     DYNAMIC_TOPIC_CONFIG (source 1), the rest DEFAULT_CONFIG (5); values as
     Kafka's strings ("true", "604800000"); nothing is sensitive or read-only.
-    An unknown topic: UNKNOWN_TOPIC_OR_PARTITION.
+    An unknown topic: UNKNOWN_TOPIC_OR_PARTITION. error_message is "" (the
+    field's default in Kafka) except for an error an exception made.
   * a broker (type 4): no configs, no error (rafka's brokers have no dynamic
     configs to show). Any other resource type: INVALID_REQUEST.
   * synonyms are not listed; documentation is null.
@@ -57,12 +58,13 @@ def route(current_image: Callable[[], ClusterImage]) -> Route:
         image = current_image()
         results = []
         for resource in request.resources:
-            configs, code, message = (), ErrorCode.none, None
+            # error_message: "" (its default) unless an exception made the error
+            # (ConfigHelper.describeConfigs: an unknown topic is answered without one)
+            configs, code, message = (), ErrorCode.none, ""
             if resource.resource_type == TOPIC_RESOURCE:
                 topic = image.topics.get(resource.resource_name)
                 if topic is None:
-                    code, message = ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} " \
-                                                                          f"does not exist."
+                    code = ErrorCode.unknown_topic_or_partition
                 else:
                     wanted = resource.configuration_keys
                     configs = tuple(make(

@@ -11,6 +11,8 @@ does the same way:
     coordinator: INVALID_REQUEST for v1-3 (Kafka answers an unknown key type so),
     and the same per key in v4's batch.
   * v4 batches keys (KIP-699); v0-3 carry one.
+  * error_message is Kafka's Errors.message() (FindCoordinatorResponse sets it from
+    the error, never null): "NONE" with a coordinator, else the error's text.
 Caller: actors.serving (every node's table), through `route(current_image)`.
 """
 
@@ -40,17 +42,34 @@ def route(current_image: Callable[[], ClusterImage]) -> Route:
     return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_find_coordinator)
 
 
-def locate(image: ClusterImage, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
-    """(error, message, node id, host, port) for one key."""
-    if key_type != GROUP_KEY_TYPE:
-        return ErrorCode.invalid_request, f"key type {key_type} is not served (no transactions)", -1, "", -1
-    if not image.coordinator_nodes:
-        return ErrorCode.coordinator_not_available, "the offsets topic does not exist yet", -1, "", -1
-    node_id = image.coordinator_nodes[partition_for_group(key, len(image.coordinator_nodes))]
-    node = image.nodes.get(node_id)
+# Kafka's Errors.message() for the codes answered here (Errors.NONE has no
+# exception: its message is its name).
+_KAFKA_MESSAGES = {
+    ErrorCode.none: "NONE",
+    ErrorCode.coordinator_not_available: "The coordinator is not available.",
+    ErrorCode.invalid_request: "This most likely occurs because of a request being malformed by the client "
+                               "library or the message was sent to an incompatible broker. See the broker logs "
+                               "for more details.",
+}
+
+
+def locate(image: ClusterImage, key: str, key_type: int) -> tuple[ErrorCode, str, int, str, int]:
+    """(error, Kafka's message for it, node id, host, port) for one key."""
+    code, node = _coordinator(image, key, key_type)
     if node is None:
-        return ErrorCode.coordinator_not_available, "the group's coordinator is not serving", -1, "", -1
-    return ErrorCode.none, None, node.node_id, node.host, node.port
+        return code, _KAFKA_MESSAGES[code], -1, "", -1
+    return code, _KAFKA_MESSAGES[code], node.node_id, node.host, node.port
+
+
+def _coordinator(image: ClusterImage, key: str, key_type: int):
+    if key_type != GROUP_KEY_TYPE:   # no transaction coordinator
+        return ErrorCode.invalid_request, None
+    if not image.coordinator_nodes:   # the offsets topic does not exist yet
+        return ErrorCode.coordinator_not_available, None
+    node = image.nodes.get(image.coordinator_nodes[partition_for_group(key, len(image.coordinator_nodes))])
+    if node is None:   # the group's coordinator is not serving
+        return ErrorCode.coordinator_not_available, None
+    return ErrorCode.none, node
 
 
 def find_coordinator(image: ClusterImage, request, version: int):

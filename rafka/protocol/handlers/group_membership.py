@@ -106,9 +106,12 @@ async def handle_join(host: GroupHost, request, context: RequestContext):
     response_type = load_response_schema(JOIN_KEY, context.api_version)
     module = module_of(response_type)
 
-    def answer(code: ErrorCode, *, generation=-1, protocol="", leader="", member_id=None, members=()):
+    def answer(code: ErrorCode, *, generation=-1, protocol=None, leader="", member_id=None, members=()):
+        # An error carries no protocol: null type (v7+) and name, the name "" before
+        # v7 (JoinGroupResponse's constructor; the type's default is null).
         return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, generation_id=i32(generation),
-                    protocol_type=PROTOCOL_TYPE, protocol_name=protocol, leader=leader,
+                    protocol_type=PROTOCOL_TYPE if protocol else None,
+                    protocol_name=protocol if protocol or context.api_version >= 7 else "", leader=leader,
                     member_id=request.member_id if member_id is None else member_id, members=members)
     coordinator = host.coordinator_for(request.group_id)
     if coordinator is None:
@@ -159,8 +162,13 @@ async def handle_sync(host: GroupHost, request, version: int):
             code = ErrorCode.none
         except Exception as error:
             code = error_code_of(error)
-    protocol_name = getattr(request, "protocol_name", None)
-    return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, protocol_type=PROTOCOL_TYPE,
+    # v5+: the group's protocol type and name with an assignment, null with an
+    # error (GroupMetadataManager's sync answers; their defaults are null).
+    protocol_type = protocol_name = None
+    if code == ErrorCode.none and version >= 5:
+        protocol_type = PROTOCOL_TYPE
+        protocol_name = request.protocol_name or (await coordinator.describe_group(request.group_id))["assignor"]
+    return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, protocol_type=protocol_type,
                 protocol_name=protocol_name,
                 assignment=encode_assignment(map(tuple, assignment)) if assignment is not None else b"")
 

@@ -8,6 +8,11 @@ ProduceRequest.validateRecords), and what this handler does the same way:
   * records that are not exactly one batch of magic 2: INVALID_RECORD for that
     partition (v3+ carries one v2 batch per partition); a bad CRC or framing:
     CORRUPT_MESSAGE (the log's own check). Nothing is written for either.
+  * records a per-record check refuses (a keyless record on a compacted topic):
+    INVALID_RECORD with record_errors [(index in the batch, why)] and the error
+    message (v8+; KIP-467, ReplicaManager's RecordValidationException case); the
+    batch is not written. Every other error has no record errors and a null
+    message (LogAppendResult: only that case has a custom message).
   * a partition not led here: NOT_LEADER_OR_FOLLOWER (or UNKNOWN_TOPIC_OR_PARTITION,
     see handlers.partitions); the other partitions of the request go on.
   * acks=0: no response at all; if any partition failed, the connection is
@@ -34,7 +39,7 @@ from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from rafka.core.errors import InvalidRecord
+from rafka.core.errors import InvalidRecord, InvalidRequiredAcks
 from rafka.core.records import MAGIC, read_header
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
@@ -79,61 +84,82 @@ async def produce(host: PartitionHost, request, version: int):
 
     work = [(t.name, p) for t in request.topic_data for p in t.partition_data]
     if acks not in VALID_ACKS:   # before anything else, for every partition (ReplicaManager.appendRecords)
-        rows = [(topic, p, ErrorCode.invalid_required_acks, None) for topic, p in work]
+        rows = [(topic, p, InvalidRequiredAcks(), None) for topic, p in work]
     else:
         appended = [(topic, p, *_append(host, topic, p, acks)) for topic, p in work]
         admit_next()
         if len(appended) == 1:   # what every client here sends: no task for the gather
             rows = [await _acknowledged(*appended[0], timeout_ms)]
         else:
-            rows = await asyncio.gather(*(_acknowledged(topic, p, code, endpoint, pending, timeout_ms)
-                                          for topic, p, code, endpoint, pending in appended))
+            rows = await asyncio.gather(*(_acknowledged(topic, p, error, endpoint, pending, timeout_ms)
+                                          for topic, p, error, endpoint, pending in appended))
     if acks == 0:
-        if any(code != ErrorCode.none for _, _, code, _ in rows):
+        if any(outcome is not None for _, _, outcome, _ in rows):
             raise ClosedAfterFailedAcksZeroProduce("a partition of an acks=0 produce failed")
         return None
     if version == HOT_VERSION:   # what rafka's producers, coordinators and librdkafka send
         return produce_answer_v9(list(by_topic(
-            (topic, _values(partition_data, code, result)) for topic, partition_data, code, result in rows).items()))
+            (topic, _values(partition_data, error, result)) for topic, partition_data, error, result in rows).items()))
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
     grouped = by_topic((topic, make(   # plain ints for i32/i64: see handlers.fetch
-        module.PartitionProduceResponse, index=partition_data.index, error_code=code,
+        module.PartitionProduceResponse, index=partition_data.index, error_code=_code(error),
         base_offset=result.base_offset if result else -1, log_append_time=_append_time(result),
-        log_start_offset=-1, record_errors=(), error_message=None))
-        for topic, partition_data, code, result in rows)
+        log_start_offset=-1, record_errors=tuple(
+            make(module.BatchIndexAndErrorMessage, batch_index=index, batch_index_error_message=why)
+            for index, why in _record_errors(error)) if hasattr(module, "BatchIndexAndErrorMessage") else (),
+        error_message=_error_message(error)))
+        for topic, partition_data, error, result in rows)
     return make(response_type, throttle_time=_NO_THROTTLE, responses=tuple(
         make(module.TopicProduceResponse, name=topic, partition_responses=tuple(partitions))
         for topic, partitions in grouped.items()))
 
 
-def _values(partition_data, code: ErrorCode, result) -> tuple:
+def _values(partition_data, error, result) -> tuple:
     """One partition of a v9 answer as hot_writers.produce_answer_v9 takes it (the
     same values as the entity above)."""
     if result is None:
-        return int(partition_data.index), code.value, -1, -1, -1
-    return int(partition_data.index), code.value, result.base_offset, result.log_append_time_ms, -1
+        return (int(partition_data.index), _code(error).value, -1, -1, -1, _record_errors(error),
+                _error_message(error))
+    return int(partition_data.index), 0, result.base_offset, result.log_append_time_ms, -1, (), None
+
+
+def _code(error) -> ErrorCode:
+    """A partition's outcome is None (written) or its error: a KafkaError, or the
+    ErrorCode partitions.locate sends the client elsewhere with."""
+    if error is None:
+        return ErrorCode.none
+    return error if isinstance(error, ErrorCode) else error_code_of(error)
+
+
+def _record_errors(error) -> tuple:
+    return error.record_errors if isinstance(error, InvalidRecord) else ()
+
+
+def _error_message(error) -> str | None:
+    """Kafka's message only for records a per-record check refused (see above)."""
+    return error.message if isinstance(error, InvalidRecord) and error.record_errors else None
 
 
 def _append(host: PartitionHost, topic: str, partition_data, acks: int):
-    """(code, endpoint, Appended) of one partition's append, or (its error's code, None, None)."""
+    """(None, endpoint, Appended) of one partition's append, or (its error, None, None)."""
     code, endpoint = locate(host, topic, int(partition_data.index))
     if endpoint is None:
         return code, None, None
     try:
         check_single_v2_batch(partition_data.records)
-        return ErrorCode.none, endpoint, endpoint.append(bytes(partition_data.records), acks)
+        return None, endpoint, endpoint.append(bytes(partition_data.records), acks)
     except Exception as error:
-        return error_code_of(error), None, None
+        return error, None, None
 
 
-async def _acknowledged(topic: str, partition_data, code: ErrorCode, endpoint, pending, timeout_ms: int):
+async def _acknowledged(topic: str, partition_data, error, endpoint, pending, timeout_ms: int):
     if endpoint is None:
-        return topic, partition_data, code, None
+        return topic, partition_data, error, None
     try:
-        return topic, partition_data, ErrorCode.none, await endpoint.acknowledged(pending, timeout_ms)
+        return topic, partition_data, None, await endpoint.acknowledged(pending, timeout_ms)
     except Exception as error:
-        return topic, partition_data, error_code_of(error), None
+        return topic, partition_data, error, None
 
 
 def _append_time(result):
