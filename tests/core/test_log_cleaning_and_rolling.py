@@ -36,6 +36,12 @@ def append_distinct_keys(log, first, count):
     log.update_high_watermark(log.log_end_offset)
 
 
+def append_updates(log, key, count, timestamp_ms=NOW_MS):
+    """`count` batches, each a new value of `key`, all at `timestamp_ms`."""
+    for i in range(count):
+        log.append_as_leader(keyed_batch([(key, b"%d" % i)], timestamp_ms=timestamp_ms), leader_epoch=0)
+
+
 def clean_if_due(log):
     plan = log.plan_compaction()
     if plan is None:
@@ -72,8 +78,7 @@ def test_cleaner__max_compaction_lag_passed__cleaned_whatever_the_ratio(tmp_path
     clock = FakeClock(NOW_MS)
     log = open_log(tmp_path, clock, **{"cleanup.policy": "compact", "segment.bytes": 200,
                                        "min.cleanable.dirty.ratio": "1", "max.compaction.lag.ms": "60000"})
-    for i in range(10):
-        log.append_as_leader(keyed_batch([(b"k", b"%d" % i)], timestamp_ms=NOW_MS), leader_epoch=0)
+    append_updates(log, b"k", 10)
     log.update_high_watermark(log.log_end_offset)
     assert len(log.segment_base_offsets()) > 2
     assert log.plan_compaction() is None         # ratio 1 is never exceeded; the lag has not passed
@@ -133,11 +138,9 @@ def test_cleanup_policy_compact_delete__retention_deletes_and_the_cleaner_compac
     clock = FakeClock(NOW_MS)
     log = open_log(tmp_path, clock, **{"cleanup.policy": "compact,delete", "segment.bytes": 200,
                                        "retention.ms": "60000", "min.cleanable.dirty.ratio": "0.5"})
-    for i in range(6):
-        log.append_as_leader(keyed_batch([(b"old", b"%d" % i)], timestamp_ms=NOW_MS), leader_epoch=0)
+    append_updates(log, b"old", 6)
     clock.advance(120_000)
-    for i in range(6):
-        log.append_as_leader(keyed_batch([(b"new", b"%d" % i)], timestamp_ms=NOW_MS + 120_000), leader_epoch=0)
+    append_updates(log, b"new", 6, timestamp_ms=NOW_MS + 120_000)
     log.update_high_watermark(log.log_end_offset)
     assert log.enforce_retention() > 0           # the expired segments go, as with cleanup.policy=delete
     assert all(r.key == b"new" for r in read_all(log))
