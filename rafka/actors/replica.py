@@ -12,8 +12,11 @@ core object is only touched between awaits, from one thread. Waiters are woken b
 cleaner's read-only step (`PartitionLog.clean`), which runs on a thread so that a
 large compaction does not stall fetches; its result is applied on the loop.
 
-Timers, per replica: retention every `log_retention_check_interval_ms`; compaction
-of a compacted topic every `log_cleaner_backoff_ms` (only when there is work); the
+Timers, per replica: retention every `log_retention_check_interval_ms` (when
+cleanup.policy has delete); a log cleaner pass of a compacted topic every
+`log_cleaner_backoff_ms`, which cleans only when core.log's plan says Kafka's
+cleaner would (dirty ratio above min.cleanable.dirty.ratio, a dirty record older
+than max.compaction.lag.ms, or a kept tombstone due); the
 HW / recovery-point checkpoint every `replica_high_watermark_checkpoint_interval_ms`
 (Kafka's replica.high.watermark.checkpoint.interval.ms).
 

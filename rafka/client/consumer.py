@@ -62,7 +62,7 @@ from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
 from rafka.client.network import ClientNetwork, client_security
 from rafka.client.retry import ask_leader, is_retriable, kafka_cause
-from rafka.core.config import ConfigDef, at_least
+from rafka.core.config import INT, ConfigDef, at_least
 from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)
 from rafka.core.offset_reset import parse_auto_offset_reset
@@ -80,8 +80,8 @@ ASYNC_COMMITS_UNANSWERED_MAX = 16
 CONSUMER_IN_FLIGHT_REQUESTS_PER_CONNECTION = 100
 # Checked at construction (InvalidConfig), not at the first fetch: a leader
 # refuses a fetch of 0 bytes (Kafka's allows it), so no poll would return a record.
-MAX_POLL_RECORDS = ConfigDef("max.poll.records", int, 500, at_least(1), ">= 1")
-MAX_PARTITION_FETCH_BYTES = ConfigDef("max.partition.fetch.bytes", int, 1_048_576, at_least(1), ">= 1")
+MAX_POLL_RECORDS = ConfigDef("max.poll.records", INT, 500, at_least(1))
+MAX_PARTITION_FETCH_BYTES = ConfigDef("max.partition.fetch.bytes", INT, 1_048_576, at_least(1))
 
 
 class ConsumerRebalanceListener:

@@ -32,6 +32,7 @@ import bisect
 import dataclasses
 import fcntl
 import os
+import random
 from pathlib import Path
 
 from rafka.core import checkpoint
@@ -89,12 +90,14 @@ class CleanedSegment:
 
 class PartitionLog:
     def __init__(self, directory: str | os.PathLike, config: TopicConfig | None = None,
-                 clock=None) -> None:
+                 clock=None, *, rng: random.Random | None = None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _lock_directory(self.directory)
         self.config = config or TopicConfig.from_dict({})
         self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()         # segment.jitter.ms draws
+        self._active_roll_jitter_ms = 0           # the active segment's share of segment.jitter.ms
         self.epochs = LeaderEpochCache(self.directory)
         self._segments: list[Segment] = []
         self._bases: list[int] = []
@@ -201,8 +204,11 @@ class PartitionLog:
                 "created_ms": self.clock.now_ms()}
 
     def _add_segment(self, segment: Segment) -> None:
+        """`segment` becomes the active one; it draws its own roll jitter, as each of
+        Kafka's segments does (LocalLog.roll: config.randomSegmentJitter)."""
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
+        self._active_roll_jitter_ms = self.config.random_segment_jitter_ms(self.rng)
 
     def _write_checkpoint(self) -> None:
         if not (self.log_start_offset <= self.high_watermark <= self.log_end_offset):
@@ -297,6 +303,11 @@ class PartitionLog:
         return batches
 
     def _maybe_roll(self, incoming_bytes: int, incoming: list[BatchHeader]) -> None:
+        """Kafka's LogSegment.shouldRoll, on append only (a segment does not roll by
+        time without an append, as in Kafka): full by bytes or index, offsets past
+        int32, or its first batch older than max_segment_ms less its jitter, measured
+        in record time (the incoming max timestamp minus the first batch's) when the
+        records carry timestamps, else by the clock since the segment was created."""
         segment = self.active_segment
         if segment.size_bytes == 0:
             return
@@ -308,7 +319,7 @@ class PartitionLog:
             waited_ms = self.clock.now_ms() - segment.created_ms
         index_full = (segment.index_entry_count + len(incoming)) * 8 > self.config.segment_index_bytes
         if (segment.size_bytes + incoming_bytes > self.config.segment_bytes
-                or waited_ms > self.config.segment_ms
+                or waited_ms > self.config.max_segment_ms - self._active_roll_jitter_ms
                 or index_full
                 or not segment.relative_offset_fits(incoming[-1].last_offset)):
             self.roll()
@@ -406,8 +417,9 @@ class PartitionLog:
     def enforce_retention(self) -> int:
         """Delete whole non-active segments wholly below the HW that are past
         `retention.ms` (by their max timestamp) or beyond `retention.bytes`; move the
-        log start offset. Returns the number of segments deleted."""
-        if self.config.cleanup_policy != "delete":
+        log start offset. Returns the number of segments deleted. Only when
+        cleanup.policy has delete (alone or with compact)."""
+        if not self.config.deletes_by_retention:
             return 0
         now_ms = self.clock.now_ms()
         excess_bytes = self.size_bytes - self.config.retention_bytes
@@ -446,10 +458,16 @@ class PartitionLog:
         return self.apply_compaction(plan, self.clean(plan))
 
     def plan_compaction(self, *, force: bool = False) -> CompactionPlan | None:
-        """The cleanable segments, or None when a pass would change nothing: no segment
-        became cleanable since the last pass and no kept tombstone is due (`force`
-        plans anyway). The cleaner checkpoint is kept in memory: after a restart the
-        first pass reads every cleanable segment again."""
+        """The cleanable segments when the cleaner should clean them now, else None.
+        Kafka's LogCleanerManager decides, per log: clean when the dirty ratio
+        (dirty bytes / (clean + dirty) over the cleanable range) is above
+        min.cleanable.dirty.ratio, or when a dirty record is older than
+        max.compaction.lag.ms (KIP-354) and there are dirty bytes to clean. rafka
+        adds one reason: a kept tombstone whose delete.retention.ms passed (Kafka's
+        cleaner re-reads clean segments on each pass; rafka's reads the dirty ones).
+        `force` plans anyway. The cleaner checkpoint (`_cleaned_through`, Kafka's
+        first dirty offset) is kept in memory: after a restart every cleanable
+        segment is dirty again, so the first pass cleans."""
         if not self.config.compacted:
             return None
         now_ms = self.clock.now_ms()
@@ -463,9 +481,26 @@ class PartitionLog:
             return None
         next_base_offset = self._segments[len(cleanable)].base_offset
         tombstones_due = self._tombstones_due_ms is not None and now_ms > self._tombstones_due_ms
-        if not (force or next_base_offset > self._cleaned_through or tombstones_due):
+        if not (force or tombstones_due or self._cleaning_due(cleanable, now_ms)):
             return None
         return CompactionPlan(tuple(cleanable), next_base_offset, now_ms, self._truncations)
+
+    def _cleaning_due(self, cleanable: list[Segment], now_ms: int) -> bool:
+        """LogCleanerManager.grabFilthiestCompactedLog's test for one log."""
+        first_dirty_offset = max(self._cleaned_through, self.log_start_offset)
+        clean_bytes = sum(s.size_bytes for s in self._segments if s.base_offset < first_dirty_offset)
+        dirty_bytes = sum(s.size_bytes for s in cleanable if s.base_offset >= first_dirty_offset)
+        if dirty_bytes == 0:
+            return False
+        dirty_ratio = dirty_bytes / (clean_bytes + dirty_bytes)
+        # maxCompactionDelay: the first batch timestamps of every dirty non-active
+        # segment (cleanable or not yet), those that carry one.
+        first_timestamps_ms = [s.first_batch_max_timestamp for s in self._segments[:-1]
+                               if s.base_offset >= first_dirty_offset and s.first_batch_max_timestamp is not None
+                               and s.first_batch_max_timestamp > 0]
+        must_clean_by_lag = bool(first_timestamps_ms) and (
+            min(first_timestamps_ms) < now_ms - self.config.max_compaction_lag_ms)
+        return must_clean_by_lag or dirty_ratio > self.config.min_cleanable_dirty_ratio
 
     def clean(self, plan: CompactionPlan) -> list[CleanedSegment]:
         """The planned segments' cleaned bytes. Only reads sealed segments (pread), so

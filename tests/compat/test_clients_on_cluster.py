@@ -293,6 +293,28 @@ def test_confluent_admin__creates_and_deletes_topics_and_lists_offsets(cluster, 
     assert "made-on-wire" not in cluster.admin().list_topics()
 
 
+def test_confluent_admin__creates_a_topic_with_kafkas_cleaner_configs_and_describes_them(cluster, bootstrap):
+    """Issue 26: librdkafka's suite creates topics with configs Kafka defines and
+    rafka refused ("Unknown topic config name(s)"); each is kept and described as
+    the topic's own (DYNAMIC_TOPIC_CONFIG), every other Kafka name as a default."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tuned = {"min.cleanable.dirty.ratio": "0.01", "max.compaction.lag.ms": "5000", "file.delete.delay.ms": "1000",
+             "cleanup.policy": "compact,delete"}
+    admin.create_topics([NewTopic("tuned-cleaner", num_partitions=1, replication_factor=3, config=tuned)],
+                        request_timeout=120)["tuned-cleaner"].result(120)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "tuned-cleaner")
+    described = admin.describe_configs([resource])[resource].result(60)
+    assert {name: described[name].value for name in tuned} == tuned
+    assert all(ConfigSource(described[name].source) == ConfigSource.DYNAMIC_TOPIC_CONFIG for name in tuned)
+    assert described["segment.jitter.ms"].value == "0" and described["segment.jitter.ms"].is_default
+    assert described["remote.storage.enable"].value == "false"
+    with pytest.raises(Exception, match="INVALID_CONFIG|must be no more than 1"):
+        admin.create_topics([NewTopic("too-dirty", num_partitions=1, replication_factor=1,
+                                      config={"min.cleanable.dirty.ratio": "1.5"})])["too-dirty"].result(60)
+    admin.delete_topics(["tuned-cleaner"], request_timeout=120)["tuned-cleaner"].result(120)
+
+
 def rafka_describe_offsets(group, capsys):
     """{(topic, partition): (CURRENT-OFFSET, LOG-END-OFFSET, LAG)} as `rafka consumer-groups --describe` prints them
     (run in this driver: its `connect` joins the Ray cluster the fixture started)."""

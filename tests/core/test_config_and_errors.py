@@ -14,7 +14,7 @@ def test_topic_config__defaults_are_kafkas():
     assert config.segment_bytes == 1_073_741_824
     assert config.retention_ms == 604_800_000
     assert config.retention_bytes == -1
-    assert config.cleanup_policy == "delete"
+    assert config.cleanup_policy == ("delete",)
     assert config.max_message_bytes == 1_048_588
     assert config.min_insync_replicas == 1
     assert config.unclean_leader_election_enable is False
@@ -23,16 +23,17 @@ def test_topic_config__defaults_are_kafkas():
 def test_topic_config__strings_are_parsed_like_kafka_topics_config():
     config = TopicConfig.from_dict({"segment.bytes": "1024", "cleanup.policy": "compact",
                                     "min.insync.replicas": 2})
-    assert (config.segment_bytes, config.cleanup_policy, config.min_insync_replicas) == (1024, "compact", 2)
+    assert (config.segment_bytes, config.cleanup_policy, config.min_insync_replicas) == (1024, ("compact",), 2)
     assert config.to_dict()["segment.bytes"] == 1024
 
 
 @pytest.mark.parametrize("overrides, message", [
     ({"segment.byte": "1"}, "Unknown topic config name(s): segment.byte"),
-    ({"segment.bytes": "10"}, "Invalid value '10' for configuration segment.bytes: in [14, 2^31-1]"),
-    ({"retention.ms": "soon"}, "Invalid value 'soon' for configuration retention.ms: expected int"),
-    ({"cleanup.policy": "shred"}, "Invalid value 'shred' for configuration cleanup.policy: delete or compact"),
-    ({"min.insync.replicas": 0}, "Invalid value 0 for configuration min.insync.replicas: >= 1"),
+    ({"segment.bytes": "10"}, "Invalid value 10 for configuration segment.bytes: Value must be at least 14"),
+    ({"retention.ms": "soon"}, "Invalid value soon for configuration retention.ms: Not a number of type LONG"),
+    ({"cleanup.policy": "shred"}, "Invalid value shred for configuration cleanup.policy: "
+                                  "String must be one of: compact, delete"),
+    ({"min.insync.replicas": 0}, "Invalid value 0 for configuration min.insync.replicas: Value must be at least 1"),
 ])
 def test_topic_config__bad_name_or_value__invalid_config(overrides, message):
     with pytest.raises(InvalidConfig) as raised:

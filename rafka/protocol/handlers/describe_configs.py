@@ -3,10 +3,13 @@ node), answered from the node's image.
 
 What Kafka answers (KafkaApis.handleDescribeConfigsRequest, ConfigHelper), and
 what this handler does the same way:
-  * a topic: every topic config rafka knows (core.config: Kafka's names and
-    defaults), or only configuration_keys when given; an override is
-    DYNAMIC_TOPIC_CONFIG (source 1), the rest DEFAULT_CONFIG (5); values as
-    Kafka's strings ("true", "604800000"); nothing is sensitive or read-only.
+  * a topic: every topic config Kafka 4.x defines (core.config: Kafka's names,
+    types and defaults), or only configuration_keys when given; an override is
+    DYNAMIC_TOPIC_CONFIG (source 1), the rest DEFAULT_CONFIG (5); values parsed
+    and written back as Kafka writes them ("true", "604800000", "0.5",
+    "compact,delete"), with Kafka's ConfigType (DOUBLE, LIST, ...); nothing is
+    sensitive or read-only. Configs rafka keeps without acting on them are
+    described the same way (core.config says which).
     An unknown topic: UNKNOWN_TOPIC_OR_PARTITION. error_message is "" (the
     field's default in Kafka) except for an error an exception made.
   * a broker (type 4): no configs, no error (rafka's brokers have no dynamic
@@ -25,30 +28,14 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32Timedelta
 
 from rafka.core.cluster_image import ClusterImage
-from rafka.core.config import TOPIC_CONFIG_DEFS
+from rafka.core.config import DESCRIBE_TYPE_CODES, TOPIC_CONFIG_DEFS, TopicConfig, kafka_string
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 
 API_KEY = 32
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
-# Kafka's ConfigDef types (DescribeConfigsResponse.ConfigType)
-BOOLEAN, STRING, INT, LONG = 1, 2, 3, 5
-INT_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
-               "min.insync.replicas"}
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-
-
-def _kafka_string(value) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
-def _config_type(name: str, default) -> int:
-    if isinstance(default, bool):
-        return BOOLEAN
-    if isinstance(default, int):
-        return INT if name in INT_CONFIGS else LONG
-    return STRING
 
 
 def route(current_image: Callable[[], ClusterImage]) -> Route:
@@ -67,12 +54,13 @@ def route(current_image: Callable[[], ClusterImage]) -> Route:
                     code = ErrorCode.unknown_topic_or_partition
                 else:
                     wanted = resource.configuration_keys
+                    values = TopicConfig.from_dict(topic.config).to_dict()   # validated at creation
                     configs = tuple(make(
-                        module.DescribeConfigsResourceResult, name=name,
-                        value=_kafka_string(topic.config.get(name, definition.default)), read_only=False,
+                        module.DescribeConfigsResourceResult, name=name, value=kafka_string(values[name]),
+                        read_only=False,
                         config_source=i8(DYNAMIC_TOPIC_CONFIG if name in topic.config else DEFAULT_CONFIG),
                         is_default=name not in topic.config, is_sensitive=False, synonyms=(),
-                        config_type=i8(_config_type(name, definition.default)), documentation=None)
+                        config_type=i8(DESCRIBE_TYPE_CODES[definition.kind]), documentation=None)
                         for name, definition in TOPIC_CONFIG_DEFS.items() if wanted is None or name in wanted)
             elif resource.resource_type != BROKER_RESOURCE:
                 code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
