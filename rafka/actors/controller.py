@@ -479,7 +479,10 @@ class ControllerActor:
         now_s = time.monotonic()
         if now_s < self._next_broker_check_s:
             return
-        self._next_broker_check_s = now_s + 1.0
+        # ray.nodes() is a GCS round trip that stalls this loop (and the bootstrap
+        # node it serves) for most of a second on a busy machine: asked once per
+        # tenth of the replacement timeout, at most every 10 s, not every round.
+        self._next_broker_check_s = now_s + min(10.0, self.broker_replacement_timeout_ms / 10_000)
         live = await asyncio.to_thread(live_broker_ids)
         partitions = [(name, p, state) for name, topic in list(self.metadata.topics.items())
                       for p, state in enumerate(topic.partitions)]
