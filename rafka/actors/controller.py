@@ -38,7 +38,7 @@ from pathlib import Path
 import ray
 
 from rafka.actors.cluster_credential import ray_token_auth_enabled, read_or_make_secret
-from rafka.actors.serving import NodeServing
+from rafka.actors.serving import NodeServing, NodeThread
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
@@ -133,9 +133,14 @@ class ControllerActor:
         # good. Looking one up is a blocking GCS call: the watch loop made one per
         # replica per round, on the loop that also serves the bootstrap node.
         self._handles: dict[str, ray.actor.ActorHandle] = {}
-        # The controller is a Kafka node too: the bootstrap address (DESIGN section 2).
-        self.serving = NodeServing(CONTROLLER_NAME, topic_admin_host=self,
-                                   allocate_producer_id=self.allocate_producer_id,
+        # The controller is a Kafka node too: the bootstrap address (DESIGN section 2),
+        # served on a thread of its own (NodeThread says why); topic administration
+        # and producer ids run on this actor's loop.
+        self._loop: asyncio.AbstractEventLoop | None = None   # the actor's, known at its first call
+        self._node_thread = NodeThread(CONTROLLER_NAME)
+        hop = lambda method: NodeThread.on_actor_loop(method, lambda: self._loop)   # noqa: E731
+        self.serving = NodeServing(CONTROLLER_NAME, topic_admin_host=_TopicAdminOnActorLoop(self, hop),
+                                   allocate_producer_id=hop(self.allocate_producer_id),
                                    listener_port=listener_port, image_source=self.cluster_image)
         self.leader_elections = Histogram()   # ms from deciding an election to the new leader's role
         register_controller(self.serving.metrics, lambda: self.metadata, self.leader_elections)
@@ -167,6 +172,8 @@ class ControllerActor:
             f.truncate(valid)
 
     def _commit(self, records: list[dict]) -> None:
+        if not records:
+            return
         with open(self._log_path, "ab") as f:
             f.write(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records))
             f.flush()
@@ -174,13 +181,13 @@ class ControllerActor:
         for record in records:
             self.metadata.replay(record)
         self._metadata_version += len(records)
+        self._image = build_image(self.metadata, self._metadata_version)
 
     # --- Kafka nodes: endpoints and the cluster image ------------------------------
 
     def cluster_image(self) -> ClusterImage:
-        """The image of the current metadata, rebuilt only after a change."""
-        if self._image.version != self._metadata_version:
-            self._image = build_image(self.metadata, self._metadata_version)
+        """The image of the current metadata (built at every commit, on the actor's
+        loop; read from the node's thread too: an immutable value)."""
         return self._image
 
     async def _register_node(self, actor: str, endpoint, rack: str | None) -> None:
@@ -275,8 +282,8 @@ class ControllerActor:
             records, topic = self.metadata.handle_create_topic(
                 name, partitions, replication_factor, config, await asyncio.to_thread(live_broker_ids))
             if validate_only:
-                return {"name": name, "topic_id": None, "partitions": [{"replicas": list(state.replicas)}
-                                                                       for state in topic.partitions]}
+                return {"name": name, "topic_id": None, "config": topic.config,
+                        "partitions": [{"replicas": list(state.replicas)} for state in topic.partitions]}
             self._commit(records)
             self._starting.update((name, p) for p in range(partitions))
         try:
@@ -779,12 +786,25 @@ class ControllerActor:
         return self.metadata.controller_epoch
 
     async def ping(self) -> int:
+        self._loop = asyncio.get_running_loop()
         self._ensure_watcher()
         if self.serving.server is None:
-            await self._register_node(CONTROLLER_NAME, await self.serving.start(), None)
+            await self._register_node(CONTROLLER_NAME, await self._node_thread.start(self.serving), None)
         return self.metadata.controller_epoch
 
     async def bootstrap_address(self) -> str:
         """host:port of this controller's Kafka listener (clients' bootstrap.servers)."""
         await self.ping()
         return self.bootstrap_servers
+
+
+class _TopicAdminOnActorLoop:
+    """The controller's topic administration as the node's handlers call it
+    (protocol.handlers.topic_admin.TopicAdmin), from the node's thread: the
+    changes run on the actor's loop, the image is read where it is."""
+
+    def __init__(self, controller: ControllerActor, hop) -> None:
+        self.cluster_image = controller.cluster_image
+        self.create_topic = hop(controller.create_topic)
+        self.delete_topic = hop(controller.delete_topic)
+        self.add_partitions = hop(controller.add_partitions)

@@ -15,13 +15,15 @@ Invariants:
 
 Callers: the replica, coordinator and controller actors. The controller learns each endpoint from the actor's ping answer and
 registers it (core.metadata.handle_register_node), then pushes images to actors
-whose ping shows an older image version.
+whose ping shows an older image version. The controller runs its node on a
+`NodeThread`: an event loop of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 
 import ray
@@ -128,3 +130,32 @@ class NodeServing:
         await self.metrics_exporter.stop()
         if self.server is not None:
             await self.server.stop()
+
+
+class NodeThread:
+    """A Kafka node served on a thread and event loop of its own, for an actor whose
+    own loop makes Ray control calls: the controller. Ray's core worker blocks the
+    thread that submits an actor task while another thread creates actors (py-spy
+    showed the controller's loop inside `submit_actor_task` for 0.4-7.5 s while a
+    topic's replicas were created), and every Metadata answer of the bootstrap node
+    waited behind it. Here requests never wait on the actor's loop; the calls that
+    change metadata (`on_actor_loop`) run there and are awaited from this loop.
+    The node reads only immutable values the actor publishes (its cluster image)."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=f"kafka-node {name}", daemon=True)
+        self._thread.start()
+
+    async def start(self, serving: NodeServing) -> tuple[str, int]:
+        """Start `serving` on this thread's loop; its endpoint."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(serving.start(), self.loop))
+
+    @staticmethod
+    def on_actor_loop(coroutine_function: Callable[..., Awaitable], actor_loop: Callable[[], asyncio.AbstractEventLoop]):
+        """`coroutine_function` called from the node's loop, run on the actor's
+        (`actor_loop()`: known once the actor's first call runs) and awaited here."""
+        async def hop(*args, **kwargs):
+            future = asyncio.run_coroutine_threadsafe(coroutine_function(*args, **kwargs), actor_loop())
+            return await asyncio.wrap_future(future)
+        return hop

@@ -42,7 +42,7 @@ class StandInController:
                                                            rng=random.Random(0))
         if not validate_only:
             self._apply(records)
-        return {"name": name, "topic_id": None if validate_only else topic.topic_id,
+        return {"name": name, "topic_id": None if validate_only else topic.topic_id, "config": topic.config,
                 "partitions": [{"replicas": list(p.replicas)} for p in topic.partitions]}
 
     async def delete_topic(self, name):
@@ -137,3 +137,20 @@ def test_create_partitions__grows_only():
         ("growing", ErrorCode.none), ("growing", ErrorCode.invalid_partitions),
         ("missing", ErrorCode.unknown_topic_or_partition)]
     assert len(controller.metadata.topic("growing").partitions) == 3
+
+
+def test_create_topics_v5_plus__the_answer_lists_the_topics_configs_sorted_none_with_an_error():
+    """ControllerApis answers a created topic's configs (every one, with its
+    source) sorted by name; a refused topic gets an empty list."""
+    controller = StandInController()
+    answer = ask(controller, 19, 7, create_v7.CreateTopicsRequest(topics=(
+        creatable("compacted", configs=[("cleanup.policy", "compact"), ("min.insync.replicas", "2")]),
+        creatable("bad name!")), timeout=TIMEOUT, validate_only=False))
+    created, refused = answer.topics
+    names = [c.name for c in created.configs]
+    assert names == sorted(names) and {"cleanup.policy", "retention.ms", "min.cleanable.dirty.ratio"} <= set(names)
+    by_name = {c.name: c for c in created.configs}
+    assert (by_name["cleanup.policy"].value, by_name["cleanup.policy"].config_source) == ("compact", 1)
+    assert (by_name["min.insync.replicas"].value, by_name["retention.ms"].value) == ("2", "604800000")
+    assert by_name["retention.ms"].config_source == 5
+    assert refused.error_code == ErrorCode.invalid_topic_exception and refused.configs == ()

@@ -20,6 +20,7 @@ Caller: actors.serving (every node's table), through `route(current_image)`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 
@@ -38,6 +39,23 @@ DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
+@dataclasses.dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str            # as Kafka writes it ("true", "604800000", "0.5", "compact,delete")
+    source: int           # DYNAMIC_TOPIC_CONFIG for the topic's own, else DEFAULT_CONFIG
+    type_code: int        # Kafka's ConfigType
+
+
+def topic_config_entries(overrides) -> list[ConfigEntry]:
+    """Every topic config with the value a topic of these overrides has, in Kafka's
+    order; for DescribeConfigs and for CreateTopics' answer (v5+), which lists
+    them as Kafka's does."""
+    values = TopicConfig.from_dict(overrides).to_dict()   # validated at creation
+    return [ConfigEntry(name, kafka_string(values[name]), DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG,
+                        DESCRIBE_TYPE_CODES[definition.kind]) for name, definition in TOPIC_CONFIG_DEFS.items()]
+
+
 def route(current_image: Callable[[], ClusterImage]) -> Route:
     async def handle(request, context: RequestContext):
         response_type = load_response_schema(API_KEY, context.api_version)
@@ -54,14 +72,11 @@ def route(current_image: Callable[[], ClusterImage]) -> Route:
                     code = ErrorCode.unknown_topic_or_partition
                 else:
                     wanted = resource.configuration_keys
-                    values = TopicConfig.from_dict(topic.config).to_dict()   # validated at creation
                     configs = tuple(make(
-                        module.DescribeConfigsResourceResult, name=name, value=kafka_string(values[name]),
-                        read_only=False,
-                        config_source=i8(DYNAMIC_TOPIC_CONFIG if name in topic.config else DEFAULT_CONFIG),
-                        is_default=name not in topic.config, is_sensitive=False, synonyms=(),
-                        config_type=i8(DESCRIBE_TYPE_CODES[definition.kind]), documentation=None)
-                        for name, definition in TOPIC_CONFIG_DEFS.items() if wanted is None or name in wanted)
+                        module.DescribeConfigsResourceResult, name=entry.name, value=entry.value, read_only=False,
+                        config_source=i8(entry.source), is_default=entry.source == DEFAULT_CONFIG,
+                        is_sensitive=False, synonyms=(), config_type=i8(entry.type_code), documentation=None)
+                        for entry in topic_config_entries(topic.config) if wanted is None or entry.name in wanted)
             elif resource.resource_type != BROKER_RESOURCE:
                 code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
             results.append(make(module.DescribeConfigsResult, error_code=code, error_message=message,

@@ -13,6 +13,8 @@ handlers do the same way:
   * manual replica assignments are not taken: INVALID_REPLICA_ASSIGNMENT (rafka
     assigns replicas to brokers itself, Kafka's rack-unaware way).
   * validate_only: checked as a creation would be, nothing created.
+  * v5+: a created topic's configs (every one, with its source), sorted by
+    name; none with an error.
   * a creation that does not finish within the request's timeout answers
     REQUEST_TIMED_OUT and goes on (Kafka's answer; the topic appears later).
   * DeleteTopics by topic id (v6): the id is looked up in the image;
@@ -29,13 +31,14 @@ from typing import Protocol
 
 from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import InvalidReplicaAssignment, RequestTimedOut
 from rafka.core.metadata import id_as_uuid
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
+from rafka.protocol.handlers.describe_configs import topic_config_entries
 from rafka.protocol.handlers.partitions import error_code_of
 
 CREATE_KEY, DELETE_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
@@ -51,7 +54,8 @@ class TopicAdmin(Protocol):
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            config: dict | None = ..., validate_only: bool = ...) -> dict:
         """-1 for `partitions` or `replication_factor`: the cluster's default; the
-        answer's "partitions" list the replicas each partition got."""
+        answer's "partitions" list the replicas each partition got, its "config"
+        the topic's own configs."""
 
     async def delete_topic(self, name: str) -> None: ...
 
@@ -94,10 +98,16 @@ def routes(admin: TopicAdmin) -> list[Route]:
             if ok and described:   # what -1 became
                 partitions, factor = len(described["partitions"]), len(described["partitions"][0]["replicas"])
             topic_id = id_as_uuid(described["topic_id"]) if described and described.get("topic_id") else ZERO_UUID
+            # v5+: the topic's configs as it got them, sorted by name (an empty list
+            # with an error), as ControllerApis answers
+            configs = tuple(make(module.CreatableTopicConfigs, name=entry.name, value=entry.value, read_only=False,
+                                 config_source=i8(entry.source), is_sensitive=False)
+                            for entry in sorted(topic_config_entries(described["config"]), key=lambda e: e.name)
+                            ) if ok and described else ()
             return make(module.CreatableTopicResult, name=topic.name, topic_id=topic_id, error_code=code,
                         error_message=message, topic_config_error_code=i16(0),
                         num_partitions=i32(partitions if ok else -1), replication_factor=i16(factor if ok else -1),
-                        configs=None)
+                        configs=configs)
         results = await asyncio.gather(*(one(t) for t in request.topics))
         return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(results))
 
