@@ -377,10 +377,9 @@ class ControllerActor:
         created again under this name never reopens it."""
         async with self._lock:
             topic = self.metadata.topic(name)
-            self._commit(self.metadata.handle_delete_topic(name))
-            for partition, state in enumerate(topic.partitions):
-                for replica_id in state.replicas:
-                    self._commit(self.metadata.handle_node_down(replica_actor_name(name, partition, replica_id)))
+            self._commit(self.metadata.handle_delete_topic(name) + [
+                record for partition, state in enumerate(topic.partitions) for replica_id in state.replicas
+                for record in self.metadata.handle_node_down(replica_actor_name(name, partition, replica_id))])
             self._deleting.add(name)
         await self._push_image()   # no node names the replicas' endpoints before they close
         try:
