@@ -370,6 +370,27 @@ class ControllerActor:
             self._commit(records)
         return producer_id
 
+    async def alter_topic_config(self, name: str, ops: list, validate_only: bool = False,
+                                 replace: bool = False) -> dict:
+        """IncrementalAlterConfigs (`ops`: [(operation, name, value)], core.config's
+        SET, DELETE, APPEND, SUBTRACT) or, with `replace`, AlterConfigs, for topic
+        `name`. The merge happens here, under the lock, against the committed
+        overrides (as Kafka's controller merges), so two clients altering one topic
+        through different nodes never lose a change. The new image goes to every
+        node before the answer: its replicas run with the new config (the replica
+        actor reconfigures on update_image) and DescribeConfigs anywhere shows it.
+        Answers {"name", "config": the topic's overrides}; typed errors as
+        core.metadata.handle_alter_topic_config raises them."""
+        async with self._lock:
+            records, overrides = self.metadata.handle_alter_topic_config(
+                name, [tuple(op) for op in ops], replace=replace)
+            if validate_only or not records:
+                return {"name": name, "config": overrides}
+            self._commit(records)
+        logger.info("topic %s: configs now %s", name, overrides)
+        await self._push_image()
+        return {"name": name, "config": overrides}
+
     async def delete_topic(self, name: str) -> None:
         """Remove the topic from the metadata first (clients stop finding it), then
         its replicas' logs, actors and placement groups. A replica whose broker is
@@ -807,3 +828,4 @@ class _TopicAdminOnActorLoop:
         self.create_topic = hop(controller.create_topic)
         self.delete_topic = hop(controller.delete_topic)
         self.add_partitions = hop(controller.add_partitions)
+        self.alter_topic_config = hop(controller.alter_topic_config)

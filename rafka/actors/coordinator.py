@@ -40,7 +40,8 @@ import ray
 
 from rafka.actors.consumer_lag import ConsumerLag
 from rafka.actors.replica import NAMESPACE
-from rafka.actors.serving import NodeServing, allocate_producer_id_from_controller
+from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
+                                  alter_topic_config_on_controller)
 from rafka.actors.cluster_credential import cluster_login, cluster_tls
 from rafka.client.network import NodeConnections
 from rafka.client.retry import is_retriable, kafka_cause
@@ -101,6 +102,7 @@ class GroupCoordinatorActor:
         self._ticker: asyncio.Task | None = None
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
                                    list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller,
+                                   alter_topic_config=alter_topic_config_on_controller,
                                    max_pipelined_requests=PIPELINED_REQUESTS_PER_CONNECTION)
         register_coordinator(self.serving.metrics, self.shard, lambda: self._loaded)
         self.lag = ConsumerLag(self._nodes, image=lambda: self.serving.image, loaded=lambda: self._loaded,

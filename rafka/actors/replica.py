@@ -13,12 +13,16 @@ cleaner's read-only step (`PartitionLog.clean`), which runs on a thread so that 
 large compaction does not stall fetches; its result is applied on the loop.
 
 Timers, per replica: retention every `log_retention_check_interval_ms` (when
-cleanup.policy has delete); a log cleaner pass of a compacted topic every
-`log_cleaner_backoff_ms`, which cleans only when core.log's plan says Kafka's
+cleanup.policy has delete); a log cleaner pass every `log_cleaner_backoff_ms`,
+which cleans only a compacted topic and only when core.log's plan says Kafka's
 cleaner would (dirty ratio above min.cleanable.dirty.ratio, a dirty record older
 than max.compaction.lag.ms, or a kept tombstone due); the
 HW / recovery-point checkpoint every `replica_high_watermark_checkpoint_interval_ms`
 (Kafka's replica.high.watermark.checkpoint.interval.ms).
+
+Topic configs: the replica runs with the overrides of the newest image it was
+pushed (an altered topic: AlterConfigs, IncrementalAlterConfigs), from the next
+append and check on; `_follow_topic_config`.
 
 Storage and identity (DESIGN section 4): the replica runs on the broker its
 placement group bundle names (node label `rafka-broker-id`); its log is
@@ -40,7 +44,8 @@ import os
 
 import ray
 
-from rafka.actors.serving import NodeServing, allocate_producer_id_from_controller
+from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
+                                  alter_topic_config_on_controller)
 from rafka.core.actor_names import NAMESPACE, replica_actor_name
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
                                         ensure_identity)
@@ -48,6 +53,7 @@ from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
 from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
 from rafka.core.kafka_metrics import register_partition
+from rafka.core.metadata import uuid_as_id
 from rafka.core.records import iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, Role
 from rafka.actors.cluster_credential import cluster_login, cluster_tls
@@ -110,6 +116,7 @@ class ReplicaActor:
         self.name = f"{topic}-{partition} replica {replica_id}"
         self._partition = (topic, partition)
         self.topic_id = topic_id
+        self._config_overrides = dict(config)   # what the replica runs with (see _follow_topic_config)
         self.replica: PartitionReplica | None = None
         self.storage_error: KafkaError | None = None
         try:
@@ -150,7 +157,8 @@ class ReplicaActor:
         self._role_lock = asyncio.Lock()
         self._stopped = False
         self.serving = NodeServing(replica_actor_name(topic, partition, replica_id), partitions=self.served,
-                                   allocate_producer_id=allocate_producer_id_from_controller)
+                                   allocate_producer_id=allocate_producer_id_from_controller,
+                                   alter_topic_config=alter_topic_config_on_controller)
         register_partition(self.serving.metrics, topic=topic, partition=partition, traffic=self.hosted,
                            replica=lambda: None if self.storage_error or self._stopped else self.replica,
                            replication_bytes_in=lambda: self.fetched_bytes)   # its metrics (core.kafka_metrics)
@@ -158,9 +166,30 @@ class ReplicaActor:
     # --- the Kafka protocol -------------------------------------------------------
 
     async def update_image(self, image) -> None:
-        """The controller's newest cluster image (Metadata answers, partition lookups)."""
+        """The controller's newest cluster image (Metadata answers, partition lookups,
+        the topic's config)."""
         self.serving.offer_image(image)
-        self._notify()   # a fetcher may be waiting for its leader's endpoint
+        self._follow_topic_config()
+        self._notify()   # a fetcher may be waiting for its leader's endpoint; a parked
+        #                  acks=all produce re-checks min.insync.replicas
+
+    def _follow_topic_config(self) -> None:
+        """Run with the topic's overrides as the newest image has them (an altered
+        topic, or a restarted actor, which Ray starts with its creation-time
+        config): from the next append and check on (core's reconfigure). An image
+        of another topic of this name (re-created) is not ours to follow."""
+        topic = self.serving.image.topics.get(self._partition[0])
+        if (self.replica is None or self._stopped or topic is None or uuid_as_id(topic.topic_id) != self.topic_id
+                or dict(topic.config) == self._config_overrides):
+            return
+        try:
+            config = TopicConfig.from_dict(topic.config)
+        except KafkaError as error:   # the controller validated it: a bug if seen
+            logger.error("%s: the image's topic config %s is not valid: %s", self.name, dict(topic.config), error)
+            return
+        self.replica.reconfigure(config)
+        self._config_overrides = dict(topic.config)
+        logger.info("%s: topic configs now %s", self.name, self._config_overrides)
 
     def _notify(self) -> None:
         self.hosted.notify()
@@ -183,13 +212,14 @@ class ReplicaActor:
         # old (a restart then truncates and catches up by leader epoch, as Kafka's).
         self._timers.append(loop.create_task(
             self._every(self.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "checkpoint")))
-        if self.replica.log.config.compacted:
-            # Kafka's log cleaner, per replica (each cleans its own log, as each broker
-            # does): if a segment became cleanable or a kept tombstone is due, the
-            # cleaned bytes are computed on a thread (reads of sealed segments only)
-            # and swapped in on the event loop, between requests.
-            self._timers.append(loop.create_task(
-                self._every(self.log_cleaner_backoff_ms, self.compact, "compaction")))
+        # Kafka's log cleaner, per replica (each cleans its own log, as each broker
+        # does): if a segment became cleanable or a kept tombstone is due, the
+        # cleaned bytes are computed on a thread (reads of sealed segments only)
+        # and swapped in on the event loop, between requests. On every replica, not
+        # only compacted ones: cleanup.policy may change at any time (the pass plans
+        # nothing while the topic is not compacted).
+        self._timers.append(loop.create_task(
+            self._every(self.log_cleaner_backoff_ms, self.compact, "compaction")))
 
     async def _checkpoint(self) -> None:
         self.replica.log.checkpoint()

@@ -32,6 +32,7 @@ from rafka.actors.cluster_credential import listener_tls
 from rafka.actors.metrics_export import RayMetricsExporter
 from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
+from rafka.core.errors import KafkaError, RequestTimedOut
 from rafka.core.kafka_metrics import register_requests
 from rafka.core.metrics import MetricsRegistry
 from rafka.protocol.dispatch import Dispatcher
@@ -42,6 +43,7 @@ from rafka.protocol.server import MAX_PIPELINED_REQUESTS_DEFAULT, ProtocolServer
 
 logger = logging.getLogger(__name__)
 FIRST_IMAGE_WAIT_S = 15.0
+FORWARD_TIMEOUT_S = 30.0   # a forwarded config change (Kafka's request.timeout.ms default)
 
 
 async def allocate_producer_id_from_controller() -> int:
@@ -50,20 +52,43 @@ async def allocate_producer_id_from_controller() -> int:
     return await ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).allocate_producer_id.remote()
 
 
+async def alter_topic_config_on_controller(name: str, ops: list, validate_only: bool = False,
+                                           replace: bool = False) -> dict:
+    """IncrementalAlterConfigs / AlterConfigs on a replica or coordinator node:
+    forwarded to the controller (Kafka's brokers forward them, KIP-590), whose
+    typed error is raised here as itself. A controller that is gone, restarting
+    or silent for FORWARD_TIMEOUT_S: REQUEST_TIMED_OUT, as Kafka's forwarding
+    answers (retriable). The controller is looked up off the loop (a GCS call)."""
+    try:
+        controller = await asyncio.to_thread(ray.get_actor, CONTROLLER_NAME, namespace=NAMESPACE)
+        return await asyncio.wait_for(controller.alter_topic_config.remote(name, ops, validate_only, replace),
+                                      FORWARD_TIMEOUT_S)
+    except ray.exceptions.RayTaskError as error:
+        if isinstance(error.cause, KafkaError):
+            raise error.cause from None
+        raise
+    except (ValueError, asyncio.TimeoutError, ray.exceptions.RayActorError) as error:
+        raise RequestTimedOut(f"the controller did not answer: {error}") from None
+
+
 class NodeServing:
     def __init__(self, name: str, *, allocate_producer_id: Callable[[], Awaitable[int]], partitions=None,
                  groups=None, topic_admin_host=None, list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
-                 listener_port: int = 0, image_source: Callable[[], ClusterImage] | None = None,
+                 alter_topic_config: Callable[..., Awaitable[dict]] | None = None, listener_port: int = 0,
+                 image_source: Callable[[], ClusterImage] | None = None,
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT) -> None:
         """The hosts are what this actor answers for (protocol.node_table): its
-        partition, its groups, topic administration; `image_source`: where
-        Metadata answers come from, by default the newest image offered (the
-        controller passes its own, always current); `max_pipelined_requests`: the
-        server's bound on a connection's started, unanswered requests."""
+        partition, its groups, topic administration; `alter_topic_config`: how a
+        node that is not the controller reaches it (alter_topic_config_on_controller);
+        `image_source`: where Metadata answers come from, by default the newest
+        image offered (the controller passes its own, always current);
+        `max_pipelined_requests`: the server's bound on a connection's started,
+        unanswered requests."""
         tune_malloc()
         self.name = name
         self._table_options = dict(allocate_producer_id=allocate_producer_id, partitions=partitions, groups=groups,
-                                   topic_admin_host=topic_admin_host, list_groups=list_groups)
+                                   topic_admin_host=topic_admin_host, list_groups=list_groups,
+                                   alter_topic_config=alter_topic_config)
         self._image_source = image_source
         self.listener_port = listener_port
         self.max_pipelined_requests = max_pipelined_requests

@@ -8,9 +8,11 @@ validates every entry and returns a frozen value; an unknown name or a bad value
 raises InvalidConfig (with Kafka's wording: "Invalid value X for configuration N:
 Value must be at least 1") and nothing is built. Attributes are the Kafka names
 with dots as underscores (`segment.bytes` -> `segment_bytes`); a LIST is a tuple.
-Callers: core.metadata (CreateTopics validates here), core.log and core.replica
-(what takes effect), protocol.handlers.describe_configs (every name, its type and
-its value as Kafka writes it).
+Callers: core.metadata (CreateTopics validates here; IncrementalAlterConfigs
+and AlterConfigs merge their operations with `altered_overrides`), core.log and
+core.replica (what takes effect, at once when a topic is altered),
+protocol.handlers.describe_configs (every name, its type and its value as Kafka
+writes it).
 
 What takes effect in rafka:
   segment.bytes, segment.ms, segment.jitter.ms, segment.index.bytes and, on a
@@ -43,10 +45,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rafka.core.errors import InvalidConfig
+from rafka.core.errors import InvalidConfig, InvalidRequest
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -305,3 +307,56 @@ class TopicConfig:
         if self.segment_jitter_ms == 0:
             return 0
         return rng.randrange(min(self.segment_jitter_ms, self.segment_ms))
+
+
+# IncrementalAlterConfigs' operations (Kafka's AlterConfigOp.OpType ids).
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+ConfigOp = tuple[int, str, "str | None"]    # (operation, config name, value; None only to DELETE)
+
+
+def check_config_ops(ops: Sequence[ConfigOp]) -> None:
+    """The checks Kafka's brokers make on any resource's operations before anything
+    else (ConfigAdminManager.preprocess): INVALID_REQUEST for a name given twice
+    or a null value to anything but DELETE."""
+    names = [name for _, name, _ in ops]
+    if len(set(names)) != len(names):
+        raise InvalidRequest("Error due to duplicate config keys")
+    null_values = [name for op, name, value in ops if op != DELETE and value is None]
+    if null_values:
+        raise InvalidRequest(f"Null value not supported for : {', '.join(null_values)}")
+
+
+def altered_overrides(current: Mapping[str, Any], ops: Sequence[ConfigOp]) -> dict[str, Any]:
+    """A topic's overrides after `ops`, in order, as Kafka's controller merges them
+    (ConfigurationControlManager.incrementalAlterConfigResource): SET puts the
+    value, DELETE drops the override (back to the default), APPEND adds the
+    list elements not there yet, SUBTRACT removes them, both starting from the
+    override or else the default, LIST configs only. The request's shape is
+    checked first, as Kafka's brokers do before forwarding (ConfigAdminManager.
+    preprocess): a name twice, or a null value to anything but DELETE, is
+    INVALID_REQUEST. AlterConfigs (legacy: the given configs replace every
+    override) is `altered_overrides({}, [(SET, name, value), ...])`.
+    Values are not validated here: the caller builds the TopicConfig. Pure."""
+    check_config_ops(ops)
+    merged = dict(current)
+    for op, name, value in ops:
+        if op == SET:
+            merged[name] = value
+        elif op == DELETE:
+            merged.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            definition = TOPIC_CONFIG_DEFS.get(name)
+            if definition is None or definition.kind != LIST:
+                raise InvalidConfig(f"Can't {OP_NAMES[op]} to key {name} because its type is not LIST.")
+            held = list(definition.parse(merged[name]) if name in merged else definition.default)
+            held = [element for element in held if element]
+            given = [element.strip() for element in value.split(",")]
+            if op == APPEND:
+                held += [element for element in dict.fromkeys(given) if element and element not in held]
+            else:
+                held = [element for element in held if element not in given]
+            merged[name] = ",".join(held)
+        else:
+            raise InvalidRequest(f"Unknown operations type {op}")
+    return merged

@@ -199,6 +199,19 @@ class PartitionLog:
                 (self.directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
             os.replace(swap, self.directory / segment_file_name(base, ".log"))
 
+    def reconfigure(self, config: TopicConfig) -> None:
+        """The topic was altered (IncrementalAlterConfigs / AlterConfigs): every
+        check reads `self.config` when it runs, so from the next append, read,
+        retention check or cleaner pass on the new values hold: cleanup.policy
+        (keyless records refused or taken, retention and cleaning on or off),
+        max.message.bytes, message.timestamp.type, segment.bytes, segment.ms,
+        segment.index.bytes, max.compaction.lag.ms, retention.*, the cleaner's
+        settings. Two values belong to a segment, as Kafka's LogSegment holds
+        them, and change with the next segment: its index.interval.bytes and its
+        share of segment.jitter.ms (UnifiedLog.updateConfig swaps the config and
+        leaves segments alone)."""
+        self.config = config
+
     def _segment_args(self) -> dict:
         return {"index_interval_bytes": self.config.index_interval_bytes,
                 "created_ms": self.clock.now_ms()}
@@ -508,8 +521,11 @@ class PartitionLog:
         latest_offset_by_key: dict[bytes, int] = {}
         for segment in plan.segments:
             for _, _, records in segment.iter_batches_with_records():
+                # A keyless record (written before the topic became compacted) is in no
+                # map entry, so it goes: Kafka's cleaner drops records without a key.
                 for record in records:
-                    latest_offset_by_key[record.key] = record.offset
+                    if record.key is not None:
+                        latest_offset_by_key[record.key] = record.offset
         cleaned = []
         for segment in plan.segments:
             tombstones_go_at_ms = segment.max_timestamp + self.config.delete_retention_ms

@@ -28,6 +28,9 @@ Invariants:
   (the cluster credential, core.scram.CLUSTER_USER): `rafka users` cannot add or
   delete them
   once SASL is required (`require_sasl`) it stays required: no record turns it off
+  a topic's config is its overrides only, every one valid together (TopicConfig),
+  min.insync.replicas never above its replication factor; `topic_config` records
+  replace the whole set (AlterConfigs and IncrementalAlterConfigs end there)
 Pure logic, no I/O. Caller: the controller actor.
 """
 
@@ -42,8 +45,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rafka.core.config import TopicConfig
-from rafka.core.errors import (FencedLeaderEpoch, InvalidPartitions, InvalidReplicaAssignment,
+from rafka.core.config import SET, ConfigOp, TopicConfig, altered_overrides
+from rafka.core.errors import (FencedLeaderEpoch, InvalidConfig, InvalidPartitions, InvalidReplicaAssignment,
                                InvalidReplicationFactor, InvalidRequest, InvalidTopic, LeaderNotAvailable,
                                NotLeaderOrFollower, ReassignmentInProgress, ResourceNotFound, TopicAlreadyExists,
                                UnknownTopicOrPartition)
@@ -64,13 +67,18 @@ Record = dict[str, Any]
 
 def new_cluster_id() -> str:
     """22 characters of URL-safe base64 over a random UUID, as Kafka's cluster ids."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    return uuid_as_id(uuid.uuid4())
 
 
 def id_as_uuid(kafka_id: str) -> uuid.UUID:
     """A cluster or topic id (Kafka's Uuid.toString: URL-safe base64, unpadded) as
     the 16-byte UUID the wire protocol carries."""
     return uuid.UUID(bytes=base64.urlsafe_b64decode(kafka_id + "=="))
+
+
+def uuid_as_id(value: uuid.UUID) -> str:
+    """The inverse of id_as_uuid: the wire's 16-byte UUID as Kafka writes the id."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
 
 
 def validate_topic_name(name: str) -> None:
@@ -181,6 +189,9 @@ class ClusterMetadata:
             topic = self.topics[record["topic"]]
             self.topics[topic.name] = dataclasses.replace(
                 topic, partitions=topic.partitions + tuple(_partition(p) for p in record["partitions"]))
+        elif kind == "topic_config":
+            topic = self.topics[record["name"]]
+            self.topics[topic.name] = dataclasses.replace(topic, config=dict(record["config"]))
         elif kind == "remove_topic":
             self.topics.pop(record["name"], None)
         elif kind == "producer_ids":
@@ -230,12 +241,8 @@ class ClusterMetadata:
         if replication_factor > len(broker_ids):
             raise InvalidReplicationFactor(
                 f"Replication factor: {replication_factor} larger than available brokers: {len(broker_ids)}.")
-        topic_config = TopicConfig.from_dict(config or {})
-        if topic_config.min_insync_replicas > replication_factor:
-            # Kafka accepts this and fails acks=all later; rafka says so at creation.
-            raise InvalidReplicationFactor(
-                f"min.insync.replicas ({topic_config.min_insync_replicas}) is larger than the "
-                f"replication factor ({replication_factor}).")
+        # Kafka accepts this and fails acks=all later; rafka says so at creation.
+        _check_min_insync_fits(TopicConfig.from_dict(config or {}), replication_factor, InvalidReplicationFactor)
         partition_records = _new_partitions(0, partitions, replication_factor, broker_ids, rng or random.Random())
         self._check_broker_capacity(partition_records)
         record = {"type": "topic", "name": name, "topic_id": new_cluster_id(),
@@ -266,6 +273,34 @@ class ClusterMetadata:
         staged.topics[name] = topic
         staged.replay(record)
         return [record], staged.topics[name]
+
+    def handle_alter_topic_config(self, name: str, ops: Sequence[ConfigOp], *,
+                                  replace: bool = False) -> tuple[list[Record], dict[str, Any]]:
+        """IncrementalAlterConfigs (`ops`: SET, DELETE, APPEND, SUBTRACT, merged into
+        the topic's overrides by core.config.altered_overrides) or, with `replace`,
+        AlterConfigs (`ops` all SET: they become the whole override set). Checked in
+        the order Kafka's controller checks (ConfigurationControlManager, its
+        validator, then the existence check): the name (INVALID_REQUEST for "",
+        INVALID_TOPIC_EXCEPTION), the operations and every resulting value
+        (INVALID_CONFIG, core.config's wording), that the topic exists
+        (UNKNOWN_TOPIC_OR_PARTITION), and, as at creation, min.insync.replicas
+        against the replication factor (INVALID_CONFIG here: the request changes a
+        config). Returns the records (none when nothing changes) and the overrides."""
+        if name == "":
+            raise InvalidRequest("Default topic resources are not allowed.")
+        validate_topic_name(name)
+        if replace and any(op != SET for op, _, _ in ops):
+            raise InvalidRequest("AlterConfigs only sets configs")
+        existing = self.topics.get(name)
+        current = dict(existing.config) if existing is not None else {}
+        overrides = altered_overrides({} if replace else current, ops)
+        topic_config = TopicConfig.from_dict(overrides)
+        if existing is None:
+            raise UnknownTopicOrPartition(f"The topic '{name}' does not exist.")
+        _check_min_insync_fits(topic_config, existing.replication_factor, InvalidConfig)
+        if overrides == current:
+            return [], overrides
+        return [{"type": "topic_config", "name": name, "config": overrides}], overrides
 
     def handle_reassign_partition(self, topic: str, partition: int, target_brokers: Sequence[int],
                                   live_broker_ids: Iterable[int]) -> tuple[list[Record], PartitionState]:
@@ -497,6 +532,12 @@ def _validate_partition_count(count) -> None:
     if count > MAX_PARTITIONS_PER_TOPIC:
         raise InvalidPartitions(f"Number of partitions {count} is larger than this cluster's "
                                 f"limit of {MAX_PARTITIONS_PER_TOPIC} per topic.")
+
+
+def _check_min_insync_fits(config: TopicConfig, replication_factor: int, error: type[Exception]) -> None:
+    if config.min_insync_replicas > replication_factor:
+        raise error(f"min.insync.replicas ({config.min_insync_replicas}) is larger than the "
+                    f"replication factor ({replication_factor}).")
 
 
 def _new_partitions(first: int, count: int, replication_factor: int, broker_ids: Sequence[int],

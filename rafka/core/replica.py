@@ -85,7 +85,6 @@ class PartitionReplica:
         self.topic = topic
         self.partition = partition
         self.replica_id = replica_id
-        self.config = config
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.log = PartitionLog(directory, config, clock)
@@ -96,6 +95,17 @@ class PartitionReplica:
         self.leader: LeaderState | None = None
         self.isr_shrinks = 0
         self.isr_expands = 0
+
+    @property
+    def config(self) -> TopicConfig:
+        """The topic's config, held by the log alone (one place to change it)."""
+        return self.log.config
+
+    def reconfigure(self, config: TopicConfig) -> None:
+        """The topic was altered: min.insync.replicas holds from the next acks=all
+        append and the next HW check of a parked one; the log takes the rest
+        (PartitionLog.reconfigure)."""
+        self.log.reconfigure(config)
 
     @property
     def name(self) -> str:

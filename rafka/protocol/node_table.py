@@ -7,7 +7,11 @@ node's ApiVersions for the whole cluster (kafka-python does) work:
   * a group not coordinated here: NOT_COORDINATOR;
   * topic administration anywhere but the controller: NOT_CONTROLLER (the client
     sends it to Metadata's controller_id; Kafka's brokers forward it instead,
-    KIP-590, which rafka's nodes do not need to).
+    KIP-590, which rafka's nodes do not need to);
+  * config changes (AlterConfigs, IncrementalAlterConfigs) on every node: clients
+    send them to any broker, so a node that is not the controller forwards them
+    (`alter_topic_config`, given by the actor); the controller's node calls the
+    controller (its topic_admin_host).
 Callers: actors.serving (each actor's node) and the tests' in-process node.
 """
 
@@ -19,9 +23,9 @@ from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NotController
 from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
-from rafka.protocol.handlers import (api_versions, describe_configs, fetch, find_coordinator, group_admin,
-                                     group_membership, group_offsets, init_producer_id, list_offsets, metadata,
-                                     offset_for_leader_epoch, produce, topic_admin)
+from rafka.protocol.handlers import (alter_configs, api_versions, describe_configs, fetch, find_coordinator,
+                                     group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
+                                     metadata, offset_for_leader_epoch, produce, topic_admin)
 
 
 class _NoPartitions:
@@ -44,21 +48,26 @@ class _NotController:
     async def _refuse(self, *args, **kwargs):
         raise NotController("this node is not the controller: send topic administration to the "
                             "controller Metadata names")
-    create_topic = delete_topic = add_partitions = _refuse
+    create_topic = delete_topic = add_partitions = alter_topic_config = _refuse
 
 
 def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Callable[[], Awaitable[int]],
                partitions=None, groups=None, topic_admin_host=None,
-               list_groups: Callable[[], Awaitable[list[dict]]] | None = None) -> DispatchTable:
+               list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
+               alter_topic_config: alter_configs.AlterTopicConfig | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
-    a GroupHost with the coordinator's calls; `topic_admin_host`: the controller."""
+    a GroupHost with the coordinator's calls; `topic_admin_host`: the controller;
+    `alter_topic_config`: how a node that is not the controller reaches it (none:
+    NOT_CONTROLLER, the controller's node uses its topic_admin_host)."""
     partitions = partitions or _NoPartitions(image)
     groups = groups or _NoGroups()
     admin = topic_admin_host or _NotController(image)
+    alter_topic_config = alter_topic_config or admin.alter_topic_config
     return DispatchTable([
         api_versions.ROUTE, metadata.route(image), find_coordinator.route(image), describe_configs.route(image),
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
         offset_for_leader_epoch.route(partitions), init_producer_id.route(allocate_producer_id),
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
         *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin),
+        *alter_configs.routes(alter_topic_config),
         *sasl.routes()])

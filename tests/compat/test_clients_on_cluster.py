@@ -560,3 +560,48 @@ def test_metadata__names_no_endpoint_nobody_listens_on__topics_deleted_recreated
     assert max(after_kill, default=0.0) < 10.0, "the killed replica's port was named for 10 s (Kafka's session: 9 s)"
     assert old_endpoint not in probe.answers[-1][2].values()
     cluster.admin().delete_topic("churn")
+
+
+def test_confluent_admin__incremental_alter_configs_compacts_an_r3_topic__keyless_records_invalid_record_at_once(
+        cluster, bootstrap):
+    """librdkafka's test 0011 (test_message_single_partition_record_fail): APPEND
+    compact to cleanup.policy, then keyless records fail with INVALID_RECORD
+    (KIP-467) while keyed ones are written; SUBTRACT it and keyless records are
+    written again. The change applies on the topic's replicas when the answer
+    comes, and DescribeConfigs (on any node) shows it."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+    create(cluster, "made-compacted", partitions=1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "made-compacted")
+
+    def alter(operation):
+        change = ConfigResource(ConfigResource.Type.TOPIC, "made-compacted", incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=operation)])
+        admin.incremental_alter_configs([change])[change].result(60)
+
+    def produce(key):
+        """Five records in one batch to partition 0: each one's delivery error code (None: written)."""
+        delivered = []
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 50})
+        for i in range(5):
+            producer.produce("made-compacted", value=b"v%d" % i, key=key, partition=0,
+                             on_delivery=lambda error, m: delivered.append(None if error is None else error.code()))
+        assert producer.flush(60) == 0
+        return delivered
+
+    def cleanup_policy():
+        entry = admin.describe_configs([resource])[resource].result(60)["cleanup.policy"]
+        return entry.value, ConfigSource(entry.source)
+
+    assert produce(None) == [None] * 5
+    alter(AlterConfigOpType.APPEND)
+    assert cleanup_policy() == ("delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert produce(None) == [KafkaError.INVALID_RECORD] * 5
+    assert produce(b"k") == [None] * 5
+    alter(AlterConfigOpType.SUBTRACT)
+    assert cleanup_policy() == ("delete", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert produce(None) == [None] * 5
+    assert cluster.admin().describe_topics(["made-compacted"])["made-compacted"]["config"] == {
+        "min.insync.replicas": "2", "cleanup.policy": "delete"}
+    cluster.admin().delete_topic("made-compacted")

@@ -61,6 +61,10 @@ class TopicAdmin(Protocol):
 
     async def add_partitions(self, name: str, count: int, validate_only: bool = ...) -> dict: ...
 
+    async def alter_topic_config(self, name: str, ops: list, validate_only: bool = ...,
+                                 replace: bool = ...) -> dict:
+        """protocol.handlers.alter_configs' call, on the controller's node."""
+
 
 async def _within(coroutine, timeout_ms: int):
     """Run to the end in any case; wait for it at most `timeout_ms` (then
