@@ -536,7 +536,7 @@ def test_metadata__names_no_endpoint_nobody_listens_on__topics_deleted_recreated
 
     from tests.harness import MetadataProbe, replica
     host, port = bootstrap.rsplit(":", 1)
-    with MetadataProbe(host, int(port), interval_ms=50, check_endpoints=True) as probe:
+    with MetadataProbe(host, int(port), interval_ms=100, check_endpoints=True) as probe:
         for _ in range(2):
             create(cluster, "churn")
             cluster.admin().delete_topic("churn")
