@@ -28,6 +28,7 @@ Named `controller` in namespace `rafka`, detached, pinned to the head node.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -42,7 +43,6 @@ from rafka.actors.serving import NodeServing, NodeThread
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
-from rafka.core.errors import TopicDeletionInProgress
 from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
 from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential
@@ -127,7 +127,12 @@ class ControllerActor:
         self._starting: set[tuple[str, int]] = set()  # partitions not yet announced: not watched
         self._stopping = False    # shutdown_replicas ran: watch nothing, elect nobody
         self._replacer: asyncio.Task | None = None
-        self._deleting: set[str] = set()   # topics whose replicas are being torn down
+        self._deleting: dict[str, asyncio.Event] = {}   # topics whose replicas are being torn down: set when gone
+        self._background: set[asyncio.Task] = set()      # partitions starting after the answer (held: not collected)
+        # Partitions of each topic whose replica actors are being created: a deletion
+        # waits for them, so that it finds every actor it must stop.
+        self._creating_by_topic: Counter[str] = Counter()
+        self._creations_done = asyncio.Condition()
         # Actor handles by name. A handle stays valid across its actor's restarts; it
         # is dropped when the controller kills the actor or a call finds it dead for
         # good. Looking one up is a blocking GCS call: the watch loop made one per
@@ -270,14 +275,19 @@ class ControllerActor:
     # --- topics -------------------------------------------------------------------
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           config: dict | None = None, validate_only: bool = False) -> dict:
+                           config: dict | None = None, validate_only: bool = False, *,
+                           wait_for_leaders: bool = True) -> dict:
         """`validate_only`: every check a creation makes, nothing created. -1 for
-        `partitions` or `replication_factor`: the cluster's default. Answers once
-        every partition's leader serves (the caller bounds the wait)."""
+        `partitions` or `replication_factor`: the cluster's default. A topic of
+        this name still being deleted is waited for (the caller bounds the wait).
+        `wait_for_leaders`: answer once every partition's leader serves (rafka's
+        Admin); False: once the topic is committed and its replicas are starting,
+        as Kafka's controller answers CreateTopics (the wire: clients see
+        LEADER_NOT_AVAILABLE until the leaders serve, and retry)."""
         partitions = self.num_partitions if partitions == -1 else partitions
         replication_factor = self.default_replication_factor if replication_factor == -1 else replication_factor
-        if name in self._deleting:
-            raise TopicDeletionInProgress(f"Topic '{name}' is being deleted: try again when it is gone.")
+        while (deleted := self._deleting.get(name)) is not None:
+            await deleted.wait()
         async with self._lock:
             records, topic = self.metadata.handle_create_topic(
                 name, partitions, replication_factor, config, await asyncio.to_thread(live_broker_ids))
@@ -286,19 +296,38 @@ class ControllerActor:
                         "partitions": [{"replicas": list(state.replicas)} for state in topic.partitions]}
             self._commit(records)
             self._starting.update((name, p) for p in range(partitions))
-        try:
-            await asyncio.gather(*(self._start_partition(name, p) for p in range(partitions)))
-        finally:
-            self._starting.difference_update((name, p) for p in range(partitions))
+        await self._start_partitions(name, range(partitions), wait_for_leaders)
         self._ensure_watcher()
         return self._describe_topic(name)
+
+    async def _start_partitions(self, topic: str, partitions: range, wait: bool) -> None:
+        """Start the new partitions' replicas (all at once); with `wait`, until each
+        leader serves, else in the background."""
+        async def start() -> None:
+            try:
+                await asyncio.gather(*(self._start_partition(topic, p) for p in partitions))
+            finally:
+                self._starting.difference_update((topic, p) for p in partitions)
+        if wait:
+            await start()
+            return
+        task = asyncio.get_running_loop().create_task(start())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _start_partition(self, topic: str, partition: int) -> None:
         """A new partition's replicas, started and told their roles. The partition is
         not watched meanwhile (`_starting`): replicas still starting would look like
         restarted ones, and the watch loop would elect one of them alone."""
         state = self.metadata.partition(topic, partition)
-        replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state) for r in state.replicas))
+        self._creating_by_topic[topic] += 1
+        try:
+            replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state)
+                                              for r in state.replicas))
+        finally:
+            self._creating_by_topic[topic] -= 1
+            async with self._creations_done:
+                self._creations_done.notify_all()
         try:   # placing and starting a worker process each: seconds on a busy machine
             await asyncio.wait_for(asyncio.gather(*(r.ping.remote() for r in replicas)),
                                    timeout=self.replica_start_timeout_ms / 1000)
@@ -401,12 +430,15 @@ class ControllerActor:
             self._commit(self.metadata.handle_delete_topic(name) + [
                 record for partition, state in enumerate(topic.partitions) for replica_id in state.replicas
                 for record in self.metadata.handle_node_down(replica_actor_name(name, partition, replica_id))])
-            self._deleting.add(name)
+            self._deleting[name] = asyncio.Event()
         await self._push_image()   # no node names the replicas' endpoints before they close
+        async with self._creations_done:   # a creation answered before its replicas exist
+            await self._creations_done.wait_for(lambda: self._creating_by_topic[name] <= 0)
+        self._creating_by_topic.pop(name, None)
         try:
             await self._tear_down(name, topic)
         finally:
-            self._deleting.discard(name)
+            self._deleting.pop(name).set()
 
     async def _tear_down(self, name: str, topic) -> None:
         await asyncio.gather(*(self._retire_replica(name, partition, replica_id)
@@ -437,9 +469,10 @@ class ControllerActor:
             if group is not None:
                 await asyncio.to_thread(remove_placement_group, group)
 
-    async def add_partitions(self, name: str, count: int, validate_only: bool = False) -> dict:
+    async def add_partitions(self, name: str, count: int, validate_only: bool = False, *,
+                             wait_for_leaders: bool = True) -> dict:
         """kafka-topics.sh --alter --partitions: the new partitions are assigned to
-        live brokers and started as at creation."""
+        live brokers and started as at creation (`wait_for_leaders` as there)."""
         async with self._lock:
             before = len(self.metadata.topic(name).partitions)
             records, _ = self.metadata.handle_add_partitions(name, count, await asyncio.to_thread(live_broker_ids))
@@ -447,10 +480,7 @@ class ControllerActor:
                 return {"name": name}
             self._commit(records)
             self._starting.update((name, p) for p in range(before, count))
-        try:
-            await asyncio.gather(*(self._start_partition(name, p) for p in range(before, count)))
-        finally:
-            self._starting.difference_update((name, p) for p in range(before, count))
+        await self._start_partitions(name, range(before, count), wait_for_leaders)
         return self._describe_topic(name)
 
     async def reassign_partition(self, topic: str, partition: int, brokers: list[int]) -> dict:
@@ -825,7 +855,9 @@ class _TopicAdminOnActorLoop:
 
     def __init__(self, controller: ControllerActor, hop) -> None:
         self.cluster_image = controller.cluster_image
-        self.create_topic = hop(controller.create_topic)
+        # Kafka's controller answers CreateTopics and CreatePartitions once the
+        # metadata is committed; clients wait for leaders through Metadata
+        self.create_topic = hop(functools.partial(controller.create_topic, wait_for_leaders=False))
         self.delete_topic = hop(controller.delete_topic)
-        self.add_partitions = hop(controller.add_partitions)
+        self.add_partitions = hop(functools.partial(controller.add_partitions, wait_for_leaders=False))
         self.alter_topic_config = hop(controller.alter_topic_config)

@@ -15,8 +15,12 @@ handlers do the same way:
   * validate_only: checked as a creation would be, nothing created.
   * v5+: a created topic's configs (every one, with its source), sorted by
     name; none with an error.
-  * a creation that does not finish within the request's timeout answers
-    REQUEST_TIMED_OUT and goes on (Kafka's answer; the topic appears later).
+  * CreateTopics and CreatePartitions are answered once the controller has
+    committed the topic (its replicas start meanwhile), as Kafka's controller
+    answers: clients see LEADER_NOT_AVAILABLE until each leader serves, and
+    retry. A creation of a name whose deletion is still tearing down waits for
+    it. Whatever does not finish within the request's timeout answers
+    REQUEST_TIMED_OUT and goes on (the topic appears later).
   * DeleteTopics by topic id (v6): the id is looked up in the image;
     UNKNOWN_TOPIC_ID when no topic has it.
 Caller: the controller actor's table, through `routes(admin)`.
