@@ -3,6 +3,7 @@ controller that decides with the real ClusterMetadata handlers."""
 
 import asyncio
 import datetime
+import importlib
 import random
 
 import pytest
@@ -154,3 +155,21 @@ def test_create_topics_v5_plus__the_answer_lists_the_topics_configs_sorted_none_
     assert (by_name["min.insync.replicas"].value, by_name["retention.ms"].value) == ("2", "604800000")
     assert by_name["retention.ms"].config_source == 5
     assert refused.error_code == ErrorCode.invalid_topic_exception and refused.configs == ()
+
+
+@pytest.mark.parametrize("version", [2, 3, 4, 5, 6, 7])
+def test_create_topics__every_version__created_with_the_cluster_defaults(version):
+    """librdkafka sends CreateTopics v4: an answer field of v5+ (configs) must not
+    be built for it (a handler error closes the client's connection)."""
+    request = importlib.import_module(f"kio.schema.create_topics.v{version}.request")
+    topic = request.CreatableTopic(name="any-version", num_partitions=i32(-1), replication_factor=i16(-1),
+                                   assignments=(), configs=(request.CreatableTopicConfig(
+                                       name="min.insync.replicas", value="2"),))
+    controller = StandInController(num_partitions=4, default_replication_factor=3)
+    (answer,) = ask(controller, 19, version, request.CreateTopicsRequest(
+        topics=(topic,), timeout=TIMEOUT, validate_only=False)).topics
+    assert answer.error_code == ErrorCode.none
+    assert len(controller.metadata.topic("any-version").partitions) == 4
+    if version >= 5:
+        assert (answer.num_partitions, answer.replication_factor) == (4, 3)
+        assert {c.name: c.value for c in answer.configs}["min.insync.replicas"] == "2"

@@ -111,7 +111,7 @@ def routes(admin: TopicAdmin) -> list[Route]:
             configs = tuple(make(module.CreatableTopicConfigs, name=entry.name, value=entry.value, read_only=False,
                                  config_source=i8(entry.source), is_sensitive=False)
                             for entry in sorted(topic_config_entries(described["config"]), key=lambda e: e.name)
-                            ) if ok and described else ()
+                            ) if ok and described and hasattr(module, "CreatableTopicConfigs") else ()
             return make(module.CreatableTopicResult, name=topic.name, topic_id=topic_id, error_code=code,
                         error_message=message, topic_config_error_code=i16(0),
                         num_partitions=i32(partitions if ok else -1), replication_factor=i16(factor if ok else -1),
