@@ -18,6 +18,8 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def coordinator(cluster):
+    # the topic every scenario commits to: offsets of unknown topics are refused
+    cluster.admin().create_topic("orders", partitions=4, replication_factor=1)
     (handle,) = cluster.start_group_coordinators()  # started by local_cluster: this finds it
     wait_until(lambda: ray.get(handle.ping.remote())["loaded"], what="the coordinator loading")
     return handle
@@ -92,7 +94,6 @@ def join(coordinator, group, member_id="", client="c", session_timeout_ms=6_000)
 
 
 def test_membership__two_members_join_one_generation_and_split_the_partitions(cluster, coordinator):
-    cluster.admin().create_topic("orders", partitions=4, replication_factor=1)
     a, b = ray.get([join(coordinator, "members", client="a"), join(coordinator, "members", client="b")])
     assert a["generation"] == b["generation"] == 1 and a["leader"] == b["leader"]
     assignments = [ray.get(coordinator.sync_group.remote("members", m["member_id"], 1)) for m in (a, b)]
