@@ -259,9 +259,13 @@ class ControllerActor:
         self._handles.pop(name, None)
         await asyncio.to_thread(ray.kill, handle, no_restart=True)
         if group_of is not None:
-            group = await asyncio.to_thread(existing_replica_group, *group_of)
-            if group is not None:
-                await asyncio.to_thread(remove_placement_group, group)
+            await self._remove_replica_group(*group_of)
+
+    @staticmethod
+    async def _remove_replica_group(topic: str, partition: int, replica_id: int) -> None:
+        group = await asyncio.to_thread(existing_replica_group, topic, partition, replica_id)
+        if group is not None:
+            await asyncio.to_thread(remove_placement_group, group)
 
     async def node_endpoints(self) -> dict[str, tuple[str, int]]:
         """Every registered actor's Kafka endpoint, by actor name."""
@@ -465,9 +469,7 @@ class ControllerActor:
                             replica_id, error)
             await self._kill(name, handle, (topic, partition, replica_id))
         else:
-            group = await asyncio.to_thread(existing_replica_group, topic, partition, replica_id)
-            if group is not None:
-                await asyncio.to_thread(remove_placement_group, group)
+            await self._remove_replica_group(topic, partition, replica_id)
 
     async def add_partitions(self, name: str, count: int, validate_only: bool = False, *,
                              wait_for_leaders: bool = True) -> dict:
