@@ -47,7 +47,8 @@ def cmd_up(args) -> int:
     options = {k: v for k, v in (("replica_lag_time_max_ms", args.replica_lag_time_max_ms),
                                  ("fetch_max_wait_ms", args.fetch_max_wait_ms),
                                  ("num_partitions", args.num_partitions),
-                                 ("default_replication_factor", args.default_replication_factor)) if v is not None}
+                                 ("default_replication_factor", args.default_replication_factor),
+                                 ("network_processes", args.network_processes)) if v is not None}
     controller = start_controller(args.data_dir, listener_port=args.listener_port, sasl=args.sasl, **options)
     brokers = _wait_for_brokers(controller, args.wait_for_brokers)
     snapshot = ray.get(controller.metadata_snapshot.remote())
@@ -286,7 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--replica-lag-time-max-ms", type=int)
     up.add_argument("--fetch-max-wait-ms", type=int)
     up.add_argument("--listener-port", type=int, default=9092,
-                    help="the controller's Kafka listener: clients' bootstrap.servers port (0: any free port)")
+                    help="every broker's Kafka port, on its host: clients' bootstrap.servers "
+                         "(0: a free port per broker)")
+    up.add_argument("--network-processes", type=int, metavar="N",
+                    help="processes serving each broker's port (Kafka's num.network.threads; default 1)")
     up.add_argument("--num-partitions", type=int, metavar="N",
                     help="Kafka's num.partitions: a topic created with -1 partitions gets N (default 1)")
     up.add_argument("--default-replication-factor", type=int, metavar="N",

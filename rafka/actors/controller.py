@@ -22,6 +22,11 @@ replicas reassigned to live brokers (Kafka's partition reassignment: the new
 replica catches up and joins the ISR before the old one is dropped). Operators
 reassign by hand with `reassign_partition` (`rafka reassign-partitions`).
 
+Brokers' nodes: every live broker runs `network_processes` broker actors
+(actors.broker) on the broker's fixed port, the Kafka nodes clients see; the
+watch loop creates, registers and updates them as it does replicas. The
+controller's own node is internal: brokers forward administration to it.
+
 Named `controller` in namespace `rafka`, detached, pinned to the head node.
 """
 
@@ -32,16 +37,20 @@ import functools
 import json
 import logging
 import os
+import socket
 import time
 from collections import Counter
 from pathlib import Path
 
 import ray
 
+from rafka.actors.broker import BrokerActor
 from rafka.actors.cluster_credential import ray_token_auth_enabled, read_or_make_secret
 from rafka.actors.serving import NodeServing, NodeThread
-from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
-from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, build_image
+from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_actor_name, broker_of_actor_name,
+                                    coordinator_actor_name)
+from rafka.core.broker_identity import BROKER_ID_LABEL
+from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
 from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
@@ -59,6 +68,14 @@ RESTARTED = ("follower", -1)  # a replica actor that came back and was not told 
 # One actor class for every replica: `ray.remote(cls)` made anew exports the class to
 # the GCS again at its first creation (a blocking round trip per replica).
 _REPLICA_ACTOR = ray.remote(ReplicaActor)
+_BROKER_ACTOR = ray.remote(BrokerActor)
+BROKERS_LISTEN_WAIT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def cluster_bootstrap_servers() -> str:
@@ -78,8 +95,18 @@ class ControllerActor:
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000,
                  broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 1_000,
                  listener_port: int = 0, sasl: bool = False, num_partitions: int = 1,
-                 default_replication_factor: int = 1) -> None:
+                 default_replication_factor: int = 1, network_processes: int = 1) -> None:
+        """`listener_port`: every broker's Kafka port (Kafka's 9092 under `rafka up`;
+        0: a free port per broker, chosen once, for brokers sharing a host as
+        local_cluster's do); `network_processes`: processes serving each broker's
+        port (Kafka's num.network.threads)."""
+        if network_processes < 1:
+            raise ValueError(f"network_processes must be at least 1, not {network_processes}")
         self.data_dir = data_dir
+        self.listener_port = listener_port
+        self.network_processes = network_processes
+        self._broker_ports: dict[int, int] = {}   # by broker id: the port its processes listen on
+        self._live_brokers: set[int] = set()     # from Ray's node table, at its last reading
         # Kafka's num.partitions and default.replication.factor: what CreateTopics'
         # -1 stands for (cluster settings: `rafka up` options, local_cluster arguments).
         self.num_partitions = num_partitions
@@ -114,6 +141,10 @@ class ControllerActor:
         self._log_path = directory / METADATA_LOG
         self._metadata_version = 0   # records in the metadata log: the version of images built from it
         self._image = EMPTY_IMAGE
+        self._brokers_listen = asyncio.Event()   # some broker's node registered: clients can bootstrap
+        self._broker_push: asyncio.Task | None = None
+        self._brokers_behind = False
+        self._loop: asyncio.AbstractEventLoop | None = None   # the actor's, known at its first call
         self._load()
         self._commit(self.metadata.handle_start())
         # The cluster credential (actors/cluster_credential.py); `sasl` (rafka up --sasl)
@@ -141,12 +172,12 @@ class ControllerActor:
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2),
         # served on a thread of its own (NodeThread says why); topic administration
         # and producer ids run on this actor's loop.
-        self._loop: asyncio.AbstractEventLoop | None = None   # the actor's, known at its first call
         self._node_thread = NodeThread(CONTROLLER_NAME)
         hop = lambda method: NodeThread.on_actor_loop(method, lambda: self._loop)   # noqa: E731
+        # Its node is internal (brokers forward administration to it): a port the OS picks.
         self.serving = NodeServing(CONTROLLER_NAME, topic_admin_host=_TopicAdminOnActorLoop(self, hop),
                                    allocate_producer_id=hop(self.allocate_producer_id),
-                                   listener_port=listener_port, image_source=self.cluster_image)
+                                   image_source=self.cluster_image)
         self.leader_elections = Histogram()   # ms from deciding an election to the new leader's role
         register_controller(self.serving.metrics, lambda: self.metadata, self.leader_elections)
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
@@ -187,6 +218,35 @@ class ControllerActor:
             self.metadata.replay(record)
         self._metadata_version += len(records)
         self._image = build_image(self.metadata, self._metadata_version)
+        if self._image.brokers:
+            self._brokers_listen.set()
+        self._tell_brokers()
+
+    def _tell_brokers(self) -> None:
+        """Every commit's image to the brokers' nodes at once, where clients read
+        it (a client told a topic exists must find its leaders there), not at
+        their next watch round. Coalesced: one push at a time, the newest image."""
+        self._brokers_behind = True
+        if self._loop is None or (self._broker_push is not None and not self._broker_push.done()):
+            return
+        self._broker_push = self._loop.create_task(self._push_to_brokers())
+
+    async def brokers_current(self) -> None:
+        """Until the brokers hold the current image (bounded per broker): an answer
+        to topic administration goes back once every broker's Metadata and
+        DescribeConfigs show the change."""
+        self._tell_brokers()
+        if self._broker_push is not None:
+            await asyncio.shield(self._broker_push)
+
+    async def _push_to_brokers(self) -> None:
+        while self._brokers_behind:
+            self._brokers_behind = False
+            image = self._image
+            handles = [h for name, h in list(self._handles.items())
+                       if broker_of_actor_name(name) is not None and name in self.metadata.nodes]
+            await asyncio.gather(*(asyncio.wait_for(h.update_image.remote(image), self.leader_ping_timeout_ms / 1000)
+                                   for h in handles), return_exceptions=True)
 
     # --- Kafka nodes: endpoints and the cluster image ------------------------------
 
@@ -294,7 +354,7 @@ class ControllerActor:
             await deleted.wait()
         async with self._lock:
             records, topic = self.metadata.handle_create_topic(
-                name, partitions, replication_factor, config, await asyncio.to_thread(live_broker_ids))
+                name, partitions, replication_factor, config, await self._read_live_brokers())
             if validate_only:
                 return {"name": name, "topic_id": None, "config": topic.config,
                         "partitions": [{"replicas": list(state.replicas)} for state in topic.partitions]}
@@ -302,6 +362,7 @@ class ControllerActor:
             self._starting.update((name, p) for p in range(partitions))
         await self._start_partitions(name, range(partitions), wait_for_leaders)
         self._ensure_watcher()
+        await self.brokers_current()   # every broker's Metadata knows it before the answer
         return self._describe_topic(name)
 
     async def _start_partitions(self, topic: str, partitions: range, wait: bool) -> None:
@@ -477,12 +538,13 @@ class ControllerActor:
         live brokers and started as at creation (`wait_for_leaders` as there)."""
         async with self._lock:
             before = len(self.metadata.topic(name).partitions)
-            records, _ = self.metadata.handle_add_partitions(name, count, await asyncio.to_thread(live_broker_ids))
+            records, _ = self.metadata.handle_add_partitions(name, count, await self._read_live_brokers())
             if validate_only:
                 return {"name": name}
             self._commit(records)
             self._starting.update((name, p) for p in range(before, count))
         await self._start_partitions(name, range(before, count), wait_for_leaders)
+        await self.brokers_current()
         return self._describe_topic(name)
 
     async def reassign_partition(self, topic: str, partition: int, brokers: list[int]) -> dict:
@@ -491,7 +553,7 @@ class ControllerActor:
         replaced ones once every new one is in the ISR."""
         async with self._lock:
             records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
-                                                                     await asyncio.to_thread(live_broker_ids))
+                                                                     await self._read_live_brokers())
             self._commit(records)
         if records:
             logger.info("%s-%d: reassigning to brokers %s (adding replicas %s, removing %s)", topic, partition,
@@ -531,6 +593,12 @@ class ControllerActor:
         await self._announce(topic, partition, state)
         await asyncio.gather(*(self._retire_replica(topic, partition, r) for r in removed))
 
+    async def _read_live_brokers(self) -> list[int]:
+        """Ray's node table, off the loop; remembered for the brokers' nodes."""
+        live = await asyncio.to_thread(live_broker_ids)
+        self._live_brokers = set(live)
+        return live
+
     async def _replace_lost_brokers(self) -> None:
         """Reassign the replicas of brokers gone longer than the replacement timeout
         to the live brokers holding the fewest replicas (online partitions only: an
@@ -542,7 +610,7 @@ class ControllerActor:
         # node it serves) for most of a second on a busy machine: asked once per
         # tenth of the replacement timeout, at most every 10 s, not every round.
         self._next_broker_check_s = now_s + min(10.0, self.broker_replacement_timeout_ms / 10_000)
-        live = await asyncio.to_thread(live_broker_ids)
+        live = await self._read_live_brokers()
         partitions = [(name, p, state) for name, topic in list(self.metadata.topics.items())
                       for p, state in enumerate(topic.partitions)]
         referenced = {b for _, _, state in partitions for b in state.brokers}
@@ -622,11 +690,12 @@ class ControllerActor:
 
     def _describe_topic(self, name: str) -> dict:
         topic = self.metadata.topic(name)
-        image = self.cluster_image()
+        image = broker_view(self.cluster_image())
         in_image = image.topics.get(name)
 
         def leader_endpoint(p: int) -> tuple[int, str | None]:
-            """(Kafka node id, host:port) of the leader, as Metadata answers name it."""
+            """(Kafka node id, host:port) of the leader as clients' Metadata names it:
+            its broker's."""
             node_id = in_image.partitions[p].leader_node if in_image else -1
             node = image.nodes.get(node_id)
             return node_id, (f"{node.host}:{node.port}" if node else None)
@@ -687,8 +756,11 @@ class ControllerActor:
             partitions = [(name, p) for name, topic in list(self.metadata.topics.items())
                           for p in range(len(topic.partitions)) if (name, p) not in self._starting]
             results = await asyncio.gather(*(self._check_partition(name, p) for name, p in partitions),
-                                           self._check_coordinators(), return_exceptions=True)
-            results = results[:-1]
+                                           self._check_coordinators(), self._check_brokers(), return_exceptions=True)
+            for failure in results[-2:]:
+                if isinstance(failure, Exception):
+                    logger.warning("checking coordinators or brokers failed: %s", failure)
+            results = results[:-2]
             for (name, partition), result in zip(partitions, results):
                 if isinstance(result, Exception):  # keep watching the other partitions
                     logger.warning("checking %s-%d failed: %s", name, partition, result)
@@ -750,6 +822,55 @@ class ControllerActor:
                 return
             await self._sync_node(handle, name, answer)
         await asyncio.gather(*(one(p) for p in range(len(offsets.partitions) if offsets else 0)))
+
+    async def _check_brokers(self) -> None:
+        """Every live broker runs its network processes (created here, pinned to the
+        broker by its label, on the broker's port), registered, with a current image.
+        A broker's processes that cannot run (its node is gone) wait for it: Ray
+        restarts them there when it is back, on the same port."""
+        if not self._live_brokers:
+            await self._read_live_brokers()
+        referenced = {b for topic in list(self.metadata.topics.values()) for state in topic.partitions
+                      for b in state.brokers}
+
+        async def one(broker_id: int, process: int) -> None:
+            name = broker_actor_name(broker_id, process)
+            try:
+                handle = self._handles.get(name)
+                if handle is None:
+                    try:
+                        handle = await self._handle(name)
+                    except ValueError:   # not created yet
+                        if broker_id not in self._live_brokers:
+                            return
+                        handle = self._handles[name] = await asyncio.to_thread(
+                            self._create_broker_process, broker_id, process)
+                answer = await asyncio.wait_for(handle.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
+            except asyncio.TimeoutError:
+                if name in self.metadata.nodes and broker_id not in self._live_brokers:
+                    await self._node_down(name, "its broker is not live")
+                return
+            except ray.exceptions.RayError as error:   # dead or restarting: not listening
+                self._lost(name, error)
+                await self._node_down(name, type(error).__name__)
+                return
+            self._broker_ports.setdefault(broker_id, answer["endpoint"][1])
+            await self._sync_node(handle, name, answer)
+        await asyncio.gather(*(one(b, k) for b in sorted(self._live_brokers | referenced)
+                               for k in range(self.network_processes)))
+
+    def _create_broker_process(self, broker_id: int, process: int):
+        """(In a worker thread: Ray calls that block.) Process `process` of broker
+        `broker_id`, on the broker's port (a free one chosen for it if the
+        listener port is 0: brokers sharing a host)."""
+        port = self._broker_ports.get(broker_id)
+        if port is None:
+            port = self._broker_ports[broker_id] = self.listener_port or _free_port()
+        return _BROKER_ACTOR.options(
+            name=broker_actor_name(broker_id, process), namespace=NAMESPACE, lifetime="detached",
+            max_restarts=-1, num_cpus=0, get_if_exists=True,
+            label_selector={BROKER_ID_LABEL: str(broker_id)}).remote(
+            broker_id=broker_id, process=process, listener_port=port)
 
     def _lost(self, name: str, error: Exception) -> None:
         """A call found the actor gone for good (killed without restart): its
@@ -845,9 +966,16 @@ class ControllerActor:
         return self.metadata.controller_epoch
 
     async def bootstrap_address(self) -> str:
-        """host:port of this controller's Kafka listener (clients' bootstrap.servers)."""
+        """Clients' bootstrap.servers: every live broker's host:port (waiting, up to
+        BROKERS_LISTEN_WAIT_S, for the first to listen after a start)."""
         await self.ping()
-        return self.bootstrap_servers
+        if not self._image.brokers:
+            try:
+                await asyncio.wait_for(self._brokers_listen.wait(), BROKERS_LISTEN_WAIT_S)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"no broker listens after {BROKERS_LISTEN_WAIT_S} s: are broker nodes "
+                                   f"up? (`rafka brokers`)") from None
+        return ",".join(f"{b.host}:{b.port}" for b in self._image.brokers.values())
 
 
 class _TopicAdminOnActorLoop:

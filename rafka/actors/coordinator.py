@@ -38,6 +38,8 @@ import os
 
 import ray
 
+from rafka.core.broker_identity import BROKER_ID_LABEL
+
 from rafka.actors.consumer_lag import ConsumerLag
 from rafka.actors.replica import NAMESPACE
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
@@ -313,7 +315,7 @@ class GroupCoordinatorActor:
         endpoint = await self.serving.start()
         return {"partition": self.partition, "loaded": self._loaded, "pid": os.getpid(),
                 "load_position": self._load_position, "load_error": self._load_error,
-                "endpoint": endpoint, "rack": None, "image_version": self.serving.image.version}
+                "endpoint": endpoint, "rack": _broker_label(), "image_version": self.serving.image.version}
 
     # --- the Kafka protocol -------------------------------------------------------
 
@@ -323,3 +325,9 @@ class GroupCoordinatorActor:
 
     async def update_image(self, image) -> None:
         self.serving.offer_image(image)
+
+
+def _broker_label() -> str | None:
+    """The broker id of the node this coordinator runs on: the broker whose node
+    clients reach it through (core.cluster_image.broker_view)."""
+    return ray.get_runtime_context().get_node_labels().get(BROKER_ID_LABEL)

@@ -13,7 +13,7 @@ Invariants:
     counted there; the actor registers its own sources), copied into Ray's metrics
     by the exporter the server's start starts (actors.metrics_export).
 
-Callers: the replica, coordinator and controller actors. The controller learns each endpoint from the actor's ping answer and
+Callers: the replica, coordinator, controller and broker actors. The controller learns each endpoint from the actor's ping answer and
 registers it (core.metadata.handle_register_node), then pushes images to actors
 whose ping shows an older image version. The controller runs its node on a
 `NodeThread`: an event loop of its own.
@@ -82,14 +82,19 @@ class NodeServing:
                  groups=None, topic_admin_host=None, list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
                  alter_topic_config: Callable[..., Awaitable[dict]] | None = None, listener_port: int = 0,
                  image_source: Callable[[], ClusterImage] | None = None,
-                 max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT) -> None:
+                 max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
+                 view: Callable[[ClusterImage], ClusterImage] | None = None,
+                 dispatcher_factory: Callable[..., Dispatcher] = Dispatcher, reuse_port: bool = False) -> None:
         """The hosts are what this actor answers for (protocol.node_table): its
         partition, its groups, topic administration; `alter_topic_config`: how a
         node that is not the controller reaches it (alter_topic_config_on_controller);
         `image_source`: where Metadata answers come from, by default the newest
         image offered (the controller passes its own, always current);
         `max_pipelined_requests`: the server's bound on a connection's started,
-        unanswered requests."""
+        unanswered requests; `view`: what the node answers from, made of each image
+        offered (a broker answers the broker view); `dispatcher_factory(table,
+        **options)`: the dispatcher (a broker's routes requests to actors);
+        `reuse_port`: several processes listen on the port (a broker's)."""
         tune_malloc()
         self.name = name
         self._table_options = dict(allocate_producer_id=allocate_producer_id, partitions=partitions, groups=groups,
@@ -99,6 +104,10 @@ class NodeServing:
         self.listener_port = listener_port
         self.max_pipelined_requests = max_pipelined_requests
         self.image: ClusterImage = EMPTY_IMAGE
+        self._view = view
+        self._answered: ClusterImage = EMPTY_IMAGE   # view(image), made once per image
+        self._dispatcher_factory = dispatcher_factory
+        self.reuse_port = reuse_port
         self._has_image = asyncio.Event()   # binds to the actor's loop at its first wait
         self.server: ProtocolServer | None = None
         self.host: str | None = None
@@ -107,10 +116,15 @@ class NodeServing:
         self.metrics_exporter = RayMetricsExporter(self.metrics)
 
     def current_image(self) -> ClusterImage:
-        return self._image_source() if self._image_source is not None else self.image
+        """The image this node answers from."""
+        if self._image_source is not None:
+            return self._image_source()
+        return self._answered if self._view is not None else self.image
 
     def offer_image(self, image: ClusterImage) -> None:
         if image.version > self.image.version:
+            if self._view is not None:
+                self._answered = self._view(image)
             self.image = image
             self._has_image.set()
 
@@ -146,9 +160,9 @@ class NodeServing:
             # SASL/SCRAM, required or optional by the image (actors/cluster_credential.py)
             sasl = SaslListener(credential_for=lambda user, mechanism: self.current_image().scram_credential(
                 user, mechanism), required=self._sasl_required, settled=self._first_image)
-            server = ProtocolServer(Dispatcher(table), host="0.0.0.0", port=self.listener_port,
+            server = ProtocolServer(self._dispatcher_factory(table), host="0.0.0.0", port=self.listener_port,
                                     max_pipelined_requests=self.max_pipelined_requests, sasl=sasl,
-                                    tls=listener_tls())
+                                    tls=listener_tls(), reuse_port=self.reuse_port)
             await server.start()
             self.host = ray.util.get_node_ip_address()
             self.server = server

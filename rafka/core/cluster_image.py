@@ -1,5 +1,10 @@
-"""The cluster as Kafka clients see it: nodes (one per actor serving the wire
-protocol), topics, and each partition's leader, replicas and ISR as node ids.
+"""The cluster as Kafka nodes see it, on two listeners:
+  * internal (the actors' own nodes, one per replica, coordinator and controller:
+    followers fetch there, coordinators write there, brokers forward there):
+    nodes, topics, and each partition's leader, replicas and ISR as node ids;
+  * clients' (`broker_view`): Kafka's shape, one node per broker, node id = broker
+    id, at the broker's fixed address (actors.broker), where every request of a
+    client arrives and is routed inside the broker to the actor it is for.
 
 The controller builds an image from its metadata after every change and pushes it
 to every actor; each actor answers Metadata (and finds its own partition's state)
@@ -16,9 +21,13 @@ Invariants:
   * replica and ISR lists name only registered nodes: a replica with no endpoint
     yet has no node id to name (`offline_nodes` is for replicas known down).
 
+  * `brokers` lists the brokers whose node has registered (`broker:<id>:<k>`
+    actors); `broker_view` names no other node.
+
 Pure data, no I/O. Callers: the controller (build), the actors' Metadata handler
-and partition lookups (read), rafka.client's metadata cache and the
-coordinators (leader endpoints).
+and partition lookups (read), the broker nodes (broker_view, and the internal
+endpoints they route to), rafka.client's metadata cache and the coordinators
+(leader endpoints).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name,
+from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_of_actor_name, coordinator_actor_name,
                                     replica_actor_name)
 from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.metadata import NO_LEADER, ClusterMetadata, NodeEndpoint, id_as_uuid
@@ -44,6 +53,9 @@ class PartitionImage:
     isr_nodes: tuple[int, ...]
     offline_nodes: tuple[int, ...]
     leader_replica: int           # the replica index behind leader_node (NO_LEADER: none)
+    replica_brokers: tuple[int, ...] = ()   # every assigned replica's broker id, in replica order
+    isr_brokers: tuple[int, ...] = ()
+    leader_broker: int = NO_LEADER          # the leader replica's broker, once it has an endpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +77,7 @@ class ClusterImage:
     coordinator_nodes: tuple[int, ...]   # by __consumer_offsets partition; -1 unregistered
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(default_factory=dict)
     sasl_required: bool = False   # every listener asks for a SASL login (protocol.sasl)
+    brokers: Mapping[int, NodeEndpoint] = dataclasses.field(default_factory=dict)   # live brokers' addresses
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """A SASL listener's lookup: the user's salted credential for `mechanism`."""
@@ -72,6 +85,14 @@ class ClusterImage:
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+
+    def coordinator_broker(self, offsets_partition: int) -> int:
+        """The broker whose node serves the group coordinator of `offsets_partition`
+        (where it runs; NO_LEADER while it has no endpoint or its broker none)."""
+        node = self.nodes.get(self.coordinator_nodes[offsets_partition]) \
+            if 0 <= offsets_partition < len(self.coordinator_nodes) else None
+        broker = _broker_id(node.rack) if node is not None else None
+        return broker if broker in self.brokers else NO_LEADER
 
     def node_of_actor(self, actor: str) -> int:
         return next((n.node_id for n in self.nodes.values() if n.actor == actor), NO_LEADER)
@@ -89,6 +110,35 @@ class ClusterImage:
         if state.leader_replica < 0 or node is None:
             raise LeaderNotAvailable(f"{topic}-{partition} has no leader with a Kafka endpoint yet")
         return (node.host, node.port), state.leader_epoch
+
+
+def _broker_id(rack: str | None) -> int | None:
+    return int(rack) if rack is not None and rack.isdigit() else None
+
+
+def broker_view(image: ClusterImage) -> ClusterImage:
+    """The image clients get from a broker (Kafka's shape): the live brokers as
+    the nodes; a partition's leader, replicas and ISR as broker ids, every
+    assigned replica listed (Kafka's Metadata lists replicas whose broker is down,
+    naming them in offline_replicas); its leader the leader replica's broker when
+    that replica and its broker both listen, else none (LEADER_NOT_AVAILABLE);
+    each group coordinator the broker it runs on; the controller a live broker
+    (the lowest id: every broker forwards administration to the controller,
+    KIP-590). No answer names a node that is not a live broker."""
+    live = image.brokers
+    topics = {}
+    for name, topic in image.topics.items():
+        partitions = []
+        for p in topic.partitions:
+            leader = p.leader_broker if p.leader_broker in live else NO_LEADER
+            partitions.append(dataclasses.replace(
+                p, leader_node=leader, replica_nodes=p.replica_brokers, isr_nodes=p.isr_brokers,
+                offline_nodes=tuple(b for b in p.replica_brokers if b not in live),
+                leader_replica=p.leader_replica if leader >= 0 else NO_LEADER))
+        topics[name] = dataclasses.replace(topic, partitions=tuple(partitions))
+    return dataclasses.replace(
+        image, nodes=dict(live), topics=topics, controller_node=min(live, default=NO_LEADER),
+        coordinator_nodes=tuple(image.coordinator_broker(p) for p in range(len(image.coordinator_nodes))))
 
 
 EMPTY_IMAGE = ClusterImage(version=-1, cluster_id=None, controller_node=NO_LEADER, nodes={}, topics={},
@@ -112,11 +162,15 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
         for index, state in enumerate(topic.partitions):
             by_replica = {r: node_id(replica_actor_name(name, index, r)) for r in state.replicas}
             leader_node = by_replica.get(state.leader, NO_LEADER) if state.online else NO_LEADER
+            brokers = state.brokers if len(state.brokers) == len(state.replicas) else ()
+            broker_of = dict(zip(state.replicas, brokers))
             partitions.append(PartitionImage(
                 partition=index, leader_node=leader_node, leader_epoch=state.leader_epoch,
                 replica_nodes=tuple(n for n in by_replica.values() if n >= 0),
                 isr_nodes=tuple(by_replica[r] for r in state.isr if by_replica.get(r, NO_LEADER) >= 0),
-                offline_nodes=(), leader_replica=state.leader if leader_node >= 0 else NO_LEADER))
+                offline_nodes=(), leader_replica=state.leader if leader_node >= 0 else NO_LEADER,
+                replica_brokers=tuple(brokers), isr_brokers=tuple(broker_of[r] for r in state.isr if r in broker_of),
+                leader_broker=broker_of.get(state.leader, NO_LEADER) if leader_node >= 0 else NO_LEADER))
         topics[name] = TopicImage(name=name, topic_id=id_as_uuid(topic.topic_id),
                                   is_internal=name == OFFSETS_TOPIC, partitions=tuple(partitions),
                                   config=dict(topic.config))
@@ -124,7 +178,12 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
     coordinators = tuple(node_id(coordinator_actor_name(p))
                          for p in range(len(offsets.partitions) if offsets else 0))
     controller = node_id(CONTROLLER_NAME)
+    brokers: dict[int, NodeEndpoint] = {}
+    for actor, node in sorted(registered.items()):   # a broker's processes share its port: the first names it
+        broker = broker_of_actor_name(actor)
+        if broker is not None and broker not in brokers:
+            brokers[broker] = NodeEndpoint(broker, actor, node.host, node.port)
     return ClusterImage(version=version, cluster_id=metadata.cluster_id, controller_node=controller,
                         nodes=dict(sorted(listed.items())), topics=topics, coordinator_nodes=coordinators,
                         scram_credentials=dict(metadata.scram_credentials),
-                        sasl_required=metadata.sasl_required)
+                        sasl_required=metadata.sasl_required, brokers=dict(sorted(brokers.items())))

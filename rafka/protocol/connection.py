@@ -157,6 +157,43 @@ class Connection(asyncio.Protocol):
             finally:
                 timer.cancel()
 
+    async def relay(self, frame, *, expect_response: bool = True) -> memoryview | None:
+        """Forward a request frame as a client sent it (without its size prefix)
+        under this connection's next correlation id; the response frame (without
+        its size prefix; its first four bytes, the correlation id, are the caller's
+        to restore), or None. No timer: the request may wait as long as its client
+        allowed it (a Fetch's max_wait, a JoinGroup's rebalance timeout); the
+        connection's loss fails it. A caller cancelled while waiting abandons it:
+        its answer is read and dropped. (protocol.edge forwards this way.)"""
+        async with self._slots:
+            if self._failure is not None:
+                raise self._failure
+            correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
+            frame = memoryview(frame)
+            future = None
+            if expect_response:
+                future = asyncio.get_running_loop().create_future()
+                self._pending.append((correlation_id, None, future))
+            self._transport.write(b"".join((_SIZE.pack(len(frame)), frame[:4], _SIZE.pack(correlation_id),
+                                            frame[8:])))
+            if self._writable is not None:
+                await asyncio.shield(self._writable)
+            if future is None:
+                if self._failure is not None:
+                    raise self._failure
+                return None
+            return await future
+
+    @property
+    def unanswered(self) -> int:
+        """Requests sent and not answered, abandoned ones included."""
+        return len(self._pending)
+
+    @property
+    def waited_on(self) -> bool:
+        """Some request sent here still has a caller waiting for its answer."""
+        return any(not future.done() for _, _, future in self._pending)
+
     def _timed_out(self, future: asyncio.Future, correlation_id: int, timeout_s: float) -> None:
         if not future.done():
             self._fail(NetworkException(f"no response to correlation id {correlation_id} within {timeout_s} s"))
@@ -190,6 +227,14 @@ class Connection(asyncio.Protocol):
                 self._fail(NetworkException("a response with no request pending"))
                 return
             correlation_id, response_type, future = self._pending.popleft()
+            if response_type is None:   # relayed: the frame as it came
+                if _SIZE.unpack_from(frame)[0] != correlation_id:
+                    self._fail(NetworkException(f"correlation id {_SIZE.unpack_from(frame)[0]} in a relayed "
+                                                f"response, {correlation_id} expected"))
+                    return
+                if not future.done():
+                    future.set_result(frame)
+                continue
             try:
                 header, offset = decode_response_header(frame, header_version=response_type.__header_schema__.__version__)
                 if header.correlation_id != correlation_id:

@@ -199,11 +199,19 @@ class Dispatcher:
                                     f" from {answered.__module__}, not {expected.__module__}")
             return encode_response(parsed.context.correlation_id, response)
         finally:
-            context = parsed.context
-            key = (_FETCH_FOLLOWER if context.api_key == FETCH_KEY and parsed.body is not None
-                   and parsed.body.replica_id >= 0 else context.api_key, context.api_version)
-            latency = self._latency_by_key.get(key) or self._latency_histogram(key)
-            latency.observe((self._clock_s() - started_s) * 1000.0)
+            self._observe(parsed, started_s)
+
+    def _observe(self, parsed: ParsedRequest, started_s: float) -> None:
+        """Count and time a request from `started_s` to now."""
+        context = parsed.context
+        key = (_FETCH_FOLLOWER if context.api_key == FETCH_KEY and parsed.body is not None
+               and parsed.body.replica_id >= 0 else context.api_key, context.api_version)
+        latency = self._latency_by_key.get(key) or self._latency_histogram(key)
+        latency.observe((self._clock_s() - started_s) * 1000.0)
+
+    async def connection_closed(self, connection_id: str) -> None:
+        """A connection closed (the server calls this); a dispatcher that holds
+        state per connection lets it go (protocol.edge)."""
 
     def _latency_histogram(self, key: tuple[int, int]) -> Histogram:
         api_key, version = key

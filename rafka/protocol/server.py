@@ -66,7 +66,8 @@ class ProtocolServer:
                  max_connections: int = MAX_CONNECTIONS_DEFAULT,
                  connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
-                 sasl: SaslListener | None = None, tls: ssl.SSLContext | None = None) -> None:
+                 sasl: SaslListener | None = None, tls: ssl.SSLContext | None = None,
+                 reuse_port: bool = False) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         if connections_max_idle_ms <= 0:
@@ -82,10 +83,12 @@ class ProtocolServer:
         self.max_pipelined_requests = max_pipelined_requests
         self.sasl = sasl    # None: every connection is served at once (PLAINTEXT)
         self.tls = tls      # protocol.tls.server_context: every connection is TLS (SSL, SASL_SSL)
+        self.reuse_port = reuse_port   # several processes share the port (SO_REUSEPORT): a broker's network processes
         self._server: asyncio.Server | None = None
         self._connections: dict[str, _KafkaConnection] = {}
         self._connection_numbers = itertools.count()
         self._idle_checker: asyncio.TimerHandle | None = None
+        self._closing: set[asyncio.Future] = set()   # dispatchers' connection_closed, held until done
         self.refused_connections = 0
         self.closed_for_bad_input = 0
 
@@ -104,7 +107,8 @@ class ProtocolServer:
         """Listen; returns the port."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _KafkaConnection(self), self.host, self.requested_port,
-                                                reuse_address=True, ssl=self.tls)
+                                                reuse_address=True, reuse_port=self.reuse_port or None,
+                                                ssl=self.tls)
         self._check_idle()
         return self.port
 
@@ -142,6 +146,9 @@ class ProtocolServer:
 
     def _closed(self, connection: _KafkaConnection) -> None:
         self._connections.pop(connection.connection_id, None)
+        closing = asyncio.ensure_future(self.dispatcher.connection_closed(connection.connection_id))
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     def _connection_id(self, transport: asyncio.Transport) -> str:
         """Kafka's form: local address:port-remote address:port-index."""

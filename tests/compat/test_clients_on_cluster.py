@@ -40,9 +40,9 @@ def on_the_wire(host, port, request):
 
 
 def wire_ready(cluster, topic):
-    """Every partition's leader has a Kafka endpoint, and every node's Metadata
-    answer says so: nodes learn a new topic from the controller's next image, and
-    a client may ask any node (Kafka's own tests wait the same way after creating
+    """Every partition's leader has a Kafka endpoint, and every broker's Metadata
+    answer says so: brokers learn a new topic from the controller's next image, and
+    a client may ask any broker (Kafka's own tests wait the same way after creating
     a topic: TestUtils.waitForAllPartitionsMetadata)."""
     from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
     described = cluster.admin().describe_topics([topic])[topic]["partitions"]
@@ -51,11 +51,9 @@ def wire_ready(cluster, topic):
     request = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
                               allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     leaders = {p["partition"]: p["leader_kafka_node"] for p in described}
-    for host, port in ray.get(cluster.controller.node_endpoints.remote()).values():
-        try:
-            answer = on_the_wire(host, port, request)
-        except Exception:   # a node of a deleted topic, gone: clients are not sent there
-            continue
+    for broker in cluster.bootstrap_servers.split(","):
+        host, port = broker.rsplit(":", 1)
+        answer = on_the_wire(host, int(port), request)
         (listed,) = answer.topics
         if {int(p.partition_index): int(p.leader_id) for p in listed.partitions} != leaders:
             return False
@@ -78,9 +76,18 @@ def read_back(cluster, topic, partitions, count):
     return sorted((r.partition, r.offset, r.value) for r in got)
 
 
-def test_bootstrap_servers__is_the_controllers_listener_and_answers_metadata(cluster, bootstrap):
-    host, port = bootstrap.rsplit(":", 1)
-    assert int(port) > 0 and host
+def test_bootstrap_servers__names_every_broker_once_and_metadata_lists_exactly_them(cluster, bootstrap):
+    """Kafka's shape: one node per broker, node id = broker id, at its address;
+    any broker bootstraps and each lists the same three."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+    brokers = [b.rsplit(":", 1) for b in bootstrap.split(",")]
+    assert len(brokers) == 3 and len(set(map(tuple, brokers))) == 3
+    request = MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    for host, port in brokers:
+        answer = on_the_wire(host, int(port), request)
+        assert sorted((int(b.node_id), b.host, int(b.port)) for b in answer.brokers) == sorted(
+            (i, h, int(p)) for i, (h, p) in enumerate(brokers))
+        assert int(answer.controller_id) in range(3)
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/run.sh")
@@ -513,7 +520,7 @@ def test_create_topic__the_bootstrap_node_keeps_answering_metadata_while_replica
     import time
 
     from tests.harness import MetadataProbe
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
     with MetadataProbe(host, int(port)) as probe:
         started_s = time.monotonic()
         cluster.admin().create_topic("metadata-while-creating", partitions=6, replication_factor=3)
@@ -524,43 +531,74 @@ def test_create_topic__the_bootstrap_node_keeps_answering_metadata_while_replica
     cluster.admin().delete_topic("metadata-while-creating")
 
 
-def test_metadata__names_no_endpoint_nobody_listens_on__topics_deleted_recreated_and_a_replica_killed(
+def test_brokers__no_client_sees_a_refused_connection__topics_churn_and_a_replica_coordinator_and_broker_restart(
         cluster, bootstrap):
-    """librdkafka reports a refused connection as a broker transport failure.
-    While a topic is deleted and created again twice, no Metadata answer names an
-    endpoint that was already refusing connections (the new replicas are named
-    once they listen; the old ones are named nowhere before they close). A
-    replica killed by SIGKILL (Ray restarts it on a new port) leaves every answer
-    within the controller's detection time and is named again at its new port."""
+    """Kafka's shape at the edge: clients see the brokers only, at addresses that
+    outlive every actor behind them. While a topic is deleted and created again
+    and a replica and the group coordinator are killed (SIGKILL; Ray restarts
+    each), every Metadata answer names exactly the three brokers at their first
+    addresses, none of them ever refuses a connection, and a librdkafka producer
+    writing all along logs no "Connection refused" (librdkafka reports one as a
+    transport failure, which applications treat as an error) and gets every
+    record acked. A broker's own process killed comes back at the same address."""
+    import logging
     import os
     import signal
-    import time
 
-    from tests.harness import MetadataProbe, replica
-    host, port = bootstrap.rsplit(":", 1)
-    with MetadataProbe(host, int(port), interval_ms=100, check_endpoints=True) as probe:
+    from confluent_kafka import Producer as CProducer
+
+    from rafka.core.actor_names import broker_actor_name, coordinator_actor_name, replica_actor_name
+    from tests.harness import MetadataProbe
+    brokers = {(h, int(p)) for h, p in (b.rsplit(":", 1) for b in bootstrap.split(","))}
+    create(cluster, "steady")
+    logs, delivered = [], []
+
+    class Kept(logging.Handler):
+        def emit(self, record):
+            logs.append(record.getMessage())
+    librdkafka_log = logging.getLogger("librdkafka-churn")
+    librdkafka_log.addHandler(Kept())
+    librdkafka_log.setLevel(logging.DEBUG)
+    producer = CProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "logger": librdkafka_log,
+                          "error_cb": lambda error: logs.append(str(error))})
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)   # broker 0's: its process is not killed
+    port = int(port)
+
+    def write(n: int) -> None:
+        for i in range(n):
+            producer.produce("steady", value=b"v", partition=i % 2,
+                             on_delivery=lambda error, m: delivered.append(error))
+        producer.poll(0)
+
+    def kill(name: str) -> None:
+        actor = ray.get_actor(name, namespace="rafka")
+        ask = actor.ping if name.startswith("coordinator") else actor.describe   # each says its pid
+        pid = ray.get(ask.remote())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: ray.get(ask.remote(), timeout=5)["pid"] != pid, timeout_s=60,
+                   what=f"{name} restarted")
+        producer.poll(0)
+
+    with MetadataProbe(host, port, interval_ms=100, check_endpoints=True) as probe:
         for _ in range(2):
             create(cluster, "churn")
+            write(20)
             cluster.admin().delete_topic("churn")
         create(cluster, "churn")
-        assert probe.named_after_refusal == []
-        state = cluster.admin().describe_topics(["churn"])["churn"]["partitions"][0]
-        victim = replica("churn", 0, state["leader"])
-        old_endpoint = tuple(ray.get(victim.ping.remote())["endpoint"])
-        os.kill(ray.get(victim.describe.remote())["pid"], signal.SIGKILL)
-        killed_s = time.monotonic()
-
-        def named_at_a_new_port():
-            endpoints = ray.get(cluster.controller.node_endpoints.remote())
-            return endpoints.get(f"replica:churn:0:{state['leader']}") not in (None, old_endpoint)
-        wait_until(named_at_a_new_port, timeout_s=60, what="the restarted replica registered again")
+        leader = cluster.admin().describe_topics(["churn"])["churn"]["partitions"][0]["leader"]
+        for name in (replica_actor_name("churn", 0, leader), coordinator_actor_name(0)):
+            kill(name)
+            write(20)
+        wait_until(lambda: wire_ready(cluster, "churn"), timeout_s=60, what="churn's leaders back")
         answered = len(probe.answers)
-        wait_until(lambda: len(probe.answers) > answered + 2, timeout_s=10, what="answers after it registered")
-    late = [(endpoint, after_s) for endpoint, after_s in probe.named_after_refusal if endpoint != old_endpoint]
-    assert late == [], f"answers named endpoints that were refusing: {late}"
-    after_kill = [after_s for endpoint, after_s in probe.named_after_refusal if endpoint == old_endpoint]
-    assert max(after_kill, default=0.0) < 10.0, "the killed replica's port was named for 10 s (Kafka's session: 9 s)"
-    assert old_endpoint not in probe.answers[-1][2].values()
+        wait_until(lambda: len(probe.answers) > answered + 2, timeout_s=10, what="answers after the restarts")
+    assert producer.flush(60) == 0 and len(delivered) == 80 and not any(delivered), \
+        [e for e in delivered if e][:3]
+    assert probe.named_after_refusal == []
+    assert {frozenset(nodes.values()) for _, _, nodes in probe.answers} == {frozenset(brokers)}
+    assert not [line for line in logs if "refused" in line.lower()], logs
+    kill(broker_actor_name(1))
+    assert set(cluster.bootstrap_servers.split(",")) == set(bootstrap.split(",")), "a broker's address changed"
     cluster.admin().delete_topic("churn")
 
 

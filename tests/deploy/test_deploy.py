@@ -110,7 +110,8 @@ class Deployment:
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"{self.hosts.head.address}:9092"
+        """Every broker at its host's 9092 (the head runs the controller, no broker)."""
+        return ",".join(f"{worker.address}:9092" for worker in self.hosts.workers)
 
     def ray(self, *args: str, timeout_s: float) -> str:
         """`ray <args>` on the driver; its output is kept in the driver's logs."""
@@ -128,7 +129,10 @@ class Deployment:
 
     def up(self) -> str:
         output = self.ray("up", "-y", "--no-config-cache", str(self.config_path), timeout_s=900)
-        assert "rafka is up" in output and f"bootstrap servers: {self.bootstrap_servers}" in output, output[-4000:]
+        assert "rafka is up" in output, output[-4000:]
+        servers = next(line for line in output.splitlines() if "bootstrap servers:" in line)
+        assert sorted(servers.split(": ", 1)[1].strip().split(",")) == sorted(self.bootstrap_servers.split(",")), \
+            servers   # every broker at its host's 9092
         # Ray's token auth is on: so is SASL on every Kafka listener
         assert "listeners require SASL/SCRAM" in output, output[-4000:]
         return output

@@ -1,0 +1,74 @@
+"""A broker's network process: the Kafka node clients see for broker
+`broker_id` (node id = broker id), at the broker's fixed port, routing each
+request to the replica and coordinator actors of this broker (protocol.edge).
+
+Invariants:
+  * it runs on its broker's Ray node (the controller pins it by the broker-id
+    label) and listens on the port the controller gave it at creation, which a
+    Ray restart of this actor keeps (the same constructor arguments): the
+    broker's address survives restarts of its replicas, its coordinators and
+    itself;
+  * a broker may run several of these processes on one port (SO_REUSEPORT: the
+    kernel spreads connections over them, as Kafka's num.network.threads);
+  * it holds no state but its image and its client connections: the controller
+    registers it from its ping (`broker:<id>:<k>`) and pushes images to it like
+    every actor; it answers from the broker view of the newest image
+    (core.cluster_image.broker_view).
+
+Callers: the controller (creates, pings, pushes images), operators (describe).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from rafka.actors.cluster_credential import cluster_login, cluster_tls
+from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
+                                  alter_topic_config_on_controller)
+from rafka.core.actor_names import broker_actor_name
+from rafka.core.cluster_image import broker_view
+from rafka.protocol.connection import SaslLogin
+from rafka.protocol.edge import EdgeDispatcher
+
+logger = logging.getLogger(__name__)
+
+
+class BrokerActor:
+    def __init__(self, *, broker_id: int, process: int = 0, listener_port: int) -> None:
+        self.broker_id = broker_id
+        self.name = broker_actor_name(broker_id, process)
+        self._edge: EdgeDispatcher | None = None
+        self.serving = NodeServing(self.name, allocate_producer_id=allocate_producer_id_from_controller,
+                                   alter_topic_config=alter_topic_config_on_controller,
+                                   listener_port=listener_port, view=broker_view,
+                                   dispatcher_factory=self._dispatcher, reuse_port=True)
+
+    def _dispatcher(self, table, **options) -> EdgeDispatcher:
+        self._edge = EdgeDispatcher(table, broker_id=self.broker_id, image=lambda: self.serving.image,
+                                    view=self.serving.current_image, upstream_login=self._upstream_login,
+                                    upstream_tls=cluster_tls(), **options)
+        return self._edge
+
+    async def _upstream_login(self) -> SaslLogin | None:
+        """The cluster's login, when the actors' listeners ask for one."""
+        return await cluster_login() if self.serving.image.sasl_required else None
+
+    async def ping(self) -> dict:
+        endpoint = await self.serving.start()
+        return {"broker_id": self.broker_id, "pid": os.getpid(), "endpoint": endpoint,
+                "rack": str(self.broker_id), "image_version": self.serving.image.version}
+
+    async def update_image(self, image) -> None:
+        self.serving.offer_image(image)
+
+    async def describe(self) -> dict:
+        server = self.serving.server
+        return {"name": self.name, "broker_id": self.broker_id, "pid": os.getpid(),
+                "endpoint": self.serving.endpoint, "image_version": self.serving.image.version,
+                "connections": server.connection_count if server else 0,
+                "relayed_requests": self._edge.relayed_requests if self._edge else 0,
+                "split_requests": self._edge.split_requests if self._edge else 0}
+
+    async def shutdown(self) -> None:
+        await self.serving.stop()

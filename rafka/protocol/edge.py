@@ -1,0 +1,365 @@
+"""A broker's Kafka node: the one address clients see for a broker (node id =
+broker id, at the broker's fixed port), routing each request inside the broker
+to the actor it is for. Kafka's shape at the edge (DESIGN section 2); the actors
+keep their own nodes as the internal listener (core.cluster_image).
+
+Routes, by API:
+  * answered here from the broker view of the cluster image: ApiVersions,
+    Metadata, FindCoordinator, DescribeConfigs, InitProducerId, SASL;
+  * partition APIs (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch): each
+    partition goes to its leader replica's actor when that replica runs on this
+    broker; any other partition is answered here as Kafka's broker answers one it
+    does not lead (NOT_LEADER_OR_FOLLOWER; UNKNOWN_TOPIC_OR_PARTITION if no such
+    partition exists);
+  * group APIs: to the group's coordinator actor when it runs on this broker,
+    else NOT_COORDINATOR from here; ListGroups asks every coordinator here;
+  * topic and config administration: to the controller's node, from any broker
+    (Kafka's brokers forward it to the controller, KIP-590).
+A request whose work all goes to one actor is relayed as the bytes it came in
+(the hot path: nothing is re-encoded, batches stay bytes); one that spans several
+is split into one request per actor (records still as bytes) and the answers
+merged. A Fetch spanning several actors answers once one of them has data or all
+have waited: the others' waits are abandoned (answered and dropped) and they are
+read again without waiting, so no partition waits for another's max_wait.
+
+Upstream connections: each client connection gets its own connections to the
+actors it reaches, so its requests keep Kafka's per-connection order and one
+client's long poll never holds another's requests. A connection whose requests
+were all abandoned is replaced for new requests (at most MAX_CHANNELS per actor
+per client connection; beyond that, new requests queue behind). They close with
+the client's connection. An actor that cannot be reached (restarting, gone)
+gets the answer this node gives for work that is not here: retriable errors that
+send the client back to Metadata.
+
+Invariants: the handlers here read only the image (broker view and internal
+endpoints) and never wait on Ray; every upstream request is one the client sent
+(or a part of it), so bounds on client requests bound the relayed ones.
+Callers: actors.broker (each broker's network processes), tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.serial import entity_reader
+from kio.static.primitive import i32, i32Timedelta
+
+from rafka.core.cluster_image import ClusterImage
+from rafka.core.errors import NetworkException
+from rafka.core.offsets_schema import partition_for_group
+from rafka.protocol.connection import Connection, SaslLogin
+from rafka.protocol.dispatch import DispatchTable, Dispatcher, ParsedRequest, encode_response
+from rafka.protocol.entities import load_response_schema
+from rafka.protocol.framing import decode_response_header, pack_request_header, peek_api_key_and_version
+from rafka.protocol.hot_writers import WrittenBody, body_pieces
+
+logger = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+MAX_CHANNELS = 3           # upstream connections per actor per client connection
+Endpoint = tuple[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class _PartitionApi:
+    """Where a partition API keeps its topics and partitions, request and answer."""
+    topics: str
+    partitions: str
+    partition_index: str
+    answer_topics: str
+    answer_partitions: str
+
+
+PARTITION_APIS = {
+    0: _PartitionApi("topic_data", "partition_data", "index", "responses", "partition_responses"),
+    1: _PartitionApi("topics", "partitions", "partition", "responses", "partitions"),
+    2: _PartitionApi("topics", "partitions", "partition_index", "topics", "partitions"),
+    23: _PartitionApi("topics", "partitions", "partition", "topics", "partitions"),
+}
+FETCH_KEY = 1
+# APIs about one group, named by group_id
+SINGLE_GROUP_APIS = frozenset({8, 11, 12, 13, 14, 47})   # OffsetCommit, Join, Heartbeat, Leave, Sync, OffsetDelete
+OFFSET_FETCH_KEY = 9       # group_id (v0-7) or groups[].group_id (v8+)
+# APIs about several groups: request list field (of names or of entries), answer list field
+GROUP_LIST_APIS = {9: ("groups", "groups"), 15: ("groups", "groups"), 42: ("groups_names", "results")}
+LIST_GROUPS_KEY = 16
+CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44})   # Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs
+_NO_WAIT = i32Timedelta.parse(datetime.timedelta(0))
+
+
+class EdgeDispatcher(Dispatcher):
+    """`table`: the node's routes as a node hosting nothing answers them (its
+    partition and group hosts refuse, its Metadata is `view`'s): they answer
+    what is local and what no actor here can; `image()`: the newest cluster image
+    (internal endpoints); `view()`: its broker view; `upstream_login()`: the
+    cluster's SASL login when the actors' listeners require one."""
+
+    def __init__(self, table: DispatchTable, *, broker_id: int, image: Callable[[], ClusterImage],
+                 view: Callable[[], ClusterImage],
+                 upstream_login: Callable[[], Awaitable[SaslLogin | None]] | None = None,
+                 upstream_tls=None, **dispatcher_options) -> None:
+        super().__init__(table, **dispatcher_options)
+        self.broker_id = broker_id
+        self._image = image
+        self._view = view
+        self._upstream_login = upstream_login
+        self._upstream_tls = upstream_tls
+        self._channels: dict[tuple[str, Endpoint], list[Connection]] = {}
+        self._opening: dict[tuple[str, Endpoint], asyncio.Lock] = {}
+        self.relayed_requests = 0
+        self.split_requests = 0
+
+    # --- routing ---------------------------------------------------------------------
+
+    async def dispatch(self, frame, *, connection_id: str = "") -> bytes | None:
+        api_key, _ = peek_api_key_and_version(frame)
+        if api_key in PARTITION_APIS or api_key in SINGLE_GROUP_APIS or api_key in GROUP_LIST_APIS \
+                or api_key in CONTROLLER_APIS or api_key == LIST_GROUPS_KEY:
+            started_s = self._clock_s()
+            parsed = self.parse(frame, connection_id=connection_id)
+            if not parsed.is_unsupported_api_versions:
+                try:
+                    return await self._route(parsed, frame, connection_id)
+                finally:
+                    self._observe(parsed, started_s)
+        return await super().dispatch(frame, connection_id=connection_id)
+
+    async def _route(self, parsed: ParsedRequest, frame, connection_id: str) -> bytes | None:
+        api_key = parsed.context.api_key
+        body = parsed.body
+        if api_key in CONTROLLER_APIS:
+            image = self._image()
+            controller = image.nodes.get(image.controller_node)
+            targets = {(controller.host, controller.port) if controller else None: body}
+        elif api_key in PARTITION_APIS:
+            targets = self._partition_targets(api_key, body)
+        elif api_key == LIST_GROUPS_KEY:
+            targets = {endpoint: body for endpoint in self._coordinators_here()} or {None: body}
+        else:
+            targets = self._group_targets(api_key, body, parsed.context.api_version)
+        expect_response = not (api_key == 0 and body.acks == 0)
+        if len(targets) == 1:
+            (endpoint, _), = targets.items()
+            if endpoint is not None:
+                answer = await self._relay(connection_id, endpoint, frame, expect_response)
+                if answer is not _UNREACHABLE:
+                    self.relayed_requests += 1
+                    return None if answer is None else _with_correlation_id(answer, parsed.context.correlation_id)
+            answer = await parsed.route.handler(body, parsed.context)   # as a broker that hosts none of it
+            return None if answer is None else encode_response(parsed.context.correlation_id, answer)
+        self.split_requests += 1
+        if api_key == FETCH_KEY:
+            answers = await self._fetch_each(parsed, targets, connection_id)
+        else:
+            answers = await asyncio.gather(*(self._ask(parsed, endpoint, sub_body, connection_id, expect_response)
+                                             for endpoint, sub_body in targets.items()))
+        if not expect_response:
+            return None
+        return encode_response(parsed.context.correlation_id, _merge(api_key, parsed.context.api_version, answers))
+
+    def _partition_targets(self, api_key: int, body) -> dict[Endpoint | None, Any]:
+        """The request split by where each partition goes (None: answered here)."""
+        api = PARTITION_APIS[api_key]
+        image = self._image()
+        split: dict[Endpoint | None, dict[int, tuple[Any, list]]] = {}
+        for index, topic in enumerate(getattr(body, api.topics)):
+            name = _topic_name(topic, image)
+            for partition in getattr(topic, api.partitions):
+                endpoint = self._leader_here(image, name, int(getattr(partition, api.partition_index)))
+                split.setdefault(endpoint, {}).setdefault(index, (topic, []))[1].append(partition)
+        if not split:
+            return {None: body}
+        return {endpoint: _with_topics(body, api, [dataclasses.replace(topic, **{api.partitions: tuple(parts)})
+                                                   for topic, parts in topics.values()])
+                for endpoint, topics in split.items()}
+
+    def _leader_here(self, image: ClusterImage, topic: str | None, partition: int) -> Endpoint | None:
+        found = image.topics.get(topic) if topic is not None else None
+        if found is None or not 0 <= partition < len(found.partitions):
+            return None
+        state = found.partitions[partition]
+        node = image.nodes.get(state.leader_node)
+        if state.leader_broker != self.broker_id or node is None:
+            return None
+        return node.host, node.port
+
+    def _coordinator_here(self, group_id: str) -> Endpoint | None:
+        image = self._image()
+        if not image.coordinator_nodes:
+            return None
+        partition = partition_for_group(group_id, len(image.coordinator_nodes))
+        node = image.nodes.get(image.coordinator_nodes[partition])
+        if image.coordinator_broker(partition) != self.broker_id or node is None:
+            return None
+        return node.host, node.port
+
+    def _coordinators_here(self) -> list[Endpoint]:
+        image = self._image()
+        found = []
+        for partition, node_id in enumerate(image.coordinator_nodes):
+            node = image.nodes.get(node_id)
+            if node is not None and image.coordinator_broker(partition) == self.broker_id:
+                found.append((node.host, node.port))
+        return sorted(set(found))
+
+    def _group_targets(self, api_key: int, body, version: int) -> dict[Endpoint | None, Any]:
+        if api_key in SINGLE_GROUP_APIS or (api_key == OFFSET_FETCH_KEY and version < 8):
+            return {self._coordinator_here(body.group_id): body}
+        field, _ = GROUP_LIST_APIS[api_key]
+        split: dict[Endpoint | None, list] = {}
+        for item in getattr(body, field):
+            group_id = item if isinstance(item, str) else item.group_id
+            split.setdefault(self._coordinator_here(group_id), []).append(item)
+        return {endpoint: dataclasses.replace(body, **{field: tuple(items)}) for endpoint, items in split.items()} \
+            or {None: body}
+
+    # --- asking the actors -----------------------------------------------------------
+
+    async def _ask(self, parsed: ParsedRequest, endpoint: Endpoint | None, body, connection_id: str,
+                   expect_response: bool = True):
+        """One part of a split request: the answer entity (None for acks=0)."""
+        if endpoint is not None:
+            context = parsed.context
+            header = pack_request_header(header_version=body.__header_schema__.__version__, api_key=context.api_key,
+                                         api_version=context.api_version, correlation_id=context.correlation_id,
+                                         client_id=context.client_id)
+            frame = b"".join((header, *body_pieces(body)))
+            answer = await self._relay(connection_id, endpoint, frame, expect_response)
+            if answer is None:
+                return None
+            if answer is not _UNREACHABLE:
+                response_type = load_response_schema(context.api_key, context.api_version)
+                _, offset = decode_response_header(answer, header_version=response_type.__header_schema__.__version__)
+                return entity_reader(response_type)(answer, offset)[0]
+        answer = await parsed.route.handler(body, parsed.context)
+        return _as_entity(answer) if answer is not None else None
+
+    async def _fetch_each(self, parsed: ParsedRequest, targets: dict, connection_id: str) -> list:
+        """Each part waits as the client asked, until one has data; the parts still
+        waiting then are abandoned and read again at once."""
+        tasks = {asyncio.ensure_future(self._ask(parsed, endpoint, body, connection_id)): endpoint
+                 for endpoint, body in targets.items()}
+        answers = []
+        pending = set(tasks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                answers.extend(task.result() for task in done)
+                if any(_has_data(answer) for answer in answers):
+                    break
+        finally:
+            for task in pending:
+                task.cancel()
+        if pending:
+            again = [dataclasses.replace(targets[tasks[task]], max_wait=_NO_WAIT, min_bytes=i32(0)) for task in pending]
+            answers.extend(await asyncio.gather(*(self._ask(parsed, tasks[task], body, connection_id)
+                                                  for task, body in zip(pending, again))))
+        return answers
+
+    async def _relay(self, connection_id: str, endpoint: Endpoint, frame, expect_response: bool):
+        """The actor's answer frame, None (no answer due) or _UNREACHABLE."""
+        try:
+            channel = await self._channel(connection_id, endpoint)
+            return await channel.relay(frame, expect_response=expect_response)
+        except NetworkException as error:
+            logger.info("broker %d: %s:%d unreachable (%s): answering for it", self.broker_id, *endpoint, error)
+            return _UNREACHABLE
+
+    async def _channel(self, connection_id: str, endpoint: Endpoint) -> Connection:
+        key = (connection_id, endpoint)
+        lock = self._opening.get(key)
+        if lock is None:
+            lock = self._opening[key] = asyncio.Lock()
+        async with lock:
+            channels = [c for c in self._channels.get(key, ()) if not c.closed]
+            for old in channels[:-1]:     # done with what was abandoned on them
+                if old.unanswered == 0:
+                    channels.remove(old)
+                    await old.close()
+            primary = channels[-1] if channels else None
+            if primary is None or (primary.unanswered and not primary.waited_on and len(channels) < MAX_CHANNELS):
+                login = await self._upstream_login() if self._upstream_login is not None else None
+                primary = await Connection.open(*endpoint, client_id=f"broker-{self.broker_id}",
+                                                max_in_flight_requests=16, sasl=login, tls=self._upstream_tls)
+                channels.append(primary)
+            self._channels[key] = channels
+            return primary
+
+    async def connection_closed(self, connection_id: str) -> None:
+        """The client's connection closed: so do its upstream connections (an
+        actor drops their parked requests)."""
+        for key in [k for k in self._channels if k[0] == connection_id]:
+            self._opening.pop(key, None)
+            for channel in self._channels.pop(key):
+                await channel.close()
+
+    async def close(self) -> None:
+        for connection_id in {k[0] for k in self._channels}:
+            await self.connection_closed(connection_id)
+
+
+_UNREACHABLE = object()
+
+
+def _with_correlation_id(answer, correlation_id: int) -> bytes:
+    return b"".join((_SIZE.pack(len(answer)), _SIZE.pack(correlation_id), answer[4:]))
+
+
+def _topic_name(topic, image: ClusterImage) -> str | None:
+    name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+    if name is None and getattr(topic, "topic_id", None) is not None:
+        found = image.topic_by_id(topic.topic_id)
+        name = found.name if found is not None else None
+    return name
+
+
+def _with_topics(body, api: _PartitionApi, topics: list):
+    changes = {api.topics: tuple(topics)}
+    if hasattr(body, "forgotten_topics_data"):   # no fetch sessions: every part is a full fetch
+        changes["forgotten_topics_data"] = ()
+    return dataclasses.replace(body, **changes)
+
+
+def _as_entity(answer):
+    if type(answer) is WrittenBody:
+        return entity_reader(answer.entity_type)(b"".join(answer.pieces), 0)[0]
+    return answer
+
+
+def _has_data(answer) -> bool:
+    """A Fetch answer with records or an error for some partition."""
+    return answer is not None and any(p.error_code != 0 or (p.records is not None and len(p.records) > 0)
+                                      for t in answer.responses for p in t.partitions)
+
+
+def _merge(api_key: int, version: int, answers: list):
+    """One answer from the answers to a split request's parts: their topics (or
+    groups) together, a topic split over parts made one entry again."""
+    first = answers[0]
+    changes: dict[str, Any] = {}
+    if hasattr(first, "throttle_time"):
+        changes["throttle_time"] = max(a.throttle_time for a in answers)
+    if api_key in PARTITION_APIS:
+        api = PARTITION_APIS[api_key]
+        merged: dict[Any, Any] = {}
+        for answer in answers:
+            for topic in getattr(answer, api.answer_topics):
+                key = getattr(topic, dataclasses.fields(topic)[0].name)
+                if key in merged:
+                    before = merged[key]
+                    topic = dataclasses.replace(before, **{api.answer_partitions: getattr(
+                        before, api.answer_partitions) + getattr(topic, api.answer_partitions)})
+                merged[key] = topic
+        changes[api.answer_topics] = tuple(merged.values())
+    else:
+        field = "groups" if api_key == LIST_GROUPS_KEY else GROUP_LIST_APIS[api_key][1]
+        changes[field] = tuple(item for answer in answers for item in getattr(answer, field))
+        if api_key == LIST_GROUPS_KEY:
+            changes["error_code"] = next((a.error_code for a in answers if a.error_code != 0), first.error_code)
+    return dataclasses.replace(first, **changes)
