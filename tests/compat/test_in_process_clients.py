@@ -15,9 +15,11 @@ from tests.core.protocol_node import ProtocolNode
 pytestmark = pytest.mark.compat
 
 
-@pytest.fixture()
-def node(tmp_path):
-    with ProtocolNode(tmp_path, {"orders": 2}) as node:
+@pytest.fixture(params=[False, True], ids=["actor-nodes", "broker-edge"])
+def node(tmp_path, request):
+    """Each client test twice: at the actors' own nodes, and through a broker's
+    node in front of them (protocol.edge), where a cluster's clients connect."""
+    with ProtocolNode(tmp_path, {"orders": 2}, edge=request.param) as node:
         yield node
 
 

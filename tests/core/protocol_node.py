@@ -16,9 +16,10 @@ import asyncio
 import random
 import threading
 
-from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name, replica_actor_name
+from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_actor_name, coordinator_actor_name,
+                                    replica_actor_name)
 from rafka.core.clock import SystemClock
-from rafka.core.cluster_image import build_image
+from rafka.core.cluster_image import broker_view, build_image
 from rafka.core.config import TopicConfig
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.group_manager import GroupManager
@@ -26,6 +27,7 @@ from rafka.core.metadata import ClusterMetadata
 from rafka.core.offset_store import OffsetStore
 from rafka.core.replica import PartitionReplica
 from rafka.protocol.dispatch import Dispatcher
+from rafka.protocol.edge import EdgeDispatcher
 from rafka.protocol.hosted_partition import HostedPartition
 from rafka.protocol.node_table import node_table
 from rafka.protocol.pipelining import admit_next
@@ -75,7 +77,11 @@ class ProtocolNode:
     ({"facts": {"cleanup.policy": "compact"}}) beside min.insync.replicas=1."""
 
     def __init__(self, directory, topics: dict[str, int], *, configs: dict[str, dict] | None = None, sasl=None,
-                 tls=None) -> None:
+                 tls=None, edge: bool = False, brokers: int = 1) -> None:
+        """`edge`: clients bootstrap at a broker's node (protocol.edge) in front of
+        the actors' nodes, as in a cluster; `brokers`: how many brokers the
+        partitions are spread over (replicas of brokers > 0 are refused by broker
+        0's edge, as not led there; only broker 0 runs an edge)."""
         self.directory = directory
         self.topics = topics
         self.configs = configs or {}
@@ -87,6 +93,9 @@ class ProtocolNode:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="protocol-node", daemon=True)
         self.port = None
+        self.edge = None
+        self.with_edge = edge
+        self.broker_ids = list(range(brokers))
 
     def image(self):
         return self._image
@@ -96,7 +105,7 @@ class ProtocolNode:
 
     @property
     def coordinator_port(self) -> int:
-        return self.servers[1].port
+        return self.servers[2 if self.with_edge else 1].port
 
     @property
     def bootstrap(self) -> str:
@@ -123,7 +132,8 @@ class ProtocolNode:
         clock = SystemClock()
         for name, count in self.topics.items():
             config = {"min.insync.replicas": 1, **self.configs.get(name, {})}
-            records, _ = self.metadata.handle_create_topic(name, count, 1, config, [0], rng=random.Random(0))
+            records, _ = self.metadata.handle_create_topic(name, count, 1, config, self.broker_ids,
+                                                           rng=random.Random(0))
             apply(records)
             for p in range(count):
                 replica = PartitionReplica(topic=name, partition=p, replica_id=0,
@@ -142,15 +152,24 @@ class ProtocolNode:
                                            list_groups=self.coordinator.list_groups))
         # One server (port) per actor, as in a cluster, all answering from one table:
         # librdkafka 2.0 mixes up node ids that share an address.
-        actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), None)] + [
-            (replica_actor_name(name, p, 0), "0") for name, count in self.topics.items() for p in range(count)]
+        actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), "0" if self.with_edge else None)] + [
+            (replica_actor_name(name, p, 0), str(self.metadata.topics[name].partitions[p].brokers[0]))
+            for name, count in self.topics.items() for p in range(count)]
         self.servers = []
         for actor, rack in actors:
             server = ProtocolServer(dispatcher, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
             port = await server.start()
             self.servers.append(server)
             apply(self.metadata.handle_register_node(actor, "127.0.0.1", port, rack)[0])
+        if self.with_edge:
+            self.edge = EdgeDispatcher(
+                node_table(image=lambda: self.view, allocate_producer_id=self._allocate_producer_id),
+                broker_id=0, image=self.image, view=lambda: self.view)
+            server = ProtocolServer(self.edge, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
+            self.servers.insert(0, server)
+            apply(self.metadata.handle_register_node(broker_actor_name(0), "127.0.0.1", await server.start())[0])
         self._image = build_image(self.metadata, version=1)
+        self.view = broker_view(self._image)
         return self.servers[0].port
 
     async def _stop(self) -> None:

@@ -1,0 +1,152 @@
+"""A broker's node (protocol.edge) in front of the actors' nodes, in process:
+what clients see (Kafka's shape: brokers only), how requests reach the actor
+they are for (relayed as bytes, or split and merged), and what a client gets
+for work that is not on this broker or whose actor cannot be reached."""
+
+import asyncio
+import dataclasses
+import datetime
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.produce.v9 import request as produce_v9
+from kio.static.primitive import i8, i32, i32Timedelta
+
+from rafka.core.actor_names import replica_actor_name
+from rafka.core.cluster_image import broker_view
+from rafka.protocol.connection import Connection
+from tests.core.protocol_node import ProtocolNode
+from tests.core.test_protocol_partitions import batch, fetch_request, produce_request
+
+pytestmark = pytest.mark.core
+
+
+@pytest.fixture()
+def node(tmp_path):
+    with ProtocolNode(tmp_path, {"orders": 2}, edge=True) as node:
+        yield node
+
+
+def exchange(node, *requests):
+    async def go():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            return [await connection.request(r) for r in requests]
+        finally:
+            await connection.close()
+    return asyncio.run(go())
+
+
+def both_partitions(request_type, field, parts):
+    """A request naming partitions 0 and 1 of "orders" (Produce or Fetch v12)."""
+    (topic,) = getattr(request_type, field)
+    return dataclasses.replace(request_type, **{field: (dataclasses.replace(topic, **parts),)})
+
+
+def test_metadata_and_find_coordinator__name_the_broker_only(node):
+    (metadata,) = exchange(node, MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                 include_topic_authorized_operations=False))
+    assert [(int(b.node_id), b.host, int(b.port)) for b in metadata.brokers] == [(0, "127.0.0.1", node.port)]
+    assert int(metadata.controller_id) == 0
+    orders = next(t for t in metadata.topics if t.name == "orders")
+    assert {(int(p.partition_index), int(p.leader_id), tuple(p.replica_nodes), tuple(p.isr_nodes))
+            for p in orders.partitions} == {(0, 0, (0,), (0,)), (1, 0, (0,), (0,))}
+    (coordinator,) = exchange(node, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("g",)))
+    (found,) = coordinator.coordinators
+    assert (found.error_code, int(found.node_id), int(found.port)) == (ErrorCode.none, 0, node.port)
+
+
+def test_produce__one_partition_relayed_as_bytes__two_split_and_merged(node):
+    (one,) = exchange(node, produce_request(batch(b"a")))
+    assert node.edge.relayed_requests >= 1 and node.edge.split_requests == 0
+    assert [p.error_code for p in one.responses[0].partition_responses] == [ErrorCode.none]
+    two = both_partitions(produce_request(batch(b"b")), "topic_data", {"partition_data": (
+        produce_v9.PartitionProduceData(index=i32(0), records=batch(b"b")),
+        produce_v9.PartitionProduceData(index=i32(1), records=batch(b"c")))})
+    (answer,) = exchange(node, two)
+    assert node.edge.split_requests == 1
+    (topic,) = answer.responses   # one entry for the topic, its partitions from both parts
+    assert sorted((int(p.index), p.error_code, int(p.base_offset)) for p in topic.partition_responses) == [
+        (0, ErrorCode.none, 1), (1, ErrorCode.none, 0)]
+    assert node.endpoints[("orders", 1)].replica.log.log_end_offset == 1
+
+
+def test_fetch_spanning_actors__answers_when_one_has_data_not_after_the_others_wait(node):
+    """The part with records answers at once; the other's wait (20 s here) is
+    abandoned and it is read again without waiting: the client gets both."""
+    exchange(node, produce_request(batch(b"x", b"y")))
+    request = fetch_request(0, max_wait_ms=20_000)
+    (topic,) = request.topics
+    second = dataclasses.replace(topic.partitions[0], partition=i32(1))
+    request = dataclasses.replace(request, topics=(dataclasses.replace(topic, partitions=(
+        topic.partitions[0], second)),))
+
+    async def go():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            answer = await asyncio.wait_for(connection.request(request), 10)
+            again = await asyncio.wait_for(connection.request(dataclasses.replace(
+                request, max_wait=i32Timedelta.parse(datetime.timedelta(0)))), 10)
+            return answer, again
+        finally:
+            await connection.close()
+    answer, again = asyncio.run(go())
+    (fetched,) = answer.responses
+    by_partition = {int(p.partition_index): p for p in fetched.partitions}
+    assert sorted(by_partition) == [0, 1]
+    assert len(by_partition[0].records) > 0 and int(by_partition[0].high_watermark) == 2
+    assert by_partition[1].error_code == ErrorCode.none and int(by_partition[1].high_watermark) == 0
+    # the abandoned wait does not hold the client's next fetch of that partition
+    assert {int(p.partition_index) for p in again.responses[0].partitions} == {0, 1}
+
+
+def test_partition_led_by_another_broker__not_leader_or_follower__and_no_leader_while_it_has_no_node(tmp_path):
+    with ProtocolNode(tmp_path, {"orders": 4}, edge=True, brokers=2) as node:
+        image = node.image()
+        on_broker = {p.partition: p.replica_brokers[0] for p in image.topics["orders"].partitions}
+        assert set(on_broker.values()) == {0, 1}
+        elsewhere = next(p for p, b in on_broker.items() if b == 1)
+        here = next(p for p, b in on_broker.items() if b == 0)
+        refused, accepted = exchange(node, produce_request(batch(b"a"), partition=elsewhere),
+                                     produce_request(batch(b"a"), partition=here))
+        assert refused.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+        assert accepted.responses[0].partition_responses[0].error_code == ErrorCode.none
+        assert node.endpoints[("orders", elsewhere)].replica.log.log_end_offset == 0
+        view = broker_view(image)
+        assert list(view.nodes) == [0]   # broker 1 runs no node here: named nowhere
+        assert view.topics["orders"].partitions[elsewhere].leader_node == -1
+        assert view.topics["orders"].partitions[elsewhere].offline_nodes == (1,)
+
+
+def test_actor_unreachable__retriable_error_and_the_client_connection_stays(node):
+    """A replica whose node is gone (restarting): the edge answers
+    NOT_LEADER_OR_FOLLOWER for its partition, as for any partition not led here,
+    and keeps serving the connection."""
+    replica_node = node.image().nodes[node.image().node_of_actor(replica_actor_name("orders", 0, 0))]
+    server = next(s for s in node.servers if s._server is not None and s.port == replica_node.port)
+    node.call(server.stop())
+
+    async def go():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            first = await connection.request(produce_request(batch(b"a")))
+            second = await connection.request(produce_request(batch(b"b"), partition=1))
+            return first, second
+        finally:
+            await connection.close()
+    first, second = asyncio.run(go())
+    assert first.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+    assert second.responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+def test_client_connection_closed__its_upstream_connections_close(node):
+    exchange(node, produce_request(batch(b"a")), produce_request(batch(b"b"), partition=1))
+
+    async def channels():
+        return len(node.edge._channels)
+    for _ in range(100):   # the close runs on the node's loop: each call waits a turn of it
+        if node.call(channels()) == 0:
+            break
+    assert node.call(channels()) == 0
