@@ -103,6 +103,7 @@ def _where_the_time_goes(cluster, samples: int) -> list[tuple[str, float]]:
 
     from rafka.actors.coordinator import coordinator_actor_name
     from rafka.actors.replica import NAMESPACE, replica_actor_name
+    from rafka.actors.cluster_credential import cluster_login
     from rafka.client.admin import admin_network
     from rafka.core.offsets_schema import partition_for_group
     from rafka.core.records import RecordInput, encode_batch
@@ -116,7 +117,7 @@ def _where_the_time_goes(cluster, samples: int) -> list[tuple[str, float]]:
     coordinator = ray.get_actor(coordinator_actor_name(partition_for_group("bench", 1)), namespace=NAMESPACE)
     address = tuple(ray.get(leader.ping.remote())["endpoint"])
     batch = encode_batch([RecordInput(b"x" * 40, b"commit-sized")])
-    network = admin_network()
+    network = admin_network(cluster_login)
 
     def produce(acks: int) -> None:
         producing.produce_answer(network.submit(address, producing.produce_request(

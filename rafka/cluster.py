@@ -25,6 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rafka.actors.cluster_credential import cluster_client_options
 from rafka.actors.controller import CONTROLLER_NAME, ControllerActor, cluster_bootstrap_servers
+from rafka.actors.controller_calls import ControllerCalls
 from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.admin import Admin
 from rafka.client.consumer import Consumer
@@ -52,7 +53,7 @@ class Cluster:
         self._owns_data_dir = owns_data_dir
 
     def admin(self) -> Admin:
-        return Admin(self.controller)
+        return Admin(ControllerCalls(self.controller))
 
     @property
     def bootstrap_servers(self) -> str:

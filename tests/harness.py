@@ -228,12 +228,13 @@ def produce_to(replica, records: bytes, acks: int, timeout_ms: int = 10_000):
     a concurrent Future of the base offset, or of the typed KafkaError answered."""
     import concurrent.futures
 
+    from rafka.actors.cluster_credential import cluster_login
     from rafka.client.admin import admin_network
     from rafka.protocol import producing
     address, topic, partition = replica_wire(replica)
     # the client waits well past the broker's own timeout: the replica may be
     # paused (SIGSTOP) for as long as a test holds it, and the answer still counts
-    sent = admin_network().submit(address, producing.produce_request(
+    sent = admin_network(cluster_login).submit(address, producing.produce_request(
         topic=topic, partition=partition, records=records, acks=acks, timeout_ms=timeout_ms),
         timeout_ms=timeout_ms + 120_000)
     answer: concurrent.futures.Future = concurrent.futures.Future()
@@ -249,10 +250,11 @@ def produce_to(replica, records: bytes, acks: int, timeout_ms: int = 10_000):
 
 def fetch_from(replica, offset: int, max_bytes: int = 1 << 20):
     """A consumer's Fetch of this replica from `offset`: protocol.fetching.LeaderAnswer."""
+    from rafka.actors.cluster_credential import cluster_login
     from rafka.client.admin import admin_network
     from rafka.protocol import fetching
     address, topic, partition = replica_wire(replica)
-    response = admin_network().submit(address, fetching.fetch_request(
+    response = admin_network(cluster_login).submit(address, fetching.fetch_request(
         topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, fetch_offset=offset,
         leader_epoch=fetching.NO_EPOCH, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
         max_bytes=max_bytes, max_wait_ms=0)).result(timeout=30)

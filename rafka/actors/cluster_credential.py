@@ -28,6 +28,14 @@ Invariants:
     undoes); on an open cluster rafka's clients log in all the same
     (protocol.sasl: the login is optional there).
 
+The node's TLS settings are read by protocol.tls (`node_tls_settings`,
+`cluster_client_context`), and a login becomes a client's options in
+protocol.network (`login_options`): layers without Ray (client) and without actor
+code (spark_bridge) use them too. A client is handed `cluster_login` (the
+Admin's network: actors.controller_calls; the actors' NodeConnections), and
+it fails as a client expects: "the controller is dead or restarting" is
+NETWORK_EXCEPTION (retriable), not Ray's error (protocol.retry never imports Ray).
+
 Callers: the controller (`read_or_make_secret` and core.metadata's
 `handle_cluster_credential` at every start, the
 `cluster_login` call), every in-cluster client (`cluster_login`, `cluster_client_options`).
@@ -44,11 +52,12 @@ from pathlib import Path
 import ray
 
 from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
+from rafka.core.errors import NetworkException
 from rafka.protocol import tls
 from rafka.protocol.connection import SaslLogin
+from rafka.protocol.network import login_options
 
 SECRET_FILE = "cluster.secret"
-TLS_CERTFILE_ENV, TLS_KEYFILE_ENV, TLS_CAFILE_ENV = "RAFKA_TLS_CERTFILE", "RAFKA_TLS_KEYFILE", "RAFKA_TLS_CAFILE"
 
 _logins_lock = threading.Lock()
 _logins: dict[str, SaslLogin] = {}   # by Ray node id: one per cluster a process joined
@@ -83,16 +92,20 @@ def ray_token_auth_enabled() -> bool:
 async def cluster_login() -> SaslLogin | None:
     """The cluster credential, asked of the controller over Ray once per process and
     cluster. Network clients take this function itself as their `sasl`
-    (client.network awaits it when it opens a connection): awaited, not `ray.get`,
+    (protocol.network awaits it when it opens a connection): awaited, not `ray.get`,
     as actors' event loops must not block. None where no controller runs (replicas
-    started on their own, as tests/ray start them): no image asks for a login there."""
+    started on their own, as tests/ray start them): no image asks for a login there.
+    NetworkException (retriable) while the controller is dead or restarting."""
     login = _known()
     if login is None:
         try:
             controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
         except ValueError:   # no such actor
             return None
-        login = _remember(await controller.cluster_login.remote())
+        try:
+            login = _remember(await controller.cluster_login.remote())
+        except ray.exceptions.RayActorError as error:
+            raise NetworkException(f"the controller did not answer for the cluster login: {error}") from error
     return login
 
 
@@ -103,28 +116,13 @@ def cluster_client_options() -> dict:
     if login is None:
         controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
         login = _remember(ray.get(controller.cluster_login.remote()))
-    options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": login.mechanism,
-               "sasl_plain_username": login.username, "sasl_plain_password": login.password}
-    if tls_settings()[0]:
-        options.update(security_protocol="SASL_SSL", ssl_cafile=tls_settings()[2], ssl_check_hostname=False)
-    return options
-
-
-def tls_settings() -> tuple[str | None, str | None, str | None]:
-    """(cert file, key file, CA file) from this process's environment (the node's)."""
-    return tuple(os.environ.get(name) or None for name in (TLS_CERTFILE_ENV, TLS_KEYFILE_ENV, TLS_CAFILE_ENV))
+    return login_options(login)
 
 
 def listener_tls() -> ssl.SSLContext | None:
     """The listener's TLS context on this node, or None (PLAINTEXT, SASL_PLAINTEXT)."""
-    certfile, keyfile, _ = tls_settings()
+    certfile, keyfile, _ = tls.node_tls_settings()
     return tls.server_context(certfile, keyfile) if certfile else None
-
-
-def cluster_tls() -> ssl.SSLContext | None:
-    """rafka's own clients' TLS context on this node, or None."""
-    certfile, _, cafile = tls_settings()
-    return tls.client_context(cafile, check_hostname=False) if certfile else None
 
 
 def _known() -> SaslLogin | None:

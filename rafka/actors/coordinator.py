@@ -44,9 +44,10 @@ from rafka.actors.consumer_lag import ConsumerLag
 from rafka.actors.replica import NAMESPACE
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
                                   alter_topic_config_on_controller)
-from rafka.actors.cluster_credential import cluster_login, cluster_tls
-from rafka.client.network import NodeConnections
-from rafka.client.retry import is_retriable, kafka_cause
+from rafka.actors.cluster_credential import cluster_login
+from rafka.protocol.network import NodeConnections
+from rafka.protocol.tls import cluster_client_context
+from rafka.protocol.retry import is_retriable, kafka_cause
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.clock import SystemClock
 from rafka.core.coordinator_shard import CoordinatorShard
@@ -99,7 +100,7 @@ class GroupCoordinatorActor:
         self._image_stale = True     # ask the controller for the image before the first lookup
         self._nodes = NodeConnections(client_id=f"rafka-coordinator-{offsets_partition}",
                                       request_timeout_ms=offsets_commit_timeout_ms, sasl=cluster_login,
-                                      tls=cluster_tls())
+                                      tls=cluster_client_context())
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
@@ -230,7 +231,9 @@ class GroupCoordinatorActor:
                     timeout_ms=remaining_ms)), topic=OFFSETS_TOPIC, partition=self.partition)
                 return
             except Exception as error:
-                if not is_retriable(error):
+                # protocol.retry's rule, and the controller dead or restarting (`_leader`
+                # asks it for the image over Ray): the image is asked again
+                if not (is_retriable(error) or isinstance(error, ray.exceptions.RayActorError)):
                     cause = kafka_cause(error)
                     raise cause if isinstance(cause, KafkaError) else error
                 self._forget_leader()

@@ -56,8 +56,9 @@ from rafka.core.kafka_metrics import register_partition
 from rafka.core.metadata import uuid_as_id
 from rafka.core.records import iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, Role
-from rafka.actors.cluster_credential import cluster_login, cluster_tls
-from rafka.client.network import NodeConnections
+from rafka.actors.cluster_credential import cluster_login
+from rafka.protocol.network import NodeConnections
+from rafka.protocol.tls import cluster_client_context
 from rafka.protocol import fetching
 from rafka.protocol.hosted_partition import HostedPartition
 
@@ -391,7 +392,7 @@ class ReplicaActor:
         topic, partition = self._partition
         nodes = NodeConnections(client_id=f"rafka-replica-fetcher-{self.name}", max_in_flight_requests=1,
                                 request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms,
-                                sasl=cluster_login, tls=cluster_tls())
+                                sasl=cluster_login, tls=cluster_client_context())
         try:
             while (not stop.is_set() and self.replica.role is Role.FOLLOWER
                    and self.replica.leader_epoch == leader_epoch):

@@ -6,26 +6,30 @@ Topic administration is a control-plane call to the controller; offset lookups
 go over the Kafka protocol. Group offsets are changed only while the group has
 no members (Kafka's rule for --reset-offsets): the commit goes out without a member id, and the coordinator
 refuses it (UNKNOWN_MEMBER_ID) if a member joined in between.
+
+Invariant: no Ray import (DESIGN section 1). The control plane is handed in: an
+object with `call(method, *args)` (the controller's answer), `call_each(method,
+{key: args})`, `describe_replicas(replicas, timeout_s=)` and the cluster login
+`login` (actors.controller_calls.ControllerCalls over Ray; spark_bridge's
+cluster_access, whose reads use only the wire half).
+Callers: rafka.cluster (`Cluster.admin()`), the CLI through it, spark_bridge.
 """
 
 from __future__ import annotations
 
 import threading
 
-import ray
-
-from rafka.actors.cluster_credential import cluster_login, cluster_tls, tls_settings
-from rafka.actors.replica import NAMESPACE, replica_actor_name
 from rafka.client.membership import CoordinatorClient
 from rafka.client.metadata import MetadataCache
-from rafka.client.network import ClientNetwork
-from rafka.client.retry import retry_until
+from rafka.protocol.network import ClientNetwork
+from rafka.protocol.retry import retry_until
 from rafka.core.errors import NonEmptyGroup, OffsetOutOfRange
 from rafka.core.records import decode_records
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
 from rafka.protocol import fetching, group_requests
+from rafka.protocol.tls import cluster_client_context, node_tls_settings
 
 INACTIVE_GROUP_STATES = ("Empty", "Dead")
 
@@ -33,108 +37,92 @@ _network_lock = threading.Lock()
 _networks: dict[tuple, ClientNetwork] = {}
 
 
-def admin_network() -> ClientNetwork:
+def admin_network(login) -> ClientNetwork:
     """The process's one network for admin requests (offset lookups, group
     requests). Shared by every Admin: admins are made freely (`cluster.admin()`,
     each CLI command, Spark's driver) and have no close, so one loop thread serves
-    them all, as one AdminClient's NetworkClient would. It logs in as the cluster
-    (in the Ray cluster), over TLS where the node's settings say so: one network
-    per TLS setting (a test process changes it between clusters)."""
-    settings = tls_settings()
+    them all, as one AdminClient's NetworkClient would. It logs in with `login`
+    (the cluster credential's coroutine function, handed in), over TLS where the
+    node's settings say so: one network per TLS setting (a test process changes it
+    between clusters) and login."""
+    key = (node_tls_settings(), login)
     with _network_lock:
-        network = _networks.get(settings)
+        network = _networks.get(key)
         if network is None:
-            network = _networks[settings] = ClientNetwork(client_id="rafka-admin", sasl=cluster_login,
-                                                          tls=cluster_tls())
+            network = _networks[key] = ClientNetwork(client_id="rafka-admin", sasl=login,
+                                                     tls=cluster_client_context())
         return network
 
 
 class Admin:
-    """`controller`: the controller actor (topic administration is a control-plane
-    call); `bootstrap_servers`: where the Kafka requests start (default: the
-    controller's listener, asked of it when first needed and again after it failed
-    to answer: client.metadata)."""
+    """`controller`: the control plane, handed in (see the module's docstring: topic
+    administration is a control-plane call); `bootstrap_servers`: where the Kafka
+    requests start (default: the controller's listener, asked of it when first
+    needed and again after it failed to answer: client.metadata)."""
 
     def __init__(self, controller, *, bootstrap_servers=None, default_api_timeout_ms: int = 60_000,
                  retry_backoff_ms: int = 100) -> None:
         self._controller = controller
+        self._network = admin_network(controller.login)
         if bootstrap_servers is None:
-            bootstrap_servers = lambda: ray.get(controller.bootstrap_address.remote())   # noqa: E731
-        self._metadata = MetadataCache(bootstrap_servers, admin_network(), max_wait_ms=default_api_timeout_ms,
+            bootstrap_servers = lambda: controller.call("bootstrap_address")   # noqa: E731
+        self._metadata = MetadataCache(bootstrap_servers, self._network, max_wait_ms=default_api_timeout_ms,
                                        retry_backoff_ms=retry_backoff_ms)
         self.default_api_timeout_s = default_api_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
 
     def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 1,
                      config: dict | None = None) -> dict:
-        return ray.get(self._controller.create_topic.remote(name, partitions, replication_factor, config))
+        return self._controller.call("create_topic", name, partitions, replication_factor, config)
 
     def create_partitions(self, name: str, count: int) -> dict:
         """Grow `name` to `count` partitions (Kafka's AdminClient.createPartitions)."""
-        return ray.get(self._controller.add_partitions.remote(name, count))
+        return self._controller.call("add_partitions", name, count)
 
     def alter_partition_reassignments(self, reassignments: dict[tuple[str, int], list[int]]) -> dict:
         """{(topic, partition): [broker ids]}: start moving each partition's replicas
         there (Kafka's alterPartitionReassignments). Returns each partition's state."""
-        refs = {tp: self._controller.reassign_partition.remote(tp[0], tp[1], list(brokers))
-                for tp, brokers in reassignments.items()}
-        return {tp: ray.get(ref) for tp, ref in refs.items()}
+        return self._controller.call_each("reassign_partition", {tp: (tp[0], tp[1], list(brokers))
+                                                                 for tp, brokers in reassignments.items()})
 
     def cancel_partition_reassignments(self, partitions: list[tuple[str, int]]) -> dict:
         """Stop moving these partitions: the replicas being added are dropped."""
-        refs = {tp: self._controller.cancel_reassignment.remote(tp[0], tp[1]) for tp in partitions}
-        return {tp: ray.get(ref) for tp, ref in refs.items()}
+        return self._controller.call_each("cancel_reassignment", {tp: (tp[0], tp[1]) for tp in partitions})
 
     def delete_topic(self, name: str) -> None:
-        ray.get(self._controller.delete_topic.remote(name))
+        self._controller.call("delete_topic", name)
 
     def list_topics(self) -> list[str]:
-        return ray.get(self._controller.list_topics.remote())
+        return self._controller.call("list_topics")
 
     def upsert_user(self, name: str, password: str, *, mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512"),
                     iterations: int = DEFAULT_ITERATIONS) -> None:
         """Set a user's SCRAM credentials (Kafka's AlterUserScramCredentials upsert):
         salted here, so the password goes no further than this process."""
         credentials = [make_credential(m, password, iterations=iterations).to_dict() for m in mechanisms]
-        ray.get(self._controller.upsert_user.remote(name, credentials))
+        self._controller.call("upsert_user", name, credentials)
 
     def delete_user(self, name: str, mechanisms=None) -> None:
         """ResourceNotFound if the user has no such credential."""
-        ray.get(self._controller.delete_user.remote(name, None if mechanisms is None else list(mechanisms)))
+        self._controller.call("delete_user", name, None if mechanisms is None else list(mechanisms))
 
     def list_users(self) -> dict[str, list[str]]:
         """{user: [mechanisms]} (kafka-configs --describe --entity-type users)."""
-        return ray.get(self._controller.list_users.remote())
+        return self._controller.call("list_users")
 
     def describe_topics(self, names: list[str] | None = None, *, timeout_s: float = 5.0) -> dict[str, dict]:
         """Per partition: leader (replica index and node), leader epoch, replicas, ISR,
         log start offset, HW, and each live replica's LEO (None when unreachable)."""
-        snapshot = ray.get(self._controller.metadata_snapshot.remote())["topics"]
+        snapshot = self._controller.call("metadata_snapshot")["topics"]
         if names is not None:
             from rafka.core.errors import UnknownTopicOrPartition
             missing = [n for n in names if n not in snapshot]
             if missing:
                 raise UnknownTopicOrPartition(f"Topic '{missing[0]}' does not exist.")
             snapshot = {n: snapshot[n] for n in names}
-        # Ask every replica at once (one wait for all, not a ray.get per replica).
-        asked = {}
-        for name, topic in snapshot.items():
-            for p in topic["partitions"]:
-                for replica_id in p["replicas"]:
-                    try:
-                        handle = ray.get_actor(replica_actor_name(name, p["partition"], replica_id),
-                                               namespace=NAMESPACE)
-                        asked[(name, p["partition"], replica_id)] = handle.describe.remote()
-                    except ValueError:  # not registered (being re-created)
-                        pass
-        ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=timeout_s)
-        ready = set(ready)
-        answers = {}
-        for key, ref in asked.items():
-            try:
-                answers[key] = ray.get(ref) if ref in ready else None
-            except Exception:  # dead or restarting: reported as unknown
-                answers[key] = None
+        answers = self._controller.describe_replicas(
+            [(name, p["partition"], r) for name, topic in snapshot.items() for p in topic["partitions"]
+             for r in p["replicas"]], timeout_s=timeout_s)
         for name, topic in snapshot.items():
             for p in topic["partitions"]:
                 states = {r: answers.get((name, p["partition"], r)) for r in p["replicas"]}
@@ -154,7 +142,7 @@ class Admin:
         Every leader is asked at once, on the wire; a partition whose answer failed
         is asked again, with retries, after the metadata is refreshed."""
         tps = [TopicPartition(*tp) for tp in partitions]
-        network = admin_network()
+        network = self._network
 
         def ask(tp: TopicPartition):
             address, epoch = self._metadata.leader_address(tp.topic, tp.partition)
@@ -195,7 +183,7 @@ class Admin:
         `rafka lag` reads the oldest unconsumed record's age from). An offset below
         the log start reads the log start's record; None where no record is there
         or the answer failed (the caller prints "-": one look, no retries)."""
-        network = admin_network()
+        network = self._network
 
         def ask(tp: TopicPartition, offset: int):
             address, epoch = self._metadata.leader_address(tp.topic, tp.partition)
@@ -235,13 +223,13 @@ class Admin:
     # --- consumer groups ------------------------------------------------------------------
 
     def _group(self, group_id: str) -> CoordinatorClient:
-        return CoordinatorClient(self._metadata, admin_network(), group_id, retry_backoff_s=self.retry_backoff_s,
+        return CoordinatorClient(self._metadata, self._network, group_id, retry_backoff_s=self.retry_backoff_s,
                                  default_timeout_s=self.default_api_timeout_s)
 
     def list_consumer_groups(self) -> list[dict]:
         """[{group, state}] from every node (ListGroups to each, as Kafka's
         AdminClient: a node answers for the groups it coordinates)."""
-        network = admin_network()
+        network = self._network
 
         def ask_all(remaining_s: float) -> list[dict]:
             asked = [network.submit(address, group_requests.list_groups_request())

@@ -3,7 +3,7 @@
 Design, as Kafka's fetcher: each assigned partition has a position (the next
 offset to hand to the caller) and a fetch position (the next offset to ask the
 leader for). At most one fetch per partition is in flight; a fetch is Kafka's
-Fetch on the leader's endpoint (client.network, protocol.fetching), a long poll
+Fetch on the leader's endpoint (protocol.network, protocol.fetching), a long poll
 (`fetch_max_wait_ms`), all partitions' fetches in flight at once; an answer is
 decoded into a per-partition
 buffer, so the next fetch goes out while the caller still works on the last one.
@@ -60,8 +60,8 @@ from collections.abc import Iterable
 
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
-from rafka.client.network import ClientNetwork, client_security
-from rafka.client.retry import ask_leader, is_retriable, kafka_cause
+from rafka.protocol.network import ClientNetwork, client_security
+from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause
 from rafka.core.config import INT, ConfigDef, at_least
 from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)

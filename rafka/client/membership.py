@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 
-from rafka.client.retry import is_retriable, kafka_cause, retry_until
+from rafka.protocol.retry import is_retriable, kafka_cause, retry_until
 from rafka.core.errors import IllegalGeneration, RebalanceInProgress, UnknownMemberId
 from rafka.protocol import group_requests
 

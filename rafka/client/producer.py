@@ -4,7 +4,7 @@ Design, as Kafka's client: `send` puts a record in the open batch of its
 partition and returns a future; the sender closes batches that are full
 (`batch_size` bytes), old (`linger_ms`) or flushed, encodes each once (with the
 producer id, epoch and the partition's next sequence) and sends it to the
-leader's Kafka endpoint as a Produce request (client.network: one connection per
+leader's Kafka endpoint as a Produce request (protocol.network: one connection per
 node). A retriable failure (leader moved, connection lost, ISR too small for a
 while) refreshes metadata and resends the same bytes after `retry_backoff_ms`,
 until `delivery_timeout_ms`: the leader drops a batch it has already written and
@@ -52,8 +52,8 @@ import time
 from concurrent.futures import Future
 
 from rafka.client.metadata import MetadataCache
-from rafka.client.network import ClientNetwork, client_security
-from rafka.client.retry import is_retriable, kafka_cause
+from rafka.protocol.network import ClientNetwork, client_security
+from rafka.protocol.retry import is_retriable, kafka_cause
 from rafka.core.errors import (NetworkException, OutOfOrderSequence, RecordTooLarge, RequestTimedOut,
                                SerializationError, UnknownTopicOrPartition)
 from rafka.core.partitioner import StickyPartitioner, partition_for_key

@@ -35,6 +35,7 @@ from rafka.core.errors import InconsistentBrokerId, InconsistentClusterId, Inval
 META_PROPERTIES = "meta.properties"
 PARTITION_METADATA = "partition.metadata"
 BROKER_ID_LABEL = "rafka-broker-id"
+BROKER_RESOURCE = "rafka_broker"   # the Ray resource a broker node offers
 RESERVED_BROKER_MAX_ID = 1000
 MAX_BROKER_ID = (1 << 31) - 1
 _LOG_DIR_NAME = re.compile(r"^broker-(\d+)$")

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import ray
 
-from rafka.core.broker_identity import BROKER_ID_LABEL
-
-BROKER_RESOURCE = "rafka_broker"
+from rafka.core.broker_identity import BROKER_ID_LABEL, BROKER_RESOURCE  # noqa: F401 (re-exported)
 
 
 def broker_nodes() -> list[dict]:

@@ -11,7 +11,7 @@ A request whose type Kafka answers with nothing (Produce with acks=0) is sent
 with `expect_response=False`. With a SaslLogin, `open` logs in (SCRAM) before it
 returns: no request of the caller's goes out on a connection that has not.
 
-Callers: client.network (every rafka client and actor that sends requests), tests.
+Callers: protocol.network (every rafka client and actor that sends requests), tests.
 """
 
 from __future__ import annotations

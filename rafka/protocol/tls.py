@@ -10,13 +10,18 @@ cluster's CA file). Contexts are made once per listener or client, not per
 connection.
 
 Callers: protocol.server and protocol.connection take the contexts;
-client.network makes a client's from its options; actors.cluster_credential
-makes the actors' from the node's environment.
+protocol.network makes a client's from its options; `node_tls_settings` and
+`cluster_client_context` read the node's environment for rafka's own clients
+(actors, the Admin's network, Spark's tasks) and actors.cluster_credential's
+listener.
 """
 
 from __future__ import annotations
 
+import os
 import ssl
+
+TLS_CERTFILE_ENV, TLS_KEYFILE_ENV, TLS_CAFILE_ENV = "RAFKA_TLS_CERTFILE", "RAFKA_TLS_KEYFILE", "RAFKA_TLS_CAFILE"
 
 
 def server_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:
@@ -34,3 +39,15 @@ def client_context(cafile: str | None = None, *, check_hostname: bool = True) ->
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = check_hostname
     return context
+
+
+def node_tls_settings() -> tuple[str | None, str | None, str | None]:
+    """(cert file, key file, CA file) from this process's environment (the node's:
+    TLS is a host's setting, actors.cluster_credential)."""
+    return tuple(os.environ.get(name) or None for name in (TLS_CERTFILE_ENV, TLS_KEYFILE_ENV, TLS_CAFILE_ENV))
+
+
+def cluster_client_context() -> ssl.SSLContext | None:
+    """rafka's own clients' TLS context on this node, or None."""
+    certfile, _, cafile = node_tls_settings()
+    return client_context(cafile, check_hostname=False) if certfile else None

@@ -23,7 +23,7 @@ import time
 
 import ray
 
-from rafka.placement.groups import BROKER_RESOURCE
+from rafka.core.broker_identity import BROKER_RESOURCE
 
 _JDK17_OPENS = " ".join(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
     "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.util",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ray
 
-from rafka.actors.replica import NAMESPACE
+from rafka.core.actor_names import NAMESPACE
 
 
 def write_topic(df, topic: str, *, acks: str = "all", linger_ms: int = 5, batch_size: int = 256 * 1024) -> int:
@@ -37,11 +37,10 @@ def write_topic(df, topic: str, *, acks: str = "all", linger_ms: int = 5, batch_
     def produce(batches):
         if not ray.is_initialized():
             ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
-        from rafka.actors.cluster_credential import cluster_client_options
-        from rafka.actors.controller import cluster_bootstrap_servers
         from rafka.client.producer import Producer
+        from rafka.spark_bridge.cluster_access import bootstrap_servers, client_options
         futures = []
-        with Producer(cluster_bootstrap_servers, **cluster_client_options(), **options) as producer:
+        with Producer(bootstrap_servers, **client_options(), **options) as producer:
             for batch in batches:
                 rows = batch.to_pydict()
                 keys = rows.get("key") or [None] * batch.num_rows

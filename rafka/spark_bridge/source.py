@@ -66,10 +66,8 @@ class TopicRead:
 
 
 def _admin():
-    from rafka.actors.controller import CONTROLLER_NAME
-    from rafka.actors.replica import NAMESPACE
-    from rafka.client.admin import Admin
-    return Admin(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE))
+    from rafka.spark_bridge.cluster_access import admin
+    return admin()
 
 
 def snapshot_offsets(admin, topic: str) -> dict[int, PartitionOffsets]:
@@ -103,21 +101,22 @@ def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES
     Whole batches are decoded into columns (core/columnar.py: no Python object per
     record), one table chunk per fetch (so a range may hold more than the 2 GiB one
     binary array can), and the table is sliced to the range at the end."""
-    from rafka.actors.controller import cluster_bootstrap_servers
     from rafka.client.admin import admin_network
     from rafka.client.metadata import MetadataCache
-    from rafka.client.retry import ask_leader
+    from rafka.protocol.retry import ask_leader
+    from rafka.spark_bridge.cluster_access import bootstrap_servers, cluster_login
     from rafka.core.columnar import decode_columns
     from rafka.protocol import fetching
 
-    metadata = MetadataCache(cluster_bootstrap_servers, admin_network())
+    network = admin_network(cluster_login)
+    metadata = MetadataCache(bootstrap_servers, network)
     topic, partition = offset_range.topic, offset_range.partition
     chunks, offsets = [], []
     position = offset_range.start
     waiting_since_s = None
     while position < offset_range.end:   # Fetch, as a consumer, on the leader's Kafka endpoint
         result = ask_leader(
-            metadata, admin_network(), topic, partition,
+            metadata, network, topic, partition,
             lambda leader_epoch: fetching.fetch_request(
                 topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, fetch_offset=position,
                 leader_epoch=leader_epoch, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,

@@ -28,9 +28,8 @@ import time
 
 import ray
 
-from rafka.actors.controller import CONTROLLER_NAME
-from rafka.actors.coordinator import OFFSETS_TOPIC, coordinator_actor_name
-from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.core.actor_names import (CONTROLLER_NAME, NAMESPACE, OFFSETS_TOPIC, coordinator_actor_name,
+                                    replica_actor_name)
 from rafka.core.history import Fault
 from rafka.placement.brokers import live_broker_ids
 

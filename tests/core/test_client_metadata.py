@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from rafka.client.metadata import MetadataCache, parse_bootstrap_servers
-from rafka.client.network import ClientNetwork
+from rafka.protocol.network import ClientNetwork
 from rafka.core.actor_names import coordinator_actor_name
 from rafka.core.cluster_image import ClusterImage, PartitionImage, TopicImage
 from rafka.core.errors import LeaderNotAvailable, NetworkException, RequestTimedOut, UnknownTopicOrPartition

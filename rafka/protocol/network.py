@@ -19,12 +19,13 @@ Kafka's NetworkClient is the model:
 
 Invariants: connections are touched only on the loop's thread; `close()` fails
 what is pending and stops the thread; nothing here retries (the callers hold the
-one retry rule, client.retry).
+one retry rule, protocol.retry).
 
 Callers: ClientNetwork: client.producer (Produce), client.consumer (Fetch), the
 group and admin requests (client.membership, client.admin). NodeConnections:
 actors.coordinator (its __consumer_offsets writes and loading) and
-actors.replica (the follower's fetch loop).
+actors.replica (the follower's fetch loop). `login_options`:
+actors.cluster_credential and spark_bridge.cluster_access.
 """
 
 from __future__ import annotations
@@ -77,6 +78,18 @@ def client_security(security_protocol: str = "PLAINTEXT", sasl_mechanism: str | 
         raise ValueError(f"{security_protocol} needs sasl_mechanism, sasl_plain_username and sasl_plain_password")
     return ClientSecurity(SaslLogin(sasl_mechanism, sasl_plain_username, sasl_plain_password), tls)
 
+
+
+def login_options(login: SaslLogin) -> dict:
+    """Producer/Consumer options (kafka-python's names, read back by `client_security`)
+    that log in with `login`, over TLS where this node's settings say so: how rafka's
+    own clients log in as the cluster (actors.cluster_credential, spark_bridge)."""
+    options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": login.mechanism,
+               "sasl_plain_username": login.username, "sasl_plain_password": login.password}
+    certfile, _, cafile = tls_context.node_tls_settings()
+    if certfile:
+        options.update(security_protocol="SASL_SSL", ssl_cafile=cafile, ssl_check_hostname=False)
+    return options
 
 class NodeConnections:
     """Connections to nodes, on the event loop that uses them (touch from that loop only)."""

@@ -1,28 +1,34 @@
 """The clients' one rule for what a retry may fix, and the one blocking retry loop.
 
 Retriable: a KafkaError marked retriable (leader moved, epoch fenced, ISR short for
-a while, coordinator loading), a replica actor that is dead or restarting, or an
-actor name not registered yet (`ray.get_actor` raises ValueError while a replica
-is being re-created). Everything else is final and reaches the caller as it is.
+a while, coordinator loading, a connection lost), an answer not in time
+(TimeoutError, which Ray's GetTimeoutError also is), or a ValueError (what Ray's
+`get_actor` raises for a name not registered yet, e.g. a replica being
+re-created). Everything else is final and reaches the caller as it is.
 Before a retry the caller's metadata for the topic is dropped, so the next attempt
 asks a node (client.metadata) who leads now.
+
+Invariant: no Ray import (DESIGN section 1: `client` and `protocol` never load
+Ray). Whatever a client is handed that calls into Ray (the cluster login, a
+bootstrap lookup) fails in this vocabulary: actors.cluster_credential turns "the
+controller is dead or restarting" into NETWORK_EXCEPTION; an actor that calls Ray
+itself adds Ray's errors to this rule where it calls (actors.coordinator).
+Callers: client.producer, client.consumer, client.membership, client.admin,
+actors.coordinator, spark_bridge.source.
 """
 
 from __future__ import annotations
 
 import time
 
-import ray
-
 from rafka.core.errors import KafkaError, RequestTimedOut
 
-# an actor dead or restarting, a name not registered yet, an answer not in time
-_ACTOR_GONE = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-               ray.exceptions.GetTimeoutError, ValueError, TimeoutError)
+# an answer not in time, an actor name not registered yet
+_GONE_FOR_NOW = (TimeoutError, ValueError)
 
 
 def kafka_cause(error: BaseException) -> BaseException:
-    """The KafkaError behind a Ray task error, else the error itself."""
+    """The KafkaError behind a Ray task error (its `cause`), else the error itself."""
     return getattr(error, "cause", None) or error
 
 
@@ -30,7 +36,7 @@ def is_retriable(error: BaseException) -> bool:
     cause = kafka_cause(error)
     if isinstance(cause, KafkaError):
         return cause.retriable
-    return isinstance(error, _ACTOR_GONE)
+    return isinstance(error, _GONE_FOR_NOW)
 
 
 def retry_until(call, *, timeout_s: float, retry_backoff_s: float, what: str, on_retry=None):
@@ -57,7 +63,7 @@ def retry_until(call, *, timeout_s: float, retry_backoff_s: float, what: str, on
 def ask_leader(metadata, network, topic: str, partition: int, request_for, read, *, timeout_s: float,
                retry_backoff_s: float):
     """`read(response)` of `request_for(leader_epoch)` sent over `network` (a
-    client.network.ClientNetwork) to the partition's leader, retried on retriable
+    protocol.network.ClientNetwork) to the partition's leader, retried on retriable
     errors (after the topic's metadata is dropped) until `timeout_s`."""
     def call(remaining_s: float):
         address, leader_epoch = metadata.leader_address(topic, partition)
