@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import os
 
-from rafka.actors.cluster_credential import cluster_login, cluster_tls
+from rafka.actors.cluster_credential import cluster_login
+from rafka.protocol.tls import cluster_client_context
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
                                   alter_topic_config_on_controller)
 from rafka.core.actor_names import broker_actor_name
@@ -47,7 +48,7 @@ class BrokerActor:
     def _dispatcher(self, table, **options) -> EdgeDispatcher:
         self._edge = EdgeDispatcher(table, broker_id=self.broker_id, image=lambda: self.serving.image,
                                     view=self.serving.current_image, upstream_login=self._upstream_login,
-                                    upstream_tls=cluster_tls(), **options)
+                                    upstream_tls=cluster_client_context(), **options)
         return self._edge
 
     async def _upstream_login(self) -> SaslLogin | None:
