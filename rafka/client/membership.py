@@ -36,6 +36,7 @@ import time
 from rafka.protocol.retry import is_retriable, kafka_cause, retry_until
 from rafka.core.errors import IllegalGeneration, RebalanceInProgress, UnknownMemberId
 from rafka.protocol import group_requests
+from rafka.protocol.network import coordinator_channel
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class CoordinatorClient:
         timeout), else the network's request timeout."""
         build, read = _CALLS[method]
         request = build(self.group_id, *args, **kwargs)
-        sent = self._network.submit(self._metadata.coordinator_address(self.group_id), request,
+        sent = self._network.submit(coordinator_channel(self._metadata.coordinator_address(self.group_id)), request,
                                     timeout_ms=timeout_ms)
         answer: concurrent.futures.Future = concurrent.futures.Future()
 

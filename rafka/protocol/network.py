@@ -45,7 +45,7 @@ from rafka.core.errors import NetworkException
 from rafka.protocol import tls as tls_context
 from rafka.protocol.connection import Connection, SaslLogin
 
-Address = tuple[str, int]
+Address = tuple   # (host, port), or (host, port, channel): a connection of its own to that node
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 
 
@@ -157,7 +157,7 @@ class NodeConnections:
             await asyncio.sleep(wait_s)
         login = await self.sasl() if callable(self.sasl) else self.sasl
         try:
-            connection = await Connection.open(*address, client_id=self.client_id,
+            connection = await Connection.open(*address[:2], client_id=self.client_id,
                                                request_timeout_ms=self.request_timeout_ms,
                                                max_in_flight_requests=self.max_in_flight_requests, sasl=login,
                                                tls=self.tls)
@@ -172,6 +172,15 @@ class NodeConnections:
     def _lost(self, address: Address, connection: Connection) -> None:
         if self._connections.get(address) is connection:
             del self._connections[address]
+
+
+def coordinator_channel(address: Address) -> Address:
+    """Where group requests to the coordinator at `address` go: a connection of
+    their own, as Kafka's clients keep (the Java consumer names the coordinator
+    node Integer.MAX_VALUE - id; librdkafka has a logical coordinator broker). A
+    broker answers a connection's requests in order, so a heartbeat or a commit
+    never waits behind a Fetch parked on the same broker for fetch.max.wait.ms."""
+    return (*address[:2], "coordinator")
 
 
 class ClientNetwork:
