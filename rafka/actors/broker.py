@@ -9,7 +9,8 @@ Invariants:
     broker's address survives restarts of its replicas, its coordinators and
     itself;
   * a broker may run several of these processes on one port (SO_REUSEPORT: the
-    kernel spreads connections over them, as Kafka's num.network.threads);
+    kernel spreads connections over them, as Kafka's num.network.threads); with
+    one, the port is its alone;
   * it holds no state but its image and its client connections: the controller
     registers it from its ping (`broker:<id>:<k>`) and pushes images to it like
     every actor; it answers from the broker view of the newest image
@@ -36,14 +37,18 @@ logger = logging.getLogger(__name__)
 
 
 class BrokerActor:
-    def __init__(self, *, broker_id: int, process: int = 0, listener_port: int) -> None:
+    def __init__(self, *, broker_id: int, process: int = 0, listener_port: int, shared_port: bool = False) -> None:
+        """`shared_port`: the broker runs several processes on its port (SO_REUSEPORT);
+        with one, a port another process holds (two brokers of one host given the
+        same port) fails this one's start with EADDRINUSE instead of splitting the
+        port's connections between two brokers."""
         self.broker_id = broker_id
         self.name = broker_actor_name(broker_id, process)
         self._edge: EdgeDispatcher | None = None
         self.serving = NodeServing(self.name, allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller,
                                    listener_port=listener_port, view=broker_view,
-                                   dispatcher_factory=self._dispatcher, reuse_port=True)
+                                   dispatcher_factory=self._dispatcher, reuse_port=shared_port)
 
     def _dispatcher(self, table, **options) -> EdgeDispatcher:
         self._edge = EdgeDispatcher(table, broker_id=self.broker_id, image=lambda: self.serving.image,

@@ -850,7 +850,10 @@ class ControllerActor:
                 if name in self.metadata.nodes and broker_id not in self._live_brokers:
                     await self._node_down(name, "its broker is not live")
                 return
-            except ray.exceptions.RayError as error:   # dead or restarting: not listening
+            except ray.exceptions.RayError as error:   # dead, restarting, or its port is taken: not listening
+                if isinstance(error, ray.exceptions.RayTaskError):
+                    logger.warning("broker %d's node does not listen on port %s: %s", broker_id,
+                                   self._broker_ports.get(broker_id), error.cause)
                 self._lost(name, error)
                 await self._node_down(name, type(error).__name__)
                 return
@@ -870,7 +873,7 @@ class ControllerActor:
             name=broker_actor_name(broker_id, process), namespace=NAMESPACE, lifetime="detached",
             max_restarts=-1, num_cpus=0, get_if_exists=True,
             label_selector={BROKER_ID_LABEL: str(broker_id)}).remote(
-            broker_id=broker_id, process=process, listener_port=port)
+            broker_id=broker_id, process=process, listener_port=port, shared_port=self.network_processes > 1)
 
     def _lost(self, name: str, error: Exception) -> None:
         """A call found the actor gone for good (killed without restart): its

@@ -195,7 +195,7 @@ def test_rafka_down_then_up__every_acked_record_and_offset_back_each_replica_reo
     out = rafka_cli("down")
     assert f"replicas shut down cleanly: {replicas} of {replicas}" in out
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]
-    rafka_cli("up", "--data-dir", cluster.data_dir)
+    rafka_cli("up", "--data-dir", cluster.data_dir, "--listener-port", "0")   # its brokers share this host
     cluster.controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
     wait_until_serving(cluster)
     assert_everything_back(cluster, acked, leos)

@@ -232,8 +232,9 @@ def test_cli__before_up__status_says_to_run_up(ray_address):
 
 
 def test_cli__up_topics_status_down(ray_address, data_dir):
-    # --sasl: every command below (console clients, groups, users) logs in as the cluster
-    code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir), "--sasl")
+    # --sasl: every command below (console clients, groups, users) logs in as the cluster;
+    # --listener-port 0: both brokers run on this one host (a port each, not 9092 for both)
+    code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir), "--sasl", "--listener-port", "0")
     assert code == 0 and "2 broker node(s)" in out and "controller epoch 1" in out
     assert "listeners require SASL/SCRAM" in out
     assert "group coordinators: 1" in out
