@@ -269,7 +269,7 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""
     code, out, _ = rafka(ray_address, "down")
-    # the controller, 2 replicas of __consumer_offsets, 1 coordinator
-    assert code == 0 and "rafka is down: 4 actor(s) stopped" in out
+    # the controller, 2 replicas of __consumer_offsets, 1 coordinator, 2 brokers' nodes
+    assert code == 0 and "rafka is down: 6 actor(s) stopped" in out
     assert "replicas shut down cleanly: 2 of 2" in out
     assert rafka(ray_address, "status")[0] == 1
