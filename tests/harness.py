@@ -34,12 +34,14 @@ TEST_COORDINATOR_OPTIONS = dict(offsets_commit_timeout_ms=2_000, group_initial_r
                                 group_min_session_timeout_ms=1_000)
 
 
-def embedded_cluster():
-    """The 3-broker local cluster a test module shares (a context manager)."""
+def embedded_cluster(**options):
+    """The 3-broker local cluster a test module shares (a context manager);
+    `options` beside TEST_CLUSTER_OPTIONS (network_processes=2 for a module whose
+    clients should meet two processes on each broker's port)."""
     import rafka
     # small offsets segments: the log cleaner compacts __consumer_offsets in every module
     return rafka.local_cluster(nodes=3, coordinator_options=TEST_COORDINATOR_OPTIONS,
-                               offsets_topic_segment_bytes=16_384, **TEST_CLUSTER_OPTIONS)
+                               offsets_topic_segment_bytes=16_384, **{**TEST_CLUSTER_OPTIONS, **options})
 
 
 def wait_until(condition, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):
