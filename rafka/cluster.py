@@ -57,7 +57,7 @@ class Cluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        """host:port of the controller's Kafka listener: `bootstrap.servers` for any
+        """Every broker's host:port, comma-separated: `bootstrap.servers` for any
         Kafka client (kafka-python, confluent-kafka, kcat, the Java tools)."""
         return ray.get(self.controller.bootstrap_address.remote())
 

@@ -79,12 +79,12 @@ def _free_port() -> int:
 
 
 def cluster_bootstrap_servers() -> str:
-    """From inside the Ray cluster (the driver's clients, member actors, Spark
-    tasks): the controller's Kafka listener, where a client's first metadata
-    request goes. Clients take this function itself as their bootstrap_servers
-    (client.metadata asks it again when no node it knows answers: a restarted
-    local cluster listens on new ports). A control-plane lookup, by name, so it
-    finds a restarted controller."""
+    """From inside the Ray cluster (the driver's clients, member actors): every
+    live broker's Kafka address, where a client's first metadata request goes.
+    Clients take this function itself as their bootstrap_servers (client.metadata
+    asks it again when no node it knows answers: a restarted local cluster's
+    brokers listen on new ports). A control-plane lookup, by name, so it finds a
+    restarted controller."""
     return ray.get(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).bootstrap_address.remote())
 
 
@@ -330,11 +330,6 @@ class ControllerActor:
     async def node_endpoints(self) -> dict[str, tuple[str, int]]:
         """Every registered actor's Kafka endpoint, by actor name."""
         return {actor: self._endpoint_of(actor) for actor in self.metadata.nodes}
-
-    @property
-    def bootstrap_servers(self) -> str | None:
-        endpoint = self.serving.endpoint
-        return None if endpoint is None else f"{endpoint[0]}:{endpoint[1]}"
 
     # --- topics -------------------------------------------------------------------
 
