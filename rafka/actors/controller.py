@@ -65,6 +65,14 @@ METADATA_LOG = "metadata.log"
 logger = logging.getLogger(__name__)
 
 RESTARTED = ("follower", -1)  # a replica actor that came back and was not told its role yet
+# A follower that answered as the follower it should be is pinged every this many
+# watch rounds, not every round (issue 27: the ping woke every idle replica every
+# second, about a fifth of the cluster's idle CPU). Leaders are pinged every round
+# (their failover waits on it); a restarted replica says so itself
+# (`replica_restarted`) and is pinged at the next round; a dead follower leaves the
+# ISR by the leader's replica.lag.time.max.ms check as before, and Metadata stops
+# naming it within this many rounds.
+FOLLOWER_PING_EVERY_ROUNDS = 5
 # One actor class for every replica: `ray.remote(cls)` made anew exports the class to
 # the GCS again at its first creation (a blocking round trip per replica).
 _REPLICA_ACTOR = ray.remote(ReplicaActor)
@@ -169,6 +177,10 @@ class ControllerActor:
         # good. Looking one up is a blocking GCS call: the watch loop made one per
         # replica per round, on the loop that also serves the bootstrap node.
         self._handles: dict[str, ray.actor.ActorHandle] = {}
+        self._watch_round = 0
+        # replica name -> (topic id, its role answer, the round it answered) for
+        # followers in their expected role (FOLLOWER_PING_EVERY_ROUNDS)
+        self._settled_followers: dict[str, tuple[str, tuple[str, int], int]] = {}
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2),
         # served on a thread of its own (NodeThread says why); topic administration
         # and producer ids run on this actor's loop.
@@ -744,6 +756,7 @@ class ControllerActor:
         partitions elsewhere."""
         while not self._stopping:
             await asyncio.sleep(self.watch_interval_ms / 1000)
+            self._watch_round += 1
             if self._replacer is None or self._replacer.done():
                 # its own task: reassignments announce to new replicas (seconds each)
                 # and must never delay a leader election in this loop
@@ -769,7 +782,7 @@ class ControllerActor:
         state = self.metadata.partition(topic, partition)
         if (state.adding or state.removing) and await self._complete_reassignment(topic, partition):
             return
-        roles = await asyncio.gather(*(self._role_of(topic, partition, r, state) for r in state.replicas))
+        roles = await asyncio.gather(*(self._role_seen(topic, partition, r, state) for r in state.replicas))
         role_by_replica = dict(zip(state.replicas, roles))
         # Gone, paused, still starting or with an unusable log dir: may not lead.
         unavailable = sorted(r for r, role in role_by_replica.items() if role is None or role[0] == OFFLINE)
@@ -893,6 +906,29 @@ class ControllerActor:
             await asyncio.wait_for(ref, timeout=self.leader_ping_timeout_ms / 1000)
         except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
             logger.info("%s not done: %s", what, error)
+
+    async def _role_seen(self, topic: str, partition: int, replica_id: int, state: PartitionState):
+        """`_role_of`, except for a follower that answered as the follower it should be
+        within the last FOLLOWER_PING_EVERY_ROUNDS rounds: its answer stands."""
+        name = replica_actor_name(topic, partition, replica_id)
+        topic_id = self.metadata.topic(topic).topic_id
+        expected = ("follower", state.leader_epoch)
+        settled = self._settled_followers.get(name)
+        if (replica_id != state.leader and settled is not None and settled[:2] == (topic_id, expected)
+                and self._watch_round - settled[2] < FOLLOWER_PING_EVERY_ROUNDS):
+            return expected
+        role = await self._role_of(topic, partition, replica_id, state)
+        if replica_id != state.leader and role == expected:
+            self._settled_followers[name] = (topic_id, role, self._watch_round)
+        else:
+            self._settled_followers.pop(name, None)
+        return role
+
+    async def replica_restarted(self, name: str) -> None:
+        """A replica actor that Ray restarted says so from its constructor: it is
+        pinged at the next watch round (and given its role), not up to
+        FOLLOWER_PING_EVERY_ROUNDS later."""
+        self._settled_followers.pop(name, None)
 
     async def _role_of(self, topic: str, partition: int, replica_id: int, state: PartitionState):
         """(role, leader epoch) as the replica answers, or None if it does not in time.

@@ -12,13 +12,17 @@ core object is only touched between awaits, from one thread. Waiters are woken b
 cleaner's read-only step (`PartitionLog.clean`), which runs on a thread so that a
 large compaction does not stall fetches; its result is applied on the loop.
 
-Timers, per replica: retention every `log_retention_check_interval_ms` (when
-cleanup.policy has delete); a log cleaner pass every `log_cleaner_backoff_ms`,
-which cleans only a compacted topic and only when core.log's plan says Kafka's
-cleaner would (dirty ratio above min.cleanable.dirty.ratio, a dirty record older
-than max.compaction.lag.ms, or a kept tombstone due); the
-HW / recovery-point checkpoint every `replica_high_watermark_checkpoint_interval_ms`
-(Kafka's replica.high.watermark.checkpoint.interval.ms).
+Timers, per replica, on one maintenance task (`_maintain`: an idle replica wakes
+once per checkpoint interval, no more): retention every
+`log_retention_check_interval_ms` (when cleanup.policy has delete); a log cleaner
+pass every `log_cleaner_backoff_ms`, which cleans only a compacted topic and only
+when core.log's plan says Kafka's cleaner would (dirty ratio above
+min.cleanable.dirty.ratio, a dirty record older than max.compaction.lag.ms, or a
+kept tombstone due); the HW / recovery-point checkpoint every
+`replica_high_watermark_checkpoint_interval_ms` (Kafka's
+replica.high.watermark.checkpoint.interval.ms), written only when it changed; and
+the release of memory kept for large frames, once traffic stopped. The leader's
+ISR check is a task of its own, while it leads.
 
 Topic configs: the replica runs with the overrides of the newest image it was
 pushed (an altered topic: AlterConfigs, IncrementalAlterConfigs), from the next
@@ -41,12 +45,13 @@ import asyncio
 import dataclasses
 import logging
 import os
+from collections.abc import Awaitable, Callable
 
 import ray
 
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
                                   alter_topic_config_on_controller)
-from rafka.core.actor_names import NAMESPACE, replica_actor_name
+from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE, replica_actor_name
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
                                         ensure_identity)
 from rafka.core.clock import SystemClock
@@ -60,6 +65,7 @@ from rafka.actors.cluster_credential import cluster_login
 from rafka.protocol.network import NodeConnections
 from rafka.protocol.tls import cluster_client_context
 from rafka.protocol import fetching
+from rafka.protocol.framing import release_freed_memory
 from rafka.protocol.hosted_partition import HostedPartition
 
 REPLICA_SOCKET_TIMEOUT_MS = 30_000   # Kafka's replica.socket.timeout.ms: a fetch unanswered this long past its wait
@@ -77,6 +83,15 @@ def node_broker_id() -> int | None:
     """The broker id of the node this process runs on (its `rafka-broker-id` label)."""
     label = ray.get_runtime_context().get_node_labels().get(BROKER_ID_LABEL)
     return int(label) if label is not None and label.isdigit() else None
+
+
+def _tell_controller_restarted(name: str) -> None:
+    """The controller pings a settled follower only every few rounds: a restarted
+    one says so, to be given its role at the next round (not awaited)."""
+    try:
+        ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).replica_restarted.remote(name)
+    except ValueError:   # no controller: the one that starts finds this replica by pinging it
+        pass
 
 
 class _ServedPartition:
@@ -153,7 +168,8 @@ class ReplicaActor:
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
         self.replica_high_watermark_checkpoint_interval_ms = replica_high_watermark_checkpoint_interval_ms
-        self._timers: list[asyncio.Task] = []
+        self._timers: list[asyncio.Task] = []   # the maintenance task (see _start_log_maintenance)
+        self._bytes_moved_at_tick = self._bytes_moved_at_release = 0
         self._compaction_lock = asyncio.Lock()   # one pass at a time (the timer, or a call to compact)
         self._role_lock = asyncio.Lock()
         self._stopped = False
@@ -163,6 +179,8 @@ class ReplicaActor:
         register_partition(self.serving.metrics, topic=topic, partition=partition, traffic=self.hosted,
                            replica=lambda: None if self.storage_error or self._stopped else self.replica,
                            replication_bytes_in=lambda: self.fetched_bytes)   # its metrics (core.kafka_metrics)
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            _tell_controller_restarted(replica_actor_name(topic, partition, replica_id))
 
     # --- the Kafka protocol -------------------------------------------------------
 
@@ -203,37 +221,65 @@ class ReplicaActor:
     def _start_log_maintenance(self) -> None:
         if self._timers:
             return
-        loop = asyncio.get_running_loop()
-        # Kafka's log.retention.check.interval.ms: every replica deletes its own
-        # segments past retention.ms / retention.bytes (only below its HW), which
-        # moves its log start offset; a consumer below it gets OFFSET_OUT_OF_RANGE.
-        self._timers.append(loop.create_task(
-            self._every(self.log_retention_check_interval_ms, self.enforce_retention, "retention")))
-        # The HW, recovery point and log start survive a crash up to this interval
-        # old (a restart then truncates and catches up by leader epoch, as Kafka's).
-        self._timers.append(loop.create_task(
-            self._every(self.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "checkpoint")))
-        # Kafka's log cleaner, per replica (each cleans its own log, as each broker
-        # does): if a segment became cleanable or a kept tombstone is due, the
-        # cleaned bytes are computed on a thread (reads of sealed segments only)
-        # and swapped in on the event loop, between requests. On every replica, not
-        # only compacted ones: cleanup.policy may change at any time (the pass plans
-        # nothing while the topic is not compacted).
-        self._timers.append(loop.create_task(
-            self._every(self.log_cleaner_backoff_ms, self.compact, "compaction")))
+        # One timer for all of the replica's periodic work (issue 27: every replica
+        # is a process, and each wake-up of an idle one is paid by every replica):
+        # a job runs at multiples of its interval from the start, so jobs whose
+        # intervals divide each other (5 s, 15 s, 300 s by default) share wake-ups.
+        self._timers.append(asyncio.get_running_loop().create_task(self._maintain([
+            # Kafka's log.retention.check.interval.ms: every replica deletes its own
+            # segments past retention.ms / retention.bytes (only below its HW), which
+            # moves its log start offset; a consumer below it gets OFFSET_OUT_OF_RANGE.
+            (self.log_retention_check_interval_ms, self.enforce_retention, "retention"),
+            # The HW, recovery point and log start survive a crash up to this interval
+            # old (a restart then truncates and catches up by leader epoch, as Kafka's).
+            (self.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "checkpoint"),
+            # Kafka's log cleaner, per replica (each cleans its own log, as each broker
+            # does): if a segment became cleanable or a kept tombstone is due, the
+            # cleaned bytes are computed on a thread (reads of sealed segments only)
+            # and swapped in on the event loop, between requests. On every replica, not
+            # only compacted ones: cleanup.policy may change at any time (the pass plans
+            # nothing while the topic is not compacted).
+            (self.log_cleaner_backoff_ms, self.compact, "compaction"),
+            # Memory kept for large frames (protocol.framing) goes back once traffic stops.
+            (self.replica_high_watermark_checkpoint_interval_ms, self._release_memory_if_quiet, "memory release"),
+        ])))
 
     async def _checkpoint(self) -> None:
-        self.replica.log.checkpoint()
+        self.replica.log.checkpoint()   # writes only what changed since the last one
 
-    async def _every(self, interval_ms: int, step, what: str) -> None:
-        """`await step()` every `interval_ms`, for good; a failed step (a full disk, a
-        vanished file) is logged and tried again."""
+    def _bytes_moved(self) -> int:
+        hosted = self.hosted
+        return hosted.bytes_in + hosted.bytes_out + hosted.replication_bytes_out + self.fetched_bytes
+
+    async def _release_memory_if_quiet(self) -> None:
+        """Once per quiet spell: no bytes in or out since the last tick, some since
+        the last release."""
+        moved = self._bytes_moved()
+        if moved == self._bytes_moved_at_tick and moved != self._bytes_moved_at_release:
+            release_freed_memory()
+            self._bytes_moved_at_release = moved
+        self._bytes_moved_at_tick = moved
+
+    async def _maintain(self, jobs: list[tuple[int, Callable[[], Awaitable], str]]) -> None:
+        """Each `(interval_ms, step, what)`: `await step()` at every multiple of
+        interval_ms from now, for good, one timer for all; a failed step (a full
+        disk, a vanished file) is logged and tried at its next time. A step that
+        overran its next time runs once, then keeps to its multiples."""
+        loop = asyncio.get_running_loop()
+        started_s = loop.time()
+        due_s = [started_s + interval_ms / 1000 for interval_ms, _, _ in jobs]
         while True:
-            await asyncio.sleep(interval_ms / 1000)
-            try:
-                await step()
-            except Exception as error:
-                logger.warning("%s: %s failed: %s", self.replica.name, what, error)
+            await asyncio.sleep(max(0.0, min(due_s) - loop.time()))
+            for index, (interval_ms, step, what) in enumerate(jobs):
+                if due_s[index] > loop.time():
+                    continue
+                try:
+                    await step()
+                except Exception as error:
+                    logger.warning("%s: %s failed: %s", self.replica.name, what, error)
+                interval_s = interval_ms / 1000
+                ticks = int((loop.time() - started_s) / interval_s) + 1
+                due_s[index] = started_s + ticks * interval_s
 
     async def compact(self) -> dict | None:
         async with self._compaction_lock:

@@ -31,11 +31,14 @@ Pure Python, no Ray. Callers: the actors (through actors.metrics_export), tests.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from rafka.core.group_state import GroupState
-from rafka.core.lag import LagSample, time_lag_ms
 from rafka.core.metrics import (LATENCY_BUCKETS_MS, Family, Histogram, Kind, MetricsRegistry,
                                 RequestMetrics)
+
+if TYPE_CHECKING:   # core.lag (and the offsets schema it reads) only where lag is exported: the coordinator
+    from rafka.core.lag import LagSample
 
 COUNTER, GAUGE, HISTOGRAM = Kind.COUNTER, Kind.GAUGE, Kind.HISTOGRAM
 TOPIC = ("topic",)
@@ -301,6 +304,7 @@ def register_consumer_lag(registry: MetricsRegistry, samples: Callable[[], Itera
         return collect
 
     def seconds(sample: LagSample, position) -> float | None:
+        from rafka.core.lag import time_lag_ms
         lag_ms = time_lag_ms(position, sample.wall_ms)
         return None if lag_ms is None else lag_ms / 1000
     registry.add(GROUP_OFFSET, each(lambda sample, position: position.committed_offset))

@@ -104,6 +104,7 @@ class PartitionLog:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.recovery_point = 0
+        self._checkpointed: tuple[int, int, int] | None = None   # (HW, recovery point, log start) last written
         self.bytes_cut_at_recovery = 0
         self._cleaned_through = 0                 # compaction: segments below this were cleaned
         self._tombstones_due_ms: int | None = None  # compaction: the first kept tombstone may go after this
@@ -227,16 +228,21 @@ class PartitionLog:
         if not (self.log_start_offset <= self.high_watermark <= self.log_end_offset):
             raise RuntimeError(f"invariant broken: log start {self.log_start_offset} <= HW "
                                f"{self.high_watermark} <= LEO {self.log_end_offset}")
+        written = (self.high_watermark, self.recovery_point, self.log_start_offset)
         checkpoint.write_entries(self.directory / CHECKPOINT_FILE, [
-            ("high_watermark", self.high_watermark),
-            ("recovery_point", self.recovery_point),
-            ("log_start_offset", self.log_start_offset),
+            ("high_watermark", written[0]),
+            ("recovery_point", written[1]),
+            ("log_start_offset", written[2]),
         ])
+        self._checkpointed = written
 
     def checkpoint(self) -> None:
         """Persist HW, recovery point and log start offset (the replica calls this
-        periodically, as Kafka's checkpoint threads do)."""
-        self._write_checkpoint()
+        periodically, as Kafka's checkpoint threads do). Unchanged since the last
+        write: nothing to do (an idle replica's file and its two fsyncs every
+        interval were pure cost)."""
+        if self._checkpointed != (self.high_watermark, self.recovery_point, self.log_start_offset):
+            self._write_checkpoint()
 
     # --- appending ----------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from rafka.protocol.entities import load_request_schema, load_response_schema
+from rafka.protocol.entities import load_request_schema, load_response_schema, schema_known
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
@@ -109,8 +109,8 @@ class Route:
             raise ValueError(f"bad version range {self.min_version}..{self.max_version} "
                              f"for API key {self.api_key}")
         for version in self.versions:   # fail at startup, not on the first request
-            load_request_schema(self.api_key, version)
-            load_response_schema(self.api_key, version)
+            if not schema_known(self.api_key, version):
+                raise ValueError(f"no schema for API key {self.api_key} version {version}")
 
     @property
     def versions(self) -> range:

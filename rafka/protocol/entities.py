@@ -2,7 +2,8 @@
 
 A field that a version does not have is dropped, so one handler serves a version
 range: Kafka's schemas add fields version by version and rarely rename them.
-`load_request_schema` / `load_response_schema` are kio's lookups, cached: kio
+`load_request_schema` / `load_response_schema` are kio's lookups, cached (a
+schema's module is imported at its first use; `schema_known` checks one exists): kio
 resolves the module by name on every call (pkgutil.resolve_name showed in the
 broker's profile), and every request and answer needs one. Versions kio no longer
 has (Kafka 4 dropped them) come from legacy_schemas first.
@@ -19,6 +20,8 @@ from types import ModuleType
 from typing import Any
 
 from kio import index as _kio_index
+from kio.schema.index import api_key_map, schema_name_map
+from kio.static.constants import EntityType
 
 from rafka.protocol.legacy_schemas import OWN_SCHEMAS
 
@@ -33,6 +36,20 @@ def load_request_schema(api_key: int, api_version: int) -> type:
 def load_response_schema(api_key: int, api_version: int) -> type:
     own = OWN_SCHEMAS.get((api_key, api_version))
     return own[1] if own else _kio_index.load_response_schema(api_key, api_version)
+
+
+def schema_known(api_key: int, api_version: int) -> bool:
+    """Whether both schemas of this version exist (rafka's own or named in kio's
+    index), without importing them: a node's table names ~90 versions, each a
+    request and a response module; importing all of them at every actor's start
+    held ~400 modules (MBs) in every process for versions no client sends."""
+    if (api_key, api_version) in OWN_SCHEMAS:
+        return True
+    try:
+        paths = schema_name_map[api_key_map[api_key]][api_version]
+    except KeyError:
+        return False
+    return EntityType.request in paths and EntityType.response in paths
 
 
 @functools.cache

@@ -1,0 +1,219 @@
+"""What a partition costs (issue 27): memory and idle CPU of replica actors beside
+bare Ray actors, and how long a topic takes to come online, as partitions grow.
+
+    flock /tmp/rafka-ray.lock python bench/scale_bench.py [--partitions 4 16] [--idle-s 10]
+
+A 3-broker `local_cluster`. For each count N: a topic of N partitions at RF3 is
+created and left at rest, then, in the same run,
+  * replica USS / RSS: the mean over the topic's 3N replica actors' processes
+    (psutil's memory_full_info: USS is what killing the process would free);
+  * bare USS / RSS: the same for 3N bare Ray actors started beside them (an actor
+    class with one method that imports nothing: Ray's own floor), spread over the
+    broker nodes as replicas are;
+  * idle CPU: every rafka actor process (controller, coordinators, every
+    replica) over `--idle-s` at rest, in % of one core, beside as many bare
+    actors over the same time;
+  * create 12: the time for a 12-partition RF3 topic to have a leader in every
+    partition (CreateTopics through the controller, which waits for leaders);
+  * Kafka nodes named by a Metadata answer, and TCP connections between the rafka
+    actor processes (one end listening in another rafka process);
+  * librdkafka threads: one confluent-kafka producer after it sent one record to
+    every partition of the topic (acks=all), threads of this process added by it.
+Both topics are deleted before the next count. `--modules` also prints the
+modules a replica process holds that a bare actor's does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # a checkout's rafka first
+
+MiB = 1 << 20
+
+
+def _pid_of(handle) -> int:
+    import ray
+    return ray.get(handle.__ray_call__.remote(lambda _self: os.getpid()))
+
+
+def rafka_actor_pids(topic: str | None = None) -> dict[str, int]:
+    """name -> pid of every named rafka actor (of one topic's replicas, if given)."""
+    import ray
+
+    from rafka.core.actor_names import NAMESPACE
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]
+    if topic is not None:
+        names = [n for n in names if n.startswith(f"replica:{topic}:")]
+    handles = {n: ray.get_actor(n, namespace=NAMESPACE) for n in names}
+    refs = {n: h.__ray_call__.remote(lambda _self: os.getpid()) for n, h in handles.items()}
+    return {n: ray.get(ref) for n, ref in refs.items()}
+
+
+def memory_mib(pids) -> tuple[float, float]:
+    """(mean USS, mean RSS) in MiB over the processes."""
+    import psutil
+    infos = [psutil.Process(pid).memory_full_info() for pid in pids]
+    return statistics.mean(i.uss for i in infos) / MiB, statistics.mean(i.rss for i in infos) / MiB
+
+
+def idle_cpu_percent(pids, seconds: float) -> list[float]:
+    """Each process's CPU time over `seconds`, in % of one core."""
+    import psutil
+    processes = [psutil.Process(pid) for pid in pids]
+    before = [sum(p.cpu_times()[:2]) for p in processes]
+    started_s = time.monotonic()
+    time.sleep(seconds)
+    after = [sum(p.cpu_times()[:2]) for p in processes]
+    elapsed_s = time.monotonic() - started_s
+    return [100 * (a - b) / elapsed_s for a, b in zip(after, before)]
+
+
+def connections_between(pids) -> int:
+    """Established TCP connections from one of the processes to a port another listens on."""
+    import psutil
+    listening, established = set(), []
+    for pid in pids:
+        for c in psutil.Process(pid).net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN:
+                listening.add(c.laddr.port)
+            elif c.status == psutil.CONN_ESTABLISHED and c.raddr:
+                established.append(c.raddr.port)
+    return sum(1 for port in established if port in listening)
+
+
+class Bare:
+    """Ray's floor: one method, no imports."""
+
+    def pid(self):
+        return os.getpid()
+
+
+def start_bare(count: int):
+    import ray
+
+    from rafka.placement.brokers import BROKER_RESOURCE
+    actor = ray.remote(Bare).options(num_cpus=0, resources={BROKER_RESOURCE: 0.001}, scheduling_strategy="SPREAD")
+    handles = [actor.remote() for _ in range(count)]
+    return handles, ray.get([h.pid.remote() for h in handles])
+
+
+def module_difference(replica_handle, bare_handle) -> list[str]:
+    import ray
+
+    def names(_self):
+        import sys as s
+        return sorted(s.modules)
+    replica_modules = set(ray.get(replica_handle.__ray_call__.remote(names)))
+    bare_modules = set(ray.get(bare_handle.__ray_call__.remote(names)))
+    return sorted(replica_modules - bare_modules)
+
+
+def metadata_nodes(bootstrap: str) -> int:
+    import asyncio
+
+    from rafka.protocol.cluster_requests import metadata_request
+    from rafka.protocol.connection import Connection
+    host, port = bootstrap.rsplit(":", 1)
+
+    async def ask():
+        connection = await Connection.open(host, int(port), client_id="scale-bench")
+        try:
+            return len((await connection.request(metadata_request(None))).brokers)
+        finally:
+            await connection.close()
+    return asyncio.run(ask())
+
+
+def producer_threads(bootstrap: str, topic: str, partitions: int) -> int:
+    """Threads one librdkafka producer adds to this process once it has sent to every partition."""
+    import psutil
+    from confluent_kafka import Producer
+    before = psutil.Process().num_threads()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for p in range(partitions):
+        producer.produce(topic, value=b"x", partition=p)
+    producer.flush(30)
+    threads = psutil.Process().num_threads() - before
+    del producer
+    return threads
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, nargs="+", default=[4, 16])
+    parser.add_argument("--idle-s", type=float, default=10.0, help="how long CPU is measured at rest")
+    parser.add_argument("--settle-s", type=float, default=5.0, help="rest before measuring")
+    parser.add_argument("--modules", action="store_true", help="print the modules a replica adds to a bare actor")
+    parser.add_argument("--no-librdkafka", action="store_true")
+    parser.add_argument("--only-idle", action="store_true", help="memory and idle CPU only (no creation, no producer)")
+    parser.add_argument("--controller", nargs="*", default=[], metavar="OPTION=MS",
+                        help="controller options, e.g. watch_interval_ms=1000")
+    args = parser.parse_args()
+
+    import ray
+
+    import rafka
+
+    rows = []
+    controller_options = {k: int(v) for k, v in (o.split("=", 1) for o in args.controller)}
+    with rafka.local_cluster(nodes=3, log_to_driver=False, **controller_options) as cluster:
+        admin = cluster.admin()
+        for count in args.partitions:
+            topic = f"scale-{count}"
+            admin.create_topic(topic, partitions=count, replication_factor=3)
+            time.sleep(args.settle_s)   # the creation's churn ends (pushes, first fetches)
+            replicas = rafka_actor_pids(topic)
+            every = rafka_actor_pids()
+            uss, rss = memory_mib(replicas.values())
+            cpu_by_actor = dict(zip(every, idle_cpu_percent(every.values(), args.idle_s)))
+            cpu = sum(cpu_by_actor.values())
+            controller_cpu = cpu_by_actor.get("controller", 0.0)
+            connections = connections_between(every.values())
+            nodes = metadata_nodes(cluster.bootstrap_servers)
+            bare, bare_pids = start_bare(len(every))
+            time.sleep(args.settle_s)
+            bare_uss, bare_rss = memory_mib(bare_pids[:len(replicas)])
+            bare_cpu = sum(idle_cpu_percent(bare_pids, args.idle_s))
+            if args.modules:
+                extra = module_difference(ray.get_actor(next(iter(replicas)), namespace="rafka"), bare[0])
+                tops = sorted({m.split(".")[0] for m in extra})
+                print(f"\n{len(extra)} modules in a replica and not in a bare actor; packages: {' '.join(tops)}")
+            for handle in bare:
+                ray.kill(handle)
+            if args.only_idle:
+                rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
+                             bare_cpu, float("nan"), nodes, None, connections))
+                admin.delete_topic(topic)
+                continue
+            threads = None if args.no_librdkafka else producer_threads(cluster.bootstrap_servers, topic, count)
+            started_s = time.monotonic()
+            admin.create_topic(f"scale-create-{count}", partitions=12, replication_factor=3)
+            create_s = time.monotonic() - started_s
+            rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
+                         bare_cpu, create_s, nodes, threads, connections))
+            admin.delete_topic(f"scale-create-{count}")
+            admin.delete_topic(topic)
+
+    print()
+    print(f"{'partitions':>10}{'replicas':>9}{'actors':>7}{'USS MiB':>9}{'RSS MiB':>9}{'bare USS':>9}"
+          f"{'bare RSS':>9}{'idle CPU%':>10}{'ctrl CPU%':>10}{'bare CPU%':>10}{'create12 s':>11}{'nodes':>6}"
+          f"{'rdk thr':>8}{'conns':>6}")
+    for (count, n_replicas, n_actors, uss, rss, bare_uss, bare_rss, cpu, controller_cpu, bare_cpu, create_s, nodes,
+         threads, connections) in rows:
+        print(f"{count:>10}{n_replicas:>9}{n_actors:>7}{uss:9.1f}{rss:9.1f}{bare_uss:9.1f}{bare_rss:9.1f}"
+              f"{cpu:10.1f}{controller_cpu:10.1f}{bare_cpu:10.1f}{create_s:11.2f}{nodes:>6}{threads if threads is not None else '-':>8}"
+              f"{connections:>6}")
+    print("USS/RSS: mean per process over the topic's replicas and as many bare actors; idle CPU: every rafka "
+          "actor (controller, coordinators, replicas) at rest, % of one core, beside as many bare actors; "
+          "ctrl: the controller's share of it; create12: a 12-partition RF3 topic until every partition has a leader; nodes: Kafka nodes in "
+          "Metadata; rdk thr: threads of one librdkafka producer; conns: TCP connections between rafka actors")
+
+
+if __name__ == "__main__":
+    main()
