@@ -401,11 +401,14 @@ class ControllerActor:
             async with self._creations_done:
                 self._creations_done.notify_all()
         try:   # placing and starting a worker process each: seconds on a busy machine
-            await asyncio.wait_for(asyncio.gather(*(r.ping.remote() for r in replicas)),
-                                   timeout=self.replica_start_timeout_ms / 1000)
+            answers = await asyncio.wait_for(asyncio.gather(*(r.ping.remote() for r in replicas)),
+                                             timeout=self.replica_start_timeout_ms / 1000)
         except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
             logger.warning("%s-%d: replicas not all started in %d ms (the watch loop takes over): %s", topic,
                            partition, self.replica_start_timeout_ms, error)
+        else:   # their endpoints now, not at the next watch round: brokers route to them at once
+            for replica_id, handle, answer in zip(state.replicas, replicas, answers):
+                await self._sync_node(handle, replica_actor_name(topic, partition, replica_id), answer)
         await self._announce(topic, partition, state)
 
     async def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState):
@@ -1000,15 +1003,22 @@ class ControllerActor:
         return self.metadata.controller_epoch
 
     async def bootstrap_address(self) -> str:
-        """Clients' bootstrap.servers: every live broker's host:port (waiting, up to
-        BROKERS_LISTEN_WAIT_S, for the first to listen after a start)."""
+        """Clients' bootstrap.servers: every live broker's host:port. After a start,
+        waits (up to BROKERS_LISTEN_WAIT_S) until every live broker listens, or at
+        least one does."""
         await self.ping()
-        if not self._image.brokers:
-            try:
-                await asyncio.wait_for(self._brokers_listen.wait(), BROKERS_LISTEN_WAIT_S)
+        deadline_s = time.monotonic() + BROKERS_LISTEN_WAIT_S
+        if not self._live_brokers:
+            await self._read_live_brokers()
+        while not self._live_brokers <= set(self._image.brokers) and time.monotonic() < deadline_s:
+            self._brokers_listen.clear()
+            try:   # set at every commit naming a broker
+                await asyncio.wait_for(self._brokers_listen.wait(), deadline_s - time.monotonic())
             except asyncio.TimeoutError:
-                raise RuntimeError(f"no broker listens after {BROKERS_LISTEN_WAIT_S} s: are broker nodes "
-                                   f"up? (`rafka brokers`)") from None
+                break
+        if not self._image.brokers:
+            raise RuntimeError(f"no broker listens after {BROKERS_LISTEN_WAIT_S} s: are broker nodes "
+                               f"up? (`rafka brokers`)")
         return ",".join(f"{b.host}:{b.port}" for b in self._image.brokers.values())
 
 
