@@ -1008,8 +1008,7 @@ class ControllerActor:
         least one does."""
         await self.ping()
         deadline_s = time.monotonic() + BROKERS_LISTEN_WAIT_S
-        if not self._live_brokers:
-            await self._read_live_brokers()
+        await self._read_live_brokers()   # now: `rafka up --wait-for-brokers` has just seen them join
         while not self._live_brokers <= set(self._image.brokers) and time.monotonic() < deadline_s:
             self._brokers_listen.clear()
             try:   # set at every commit naming a broker

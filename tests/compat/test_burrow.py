@@ -107,7 +107,7 @@ kafka-version="2.0.0"
 
 [cluster.rafka]
 class-name="kafka"
-servers=["{bootstrap}"]
+servers=[{bootstrap}]
 client-profile="rafka"
 topic-refresh=5
 offset-refresh=1
@@ -115,7 +115,7 @@ offset-refresh=1
 [consumer.rafka]
 class-name="kafka"
 cluster="rafka"
-servers=["{bootstrap}"]
+servers=[{bootstrap}]
 client-profile="rafka"
 offsets-topic="__consumer_offsets"
 
@@ -166,7 +166,7 @@ def burrow(cluster, zookeeper, tmp_path_factory):
     directory = tmp_path_factory.mktemp("burrow")
     http_port = free_port()
     (directory / "burrow.toml").write_text(BURROW_CONFIG.format(
-        dir=directory, zookeeper=zookeeper, bootstrap=cluster.bootstrap_servers, http_port=http_port, window=WINDOW))
+        dir=directory, zookeeper=zookeeper, bootstrap=", ".join(f'"{b}"' for b in cluster.bootstrap_servers.split(",")), http_port=http_port, window=WINDOW))
     with open(directory / "burrow.out", "w") as out:
         process = subprocess.Popen(["Burrow", "--config-dir", str(directory)], stdout=out, stderr=subprocess.STDOUT)
     burrow = Burrow(directory, http_port)
