@@ -54,7 +54,7 @@ def cmd_up(args) -> int:
     snapshot = ray.get(controller.metadata_snapshot.remote())
     print(f"rafka is up: cluster id {snapshot['cluster_id']}, controller epoch "
           f"{snapshot['controller_epoch']}, {len(brokers)} broker node(s), data in {args.data_dir}")
-    print(f"bootstrap servers: {ray.get(controller.bootstrap_address.remote())}")
+    print(f"bootstrap servers: {ray.get(controller.bootstrap_address.remote(len(brokers)))}")
     if ray.get(controller.sasl_required.remote()):
         print("listeners require SASL/SCRAM (SASL_PLAINTEXT); add users with `rafka users --add`")
     if not brokers:

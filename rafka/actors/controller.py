@@ -1002,14 +1002,19 @@ class ControllerActor:
             await self._register_node(CONTROLLER_NAME, await self._node_thread.start(self.serving), None)
         return self.metadata.controller_epoch
 
-    async def bootstrap_address(self) -> str:
+    async def bootstrap_address(self, min_brokers: int = 0) -> str:
         """Clients' bootstrap.servers: every live broker's host:port. After a start,
-        waits (up to BROKERS_LISTEN_WAIT_S) until every live broker listens, or at
-        least one does."""
+        waits (up to BROKERS_LISTEN_WAIT_S) until every live broker known and at
+        least `min_brokers` listen (`rafka up --wait-for-brokers` has just seen
+        them join), or at least one does."""
         await self.ping()
         deadline_s = time.monotonic() + BROKERS_LISTEN_WAIT_S
-        await self._read_live_brokers()   # now: `rafka up --wait-for-brokers` has just seen them join
-        while not self._live_brokers <= set(self._image.brokers) and time.monotonic() < deadline_s:
+        if len(self._live_brokers) < max(min_brokers, 1):
+            await self._read_live_brokers()
+        if not self._live_brokers and not self._image.brokers:
+            return ""   # no broker node has joined: nothing to bootstrap at (`rafka up` warns)
+        while (not self._live_brokers <= set(self._image.brokers) or len(self._image.brokers) < min_brokers) \
+                and time.monotonic() < deadline_s:
             self._brokers_listen.clear()
             try:   # set at every commit naming a broker
                 await asyncio.wait_for(self._brokers_listen.wait(), deadline_s - time.monotonic())
