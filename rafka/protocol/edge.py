@@ -299,10 +299,6 @@ class EdgeDispatcher(Dispatcher):
             for channel in self._channels.pop(key):
                 await channel.close()
 
-    async def close(self) -> None:
-        for connection_id in {k[0] for k in self._channels}:
-            await self.connection_closed(connection_id)
-
 
 _UNREACHABLE = object()
 
