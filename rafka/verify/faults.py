@@ -28,15 +28,15 @@ import time
 
 import ray
 
-from rafka.core.actor_names import (CONTROLLER_NAME, NAMESPACE, OFFSETS_TOPIC, coordinator_actor_name,
-                                    replica_actor_name)
+from rafka.core.actor_names import (CONTROLLER_NAME, NAMESPACE, OFFSETS_TOPIC, broker_actor_name,
+                                    coordinator_actor_name, replica_actor_name)
 from rafka.core.history import Fault
 from rafka.placement.brokers import live_broker_ids
 
 FAULT_KINDS = ("kill-leader", "sigkill-leader", "kill-follower", "kill-coordinator", "kill-controller",
-               "kill-member", "sigkill-member", "pause-leader", "restart-broker", "replace-broker",
-               "restart-cluster")
-PROCESS_FAULTS = {"kill-coordinator", "kill-controller", "kill-member", "sigkill-member"}
+               "kill-listener", "kill-member", "sigkill-member", "pause-leader", "restart-broker",
+               "replace-broker", "restart-cluster")
+PROCESS_FAULTS = {"kill-coordinator", "kill-controller", "kill-listener", "kill-member", "sigkill-member"}
 LOCAL_ONLY = {"sigkill-leader", "sigkill-member", "pause-leader", "restart-broker", "replace-broker",
               "restart-cluster"}
 
@@ -207,6 +207,13 @@ class FaultInjector:
     def _kill_coordinator(self) -> str:
         ray.kill(_actor(coordinator_actor_name(0)), no_restart=False)
         return "coordinator 0 (Ray kill)"
+
+    def _kill_listener(self) -> str:
+        """A broker's network process (its Kafka node, where clients connect): every
+        client connection to that broker drops; Ray restarts it on the same port."""
+        broker_id = self.random.choice(live_broker_ids())
+        ray.kill(_actor(broker_actor_name(broker_id)), no_restart=False)
+        return f"broker {broker_id}'s listener (Ray kill)"
 
     def _kill_controller(self) -> str:
         ray.kill(_actor(CONTROLLER_NAME), no_restart=False)
