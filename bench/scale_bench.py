@@ -119,7 +119,7 @@ def metadata_nodes(bootstrap: str) -> int:
 
     from rafka.protocol.cluster_requests import metadata_request
     from rafka.protocol.connection import Connection
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)   # any broker: they answer alike
 
     async def ask():
         connection = await Connection.open(host, int(port), client_id="scale-bench")
