@@ -175,6 +175,8 @@ class EdgeDispatcher(Dispatcher):
                 split.setdefault(endpoint, {}).setdefault(index, (topic, []))[1].append(partition)
         if not split:
             return {None: body}
+        if len(split) == 1:   # the hot path: one actor, the request as it came (relayed as its bytes)
+            return {next(iter(split)): body}
         return {endpoint: _with_topics(body, api, [dataclasses.replace(topic, **{api.partitions: tuple(parts)})
                                                    for topic, parts in topics.values()])
                 for endpoint, topics in split.items()}
