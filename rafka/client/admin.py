@@ -17,14 +17,15 @@ Callers: rafka.cluster (`Cluster.admin()`), the CLI through it, spark_bridge.
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from rafka.client.membership import CoordinatorClient
 from rafka.client.metadata import MetadataCache
 from rafka.protocol.network import ClientNetwork
-from rafka.protocol.retry import retry_until
+from rafka.protocol.range_reads import RangeRead, read_range
+from rafka.protocol.retry import ask_leader, ask_leader_once, retry_until, submit_to_leader
 from rafka.core.errors import NonEmptyGroup, OffsetOutOfRange
-from rafka.core.records import decode_records
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
@@ -142,32 +143,29 @@ class Admin:
         Every leader is asked at once, on the wire; a partition whose answer failed
         is asked again, with retries, after the metadata is refreshed."""
         tps = [TopicPartition(*tp) for tp in partitions]
-        network = self._network
 
-        def ask(tp: TopicPartition):
-            address, epoch = self._metadata.leader_address(tp.topic, tp.partition)
-            return network.submit(address, fetching.list_offset_request(
+        def request_for(tp: TopicPartition):
+            return lambda leader_epoch: fetching.list_offset_request(
                 topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
-                leader_epoch=epoch, timestamp_ms=timestamp_ms))
+                leader_epoch=leader_epoch, timestamp_ms=timestamp_ms)
 
-        def read(tp: TopicPartition, answer) -> tuple[int, int] | None:
-            return fetching.list_offset_answer(answer.result(timeout=self.default_api_timeout_s),
-                                               topic=tp.topic, partition=tp.partition)
+        def read(tp: TopicPartition):
+            return lambda response: fetching.list_offset_answer(response, topic=tp.topic, partition=tp.partition)
         found = {}
         asked = {}
         for tp in tps:
             try:
-                asked[tp] = ask(tp)
+                asked[tp] = submit_to_leader(self._metadata, self._network, tp.topic, tp.partition, request_for(tp))
             except Exception:   # no leader known: the retrying path below
                 pass
         for tp in tps:
             try:
-                found[tp] = read(tp, asked[tp])
+                found[tp] = read(tp)(asked[tp].result(timeout=self.default_api_timeout_s))
             except Exception:
                 self._metadata.invalidate(tp.topic)
-                found[tp] = retry_until(lambda _, tp=tp: read(tp, ask(tp)), timeout_s=self.default_api_timeout_s,
-                                        retry_backoff_s=self.retry_backoff_s, what=f"list offsets of {tp}",
-                                        on_retry=lambda tp=tp: self._metadata.invalidate(tp.topic))
+                found[tp] = ask_leader(self._metadata, self._network, tp.topic, tp.partition, request_for(tp),
+                                       read(tp), timeout_s=self.default_api_timeout_s,
+                                       retry_backoff_s=self.retry_backoff_s)
         return found
 
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
@@ -179,37 +177,43 @@ class Admin:
 
     def record_timestamps(self, offsets, *, max_bytes: int = 65_536) -> dict[TopicPartition, int | None]:
         """{tp: offset} -> the timestamp (ms) of the first record at or after each
-        offset below the HW: a consumer's Fetch to each leader, all at once (what
-        `rafka lag` reads the oldest unconsumed record's age from). An offset below
-        the log start reads the log start's record; None where no record is there
-        or the answer failed (the caller prints "-": one look, no retries)."""
-        network = self._network
+        offset below the HW: a read from each offset (protocol.range_reads), every
+        leader's first fetch sent at once (what `rafka lag` reads the oldest
+        unconsumed record's age from). An offset below the log start reads the log
+        start's record; None where no record is there or the answer failed (the
+        caller prints "-": one look, no retries)."""
+        def read_from(tp: TopicPartition, offset: int) -> RangeRead:
+            return RangeRead(topic=tp.topic, partition=tp.partition, start_offset=offset, end_offset=None,
+                             max_bytes=max_bytes)
 
-        def ask(tp: TopicPartition, offset: int):
-            address, epoch = self._metadata.leader_address(tp.topic, tp.partition)
-            return network.submit(address, fetching.fetch_request(
-                topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
-                fetch_offset=offset, leader_epoch=epoch, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
-                max_bytes=max_bytes, max_wait_ms=0))
+        def send_first(cursor: RangeRead):
+            return submit_to_leader(self._metadata, self._network, cursor.topic, cursor.partition, cursor.request_for)
 
-        def first_timestamp(tp: TopicPartition, offset: int, answer) -> int | None:
-            found = fetching.leader_answer(answer.result(timeout=self.default_api_timeout_s), topic=tp.topic,
-                                           partition=tp.partition)
-            return next((r.timestamp_ms for r in decode_records(found.records) if r.offset >= offset), None)
+        def first_timestamp(cursor: RangeRead, first_sent) -> int | None:
+            """The first record's time: in the first answer, else (compaction left
+            no record at or after the offset in its batch) in the reads after it."""
+            def ask(request_for, read):
+                return ask_leader_once(self._metadata, self._network, cursor.topic, cursor.partition, request_for,
+                                       read, timeout_s=self.default_api_timeout_s)
+            first = cursor.read(first_sent.result(timeout=self.default_api_timeout_s))
+            chunks = itertools.chain([first] if first is not None else [], read_range(ask, cursor))
+            return next((r.timestamp_ms for chunk in chunks for r in chunk.in_range()), None)
         wanted = {TopicPartition(*tp): offset for tp, offset in offsets.items()}
-        asked, found = {}, {}
+        cursors, sent, found = {}, {}, {}
         for tp, offset in wanted.items():
             try:
-                asked[tp] = ask(tp, offset)
+                cursors[tp] = read_from(tp, offset)
+                sent[tp] = send_first(cursors[tp])
             except Exception:
                 found[tp] = None
-        for tp, answer in asked.items():
+        for tp, first_sent in sent.items():
             try:
-                found[tp] = first_timestamp(tp, wanted[tp], answer)
+                found[tp] = first_timestamp(cursors[tp], first_sent)
             except OffsetOutOfRange:   # below the log start (retention): its oldest record is the log start's
                 try:
                     start = self.beginning_offsets([tp])[tp]
-                    found[tp] = first_timestamp(tp, start, ask(tp, start)) if start > wanted[tp] else None
+                    cursor = read_from(tp, start)
+                    found[tp] = first_timestamp(cursor, send_first(cursor)) if start > wanted[tp] else None
                 except Exception:
                     found[tp] = None
             except Exception:

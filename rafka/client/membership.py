@@ -97,7 +97,7 @@ class CoordinatorClient:
         return retry_until(lambda remaining_s: self.submit(method, *args, timeout_ms=timeout_ms, **kwargs)
                            .result(timeout=remaining_s),
                            timeout_s=self.default_timeout_s if timeout_s is None else timeout_s,
-                           retry_backoff_s=self.retry_backoff_s, on_retry=self.invalidate,
+                           retry_backoff_s=self.retry_backoff_s, on_retry=lambda _: self.invalidate(),
                            what=f"{method} for group {self.group_id!r}")
 
 

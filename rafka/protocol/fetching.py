@@ -26,8 +26,11 @@ In rafka a Fetch's replica_id is the follower's replica id within its partition
 (0, 1, 2, ...), not a node id: each replica actor is a node of its own.
 
 Pure: builds requests and reads answers; the callers own the connections and
-loops. Callers: actors.replica (the fetch loop), actors.coordinator (loading),
-client.consumer, client.admin (offset lookups), spark_bridge (read tasks), tests.
+loops, and ask leaders through protocol.retry. Callers: actors.replica (the
+follower's fetch loop), client.consumer (its pipelined fetches, offset lookups),
+protocol.range_reads (every one-shot read of a range: the coordinator's load, the
+lag sampler's and the admin's record lookups, Spark read tasks), ListOffsets in
+actors.coordinator, actors.consumer_lag and client.admin; tests.
 """
 
 from __future__ import annotations

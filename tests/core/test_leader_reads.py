@@ -1,0 +1,312 @@
+"""protocol.retry's one rule and "ask a partition's leader", blocking and asyncio,
+and protocol.range_reads over them: scenarios on a fake leader that reads the
+Fetch it is sent and answers whole batches of its log, a fake metadata cache
+that moves the leader when it is dropped, and a fake clock whose sleep only
+moves time (nothing here waits)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime
+import math
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_request
+from kio.schema.fetch.v12 import response as fetch_response
+from kio.schema.list_offsets.v7 import request as list_offsets_request
+from kio.schema.list_offsets.v7 import response as list_offsets_response
+from kio.serial import entity_reader
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from rafka.core.errors import (NetworkException, NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange,
+                               RequestTimedOut)
+from rafka.core.records import RecordInput, encode_batch
+from rafka.core.replica import LATEST_TIMESTAMP
+from rafka.protocol.range_reads import RangeRead, read_range, read_range_async
+from rafka.protocol.retry import (PinnedLeader, ask_leader, ask_leader_once_async, retry_until,
+                                  retry_until_async)
+
+pytestmark = pytest.mark.core
+
+TOPIC = "orders"
+A, B = ("10.0.0.1", 9092), ("10.0.0.2", 9092)
+
+
+class FakeClock:
+    """Monotonic seconds; `sleep` moves them and says so in `events`."""
+
+    def __init__(self, events: list, on_sleep=None) -> None:
+        self.now_s = 100.0
+        self.events = events
+        self.on_sleep = on_sleep
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.events.append(("sleep", seconds))
+        self.now_s += seconds
+        if self.on_sleep is not None:
+            self.on_sleep()
+
+    async def async_sleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
+
+class FakeLeaders:
+    """A metadata cache: the leader it knows until dropped, then the next one."""
+
+    def __init__(self, events: list, leaders=((A, 1), (B, 2))) -> None:
+        self.events = events
+        self._leaders = list(leaders)
+
+    def leader_address(self, topic: str, partition: int):
+        return self._leaders[0]
+
+    def invalidate(self, topic: str) -> None:
+        self.events.append(("invalidate", topic))
+        if len(self._leaders) > 1:
+            self._leaders.pop(0)
+
+
+class FakeLeader:
+    """A partition's log on the leaders at `addresses`: a Fetch is read as the
+    broker reads it and answered with whole batches from the fetch offset on
+    (at least one, then more while they fit max_bytes); `failures` are raised
+    first, one an ask."""
+
+    def __init__(self, events: list, batches: list[bytes], *, high_watermark: int, addresses=(B,),
+                 failures=()) -> None:
+        self.events = events
+        self.batches = batches
+        self.high_watermark = high_watermark
+        self.addresses = addresses
+        self.failures = list(failures)
+
+    def answer(self, address, request):
+        if isinstance(request, list_offsets_request.ListOffsetsRequest):
+            (asked,) = [p for t in request.topics for p in t.partitions]
+            self.events.append(("list_offsets", address, int(asked.timestamp)))
+            return list_offsets_answer(self.high_watermark if int(asked.timestamp) == LATEST_TIMESTAMP else 0)
+        (fetch,) = [p for t in _read_fetch(request).topics for p in t.partitions]
+        self.events.append(("fetch", address, int(fetch.current_leader_epoch), int(fetch.fetch_offset)))
+        if self.failures:
+            raise self.failures.pop(0)
+        if address not in self.addresses:
+            raise NotLeaderOrFollower(f"{address} does not lead {TOPIC}-0")
+        records = b""
+        for batch in self.batches:
+            header_base, next_offset = _offsets(batch)
+            if next_offset <= int(fetch.fetch_offset) or header_base >= self.high_watermark:
+                continue
+            if records and len(records) + len(batch) > int(fetch.partition_max_bytes):
+                break
+            records += batch
+        return fetch_answer(records, self.high_watermark)
+
+    # the two networks a caller hands in
+    def submit(self, address, request) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(self.answer(address, request))
+        except Exception as error:
+            future.set_exception(error)
+        return future
+
+    async def request(self, address, request):
+        return self.answer(address, request)
+
+
+def _read_fetch(request) -> fetch_request.FetchRequest:
+    entity, _ = entity_reader(fetch_request.FetchRequest)(memoryview(b"".join(request.pieces)), 0)
+    return entity
+
+
+def _offsets(batch: bytes) -> tuple[int, int]:
+    from rafka.core.records import read_header
+    header = read_header(batch)
+    return header.base_offset, header.next_offset
+
+
+def fetch_answer(records: bytes, high_watermark: int, code: ErrorCode = ErrorCode.none):
+    return fetch_response.FetchResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none, session_id=i32(0),
+        responses=(fetch_response.FetchableTopicResponse(topic=TOPIC, partitions=(fetch_response.PartitionData(
+            partition_index=i32(0), error_code=code, high_watermark=i64(high_watermark),
+            last_stable_offset=i64(high_watermark), log_start_offset=i64(0), aborted_transactions=(),
+            records=records),)),))
+
+
+def list_offsets_answer(offset: int):
+    return list_offsets_response.ListOffsetsResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), topics=(list_offsets_response.ListOffsetsTopicResponse(
+            name=TOPIC, partitions=(list_offsets_response.ListOffsetsPartitionResponse(
+                partition_index=i32(0), error_code=ErrorCode.none, offset=i64(offset), timestamp=i64(-1)),)),))
+
+
+def batch(base_offset: int, offsets: list[int], *, last_offset: int | None = None) -> bytes:
+    """Records at `offsets` (a compacted batch keeps only some, and its last offset)."""
+    return encode_batch([RecordInput(f"v{o}".encode(), f"k{o}".encode(), 1_000 + o) for o in offsets],
+                        base_offset=base_offset, offset_deltas=[o - base_offset for o in offsets],
+                        last_offset_delta=None if last_offset is None else last_offset - base_offset)
+
+
+# 0 1 2 | 3 . . 6 . (compacted: last offset 7 kept) | 8 9 10 11
+LOG = [batch(0, [0, 1, 2]), batch(3, [3, 6], last_offset=7), batch(8, [8, 9, 10, 11])]
+
+
+def ask_retried(leaders, network, clock, *, timeout_s=5.0):
+    def ask(request_for, read):
+        return ask_leader(leaders, network, TOPIC, 0, request_for, read, timeout_s=timeout_s, retry_backoff_s=0.25,
+                          clock=clock, sleep=clock.sleep)
+    return ask
+
+
+def range_read(start: int, end: int | None, max_bytes: int = 1) -> RangeRead:
+    return RangeRead(topic=TOPIC, partition=0, start_offset=start, end_offset=end, max_bytes=max_bytes)
+
+
+# --- the rule ---------------------------------------------------------------------
+
+def test_ask_leader__not_leader__metadata_dropped_before_the_retry_at_the_new_leader_and_epoch():
+    events: list = []
+    clock, leader = FakeClock(events), FakeLeader(events, LOG, high_watermark=12, addresses=(B,))
+    (chunk,) = list(read_range(ask_retried(FakeLeaders(events), leader, clock), range_read(0, 3, max_bytes=1)))
+    assert events == [("fetch", A, 1, 0), ("invalidate", TOPIC), ("sleep", 0.25), ("fetch", B, 2, 0)]
+    assert [r.offset for r in chunk.in_range()] == [0, 1, 2]
+
+
+def test_ask_leader__a_final_error__raised_as_it_is_no_retry_nothing_dropped():
+    events: list = []
+    clock = FakeClock(events)
+    leader = FakeLeader(events, LOG, high_watermark=12, addresses=(A,), failures=[OffsetOutOfRange("below")])
+    with pytest.raises(OffsetOutOfRange, match="^OFFSET_OUT_OF_RANGE: below$"):
+        list(read_range(ask_retried(FakeLeaders(events), leader, clock), range_read(0, 3)))
+    assert events == [("fetch", A, 1, 0)]
+
+
+def test_ask_leader__retriable_until_the_deadline__request_timed_out_naming_the_last_error():
+    events: list = []
+    clock = FakeClock(events)
+    leader = FakeLeader(events, LOG, high_watermark=12, addresses=(A,),
+                        failures=[NetworkException(f"lost {n}") for n in range(10)])
+    with pytest.raises(RequestTimedOut) as raised:
+        list(read_range(ask_retried(FakeLeaders(events, [(A, 1)]), leader, clock, timeout_s=1.0), range_read(0, 3)))
+    assert str(raised.value) == ("REQUEST_TIMED_OUT: a request to the leader of orders-0 did not succeed "
+                                 "in 1.0s; last error: NETWORK_EXCEPTION: lost 3")
+    assert isinstance(raised.value.__cause__, NetworkException)
+    assert [e for e in events if e[0] == "fetch"] == [("fetch", A, 1, 0)] * 4   # at 0, .25, .5, .75 s
+    assert clock.now_s == 100.75
+
+
+def test_retry_until__a_ray_style_error_behind_its_cause__the_kafka_error_raised():
+    class TaskError(Exception):
+        cause = OffsetOutOfRange("gone")
+    with pytest.raises(OffsetOutOfRange, match="^OFFSET_OUT_OF_RANGE: gone$"):
+        retry_until(lambda _: (_ for _ in ()).throw(TaskError()), timeout_s=1.0, retry_backoff_s=0.1, what="x",
+                    sleep=pytest.fail)
+
+
+def test_retry_until_async__the_same_rule_widened__retried_without_deadline_each_error_told():
+    events: list = []
+    clock = FakeClock(events)
+    failures = [OffsetOutOfRange("final elsewhere, retried here"), RuntimeError("Ray: controller restarting")]
+
+    async def call(remaining_s: float):
+        assert remaining_s == math.inf
+        if failures:
+            raise failures.pop(0)
+        return "loaded"
+    answer = asyncio.run(retry_until_async(
+        call, timeout_s=math.inf, retry_backoff_s=0.1, what="loading", clock=clock, sleep=clock.async_sleep,
+        retriable=lambda error: isinstance(error, (OffsetOutOfRange, RuntimeError)),
+        on_retry=lambda error: events.append(("failed", str(error)))))
+    assert answer == "loaded"
+    assert events == [("failed", "OFFSET_OUT_OF_RANGE: final elsewhere, retried here"), ("sleep", 0.1),
+                      ("failed", "Ray: controller restarting"), ("sleep", 0.1)]
+
+
+def test_retry_until_async__an_error_outside_the_rule__reaches_the_caller_at_once():
+    async def call(_):
+        raise KeyError("a bug")
+    with pytest.raises(KeyError):
+        asyncio.run(retry_until_async(call, timeout_s=5.0, retry_backoff_s=0.1, what="x", sleep=pytest.fail))
+
+
+def test_ask_leader_once_async__an_answer_not_in_time__timeout_error():
+    class SilentNodes:
+        async def request(self, address, request):
+            await asyncio.Event().wait()
+    with pytest.raises(TimeoutError):
+        asyncio.run(ask_leader_once_async(PinnedLeader(A, 1), SilentNodes(), TOPIC, 0, range_read(0, 3).request_for,
+                                          lambda response: response, timeout_s=0))
+
+
+# --- reading a range --------------------------------------------------------------
+
+def test_read_range__stops_at_the_end_and_steps_over_a_compaction_gap():
+    events: list = []
+    leader = FakeLeader(events, LOG, high_watermark=12, addresses=(A,))
+    chunks = list(read_range(ask_retried(FakeLeaders(events), leader, FakeClock(events)), range_read(1, 10)))
+    assert [r.offset for c in chunks for r in c.in_range()] == [1, 2, 3, 6, 8, 9]
+    assert [e[3] for e in events] == [1, 3, 8]   # the gap 7 stepped over; nothing asked at or past 10
+    assert [c.from_offset for c in chunks] == [1, 3, 8]
+
+
+def test_read_range__one_answer_of_several_batches__the_position_past_the_last():
+    events: list = []
+    leader = FakeLeader(events, LOG, high_watermark=12, addresses=(A,))
+    cursor = range_read(2, 12, max_bytes=1 << 20)
+    (chunk,) = list(read_range(ask_retried(FakeLeaders(events), leader, FakeClock(events)), cursor))
+    assert [r.offset for r in chunk.in_range()] == [2, 3, 6, 8, 9, 10, 11]
+    assert cursor.position == 12 and cursor.done
+
+
+def test_read_range__nothing_left_below_the_end__done_without_asking_again():
+    events: list = []
+    # 3..7 compacted away entirely: an answer at 3 holds no records, the HW is past the end
+    leader = FakeLeader(events, [LOG[0]], high_watermark=12, addresses=(A,))
+    chunks = list(read_range(ask_retried(FakeLeaders(events), leader, FakeClock(events)), range_read(3, 8)))
+    assert chunks == [] and [e[3] for e in events] == [3]
+
+
+def test_read_range__a_new_leader_behind_the_end__offset_not_available_retried_until_it_caught_up():
+    events: list = []
+    leader = FakeLeader(events, LOG, high_watermark=3, addresses=(A,))
+    cursor = range_read(3, 12, max_bytes=1 << 20)
+    behind = "^OFFSET_NOT_AVAILABLE: orders-0: the leader's HW 3 is below the end 12 read at offset 3$"
+    with pytest.raises(OffsetNotAvailable, match=behind):
+        cursor.read(leader.answer(A, cursor.request_for(1)))
+    events.clear()
+
+    def caught_up() -> None:
+        leader.high_watermark = 12
+    clock = FakeClock(events, on_sleep=caught_up)
+    (chunk,) = list(read_range(ask_retried(FakeLeaders(events, [(A, 1)]), leader, clock), cursor))
+    assert events == [("fetch", A, 1, 3), ("invalidate", TOPIC), ("sleep", 0.25), ("fetch", A, 1, 3)]
+    assert [r.offset for r in chunk.in_range()] == [3, 6, 8, 9, 10, 11]
+
+
+def test_read_range__no_end__up_to_the_hw_the_leader_answers():
+    events: list = []
+    leader = FakeLeader(events, LOG, high_watermark=12, addresses=(A,))
+    chunks = list(read_range(ask_retried(FakeLeaders(events), leader, FakeClock(events)), range_read(7, None)))
+    assert [r.offset for c in chunks for r in c.in_range()] == [8, 9, 10, 11]
+    # 7: a compacted batch with no record left at or after it; at the HW: no records, done
+    assert [e[3] for e in events] == [7, 8, 12]
+
+
+def test_read_range_async__pinned_leader__the_same_chunks_as_blocking():
+    events: list = []
+    leader = FakeLeader(events, LOG, high_watermark=12, addresses=(A,))
+
+    def ask(request_for, read):
+        return ask_leader_once_async(PinnedLeader(A, 7), leader, TOPIC, 0, request_for, read, timeout_s=1.0)
+
+    async def offsets():
+        return [r.offset async for c in read_range_async(ask, range_read(1, 10)) for r in c.in_range()]
+    assert asyncio.run(offsets()) == [1, 2, 3, 6, 8, 9]
+    assert events == [("fetch", A, 7, 1), ("fetch", A, 7, 3), ("fetch", A, 7, 8)]
+
