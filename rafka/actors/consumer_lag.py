@@ -11,12 +11,13 @@ coordinator for offsets first; the leaders know no group. So, before each export
 committed on:
   * ListOffsets (latest) to its leader: the HW, the end a consumer can reach;
   * for each committed offset below the HW whose record's time is not known yet,
-    one Fetch at that offset with max_bytes 1 (Kafka answers with at least the
-    whole first batch, KIP-74), whose records give the timestamp of the record at
-    the committed offset: lag in seconds is now minus that time (the oldest record
-    the group has not consumed). The time is kept while the committed offset
-    stays (a stalled group costs one ListOffsets per round), and dropped once the
-    offset moves; one not found (the record is gone, or a new leader's HW is still
+    a read from that offset (protocol.range_reads) with max_bytes 1 (Kafka answers
+    with at least the whole first batch, KIP-74; a batch compaction emptied past
+    the offset is stepped over), whose first record gives the timestamp of the
+    record at the committed offset: lag in seconds is now minus that time (the
+    oldest record the group has not consumed). The time is kept while the
+    committed offset stays (a stalled group costs one ListOffsets per round), and
+    dropped once the offset moves; one not found (the record is gone, or a new leader's HW is still
     behind) is asked again next round.
 A partition whose leader does not answer keeps its last position; positions of
 offsets no longer committed (a group deleted, offsets expired) go.
@@ -33,15 +34,17 @@ Callers: actors.coordinator (its exporter's refresh), tests through the metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import KafkaError
 from rafka.core.lag import LagSample, PartitionPosition
-from rafka.core.records import decode_batches
 from rafka.core.replica import LATEST_TIMESTAMP
 from rafka.protocol import fetching
+from rafka.protocol.range_reads import RangeRead, read_range_async
+from rafka.protocol.retry import ask_leader_once_async
 
 MAX_PARTITIONS = 10_000
 REQUESTS_IN_FLIGHT = 4
@@ -116,10 +119,13 @@ class ConsumerLag:
         topic, partition = tp
         if topic not in image.topics:
             return None
-        address, _ = image.leader_endpoint(topic, partition)
-        end_offset, _ = fetching.list_offset_answer(await self._request(address, fetching.list_offset_request(
-            topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, leader_epoch=NO_FENCING,
-            timestamp_ms=LATEST_TIMESTAMP)), topic=topic, partition=partition)
+        leader = _ImageLeader(image)
+        end_offset, _ = await ask_leader_once_async(
+            leader, self, topic, partition,
+            lambda leader_epoch: fetching.list_offset_request(
+                topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, leader_epoch=leader_epoch,
+                timestamp_ms=LATEST_TIMESTAMP),
+            lambda response: fetching.list_offset_answer(response, topic=topic, partition=partition))
         found: dict[int, int | None] = {}
         for offset in sorted(o for o in offsets if o < end_offset):
             known = (topic, partition, offset)
@@ -127,23 +133,37 @@ class ConsumerLag:
                 found[offset] = self._timestamps[known]
                 continue
             try:
-                found[offset] = await self._timestamp_at(address, topic, partition, offset)
+                found[offset] = await self._timestamp_at(leader, topic, partition, offset, end_offset)
             except KafkaError as error:   # e.g. below the log start: retention took it
                 logger.debug("no timestamp at %s-%d@%d: %s", topic, partition, offset, error)
                 found[offset] = None
         return end_offset, found
 
-    async def _timestamp_at(self, address, topic: str, partition: int, offset: int) -> int | None:
-        answer = fetching.leader_answer(await self._request(address, fetching.fetch_request(
-            topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, fetch_offset=offset,
-            leader_epoch=NO_FENCING, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1, max_bytes=1,
-            max_wait_ms=0)), topic=topic, partition=partition)
-        for _, records in decode_batches(answer.records):   # one batch, decoded off any request's path
-            for record in records:
-                if record.offset >= offset:
+    async def _timestamp_at(self, leader, topic: str, partition: int, offset: int, end_offset: int) -> int | None:
+        """The time of the first record at or after `offset`, below the HW: a read
+        of one batch a fetch (max_bytes 1), past any compaction gap."""
+        def ask(request_for, read):
+            return ask_leader_once_async(leader, self, topic, partition, request_for, read)
+        cursor = RangeRead(topic=topic, partition=partition, start_offset=offset, end_offset=end_offset, max_bytes=1)
+        async with contextlib.aclosing(read_range_async(ask, cursor)) as chunks:
+            async for chunk in chunks:
+                for record in chunk.in_range():   # one batch, decoded off any request's path
                     return record.timestamp_ms
         return None
 
-    async def _request(self, address, request):
+    async def request(self, address, request):
+        """NodeConnections' request, at most REQUESTS_IN_FLIGHT at a time."""
         async with self._in_flight:
             return await self._nodes.request(address, request)
+
+
+class _ImageLeader:
+    """`leaders` from one cluster image: its leader's endpoint, and no fencing
+    (current_leader_epoch -1: the leader does not check it, KIP-320)."""
+
+    def __init__(self, image: ClusterImage) -> None:
+        self._image = image
+
+    async def leader_address(self, topic: str, partition: int) -> tuple[tuple, int]:
+        address, _ = self._image.leader_endpoint(topic, partition)
+        return address, NO_FENCING

@@ -4,9 +4,10 @@ request of a group under that group's lock: see its docstring). The actor loads,
 finds its partition's leader and produces.
 
 Loading: at start (and so after every restart) it reads its partition from the
-partition's leader, from the log start to the HW (ListOffsets and Fetch, as a
-consumer, on the leader's Kafka endpoint), and replays every record; until that
-is done every request gets COORDINATOR_LOAD_IN_PROGRESS, never stale data.
+partition's leader, from the log start to the HW (ListOffsets, then
+protocol.range_reads' Fetches as a consumer, on the leader's Kafka endpoint), and
+replays every record; until that is done every request gets
+COORDINATOR_LOAD_IN_PROGRESS, never stale data.
 
 Writes: the shard's handlers return records, queued in decision order
 (core.write_queue); `_append` encodes what is queued as one batch and produces it
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 
 import ray
@@ -47,7 +49,8 @@ from rafka.actors.serving import (NodeServing, allocate_producer_id_from_control
 from rafka.actors.cluster_credential import cluster_login
 from rafka.protocol.network import NodeConnections
 from rafka.protocol.tls import cluster_client_context
-from rafka.protocol.retry import is_retriable, kafka_cause
+from rafka.protocol.range_reads import RangeRead, read_range_async
+from rafka.protocol.retry import PinnedLeader, ask_leader_once_async, is_retriable, kafka_cause, retry_until_async
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.clock import SystemClock
 from rafka.core.coordinator_shard import CoordinatorShard
@@ -56,7 +59,7 @@ from rafka.core.group_manager import GroupManager
 from rafka.core.kafka_metrics import register_consumer_lag, register_coordinator
 from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
-from rafka.core.records import RecordInput, decode_batches, encode_batch
+from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.protocol import fetching, producing
 from rafka.protocol.pipelining import admit_next
@@ -70,6 +73,12 @@ LOAD_FETCH_MAX_BYTES = 1 << 20
 PIPELINED_REQUESTS_PER_CONNECTION = 16
 
 logger = logging.getLogger(__name__)
+
+
+def _loading_may_retry(error: BaseException) -> bool:
+    """Loading never gives up: a leader gone, fenced or paused, the controller
+    restarting (Ray's errors), a replica's name not registered yet."""
+    return isinstance(error, (KafkaError, ray.exceptions.RayError, ValueError, TimeoutError))
 
 
 class GroupCoordinatorActor:
@@ -143,47 +152,45 @@ class GroupCoordinatorActor:
                 logger.warning("coordinator %d: expiring members or offsets failed: %s", self.partition, error)
 
     async def _load(self) -> None:
+        """Every attempt reads the partition from one leader at one epoch (the end
+        it answered and the records it serves); any failure starts the load again
+        from a leader looked up afresh, for as long as it fails (protocol.retry's
+        rule, widened to every KafkaError and Ray's errors: `_leader` may ask the
+        controller over Ray)."""
+        await retry_until_async(lambda _remaining_s: self._load_once(), timeout_s=math.inf,
+                                retry_backoff_s=self.retry_backoff_s, what=f"loading {OFFSETS_TOPIC}-{self.partition}",
+                                retriable=_loading_may_retry, on_retry=self._load_failed)
+
+    async def _load_once(self) -> None:
         topic, partition = OFFSETS_TOPIC, self.partition
-        while True:
-            try:
-                address, leader_epoch = await self._leader()
+        leader = PinnedLeader(*await self._leader())
 
-                async def ask(request):   # bounded: a paused leader must not stall loading past its replacement
-                    return await asyncio.wait_for(self._nodes.request(address, request),
-                                                  self.offsets_commit_timeout_ms / 1000)
+        def ask(request_for, read):   # bounded: a paused leader must not stall loading past its replacement
+            return ask_leader_once_async(leader, self._nodes, topic, partition, request_for, read,
+                                         timeout_s=self.offsets_commit_timeout_ms / 1000)
 
-                def offset_at(timestamp_ms: int):
-                    return fetching.list_offset_request(topic=topic, partition=partition,
-                                                        replica_id=fetching.CONSUMER_REPLICA_ID,
-                                                        leader_epoch=leader_epoch, timestamp_ms=timestamp_ms)
-                end, _ = fetching.list_offset_answer(await ask(offset_at(LATEST_TIMESTAMP)),
-                                                     topic=topic, partition=partition)
-                position, _ = fetching.list_offset_answer(await ask(offset_at(EARLIEST_TIMESTAMP)),
-                                                          topic=topic, partition=partition)
-                while position < end:
-                    self._load_position = position
-                    answer = fetching.leader_answer(await ask(fetching.fetch_request(
-                        topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID,
-                        fetch_offset=position, leader_epoch=leader_epoch, last_fetched_epoch=fetching.NO_EPOCH,
-                        log_start_offset=-1, max_bytes=LOAD_FETCH_MAX_BYTES, max_wait_ms=0)),
-                        topic=topic, partition=partition)
-                    if not answer.records:   # compaction removed everything in [position, end)
-                        break
-                    for header, records in decode_batches(answer.records):
-                        for record in records:
-                            if position <= record.offset < end:
-                                key = decode_key(record.key)
-                                self.shard.replay(key, decode_value(key, record.value))
-                        # a compacted batch keeps its last offset, not its last record
-                        position = max(position, header.next_offset)
-                self._loaded = True
-                logger.info("coordinator %d loaded %s up to offset %d", self.partition, OFFSETS_TOPIC, end)
-                return
-            except (KafkaError, ray.exceptions.RayError, ValueError, asyncio.TimeoutError) as error:
-                self._load_error = f"{type(error).__name__}: {error}"
-                logger.info("coordinator %d: loading failed, retrying: %s", self.partition, error)
-                self._forget_leader()
-                await asyncio.sleep(self.retry_backoff_s)
+        def offset_at(timestamp_ms: int):
+            return ask(lambda leader_epoch: fetching.list_offset_request(
+                topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, leader_epoch=leader_epoch,
+                timestamp_ms=timestamp_ms), lambda response: fetching.list_offset_answer(
+                    response, topic=topic, partition=partition))
+        end, _ = await offset_at(LATEST_TIMESTAMP)
+        start, _ = await offset_at(EARLIEST_TIMESTAMP)
+        cursor = RangeRead(topic=topic, partition=partition, start_offset=start, end_offset=end,
+                           max_bytes=LOAD_FETCH_MAX_BYTES)
+        self._load_position = cursor.position
+        async for chunk in read_range_async(ask, cursor):
+            for record in chunk.in_range():
+                key = decode_key(record.key)
+                self.shard.replay(key, decode_value(key, record.value))
+            self._load_position = cursor.position
+        self._loaded = True
+        logger.info("coordinator %d loaded %s up to offset %d", self.partition, OFFSETS_TOPIC, end)
+
+    def _load_failed(self, error: BaseException) -> None:
+        self._load_error = f"{type(error).__name__}: {error}"
+        logger.info("coordinator %d: loading failed, retrying: %s", self.partition, error)
+        self._forget_leader()
 
     async def _leader(self) -> tuple[tuple[str, int], int]:
         """((host, port) of this coordinator's partition leader, leader epoch), from

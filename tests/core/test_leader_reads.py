@@ -10,6 +10,8 @@ import asyncio
 import concurrent.futures
 import datetime
 import math
+import types
+import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -20,8 +22,12 @@ from kio.schema.list_offsets.v7 import response as list_offsets_response
 from kio.serial import entity_reader
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from rafka.actors.consumer_lag import ConsumerLag
+from rafka.core.clock import FakeClock as FakeWallClock
+from rafka.core.cluster_image import ClusterImage, PartitionImage, TopicImage
 from rafka.core.errors import (NetworkException, NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange,
                                RequestTimedOut)
+from rafka.core.metadata import NodeEndpoint
 from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import LATEST_TIMESTAMP
 from rafka.protocol.range_reads import RangeRead, read_range, read_range_async
@@ -310,3 +316,25 @@ def test_read_range_async__pinned_leader__the_same_chunks_as_blocking():
     assert asyncio.run(offsets()) == [1, 2, 3, 6, 8, 9]
     assert events == [("fetch", A, 7, 1), ("fetch", A, 7, 3), ("fetch", A, 7, 8)]
 
+
+# --- a caller: the coordinator's lag sampler ----------------------------------------
+
+def test_lag_sample__a_committed_offset_in_a_compaction_gap__the_time_of_the_next_record():
+    events: list = []
+    node = NodeEndpoint(1, "replica-1", "127.0.0.1", 9001)
+    image = ClusterImage(version=1, cluster_id="c", controller_node=1, nodes={1: node}, coordinator_nodes=(),
+                         topics={TOPIC: TopicImage(TOPIC, uuid.uuid4(), False, (PartitionImage(
+                             partition=0, leader_node=1, leader_epoch=3, replica_nodes=(1,), isr_nodes=(1,),
+                             offline_nodes=(), leader_replica=0),))})
+    leader = FakeLeader(events, LOG, high_watermark=12, addresses=(("127.0.0.1", 9001),))
+    committed = {"billing": {(TOPIC, 0): types.SimpleNamespace(offset=7)},
+                 "audit": {(TOPIC, 0): types.SimpleNamespace(offset=12)}}
+    lag = ConsumerLag(leader, image=lambda: image, committed=lambda: committed, loaded=lambda: True,
+                      clock=FakeWallClock())
+    asyncio.run(lag.refresh())
+    oldest = {s.group: [(p.log_end_offset, p.oldest_unconsumed_timestamp_ms) for p in s.positions]
+              for s in lag.samples()}
+    # 7: its batch (3..7) kept no record at or after it, so the read goes on to 8's
+    assert oldest == {"billing": [(12, 1_008)], "audit": [(12, None)]}
+    assert events == [("list_offsets", ("127.0.0.1", 9001), LATEST_TIMESTAMP),
+                      ("fetch", ("127.0.0.1", 9001), -1, 7), ("fetch", ("127.0.0.1", 9001), -1, 8)]
