@@ -61,7 +61,7 @@ from collections.abc import Iterable
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
 from rafka.protocol.network import ClientNetwork, client_security
-from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause
+from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause, submit_to_leader
 from rafka.core.config import INT, ConfigDef, at_least
 from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)
@@ -452,8 +452,8 @@ class Consumer:
         if state.fetch_position is None:
             state.fetch_position = state.position
         try:
-            address, leader_epoch = self._metadata.leader_address(tp.topic, tp.partition)
-            answer = self._network.submit(address, fetching.fetch_request(
+            answer = submit_to_leader(self._metadata, self._network, tp.topic, tp.partition,
+                                      lambda leader_epoch: fetching.fetch_request(
                 topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
                 fetch_offset=state.fetch_position, leader_epoch=leader_epoch,
                 last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,

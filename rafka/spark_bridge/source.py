@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +47,10 @@ FETCH_MAX_BYTES = 4 << 20   # per leader fetch: under Ray's 4 MiB inline limit s
 # worker start-ups (600k records: 3 tasks 2.2 s, 6 tasks 5.7-9.4 s, 12 tasks 11.6 s).
 SPARK_BLOCK_MAX_RECORDS = 500_000
 IPC_BLOCK_MAX_BYTES = 256 << 20   # per object Spark's executors read (a Java array holds < 2 GiB)
-LEADER_CATCH_UP_TIMEOUT_S = 60.0   # a read waits this long for a new leader's HW to reach the snapshot's
+# each fetch of a read task is retried this long (a new leader's HW catching up
+# with the snapshot's is retried as OFFSET_NOT_AVAILABLE), pausing between tries
+LEADER_ASK_TIMEOUT_S = 60.0
+LEADER_ASK_BACKOFF_S = 0.1
 
 # read id -> the object refs of its Arrow IPC blocks, kept until release / stop_spark
 _kept_blocks: dict[str, list] = {}
@@ -98,45 +100,30 @@ def plan_read(admin, topic: str, starting_offsets="earliest", ending_offsets=LAT
 
 def read_range(offset_range: OffsetRange, fetch_max_bytes: int = FETCH_MAX_BYTES) -> pa.Table:
     """One range, from the partition's leader, as an Arrow table (runs in a read task).
-    Whole batches are decoded into columns (core/columnar.py: no Python object per
-    record), one table chunk per fetch (so a range may hold more than the 2 GiB one
-    binary array can), and the table is sliced to the range at the end."""
+    protocol.range_reads reads it (a consumer's Fetch on the leader's Kafka endpoint,
+    each retried by protocol.retry's rule for up to LEADER_ASK_TIMEOUT_S: a leader
+    moved, or a new one whose HW is still below the range's end). Whole batches are
+    decoded into columns (core/columnar.py: no Python object per record), one table
+    chunk per fetch (so a range may hold more than the 2 GiB one binary array can),
+    and the table is sliced to the range at the end."""
     from rafka.client.admin import admin_network
     from rafka.client.metadata import MetadataCache
+    from rafka.protocol.range_reads import RangeRead, read_range as read_chunks
     from rafka.protocol.retry import ask_leader
     from rafka.spark_bridge.cluster_access import bootstrap_servers, cluster_login
     from rafka.core.columnar import decode_columns
-    from rafka.protocol import fetching
 
     network = admin_network(cluster_login)
     metadata = MetadataCache(bootstrap_servers, network)
     topic, partition = offset_range.topic, offset_range.partition
+    ask = functools.partial(ask_leader, metadata, network, topic, partition, timeout_s=LEADER_ASK_TIMEOUT_S,
+                            retry_backoff_s=LEADER_ASK_BACKOFF_S)
     chunks, offsets = [], []
-    position = offset_range.start
-    waiting_since_s = None
-    while position < offset_range.end:   # Fetch, as a consumer, on the leader's Kafka endpoint
-        result = ask_leader(
-            metadata, network, topic, partition,
-            lambda leader_epoch: fetching.fetch_request(
-                topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, fetch_offset=position,
-                leader_epoch=leader_epoch, last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
-                max_bytes=fetch_max_bytes, max_wait_ms=0),
-            lambda response: fetching.leader_answer(response, topic=topic, partition=partition),
-            timeout_s=60.0, retry_backoff_s=0.1)
-        if not result.records:
-            if result.high_watermark >= offset_range.end:
-                break   # a compacted topic: nothing is left in [position, end)
-            waiting_since_s = waiting_since_s or time.monotonic()
-            if time.monotonic() - waiting_since_s > LEADER_CATCH_UP_TIMEOUT_S:   # a new leader behind the snapshot
-                raise RuntimeError(f"{offset_range}: the leader's HW {result.high_watermark} stayed below "
-                                   f"the planned end for {LEADER_CATCH_UP_TIMEOUT_S:g} s")
-            time.sleep(0.1)
-            continue
-        waiting_since_s = None
-        columns = decode_columns(result.records)
+    for chunk in read_chunks(ask, RangeRead(topic=topic, partition=partition, start_offset=offset_range.start,
+                                            end_offset=offset_range.end, max_bytes=fetch_max_bytes)):
+        columns = decode_columns(chunk.records)
         chunks.append(_as_table(offset_range, columns))
         offsets.append(columns.offsets)
-        position = max(position, min(columns.next_offset, offset_range.end))
     if not chunks:
         return KAFKA_ARROW_SCHEMA.empty_table()
     # whole batches were decoded: keep offsets start .. end - 1 (offsets ascend)
