@@ -31,7 +31,7 @@ from rafka.actors.serving import (NodeServing, allocate_producer_id_from_control
 from rafka.core.actor_names import broker_actor_name
 from rafka.core.cluster_image import broker_view
 from rafka.protocol.connection import SaslLogin
-from rafka.protocol.edge import EdgeDispatcher
+from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ class BrokerActor:
         self._edge: EdgeDispatcher | None = None
         self.serving = NodeServing(self.name, allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller,
+                                   topic_admin_host=ControllerUnreachable(lambda: self.serving.current_image()),
                                    listener_port=listener_port, view=broker_view,
                                    dispatcher_factory=self._dispatcher, reuse_port=shared_port)
 

@@ -14,7 +14,11 @@ Routes, by API:
   * group APIs: to the group's coordinator actor when it runs on this broker,
     else NOT_COORDINATOR from here; ListGroups asks every coordinator here;
   * topic and config administration: to the controller's node, from any broker
-    (Kafka's brokers forward it to the controller, KIP-590).
+    (Kafka's brokers forward it to the controller, KIP-590); tried again once on
+    a new connection if the first is lost, then answered REQUEST_TIMED_OUT
+    (retriable) as Kafka's forwarding answers an unreachable controller
+    (`ControllerUnreachable`: the broker's topic administration), never
+    NOT_CONTROLLER (librdkafka takes that as the topic's final answer).
 A request whose work all goes to one actor is relayed as the bytes it came in
 (the hot path: nothing is re-encoded, batches stay bytes); one that spans several
 is split into one request per actor (records still as bytes) and the answers
@@ -51,7 +55,7 @@ from kio.serial import entity_reader
 from kio.static.primitive import i32, i32Timedelta
 
 from rafka.core.cluster_image import ClusterImage
-from rafka.core.errors import NetworkException
+from rafka.core.errors import NetworkException, RequestTimedOut
 from rafka.core.offsets_schema import partition_for_group
 from rafka.protocol.connection import Connection, SaslLogin
 from rafka.protocol.dispatch import DispatchTable, Dispatcher, ParsedRequest, encode_response
@@ -148,6 +152,8 @@ class EdgeDispatcher(Dispatcher):
             (endpoint, _), = targets.items()
             if endpoint is not None:
                 answer = await self._relay(connection_id, endpoint, frame, expect_response)
+                if answer is _UNREACHABLE and api_key in CONTROLLER_APIS:   # lost: once more, anew
+                    answer = await self._relay(connection_id, endpoint, frame, expect_response)
                 if answer is not _UNREACHABLE:
                     self.relayed_requests += 1
                     return None if answer is None else _with_correlation_id(answer, parsed.context.correlation_id)
@@ -303,6 +309,20 @@ class EdgeDispatcher(Dispatcher):
 
 
 _UNREACHABLE = object()
+
+
+class ControllerUnreachable:
+    """A broker's topic administration (node_table's topic_admin_host): what the
+    edge answers when the controller's node cannot be reached (or is not known
+    yet). Retriable, as Kafka's ForwardingManager answers a request it could not
+    forward."""
+
+    def __init__(self, image: Callable[[], ClusterImage]) -> None:
+        self.cluster_image = image
+
+    async def _unreachable(self, *args, **kwargs):
+        raise RequestTimedOut("the controller could not be reached from this broker; retry")
+    create_topic = delete_topic = add_partitions = alter_topic_config = _unreachable
 
 
 def _with_correlation_id(answer, correlation_id: int) -> bytes:

@@ -27,7 +27,7 @@ from rafka.core.metadata import ClusterMetadata
 from rafka.core.offset_store import OffsetStore
 from rafka.core.replica import PartitionReplica
 from rafka.protocol.dispatch import Dispatcher
-from rafka.protocol.edge import EdgeDispatcher
+from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
 from rafka.protocol.hosted_partition import HostedPartition
 from rafka.protocol.node_table import node_table
 from rafka.protocol.pipelining import admit_next
@@ -163,7 +163,8 @@ class ProtocolNode:
             apply(self.metadata.handle_register_node(actor, "127.0.0.1", port, rack)[0])
         if self.with_edge:
             self.edge = EdgeDispatcher(
-                node_table(image=lambda: self.view, allocate_producer_id=self._allocate_producer_id),
+                node_table(image=lambda: self.view, allocate_producer_id=self._allocate_producer_id,
+                           topic_admin_host=ControllerUnreachable(lambda: self.view)),   # as actors.broker
                 broker_id=0, image=self.image, view=lambda: self.view)
             server = ProtocolServer(self.edge, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
             self.servers.insert(0, server)

@@ -9,12 +9,13 @@ import datetime
 
 import pytest
 from kio.schema.errors import ErrorCode
+from kio.schema.create_topics.v7 import request as create_topics_v7
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v9 import request as produce_v9
-from kio.static.primitive import i8, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
-from rafka.core.actor_names import replica_actor_name
+from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
 from rafka.core.cluster_image import broker_view
 from rafka.protocol.connection import Connection
 from tests.core.protocol_node import ProtocolNode
@@ -150,3 +151,45 @@ def test_client_connection_closed__its_upstream_connections_close(node):
         if node.call(channels()) == 0:
             break
     assert node.call(channels()) == 0
+
+
+def _create_topics(name: str):
+    return create_topics_v7.CreateTopicsRequest(
+        topics=(create_topics_v7.CreatableTopic(name=name, num_partitions=i32(1), replication_factor=i16(1),
+                                                assignments=(), configs=()),),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)), validate_only=False)
+
+
+def _controller_server(node):
+    endpoint = node.image().nodes[node.image().node_of_actor(CONTROLLER_NAME)]
+    return next(s for s in node.servers if s._server is not None and s.port == endpoint.port)
+
+
+def test_topic_administration__relayed_to_the_controller_again_on_a_new_connection_when_the_first_was_lost(node):
+    """The broker's connection to the controller's node is lost between two
+    CreateTopics of one client connection: the second is sent again on a new
+    connection and the controller answers it (here: a node that is not the
+    controller, NOT_CONTROLLER, which only the controller's node answers)."""
+    controller = _controller_server(node)
+
+    async def go():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            first = await connection.request(_create_topics("a"))
+            for conn in list(controller._connections.values()):   # the controller's side drops them
+                conn.abort()
+            second = await connection.request(_create_topics("b"))
+            return first, second
+        finally:
+            await connection.close()
+    first, second = asyncio.run(go())
+    assert [t.error_code for t in first.topics] == [ErrorCode.not_controller]
+    assert [t.error_code for t in second.topics] == [ErrorCode.not_controller]
+
+
+def test_topic_administration__controller_unreachable__request_timed_out_not_not_controller(node):
+    """As Kafka's forwarding answers a request it could not forward: retriable
+    (librdkafka takes NOT_CONTROLLER as the topic's final answer)."""
+    node.call(_controller_server(node).stop())
+    (answer,) = exchange(node, _create_topics("a"))
+    assert [t.error_code for t in answer.topics] == [ErrorCode.request_timed_out]
