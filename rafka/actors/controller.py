@@ -48,7 +48,7 @@ from rafka.actors.broker import BrokerActor
 from rafka.actors.cluster_credential import ray_token_auth_enabled, read_or_make_secret
 from rafka.actors.serving import NodeServing, NodeThread
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_actor_name, broker_of_actor_name,
-                                    coordinator_actor_name)
+                                    coordinator_actor_name, replica_actor_partition)
 from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
@@ -65,14 +65,20 @@ METADATA_LOG = "metadata.log"
 logger = logging.getLogger(__name__)
 
 RESTARTED = ("follower", -1)  # a replica actor that came back and was not told its role yet
-# A follower that answered as the follower it should be is pinged every this many
-# watch rounds, not every round (issue 27: the ping woke every idle replica every
-# second, about a fifth of the cluster's idle CPU). Leaders are pinged every round
-# (their failover waits on it); a restarted replica says so itself
-# (`replica_restarted`) and is pinged at the next round; a dead follower leaves the
-# ISR by the leader's replica.lag.time.max.ms check as before, and Metadata stops
-# naming it within this many rounds.
-FOLLOWER_PING_EVERY_ROUNDS = 5
+# A replica that answered in the role it should have is pinged again only after this
+# many watch rounds, leaders too (issue 27: the ping woke every idle replica every
+# second; the leaders' pings were most of what an idle cluster's controller did).
+# What the pings found in between now reaches the controller as it happens:
+#   * a leader that died, restarted, stopped answering or lost its endpoint: its
+#     followers fetch from it every fetch_max_wait_ms and say so
+#     (`leader_suspected`: a failed fetch, or one unanswered for
+#     fetch_max_wait_ms + leader_ping_timeout_ms);
+#   * a replica that Ray restarted says so from its constructor (`replica_restarted`);
+# and either makes every replica of the partition be pinged at the next round. A
+# leader no follower watches (RF 1, or its followers down) is still found within
+# this many rounds; a dead follower leaves the ISR by the leader's
+# replica.lag.time.max.ms check as before.
+PING_SETTLED_EVERY_ROUNDS = 5
 # One actor class for every replica: `ray.remote(cls)` made anew exports the class to
 # the GCS again at its first creation (a blocking round trip per replica).
 _REPLICA_ACTOR = ray.remote(ReplicaActor)
@@ -179,8 +185,8 @@ class ControllerActor:
         self._handles: dict[str, ray.actor.ActorHandle] = {}
         self._watch_round = 0
         # replica name -> (topic id, its role answer, the round it answered) for
-        # followers in their expected role (FOLLOWER_PING_EVERY_ROUNDS)
-        self._settled_followers: dict[str, tuple[str, tuple[str, int], int]] = {}
+        # replicas in their expected role (PING_SETTLED_EVERY_ROUNDS)
+        self._settled: dict[str, tuple[str, tuple[str, int], int]] = {}
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2),
         # served on a thread of its own (NodeThread says why); topic administration
         # and producer ids run on this actor's loop.
@@ -390,8 +396,11 @@ class ControllerActor:
     async def _start_partition(self, topic: str, partition: int) -> None:
         """A new partition's replicas, started and told their roles. The partition is
         not watched meanwhile (`_starting`): replicas still starting would look like
-        restarted ones, and the watch loop would elect one of them alone."""
+        restarted ones, and the watch loop would elect one of them alone. A topic
+        deleted meanwhile (the wire answers CreateTopics before its replicas start)
+        ends it quietly: the deletion stops what was started."""
         state = self.metadata.partition(topic, partition)
+        topic_id = self.metadata.topic(topic).topic_id
         self._creating_by_topic[topic] += 1
         try:
             replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state)
@@ -409,7 +418,12 @@ class ControllerActor:
         else:   # their endpoints now, not at the next watch round: brokers route to them at once
             for replica_id, handle, answer in zip(state.replicas, replicas, answers):
                 await self._sync_node(handle, replica_actor_name(topic, partition, replica_id), answer)
-        await self._announce(topic, partition, state)
+        if topic not in self.metadata.topics or self.metadata.topic(topic).topic_id != topic_id:
+            return
+        try:
+            await self._announce(topic, partition, state)
+        except ValueError as error:   # a replica killed meanwhile: the watch loop takes over
+            logger.info("%s-%d: not announced: %s", topic, partition, error)
 
     async def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState):
         """The replica's actor, created (with its placement group on its broker) if it
@@ -911,27 +925,49 @@ class ControllerActor:
             logger.info("%s not done: %s", what, error)
 
     async def _role_seen(self, topic: str, partition: int, replica_id: int, state: PartitionState):
-        """`_role_of`, except for a follower that answered as the follower it should be
-        within the last FOLLOWER_PING_EVERY_ROUNDS rounds: its answer stands."""
+        """`_role_of`, except for a replica that answered in the role it should have
+        within the last PING_SETTLED_EVERY_ROUNDS rounds and was not reported since:
+        its answer stands."""
         name = replica_actor_name(topic, partition, replica_id)
         topic_id = self.metadata.topic(topic).topic_id
-        expected = ("follower", state.leader_epoch)
-        settled = self._settled_followers.get(name)
-        if (replica_id != state.leader and settled is not None and settled[:2] == (topic_id, expected)
-                and self._watch_round - settled[2] < FOLLOWER_PING_EVERY_ROUNDS):
+        expected = ("leader" if replica_id == state.leader else "follower", state.leader_epoch)
+        settled = self._settled.get(name)
+        if (settled is not None and settled[:2] == (topic_id, expected)
+                and self._watch_round - settled[2] < PING_SETTLED_EVERY_ROUNDS):
             return expected
         role = await self._role_of(topic, partition, replica_id, state)
-        if replica_id != state.leader and role == expected:
-            self._settled_followers[name] = (topic_id, role, self._watch_round)
+        if role == expected:
+            self._settled[name] = (topic_id, role, self._watch_round)
         else:
-            self._settled_followers.pop(name, None)
+            self._settled.pop(name, None)
         return role
 
+    def _unsettle(self, topic: str, partition: int) -> None:
+        """Every replica of the partition is pinged at the next watch round."""
+        state = self.metadata.partition(topic, partition) if topic in self.metadata.topics else None
+        if state is not None:
+            for replica_id in state.replicas:
+                self._settled.pop(replica_actor_name(topic, partition, replica_id), None)
+
     async def replica_restarted(self, name: str) -> None:
-        """A replica actor that Ray restarted says so from its constructor: it is
-        pinged at the next watch round (and given its role), not up to
-        FOLLOWER_PING_EVERY_ROUNDS later."""
-        self._settled_followers.pop(name, None)
+        """A replica actor that Ray restarted says so from its constructor: its
+        partition's replicas are pinged at the next watch round (it is given its
+        role; a leader it followed may have died with it, on one node)."""
+        self._settled.pop(name, None)
+        topic, partition = replica_actor_partition(name)
+        self._unsettle(topic, partition)
+
+    async def leader_suspected(self, topic: str, partition: int, leader_epoch: int, why: str) -> None:
+        """A follower's fetch from the leader of `leader_epoch` failed or went
+        unanswered: the partition's replicas are pinged at the next watch round (a
+        leader that is gone, restarted or silent is replaced then). A report about
+        an earlier epoch is stale and changes nothing."""
+        if topic not in self.metadata.topics or partition >= len(self.metadata.topic(topic).partitions):
+            return
+        if self.metadata.partition(topic, partition).leader_epoch != leader_epoch:
+            return
+        logger.info("%s-%d: a follower suspects the leader of epoch %d: %s", topic, partition, leader_epoch, why)
+        self._unsettle(topic, partition)
 
     async def _role_of(self, topic: str, partition: int, replica_id: int, state: PartitionState):
         """(role, leader epoch) as the replica answers, or None if it does not in time.

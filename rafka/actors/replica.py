@@ -69,6 +69,11 @@ from rafka.protocol.framing import release_freed_memory
 from rafka.protocol.hosted_partition import HostedPartition
 
 REPLICA_SOCKET_TIMEOUT_MS = 30_000   # Kafka's replica.socket.timeout.ms: a fetch unanswered this long past its wait
+# A fetch unanswered this long past its wait makes the follower report its leader to
+# the controller (the controller's leader_ping_timeout_ms default): the controller
+# pings leaders only every few rounds, and a paused leader is found this way.
+LEADER_SILENCE_MS = 2_000
+SUSPICION_INTERVAL_S = 1.0   # a follower reports its leader at most this often
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
 STOPPED = "stopped"     # ... and once shut down: its log is closed, only a new process serves it
 logger = logging.getLogger(__name__)
@@ -85,13 +90,26 @@ def node_broker_id() -> int | None:
     return int(label) if label is not None and label.isdigit() else None
 
 
-def _tell_controller_restarted(name: str) -> None:
-    """The controller pings a settled follower only every few rounds: a restarted
-    one says so, to be given its role at the next round (not awaited)."""
+def _tell_controller(method: str, *args) -> None:
+    """A report to the controller (not awaited, nothing expected back); from the
+    actor's loop it is made on a worker thread: the lookup is a GCS call."""
+    def tell():
+        try:
+            getattr(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE), method).remote(*args)
+        except ValueError:   # no controller: the one that starts pings every replica
+            pass
+        except Exception as error:   # a report lost: the controller's sweep finds the same
+            logger.info("telling the controller %s failed: %s", method, error)
     try:
-        ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).replica_restarted.remote(name)
-    except ValueError:   # no controller: the one that starts finds this replica by pinging it
-        pass
+        asyncio.get_running_loop().run_in_executor(None, tell)
+    except RuntimeError:   # no loop here (the constructor)
+        tell()
+
+
+def _tell_controller_restarted(name: str) -> None:
+    """The controller pings a settled replica only every few rounds: a restarted
+    one says so, to be given its role at the next round."""
+    _tell_controller("replica_restarted", name)
 
 
 class _ServedPartition:
@@ -164,6 +182,7 @@ class ReplicaActor:
         self._fetcher: asyncio.Task | None = None
         self._fetcher_stop = asyncio.Event()   # set to stop the fetch loop (see _stop_fetcher)
         self._leader_endpoint: tuple[str, int] | None = None   # given with the follower role
+        self._suspected_at_s = float("-inf")   # the last report of the leader (_suspect_leader)
         self._isr_keeper: asyncio.Task | None = None
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
@@ -436,6 +455,8 @@ class ReplicaActor:
         verify` found one: a move's new replica stuck at offset 0 for good). Every
         failure is retried after a pause; the controller tells us when to stop."""
         topic, partition = self._partition
+        loop = asyncio.get_running_loop()
+        silence_s = (self.fetch_max_wait_ms + LEADER_SILENCE_MS) / 1000
         nodes = NodeConnections(client_id=f"rafka-replica-fetcher-{self.name}", max_in_flight_requests=1,
                                 request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms,
                                 sasl=cluster_login, tls=cluster_client_context())
@@ -448,11 +469,16 @@ class ReplicaActor:
                         await self._wait_for_change(0.1)
                         continue
                     log = self.replica.log
-                    response = await nodes.request(address, fetching.fetch_request(
-                        topic=topic, partition=partition, replica_id=self.replica.replica_id,
-                        fetch_offset=log.log_end_offset, leader_epoch=leader_epoch,
-                        last_fetched_epoch=log.latest_epoch, log_start_offset=log.log_start_offset,
-                        max_bytes=self.replica_fetch_max_bytes, max_wait_ms=self.fetch_max_wait_ms))
+                    silent = loop.call_later(silence_s, self._suspect_leader, leader_epoch,
+                                             f"a fetch unanswered for {silence_s:.1f}s")
+                    try:
+                        response = await nodes.request(address, fetching.fetch_request(
+                            topic=topic, partition=partition, replica_id=self.replica.replica_id,
+                            fetch_offset=log.log_end_offset, leader_epoch=leader_epoch,
+                            last_fetched_epoch=log.latest_epoch, log_start_offset=log.log_start_offset,
+                            max_bytes=self.replica_fetch_max_bytes, max_wait_ms=self.fetch_max_wait_ms))
+                    finally:
+                        silent.cancel()
                     answer = fetching.leader_answer(response, topic=topic, partition=partition)
                     if answer.diverging_epoch is not None:
                         self.replica.truncate_to_leader_epoch_end(answer.diverging_epoch)
@@ -485,12 +511,23 @@ class ReplicaActor:
                     # The leader is gone, fenced, not ready or unreachable: the
                     # controller will tell us who leads next; until then retry slowly.
                     logger.info("%s: fetch from replica %d failed: %s", self.name, leader_id, error)
+                    self._suspect_leader(leader_epoch, f"{type(error).__name__}: {error}")
                     await asyncio.sleep(0.1)
                 except Exception:   # a bug: said loudly, but the replica keeps following
                     logger.exception("%s: fetching from replica %d failed unexpectedly", self.name, leader_id)
                     await asyncio.sleep(1.0)
         finally:
             await nodes.close()
+
+    def _suspect_leader(self, leader_epoch: int, why: str) -> None:
+        """Tell the controller that the leader of `leader_epoch` failed a fetch or
+        went silent (it pings the partition's replicas at its next round), at most
+        once per SUSPICION_INTERVAL_S."""
+        now_s = asyncio.get_running_loop().time()
+        if now_s - self._suspected_at_s < SUSPICION_INTERVAL_S:
+            return
+        self._suspected_at_s = now_s
+        _tell_controller("leader_suspected", *self._partition, leader_epoch, why)
 
     def _replica_address(self, replica_id: int) -> tuple[str, int] | None:
         """The leader's Kafka endpoint: the one given with the role (the leader's own

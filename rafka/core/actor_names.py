@@ -19,6 +19,12 @@ def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
     return f"replica:{topic}:{partition}:{replica_id}"
 
 
+def replica_actor_partition(actor: str) -> tuple[str, int]:
+    """(topic, partition) of a replica actor's name (Kafka's topic names hold no ':')."""
+    _, topic, partition, _ = actor.rsplit(":", 3)
+    return topic, int(partition)
+
+
 def coordinator_actor_name(offsets_partition: int) -> str:
     return f"coordinator:{offsets_partition}"
 
