@@ -34,7 +34,7 @@ from rafka.core.offsets_schema import OffsetKey, OffsetValue, encode_key, encode
 from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import LATEST_TIMESTAMP
 from rafka.protocol.range_reads import RangeRead, read_range, read_range_async
-from rafka.protocol.retry import (PinnedLeader, ask_leader, ask_leader_once_async, retry_until,
+from rafka.protocol.retry import (PinnedLeader, ask_leader, ask_leader_once_async, is_retriable, retry_until,
                                   retry_until_async)
 
 pytestmark = pytest.mark.core
@@ -242,6 +242,19 @@ def test_retry_until_async__an_error_outside_the_rule__reaches_the_caller_at_onc
         raise KeyError("a bug")
     with pytest.raises(KeyError):
         asyncio.run(retry_until_async(call, timeout_s=5.0, retry_backoff_s=0.1, what="x", sleep=pytest.fail))
+
+
+def test_rule__a_corrupt_coordinator_record_or_a_value_error__final_no_retry():
+    """Neither is cleared by asking again: the record is what the log holds; a
+    ValueError is a bug (Ray's "no such actor" is turned into NETWORK_EXCEPTION
+    where an actor is looked up)."""
+    assert not is_retriable(CorruptCoordinatorRecord("bad key")) and not is_retriable(ValueError("bug"))
+    assert is_retriable(NetworkException("the controller is not registered")) and is_retriable(TimeoutError())
+    for error in (CorruptCoordinatorRecord("bad key"), ValueError("bug")):
+        async def call(_, error=error):
+            raise error
+        with pytest.raises(type(error)):
+            asyncio.run(retry_until_async(call, timeout_s=5.0, retry_backoff_s=0.1, what="x", sleep=pytest.fail))
 
 
 def test_ask_leader_once_async__an_answer_not_in_time__timeout_error():
