@@ -6,8 +6,12 @@ finds its partition's leader and produces.
 Loading: at start (and so after every restart) it reads its partition from the
 partition's leader, from the log start to the HW (ListOffsets, then
 protocol.range_reads' Fetches as a consumer, on the leader's Kafka endpoint), and
-replays every record; until that is done every request gets
-COORDINATOR_LOAD_IN_PROGRESS, never stale data.
+replays every record (actors.coordinator_load); until that is done every request
+gets COORDINATOR_LOAD_IN_PROGRESS, never stale data. A load that met a record it
+cannot decode or replay stops, logged at error level and shown by ping's
+load_error; every request then gets NOT_COORDINATOR (Kafka's answer for a
+partition whose load failed) until an image names a newer leader epoch for the
+partition, which starts the load again.
 
 Writes: the shard's handlers return records, queued in decision order
 (core.write_queue); `_append` encodes what is queued as one batch and produces it
@@ -35,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 
 import ray
@@ -49,22 +52,21 @@ from rafka.actors.serving import (NodeServing, allocate_producer_id_from_control
 from rafka.actors.cluster_credential import cluster_login
 from rafka.protocol.network import NodeConnections
 from rafka.protocol.tls import cluster_client_context
-from rafka.protocol.range_reads import RangeRead, read_range_async
-from rafka.protocol.retry import PinnedLeader, ask_leader_once_async, is_retriable, kafka_cause, retry_until_async
+from rafka.actors.coordinator_load import PartitionLoad
+from rafka.protocol.retry import is_retriable, kafka_cause
 from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.clock import SystemClock
 from rafka.core.coordinator_shard import CoordinatorShard
-from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, NotCoordinator, RequestTimedOut
+from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, NetworkException, NotCoordinator, RequestTimedOut
 from rafka.core.group_manager import GroupManager
 from rafka.core.kafka_metrics import register_consumer_lag, register_coordinator
 from rafka.core.offset_store import OffsetStore
-from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value, partition_for_group
+from rafka.core.offsets_schema import encode_key, encode_value, partition_for_group
 from rafka.core.records import RecordInput, encode_batch
-from rafka.core.replica import ACKS_ALL, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from rafka.protocol import fetching, producing
+from rafka.core.replica import ACKS_ALL
+from rafka.protocol import producing
 from rafka.protocol.pipelining import admit_next
 
-LOAD_FETCH_MAX_BYTES = 1 << 20
 # A member's commits are batched into one append only as far as they are started
 # together: 16 per connection (a node's default is 5) lets a consumer's
 # ASYNC_COMMITS_UNANSWERED_MAX (16) commits all be queued, so an append carries up
@@ -73,12 +75,6 @@ LOAD_FETCH_MAX_BYTES = 1 << 20
 PIPELINED_REQUESTS_PER_CONNECTION = 16
 
 logger = logging.getLogger(__name__)
-
-
-def _loading_may_retry(error: BaseException) -> bool:
-    """Loading never gives up: a leader gone, fenced or paused, the controller
-    restarting (Ray's errors), a replica's name not registered yet."""
-    return isinstance(error, (KafkaError, ray.exceptions.RayError, ValueError, TimeoutError))
 
 
 class GroupCoordinatorActor:
@@ -103,21 +99,24 @@ class GroupCoordinatorActor:
             clock=self.clock, append=self._append, partitions_per_topic=self._partitions_per_topic,
             offsets_retention_check_interval_ms=offsets_retention_check_interval_ms,
             join_poll_interval_ms=int(self.TICK_S * 1000))
-        self._loaded = False
-        self._load_position = -1      # how far loading got, and why it last failed (ping shows both)
-        self._load_error: str | None = None
         self._image_stale = True     # ask the controller for the image before the first lookup
         self._nodes = NodeConnections(client_id=f"rafka-coordinator-{offsets_partition}",
                                       request_timeout_ms=offsets_commit_timeout_ms, sasl=cluster_login,
                                       tls=cluster_client_context())
+        # `_leader` may ask the controller over Ray: Ray's errors are retried too
+        self._load = PartitionLoad(topic=OFFSETS_TOPIC, partition=offsets_partition, leader=self._leader,
+                                   nodes=self._nodes, replay=self.shard.replay,
+                                   ask_timeout_s=offsets_commit_timeout_ms / 1000, retry_backoff_s=self.retry_backoff_s,
+                                   may_retry_also=lambda error: isinstance(error, ray.exceptions.RayError),
+                                   on_retry=lambda _error: self._forget_leader())
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
                                    list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller,
                                    max_pipelined_requests=PIPELINED_REQUESTS_PER_CONNECTION)
-        register_coordinator(self.serving.metrics, self.shard, lambda: self._loaded)
-        self.lag = ConsumerLag(self._nodes, image=lambda: self.serving.image, loaded=lambda: self._loaded,
+        register_coordinator(self.serving.metrics, self.shard, lambda: self._load.loaded)
+        self.lag = ConsumerLag(self._nodes, image=lambda: self.serving.image, loaded=lambda: self._load.loaded,
                                committed=lambda: self.shard.offsets.offsets_by_group, clock=self.clock)
         register_consumer_lag(self.serving.metrics, self.lag.samples)
         self.serving.metrics_exporter.refresh_before_export(self.lag.refresh)
@@ -137,60 +136,19 @@ class GroupCoordinatorActor:
     def _start_loading(self) -> None:
         """From the event loop: the loader and the ticker, if not running yet."""
         if self._loader is None:
-            self._loader = asyncio.get_running_loop().create_task(self._load())
+            self._loader = asyncio.get_running_loop().create_task(self._load.run())
         if self._ticker is None:
             self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.TICK_S)
-            if not self._loaded:
+            if not self._load.loaded:
                 continue
             try:
                 await self.shard.tick()
             except Exception as error:  # the next tick retries what is still due
                 logger.warning("coordinator %d: expiring members or offsets failed: %s", self.partition, error)
-
-    async def _load(self) -> None:
-        """Every attempt reads the partition from one leader at one epoch (the end
-        it answered and the records it serves); any failure starts the load again
-        from a leader looked up afresh, for as long as it fails (protocol.retry's
-        rule, widened to every KafkaError and Ray's errors: `_leader` may ask the
-        controller over Ray)."""
-        await retry_until_async(lambda _remaining_s: self._load_once(), timeout_s=math.inf,
-                                retry_backoff_s=self.retry_backoff_s, what=f"loading {OFFSETS_TOPIC}-{self.partition}",
-                                retriable=_loading_may_retry, on_retry=self._load_failed)
-
-    async def _load_once(self) -> None:
-        topic, partition = OFFSETS_TOPIC, self.partition
-        leader = PinnedLeader(*await self._leader())
-
-        def ask(request_for, read):   # bounded: a paused leader must not stall loading past its replacement
-            return ask_leader_once_async(leader, self._nodes, topic, partition, request_for, read,
-                                         timeout_s=self.offsets_commit_timeout_ms / 1000)
-
-        def offset_at(timestamp_ms: int):
-            return ask(lambda leader_epoch: fetching.list_offset_request(
-                topic=topic, partition=partition, replica_id=fetching.CONSUMER_REPLICA_ID, leader_epoch=leader_epoch,
-                timestamp_ms=timestamp_ms), lambda response: fetching.list_offset_answer(
-                    response, topic=topic, partition=partition))
-        end, _ = await offset_at(LATEST_TIMESTAMP)
-        start, _ = await offset_at(EARLIEST_TIMESTAMP)
-        cursor = RangeRead(topic=topic, partition=partition, start_offset=start, end_offset=end,
-                           max_bytes=LOAD_FETCH_MAX_BYTES)
-        self._load_position = cursor.position
-        async for chunk in read_range_async(ask, cursor):
-            for record in chunk.in_range():
-                key = decode_key(record.key)
-                self.shard.replay(key, decode_value(key, record.value))
-            self._load_position = cursor.position
-        self._loaded = True
-        logger.info("coordinator %d loaded %s up to offset %d", self.partition, OFFSETS_TOPIC, end)
-
-    def _load_failed(self, error: BaseException) -> None:
-        self._load_error = f"{type(error).__name__}: {error}"
-        logger.info("coordinator %d: loading failed, retrying: %s", self.partition, error)
-        self._forget_leader()
 
     async def _leader(self) -> tuple[tuple[str, int], int]:
         """((host, port) of this coordinator's partition leader, leader epoch), from
@@ -213,7 +171,13 @@ class GroupCoordinatorActor:
         if partition_for_group(group, self.partition_count) != self.partition:
             raise NotCoordinator(f"group {group!r} lives in {OFFSETS_TOPIC}-"
                                  f"{partition_for_group(group, self.partition_count)}, not {self.partition}")
-        if not self._loaded:
+        self._require_loaded_partition()
+
+    def _require_loaded_partition(self) -> None:
+        if self._load.failure is not None:
+            raise NotCoordinator(f"coordinator {self.partition} failed to load {OFFSETS_TOPIC}-{self.partition}: "
+                                 f"{self._load.error}")
+        if not self._load.loaded:
             raise CoordinatorLoadInProgress(f"coordinator {self.partition} is loading {OFFSETS_TOPIC}")
 
     # --- writes -------------------------------------------------------------------
@@ -257,7 +221,11 @@ class GroupCoordinatorActor:
         return {t: len(image.topics[t].partitions) for t in topics if t in image.topics}
 
     async def _refresh_image(self) -> None:
-        self.serving.offer_image(await ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).cluster_image.remote())
+        try:
+            controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        except ValueError as error:   # Ray's "no such actor": not registered (yet), retriable as a lost connection
+            raise NetworkException(f"the controller is not registered: {error}") from error
+        self.offer_image(await controller.cluster_image.remote())
 
     # --- requests: checked here (ownership, loading), decided by the shard ------------
 
@@ -310,8 +278,7 @@ class GroupCoordinatorActor:
     async def list_groups(self) -> list[dict]:
         """Every group of this partition: [{group, state}], those known only by
         their committed offsets included (Empty)."""
-        if not self._loaded:
-            raise CoordinatorLoadInProgress(f"coordinator {self.partition} is loading {OFFSETS_TOPIC}")
+        self._require_loaded_partition()
         return self.shard.list_groups()
 
     async def delete_group(self, group: str) -> None:
@@ -323,8 +290,9 @@ class GroupCoordinatorActor:
     async def ping(self) -> dict:
         self._start_loading()
         endpoint = await self.serving.start()
-        return {"partition": self.partition, "loaded": self._loaded, "pid": os.getpid(),
-                "load_position": self._load_position, "load_error": self._load_error,
+        return {"partition": self.partition, "loaded": self._load.loaded, "pid": os.getpid(),
+                "load_position": self._load.position, "load_error": self._load.error,
+                "load_failed": self._load.failure is not None,
                 "endpoint": endpoint, "rack": _broker_label(), "image_version": self.serving.image.version}
 
     # --- the Kafka protocol -------------------------------------------------------
@@ -334,7 +302,21 @@ class GroupCoordinatorActor:
         return self if partition_for_group(group_id, self.partition_count) == self.partition else None
 
     async def update_image(self, image) -> None:
+        self.offer_image(image)
+
+    def offer_image(self, image) -> None:
+        """A newer image is kept; one that names a newer leader epoch for this
+        partition than the one its failed load read from starts the load again."""
         self.serving.offer_image(image)
+        try:
+            _, leader_epoch = self.serving.image.leader_endpoint(OFFSETS_TOPIC, self.partition)
+        except KafkaError:
+            return
+        if self._load.load_again_for(leader_epoch):
+            logger.warning("coordinator %d: %s-%d has a new leader (epoch %d): loading again after the failed load",
+                           self.partition, OFFSETS_TOPIC, self.partition, leader_epoch)
+            self._loader = None
+            self._start_loading()
 
 
 def _broker_label() -> str | None:

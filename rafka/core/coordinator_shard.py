@@ -160,7 +160,8 @@ class CoordinatorShard:
         A partition of a topic that does not exist, or past its topic's last, gets
         UNKNOWN_TOPIC_OR_PARTITION and is not written; when no partition is known,
         nothing else is checked (KafkaApis.handleOffsetCommitRequest drops them
-        before the coordinator sees the request)."""
+        before the coordinator sees the request). A commit accepted from a member
+        refreshes its session, as a heartbeat would (GroupManager.commit_keeps_session)."""
         counts = await self._partitions_per_topic({topic for topic, _ in offsets})
         unknown = {tp: UnknownTopicOrPartition(f"{tp[0]}-{tp[1]}: this topic or partition does not exist")
                    for tp in offsets if not 0 <= tp[1] < counts.get(tp[0], 0)}
@@ -175,6 +176,7 @@ class CoordinatorShard:
                                    generation=known.generation if known else -1,
                                    members=set(known.members) if known else set(),
                                    member_id=member_id, commit_generation=generation)
+            self.groups.commit_keeps_session(group, member_id, self.clock.now_ms())
             commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
             result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
             written = self._writes.submit(result.records) if result.records else None

@@ -38,6 +38,20 @@ OffsetOutOfRange = _error("OffsetOutOfRange", 1, "OFFSET_OUT_OF_RANGE", False,
                           "The offset is below the log start offset or above the log end offset.")
 CorruptRecord = _error("CorruptRecord", 2, "CORRUPT_MESSAGE", True,
                        "A record batch failed its CRC or framing check.")
+
+
+class CorruptCoordinatorRecord(CorruptRecord):
+    """A record of a coordinator's internal topic (`__consumer_offsets`) that does
+    not decode by its schema: an unknown version, a short buffer, trailing bytes,
+    text that is not UTF-8, no key. Kafka's CorruptRecordException (CORRUPT_MESSAGE)
+    is retriable, for a batch damaged on its way; these bytes are what the log
+    holds, so no retry reads anything else: not retriable. Kafka's coordinator
+    loader fails the partition's load on such a record ("Deserializing record ...
+    failed"), as rafka's does (actors.coordinator_load)."""
+
+    retriable = False
+
+
 UnknownTopicOrPartition = _error("UnknownTopicOrPartition", 3, "UNKNOWN_TOPIC_OR_PARTITION", True,
                                  "The topic or partition does not exist.")
 LeaderNotAvailable = _error("LeaderNotAvailable", 5, "LEADER_NOT_AVAILABLE", True,

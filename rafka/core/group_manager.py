@@ -9,8 +9,9 @@ for a group that was Empty, at least `group.initial.rebalance.delay.ms` so that
 members starting together land in one generation). `maybe_complete_join` then
 drops members that did not rejoin, bumps the generation, picks a leader, runs the
 group's assignor and moves to CompletingRebalance; the first sync returns the
-group metadata record to write, whose replay makes it Stable. Heartbeats keep a member;
-`expire_members` removes members silent for longer than their session timeout.
+group metadata record to write, whose replay makes it Stable. Heartbeats keep a member,
+and so do its offset commits (`commit_keeps_session`, as Kafka); `expire_members`
+removes members silent for longer than their session timeout.
 
 Written and transient changes: a change that writes a group metadata record (the
 first sync of a generation makes the group Stable; the last member leaving or
@@ -177,6 +178,17 @@ class GroupManager:
         member.last_heartbeat_ms = now_ms
         if group.state is GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgress(f"group {group_id} is rebalancing: rejoin")
+
+    def commit_keeps_session(self, group_id: str, member_id: str, now_ms: int) -> None:
+        """A member's offset commit, once validated, counts as a heartbeat while the
+        group is Stable or PreparingRebalance (Kafka's OffsetMetadataManager.commitOffset
+        reschedules the member's heartbeat then): a consumer that commits more often
+        than it heartbeats keeps its session."""
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return   # a commit outside the group protocol (assign mode): no session
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            group.members[member_id].last_heartbeat_ms = now_ms
 
     def leave(self, group_id: str, member_id: str, now_ms: int) -> list:
         group = self.groups.get(group_id)

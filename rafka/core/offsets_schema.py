@@ -17,7 +17,8 @@ A record with a null value is a tombstone: compaction removes its key.
 
 Invariants: decode(encode(x)) == x for every schema; the key's version tells an
 offset key (0 or 1) from a group key (2), as Kafka's GroupMetadataManager does;
-an unknown version or a short buffer is CorruptRecord, never a wrong value.
+an unknown version, a short buffer, trailing bytes, text that is not UTF-8 or a
+missing key is CorruptCoordinatorRecord (not retriable), never a wrong value.
 Pure logic, no I/O. Callers: the group coordinator (writes and replays these
 records) and `rafka dump-offsets`.
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from rafka.core.errors import CorruptRecord
+from rafka.core.errors import CorruptCoordinatorRecord
 
 OFFSET_KEY_VERSION, OFFSET_VALUE_VERSION = 1, 3
 GROUP_KEY_VERSION, GROUP_VALUE_VERSION = 2, 3
@@ -139,7 +140,7 @@ class _Reader:
     def take(self, fmt: str):
         size = struct.calcsize(fmt)
         if self.pos + size > len(self.data):
-            raise CorruptRecord("__consumer_offsets record is shorter than its schema")
+            raise CorruptCoordinatorRecord("__consumer_offsets record is shorter than its schema")
         values = struct.unpack_from(fmt, self.data, self.pos)
         self.pos += size
         return values if len(values) > 1 else values[0]
@@ -149,25 +150,30 @@ class _Reader:
         if length < 0:
             return None
         if self.pos + length > len(self.data):
-            raise CorruptRecord("__consumer_offsets string runs past the record")
-        text = self.data[self.pos:self.pos + length].decode("utf-8")
+            raise CorruptCoordinatorRecord("__consumer_offsets string runs past the record")
+        try:
+            text = self.data[self.pos:self.pos + length].decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CorruptCoordinatorRecord(f"__consumer_offsets string is not UTF-8: {error}") from None
         self.pos += length
         return text
 
     def bytes(self) -> bytes:
         length = self.take(">i")
         if length < 0 or self.pos + length > len(self.data):
-            raise CorruptRecord("__consumer_offsets bytes run past the record")
+            raise CorruptCoordinatorRecord("__consumer_offsets bytes run past the record")
         data = self.data[self.pos:self.pos + length]
         self.pos += length
         return data
 
     def done(self):
         if self.pos != len(self.data):
-            raise CorruptRecord("__consumer_offsets record has trailing bytes")
+            raise CorruptCoordinatorRecord("__consumer_offsets record has trailing bytes")
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupKey:
+def decode_key(data: bytes | None) -> OffsetKey | GroupKey:
+    if data is None:
+        raise CorruptCoordinatorRecord("__consumer_offsets record has no key")
     reader = _Reader(data)
     version = reader.take(">h")
     if version in (0, 1):
@@ -175,7 +181,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
     elif version == GROUP_KEY_VERSION:
         key = GroupKey(reader.string())
     else:
-        raise CorruptRecord(f"unknown __consumer_offsets key version {version}")
+        raise CorruptCoordinatorRecord(f"unknown __consumer_offsets key version {version}")
     reader.done()
     return key
 
@@ -188,12 +194,12 @@ def decode_value(key: OffsetKey | GroupKey, data: bytes | None) -> OffsetValue |
     version = reader.take(">h")
     if isinstance(key, OffsetKey):
         if version != OFFSET_VALUE_VERSION:
-            raise CorruptRecord(f"offset commit value version {version} is not {OFFSET_VALUE_VERSION}")
+            raise CorruptCoordinatorRecord(f"offset commit value version {version} is not {OFFSET_VALUE_VERSION}")
         offset, leader_epoch = reader.take(">qi")
         value = OffsetValue(offset, leader_epoch, reader.string(), reader.take(">q"))
     else:
         if version != GROUP_VALUE_VERSION:
-            raise CorruptRecord(f"group metadata value version {version} is not {GROUP_VALUE_VERSION}")
+            raise CorruptCoordinatorRecord(f"group metadata value version {version} is not {GROUP_VALUE_VERSION}")
         protocol_type, generation = reader.string(), reader.take(">i")
         protocol, leader = reader.string(), reader.string()
         timestamp_ms, count = reader.take(">qi")

@@ -3,11 +3,14 @@ leader" primitive built on it, blocking and asyncio.
 
 Retriable: a KafkaError marked retriable (leader moved, epoch fenced, ISR short for
 a while, coordinator loading, a connection lost, a new leader's HW not caught up),
-an answer not in time (TimeoutError, which Ray's GetTimeoutError and asyncio's
-TimeoutError also are), or a ValueError (what Ray's `get_actor` raises for a name
-not registered yet, e.g. a replica being re-created). Everything else is final
-and reaches the caller as the KafkaError behind it. A caller that calls Ray itself
-widens the rule where it calls (`retriable=`, actors.coordinator).
+or an answer not in time (TimeoutError, which Ray's GetTimeoutError and asyncio's
+TimeoutError also are). Everything else is final and reaches the caller as the
+KafkaError behind it: a ValueError too, which is what a bug or a record that does
+not decode raises, and what Ray's `get_actor` raises for a name not registered
+(yet): where a caller looks an actor up, it says what that means there
+(actors.coordinator and spark_bridge.cluster_access: NETWORK_EXCEPTION, retriable;
+actors.cluster_credential: no login where no controller runs). A caller that calls Ray itself widens the rule where it calls (`retriable=`,
+actors.coordinator_load).
 
 The rule is written once (`RetryRule.pause_after`: final or retriable; then
 `on_retry(error)`, e.g. the topic's metadata dropped so the next attempt asks who
@@ -20,8 +23,8 @@ returns `read(response)` (protocol.fetching builds and reads the requests);
 `ask_leader` retries attempts by the rule, dropping `leaders.invalidate(topic)`
 before each retry. `ask_leader_once` and its asyncio twin `ask_leader_once_async`
 are one attempt, errors as they are, for callers that retry at a level of their
-own (the coordinator retries its whole load with `retry_until_async`, so that the
-end it read and the records it fetched come from one leader) or not at all (a lag
+own (a coordinator retries its whole load with `retry_until_async`,
+actors.coordinator_load, so that the end it read and the records it fetched come from one leader) or not at all (a lag
 sample, an admin's record lookup: one look).
 
 Invariant: no Ray import (DESIGN section 1: `client` and `protocol` never load
@@ -30,7 +33,7 @@ bootstrap lookup) fails in this vocabulary: actors.cluster_credential turns "the
 controller is dead or restarting" into NETWORK_EXCEPTION.
 Callers: client.producer (the rule), client.consumer (its fetches and offset
 lookups), client.membership (the rule), client.admin (offset and record lookups),
-actors.coordinator (its load), actors.consumer_lag (one look a round),
+actors.coordinator_load (a coordinator's load), actors.coordinator (its appends), actors.consumer_lag (one look a round),
 spark_bridge.source (read tasks); the readers of protocol.range_reads bind their
 asks from these.
 """
@@ -46,8 +49,8 @@ from typing import Any
 
 from rafka.core.errors import KafkaError, RequestTimedOut
 
-# an answer not in time, an actor name not registered yet
-_GONE_FOR_NOW = (TimeoutError, ValueError)
+# an answer not in time
+_GONE_FOR_NOW = (TimeoutError,)
 
 
 def kafka_cause(error: BaseException) -> BaseException:

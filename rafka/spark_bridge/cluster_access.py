@@ -3,8 +3,9 @@ DESIGN section 1 has it (spark_bridge imports client, protocol, core and Ray; it
 needs no actor code). The clients it makes are handed what they need from here:
 the bootstrap servers, the cluster login, the Producer's options, an Admin.
 
-Invariant: the cluster login fails as a client expects: "the controller is dead
-or restarting" is NETWORK_EXCEPTION (retriable), as actors.cluster_credential's.
+Invariant: the cluster login fails as a client expects: "the controller is dead,
+restarting or not registered" is NETWORK_EXCEPTION (retriable), as
+actors.cluster_credential's.
 Callers: spark_bridge.source, sink and stream, in the driver and in Spark's tasks.
 """
 
@@ -31,6 +32,8 @@ def bootstrap_servers() -> str:
 async def cluster_login() -> SaslLogin:
     try:
         return await controller().cluster_login.remote()
+    except ValueError as error:   # Ray's "no such actor": not registered (yet)
+        raise NetworkException(f"the controller is not registered: {error}") from error
     except ray.exceptions.RayActorError as error:
         raise NetworkException(f"the controller did not answer for the cluster login: {error}") from error
 

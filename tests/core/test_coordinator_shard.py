@@ -443,3 +443,32 @@ def test_commit__unknown_topic_or_partition__refused_per_partition_nothing_writt
         assert list(only_unknown) == [("gone", 0)] and isinstance(only_unknown[("gone", 0)], UnknownTopicOrPartition)
         assert partition.appends == appends
     asyncio.run(scenario())
+
+
+def test_member_that_only_commits__keeps_its_session__one_that_neither_commits_nor_heartbeats_is_expired():
+    """Kafka reschedules a member's heartbeat on each offset commit it accepts from
+    it (Stable or PreparingRebalance): a consumer whose commits come more often than
+    its session timeout stays in the group without a heartbeat. b, silent, is
+    expired; a, committing every half session timeout for two timeouts, stays, and
+    is expired only once it stops committing too."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock, delay_ms=1_000)
+        joining = [asyncio.create_task(join(shard, client)) for client in ("a", "b")]
+        await settle()
+        clock.advance(1_000)
+        a, b = (answer["member_id"] for answer in await asyncio.wait_for(asyncio.gather(*joining), timeout=5))
+        for member_id in (a, b):
+            await shard.sync_group(G, member_id, 1)
+        assert members_and_generation(shard) == (GroupState.STABLE, 1, {a, b})
+        for step in range(1, 5):
+            clock.advance(SESSION_MS // 2)
+            assert await shard.commit_offsets(G, {("orders", 0): (step, -1, "")}, a, 1) == {("orders", 0): None}
+            await shard.tick()
+        assert set(shard.groups.groups[G].members) == {a}, "a only committed for two session timeouts"
+        assert shard.groups.groups[G].state is GroupState.PREPARING_REBALANCE   # b's expiry
+        clock.advance(SESSION_MS + 1)
+        await shard.tick()
+        assert members_and_generation(shard) == (GroupState.EMPTY, 2, set())
+        assert shard.fetch_offsets(G) == {("orders", 0): (4, -1, "")}
+    asyncio.run(scenario())

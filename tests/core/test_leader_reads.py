@@ -1,5 +1,6 @@
 """protocol.retry's one rule and "ask a partition's leader", blocking and asyncio,
-and protocol.range_reads over them: scenarios on a fake leader that reads the
+protocol.range_reads over them, and their callers the lag sampler and a
+coordinator's load (actors.coordinator_load): scenarios on a fake leader that reads the
 Fetch it is sent and answers whole batches of its log, a fake metadata cache
 that moves the leader when it is dropped, and a fake clock whose sleep only
 moves time (nothing here waits)."""
@@ -23,15 +24,17 @@ from kio.serial import entity_reader
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.actors.consumer_lag import ConsumerLag
+from rafka.actors.coordinator_load import PartitionLoad
 from rafka.core.clock import FakeClock as FakeWallClock
 from rafka.core.cluster_image import ClusterImage, PartitionImage, TopicImage
-from rafka.core.errors import (NetworkException, NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange,
-                               RequestTimedOut)
+from rafka.core.errors import (CorruptCoordinatorRecord, NetworkException, NotLeaderOrFollower, OffsetNotAvailable,
+                               OffsetOutOfRange, RequestTimedOut)
 from rafka.core.metadata import NodeEndpoint
+from rafka.core.offsets_schema import OffsetKey, OffsetValue, encode_key, encode_value
 from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import LATEST_TIMESTAMP
 from rafka.protocol.range_reads import RangeRead, read_range, read_range_async
-from rafka.protocol.retry import (PinnedLeader, ask_leader, ask_leader_once_async, retry_until,
+from rafka.protocol.retry import (PinnedLeader, ask_leader, ask_leader_once_async, is_retriable, retry_until,
                                   retry_until_async)
 
 pytestmark = pytest.mark.core
@@ -241,6 +244,19 @@ def test_retry_until_async__an_error_outside_the_rule__reaches_the_caller_at_onc
         asyncio.run(retry_until_async(call, timeout_s=5.0, retry_backoff_s=0.1, what="x", sleep=pytest.fail))
 
 
+def test_rule__a_corrupt_coordinator_record_or_a_value_error__final_no_retry():
+    """Neither is cleared by asking again: the record is what the log holds; a
+    ValueError is a bug (Ray's "no such actor" is turned into NETWORK_EXCEPTION
+    where an actor is looked up)."""
+    assert not is_retriable(CorruptCoordinatorRecord("bad key")) and not is_retriable(ValueError("bug"))
+    assert is_retriable(NetworkException("the controller is not registered")) and is_retriable(TimeoutError())
+    for error in (CorruptCoordinatorRecord("bad key"), ValueError("bug")):
+        async def call(_, error=error):
+            raise error
+        with pytest.raises(type(error)):
+            asyncio.run(retry_until_async(call, timeout_s=5.0, retry_backoff_s=0.1, what="x", sleep=pytest.fail))
+
+
 def test_ask_leader_once_async__an_answer_not_in_time__timeout_error():
     class SilentNodes:
         async def request(self, address, request):
@@ -338,3 +354,100 @@ def test_lag_sample__a_committed_offset_in_a_compaction_gap__the_time_of_the_nex
     assert oldest == {"billing": [(12, 1_008)], "audit": [(12, None)]}
     assert events == [("list_offsets", ("127.0.0.1", 9001), LATEST_TIMESTAMP),
                       ("fetch", ("127.0.0.1", 9001), -1, 7), ("fetch", ("127.0.0.1", 9001), -1, 8)]
+
+
+# --- a caller: the coordinator's load ------------------------------------------------
+
+def offsets_batch(base_offset: int, records: list[tuple[bytes | None, bytes | None]]) -> bytes:
+    return encode_batch([RecordInput(value, key, 1_000 + base_offset + i) for i, (key, value) in enumerate(records)],
+                        base_offset=base_offset)
+
+
+def commit(group: str, partition: int, offset: int) -> tuple[bytes, bytes]:
+    return encode_key(OffsetKey(group, "orders", partition)), encode_value(OffsetValue(offset, -1, "", 1_000))
+
+
+def partition_load(events: list, leader: FakeLeader, replayed: list, *, epochs=(1,), may_retry_also=lambda e: False):
+    """A coordinator's load of `orders-0` on `leader`, at A; each lookup of the leader
+    answers the next of `epochs` (the last one repeats)."""
+    epochs = list(epochs)
+    clock = FakeClock(events)
+
+    async def lookup():
+        epoch = epochs.pop(0) if len(epochs) > 1 else epochs[0]
+        events.append(("leader", epoch))
+        return A, epoch
+    return PartitionLoad(topic=TOPIC, partition=0, leader=lookup, nodes=leader,
+                         replay=lambda key, value: replayed.append((key, value)), ask_timeout_s=1.0,
+                         retry_backoff_s=0.25, may_retry_also=may_retry_also,
+                         on_retry=lambda error: events.append(("forget leader", type(error).__name__)),
+                         sleep=clock.async_sleep)
+
+
+def test_coordinator_load__a_leader_gone_then_back__retried_from_a_leader_looked_up_again():
+    events: list = []
+    log = [offsets_batch(0, [commit("billing", 0, 5), commit("billing", 1, 9)])]
+    leader = FakeLeader(events, log, high_watermark=2, addresses=(A,), failures=[NotLeaderOrFollower("moved")])
+    replayed: list = []
+    load = partition_load(events, leader, replayed, epochs=(1, 2))
+    asyncio.run(load.run())
+    assert load.loaded and load.failure is None and load.position == 2
+    assert [(key.partition, value.offset) for key, value in replayed] == [(0, 5), (1, 9)]
+    assert [e for e in events if e[0] in ("leader", "forget leader", "sleep")] == [
+        ("leader", 1), ("forget leader", "NotLeaderOrFollower"), ("sleep", 0.25), ("leader", 2)]
+
+
+def test_coordinator_load__a_record_that_does_not_decode__fails_once_loudly_no_retry(caplog):
+    """Kafka's loader fails the partition's load on a record it cannot deserialize,
+    and its runtime answers NOT_COORDINATOR for it: here the load stops at its first
+    attempt (no retry, no sleep), keeps the error naming the record's offset, logs it
+    at error level, and is due again only for a newer leader epoch."""
+    events: list = []
+    bad_key = b"\x00\x09junk"   # key version 9
+    log = [offsets_batch(0, [commit("billing", 0, 5)]), offsets_batch(1, [(bad_key, b"v"), commit("billing", 1, 9)])]
+    leader = FakeLeader(events, log, high_watermark=3, addresses=(A,))
+    replayed: list = []
+    load = partition_load(events, leader, replayed, epochs=(4,))
+    with caplog.at_level("ERROR", logger="rafka.actors.coordinator_load"):
+        asyncio.run(load.run())
+    assert not load.loaded and isinstance(load.failure, CorruptCoordinatorRecord)
+    assert load.error == ("CorruptCoordinatorRecord: CORRUPT_MESSAGE: orders-0 at offset 1: "
+                          "unknown __consumer_offsets key version 9")
+    assert [(key.partition, value.offset) for key, value in replayed] == [(0, 5)]
+    assert [e[0] for e in events] == ["leader", "list_offsets", "list_offsets", "fetch"]   # one attempt
+    assert [r.levelname for r in caplog.records] == ["ERROR"] and "orders-0 at offset 1" in caplog.text
+    assert not load.load_again_for(4)                 # the same leader serves the same log
+    assert load.load_again_for(5) and load.failure is None
+
+
+async def _answer(value):
+    return value
+
+
+def test_coordinator_load__replay_refuses_a_record_or_a_value_error__final_not_retried():
+    """What replay refuses fails the load (Kafka: "Replaying record ... failed"); a
+    ValueError is final too, only the caller's `may_retry_also` (Ray's errors, for
+    the actor) widens the rule."""
+    events: list = []
+    leader = FakeLeader(events, [offsets_batch(0, [commit("billing", 0, 5)])], high_watermark=1, addresses=(A,))
+
+    def refuse(key, value):
+        raise KeyError("topics")
+    load = PartitionLoad(topic=TOPIC, partition=0, leader=lambda: _answer((A, 1)), nodes=leader, replay=refuse,
+                         ask_timeout_s=1.0, retry_backoff_s=0.25, sleep=pytest.fail)
+    asyncio.run(load.run())
+    assert isinstance(load.failure, RuntimeError) and "orders-0 at offset 0" in load.error and "KeyError" in load.error
+
+    class RayStyleError(Exception):
+        pass
+    lookups = [RayStyleError("controller restarting"), ValueError("a bug")]
+
+    async def lookup():
+        raise lookups.pop(0)
+    clock = FakeClock(events)
+    widened = PartitionLoad(topic=TOPIC, partition=0, leader=lookup, nodes=leader, replay=lambda k, v: None,
+                            ask_timeout_s=1.0, retry_backoff_s=0.25, sleep=clock.async_sleep,
+                            may_retry_also=lambda error: isinstance(error, RayStyleError))
+    asyncio.run(widened.run())
+    assert lookups == [] and events[-1] == ("sleep", 0.25)    # the Ray error retried once, the ValueError final
+    assert isinstance(widened.failure, ValueError) and widened.error == "ValueError: a bug"

@@ -5,7 +5,7 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from rafka.core.errors import CorruptRecord
+from rafka.core.errors import CorruptCoordinatorRecord, CorruptRecord
 from rafka.core.offsets_schema import (GroupKey, GroupValue, MemberMetadata, OffsetKey, OffsetValue,
                                        decode_key, decode_value, encode_key, encode_value,
                                        java_string_hash, partition_for_group)
@@ -65,6 +65,25 @@ def test_decode__unknown_version_or_truncated__corrupt_record():
             decode_value(key, data[:cut])
     with pytest.raises(CorruptRecord, match="trailing"):
         decode_value(key, data + b"\x00")
+
+
+def test_decode__a_key_or_value_that_breaks_its_schema__corrupt_message_not_retriable():
+    """Every way a record of `__consumer_offsets` fails to decode is one typed error:
+    CORRUPT_MESSAGE, which no retry clears (the bytes are what the log holds)."""
+    offset_key, group_key = OffsetKey("g", "t", 0), GroupKey("g")
+    group_value = encode_value(GroupValue("consumer", 1, "range", None, 0, ()))
+    broken = [lambda: decode_key(None),                                            # no key
+              lambda: decode_key(b"\x00"),                                          # short version
+              lambda: decode_key(struct.pack(">h", 2) + b"\x00\x02\xff\xfe"),      # group id not UTF-8
+              lambda: decode_key(struct.pack(">h", 2) + b"\x00\x05g"),              # string past the end
+              lambda: decode_value(offset_key, struct.pack(">h", 4) + bytes(20)),   # value version
+              lambda: decode_value(group_key, group_value[:-1]),                    # cut short
+              lambda: decode_value(group_key, group_value + b"\x00")]               # trailing bytes
+    for decode in broken:
+        with pytest.raises(CorruptCoordinatorRecord) as raised:
+            decode()
+        assert raised.value.kafka_name == "CORRUPT_MESSAGE" and raised.value.code == 2
+        assert raised.value.retriable is False and isinstance(raised.value, CorruptRecord)
 
 
 @given(st.text(max_size=40), st.text(max_size=40), st.integers(0, 2**31 - 1),
