@@ -79,7 +79,7 @@ def main() -> None:
     rows = []
     with rafka.local_cluster(nodes=3, log_to_driver=False) as cluster:
         bootstrap = cluster.bootstrap_servers
-        host, port = bootstrap.rsplit(":", 1)
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)   # one broker of the list (edge: any bootstraps)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         with MetadataProbe(host, int(port)) as probe:
             for count in args.partitions:
