@@ -34,22 +34,24 @@ TARGETS = {
 SYNC_P50_TARGET_MS, SYNC_P99_TARGET_MS = 1.0, 5.0
 
 
-def publish(cluster, topic: str, record_bytes: int, seconds: float, **producer_options) -> tuple[int, float]:
-    """Sends for `seconds`, then flushes; every record must be acked. The futures are
-    not kept (a producer application keeps none either, as Kafka's
-    producer-perf-test keeps none): holding 1.5 million of them, the driver's
-    garbage collector walked them again and again (the 100 B phase read 157k/s
-    with them, 213k/s without, one run each). That every send was acked is checked
-    with the producer's counters instead."""
+def publish(cluster, topic: str, record_bytes: int, seconds: float, *, partitions: int = 1,
+            **producer_options) -> tuple[int, float]:
+    """Sends for `seconds`, round-robin over partitions 0..partitions-1, then flushes;
+    every record must be acked. The futures are not kept (a producer application
+    keeps none either, as Kafka's producer-perf-test keeps none): holding 1.5
+    million of them, the driver's garbage collector walked them again and again
+    (the 100 B phase read 157k/s with them, 213k/s without, one run each). That
+    every send was acked is checked with the producer's counters instead."""
     value = os.urandom(record_bytes)
+    round_robin = [i % partitions for i in range(max(1, 1_000 // partitions) * partitions)]   # whole rounds
     with cluster.producer(acks="all", **producer_options) as producer:
         started = time.perf_counter()
         deadline = started + seconds
         count = 0
         while time.perf_counter() < deadline:
-            for _ in range(1_000):
-                producer.send(topic, value, partition=0)
-            count += 1_000
+            for partition in round_robin:
+                producer.send(topic, value, partition=partition)
+            count += len(round_robin)
         producer.flush()
         elapsed = time.perf_counter() - started
         metrics = producer.metrics()

@@ -1,10 +1,11 @@
 """What a partition costs (issue 27): memory and idle CPU of replica actors beside
 bare Ray actors, and how long a topic takes to come online, as partitions grow.
 
-    flock /tmp/rafka-ray.lock python bench/scale_bench.py [--partitions 4 16] [--idle-s 10]
+    flock /tmp/rafka-ray.lock python bench/scale_bench.py [--partitions 4 16] [--idle-s 10] [--rate-only]
 
-A 3-broker `local_cluster`. For each count N: a topic of N partitions at RF3 is
-created and left at rest, then, in the same run,
+A 3-broker `local_cluster`. For each count N: a topic of N partitions at RF3
+(min.insync.replicas 2, as wire_bench's and replication_bench's) is created and
+left at rest, then, in the same run,
   * replica USS / RSS: the mean over the topic's 3N replica actors' processes
     (psutil's memory_full_info: USS is what killing the process would free);
   * bare USS / RSS: the same for 3N bare Ray actors started beside them (an actor
@@ -19,13 +20,23 @@ created and left at rest, then, in the same run,
     actor processes (one end listening in another rafka process);
   * librdkafka threads: one confluent-kafka producer after it sent one record to
     every partition of the topic (acks=all), threads of this process added by it.
-Both topics are deleted before the next count. `--modules` also prints the
-modules a replica process holds that a bare actor's does not.
+  * aggregate rate: 1 KiB records, acks=all, published for `--rate-s` round-robin
+    over the N partitions, counting acked records only: librdkafka
+    (wire_bench.librdkafka_publish, in a process of its own), then rafka's
+    Producer (replication_bench.publish, its defaults) from this driver, with the
+    CPU the leaders, the followers, this driver and the whole machine took
+    meanwhile, in % of one core. The 1-partition row, when counted, is what the others are compared with
+    (issue 27: the aggregate over 30 partitions at least the one-partition rate).
+Both topics are deleted before the next count. `--rate-only` measures the rate
+alone; `--modules` also prints the modules a replica process holds that a bare
+actor's does not; `--profile` py-spies partition 0's leader, a follower and this
+driver during rafka's publish.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -34,7 +45,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # a checkout's rafka first
 
+from replication_bench import publish, quiesce   # bench/ is the script's directory
+from spy import report
+from wire_bench import in_own_process, librdkafka_publish, sampled, wait_for_wire
+
 MiB = 1 << 20
+RATE_RECORD_BYTES = 1024
 
 
 def _pid_of(handle) -> int:
@@ -62,16 +78,40 @@ def memory_mib(pids) -> tuple[float, float]:
     return statistics.mean(i.uss for i in infos) / MiB, statistics.mean(i.rss for i in infos) / MiB
 
 
-def idle_cpu_percent(pids, seconds: float) -> list[float]:
-    """Each process's CPU time over `seconds`, in % of one core."""
+@contextlib.contextmanager
+def cpu_percent_while(pids):
+    """Each process's CPU time while the body runs, in % of one core: the list
+    yielded is filled when the body ends."""
     import psutil
     processes = [psutil.Process(pid) for pid in pids]
+    shares: list[float] = []
     before = [sum(p.cpu_times()[:2]) for p in processes]
     started_s = time.monotonic()
-    time.sleep(seconds)
+    yield shares
     after = [sum(p.cpu_times()[:2]) for p in processes]
     elapsed_s = time.monotonic() - started_s
-    return [100 * (a - b) / elapsed_s for a, b in zip(after, before)]
+    shares.extend(100 * (a - b) / elapsed_s for a, b in zip(after, before))
+
+
+@contextlib.contextmanager
+def machine_cpu_percent_while():
+    """The whole machine's busy CPU time while the body runs (every process, this
+    and other sessions' too), in % of one core: a one-element list once the body ends."""
+    import psutil
+    share: list[float] = []
+    before = psutil.cpu_times()
+    yield share
+    after = psutil.cpu_times()
+    total_s = sum(after) - sum(before)
+    idle_s = (after.idle + after.iowait) - (before.idle + before.iowait)
+    share.append(100 * psutil.cpu_count() * (total_s - idle_s) / total_s)
+
+
+def idle_cpu_percent(pids, seconds: float) -> list[float]:
+    """Each process's CPU time over `seconds`, in % of one core."""
+    with cpu_percent_while(pids) as shares:
+        time.sleep(seconds)
+    return shares
 
 
 def connections_between(pids) -> int:
@@ -144,14 +184,76 @@ def producer_threads(bootstrap: str, topic: str, partitions: int) -> int:
     return threads
 
 
+def leader_and_follower_pids(cluster, topic: str) -> tuple[list[int], list[int]]:
+    from rafka.core.actor_names import replica_actor_name
+    pids = rafka_actor_pids(topic)
+    partitions = cluster.admin().describe_topics([topic])[topic]["partitions"]
+    leaders = {replica_actor_name(topic, p["partition"], p["leader"]) for p in partitions}
+    return [pid for n, pid in pids.items() if n in leaders], [pid for n, pid in pids.items() if n not in leaders]
+
+
+def aggregate_rates(cluster, topic: str, partitions: int, seconds: float, *, librdkafka: bool,
+                    profile: bool) -> tuple[float | None, float, float, float, float, float, list]:
+    """(librdkafka acked records/s or None, rafka's acked records/s, CPU % of the
+    leaders, of the followers, of this driver and of the whole machine during
+    rafka's publish, samplers)."""
+    wait_for_wire(cluster, topic)
+    rdk_rate = None
+    if librdkafka:
+        quiesce()
+        acked, elapsed_s = in_own_process(librdkafka_publish, cluster.bootstrap_servers, topic, RATE_RECORD_BYTES,
+                                          seconds, partitions)
+        rdk_rate = acked / elapsed_s
+    leader_pids, follower_pids = leader_and_follower_pids(cluster, topic)
+    quiesce()
+    with (cpu_percent_while(leader_pids) as leader_cpu, cpu_percent_while(follower_pids) as follower_cpu,
+          cpu_percent_while([os.getpid()]) as driver_cpu, machine_cpu_percent_while() as machine_cpu,
+          sampled(profile, cluster, topic, "rafka") as samplers):
+        acked, elapsed_s = publish(cluster, topic, RATE_RECORD_BYTES, seconds, partitions=partitions)
+    return rdk_rate, acked / elapsed_s, sum(leader_cpu), sum(follower_cpu), sum(driver_cpu), machine_cpu[0], samplers
+
+
+def print_rates(rate_rows, seconds: float) -> None:
+    """One row per partition count; `x 1p` is the rate over the 1-partition row's."""
+    one = next((row for row in rate_rows if row[0] == 1), None)
+
+    def times_one(rate, column: int) -> str:
+        return "-" if rate is None or one is None or one[column] is None else f"{rate / one[column]:.2f}"
+    print(f"\naggregate acks=all rate, {RATE_RECORD_BYTES} B records round-robin over every partition, "
+          f"RF3, min ISR 2, {seconds:g} s each, {os.cpu_count()} cores")
+    print(f"{'partitions':>10}{'rdk agg rec/s':>15}{'x 1p':>6}{'rafka agg rec/s':>17}{'x 1p':>6}{'rafka MB/s':>11}"
+          f"{'leaders CPU%':>13}{'followers CPU%':>15}{'driver CPU%':>12}{'machine CPU%':>13}")
+    for count, rdk_rate, rafka_rate, leader_cpu, follower_cpu, driver_cpu, machine_cpu in rate_rows:
+        print(f"{count:>10}{f'{rdk_rate:,.0f}' if rdk_rate is not None else '-':>15}{times_one(rdk_rate, 1):>6}"
+              f"{rafka_rate:>17,.0f}{times_one(rafka_rate, 2):>6}{rafka_rate * RATE_RECORD_BYTES / 1e6:>11.1f}"
+              f"{leader_cpu:>13.0f}{follower_cpu:>15.0f}{driver_cpu:>12.0f}{machine_cpu:>13.0f}")
+    print("x 1p: over the 1-partition row; CPU%: during rafka's publish, % of one core, summed over the "
+          "partitions' leaders, their followers, this driver (rafka's Producer), and every process on the machine")
+    if one is None:
+        return
+    for count, rdk_rate, rafka_rate, *_ in rate_rows:
+        if count == 1:
+            continue
+        for client, rate, base in (("librdkafka", rdk_rate, one[1]), ("rafka", rafka_rate, one[2])):
+            if rate is not None and base is not None:
+                print(f"{client}: {count} partitions' aggregate {rate:,.0f} rec/s >= the 1-partition "
+                      f"{base:,.0f} rec/s: {'yes' if rate >= base else 'NO'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--idle-s", type=float, default=10.0, help="how long CPU is measured at rest")
     parser.add_argument("--settle-s", type=float, default=5.0, help="rest before measuring")
+    parser.add_argument("--rate-s", type=float, default=5.0,
+                        help="how long each client publishes for the aggregate rate")
     parser.add_argument("--modules", action="store_true", help="print the modules a replica adds to a bare actor")
     parser.add_argument("--no-librdkafka", action="store_true")
-    parser.add_argument("--only-idle", action="store_true", help="memory and idle CPU only (no creation, no producer)")
+    parser.add_argument("--profile", action="store_true", help="py-spy partition 0's leader during rafka's publish")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--only-idle", action="store_true",
+                      help="memory and idle CPU only (no creation, no producer, no rate)")
+    only.add_argument("--rate-only", action="store_true", help="the aggregate rate only (no idle, no creation)")
     parser.add_argument("--controller", nargs="*", default=[], metavar="OPTION=MS",
                         help="controller options, e.g. watch_interval_ms=1000")
     args = parser.parse_args()
@@ -160,46 +262,61 @@ def main() -> None:
 
     import rafka
 
-    rows = []
+    rows, rate_rows, profiles = [], [], []
     controller_options = {k: int(v) for k, v in (o.split("=", 1) for o in args.controller)}
     with rafka.local_cluster(nodes=3, log_to_driver=False, **controller_options) as cluster:
         admin = cluster.admin()
         for count in args.partitions:
             topic = f"scale-{count}"
-            admin.create_topic(topic, partitions=count, replication_factor=3)
-            time.sleep(args.settle_s)   # the creation's churn ends (pushes, first fetches)
-            replicas = rafka_actor_pids(topic)
-            every = rafka_actor_pids()
-            uss, rss = memory_mib(replicas.values())
-            cpu_by_actor = dict(zip(every, idle_cpu_percent(every.values(), args.idle_s)))
-            cpu = sum(cpu_by_actor.values())
-            controller_cpu = cpu_by_actor.get("controller", 0.0)
-            connections = connections_between(every.values())
-            nodes = metadata_nodes(cluster.bootstrap_servers)
-            bare, bare_pids = start_bare(len(every))
-            time.sleep(args.settle_s)
-            bare_uss, bare_rss = memory_mib(bare_pids[:len(replicas)])
-            bare_cpu = sum(idle_cpu_percent(bare_pids, args.idle_s))
-            if args.modules:
-                extra = module_difference(ray.get_actor(next(iter(replicas)), namespace="rafka"), bare[0])
-                tops = sorted({m.split(".")[0] for m in extra})
-                print(f"\n{len(extra)} modules in a replica and not in a bare actor; packages: {' '.join(tops)}")
-            for handle in bare:
-                ray.kill(handle)
-            if args.only_idle:
+            admin.create_topic(topic, partitions=count, replication_factor=3, config={"min.insync.replicas": "2"})
+            if not args.rate_only:
+                time.sleep(args.settle_s)   # the creation's churn ends (pushes, first fetches)
+                replicas = rafka_actor_pids(topic)
+                every = rafka_actor_pids()
+                uss, rss = memory_mib(replicas.values())
+                cpu_by_actor = dict(zip(every, idle_cpu_percent(every.values(), args.idle_s)))
+                cpu = sum(cpu_by_actor.values())
+                controller_cpu = cpu_by_actor.get("controller", 0.0)
+                connections = connections_between(every.values())
+                nodes = metadata_nodes(cluster.bootstrap_servers)
+                bare, bare_pids = start_bare(len(every))
+                time.sleep(args.settle_s)
+                bare_uss, bare_rss = memory_mib(bare_pids[:len(replicas)])
+                bare_cpu = sum(idle_cpu_percent(bare_pids, args.idle_s))
+                if args.modules:
+                    extra = module_difference(ray.get_actor(next(iter(replicas)), namespace="rafka"), bare[0])
+                    tops = sorted({m.split(".")[0] for m in extra})
+                    print(f"\n{len(extra)} modules in a replica and not in a bare actor; packages: {' '.join(tops)}")
+                for handle in bare:
+                    ray.kill(handle)
+                if args.only_idle:
+                    rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
+                                 bare_cpu, float("nan"), nodes, None, connections))
+                    admin.delete_topic(topic)
+                    continue
+                threads = None if args.no_librdkafka else producer_threads(cluster.bootstrap_servers, topic, count)
+                started_s = time.monotonic()
+                admin.create_topic(f"scale-create-{count}", partitions=12, replication_factor=3)
+                create_s = time.monotonic() - started_s
                 rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
-                             bare_cpu, float("nan"), nodes, None, connections))
-                admin.delete_topic(topic)
-                continue
-            threads = None if args.no_librdkafka else producer_threads(cluster.bootstrap_servers, topic, count)
-            started_s = time.monotonic()
-            admin.create_topic(f"scale-create-{count}", partitions=12, replication_factor=3)
-            create_s = time.monotonic() - started_s
-            rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
-                         bare_cpu, create_s, nodes, threads, connections))
-            admin.delete_topic(f"scale-create-{count}")
+                             bare_cpu, create_s, nodes, threads, connections))
+                admin.delete_topic(f"scale-create-{count}")
+            *rates, samplers = aggregate_rates(cluster, topic, count, args.rate_s, librdkafka=not args.no_librdkafka,
+                                               profile=args.profile)
+            rate_rows.append((count, *rates))
+            profiles += [(count, sampler) for sampler in samplers]
             admin.delete_topic(topic)
 
+    if rows:
+        print_idle(rows)
+    if rate_rows:
+        print_rates(rate_rows, args.rate_s)
+    for count, sampler in profiles:
+        print(f"\n{count} partitions, partition 0:")
+        print(report(sampler))
+
+
+def print_idle(rows) -> None:
     print()
     print(f"{'partitions':>10}{'replicas':>9}{'actors':>7}{'USS MiB':>9}{'RSS MiB':>9}{'bare USS':>9}"
           f"{'bare RSS':>9}{'idle CPU%':>10}{'ctrl CPU%':>10}{'bare CPU%':>10}{'create12 s':>11}{'nodes':>6}"
