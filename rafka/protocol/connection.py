@@ -22,6 +22,7 @@ import dataclasses
 import itertools
 import ssl
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from rafka.protocol.entities import load_response_schema
@@ -157,7 +158,8 @@ class Connection(asyncio.Protocol):
             finally:
                 timer.cancel()
 
-    async def relay(self, frame, *, expect_response: bool = True) -> memoryview | None:
+    async def relay(self, frame, *, expect_response: bool = True,
+                    on_written: Callable[[], None] | None = None) -> memoryview | None:
         """Forward a request frame as a client sent it (without its size prefix)
         under this connection's next correlation id; the response frame (without
         its size prefix; its first four bytes, the correlation id, are the caller's
@@ -178,6 +180,8 @@ class Connection(asyncio.Protocol):
                                             frame[8:])))
             if self._writable is not None:
                 await asyncio.shield(self._writable)
+            if on_written is not None:   # in order on this connection: what follows may go
+                on_written()
             if future is None:
                 if self._failure is not None:
                     raise self._failure

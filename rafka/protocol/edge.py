@@ -62,6 +62,7 @@ from rafka.protocol.dispatch import DispatchTable, Dispatcher, ParsedRequest, en
 from rafka.protocol.entities import load_response_schema
 from rafka.protocol.framing import decode_response_header, pack_request_header, peek_api_key_and_version
 from rafka.protocol.hot_writers import WrittenBody, body_pieces
+from rafka.protocol.pipelining import admission
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ PARTITION_APIS = {
     2: _PartitionApi("topics", "partitions", "partition_index", "topics", "partitions"),
     23: _PartitionApi("topics", "partitions", "partition", "topics", "partitions"),
 }
+PRODUCE_KEY = 0
 FETCH_KEY = 1
 # APIs about one group, named by group_id
 SINGLE_GROUP_APIS = frozenset({8, 11, 12, 13, 14, 47})   # OffsetCommit, Join, Heartbeat, Leave, Sync, OffsetDelete
@@ -148,10 +150,17 @@ class EdgeDispatcher(Dispatcher):
         else:
             targets = self._group_targets(api_key, body, parsed.context.api_version)
         expect_response = not (api_key == 0 and body.acks == 0)
+        # A Produce lets the client connection's next request start once it is
+        # written to every actor it goes to (each keeps the order it is sent in),
+        # as the actor's Produce does once appended: the client's requests in
+        # flight (librdkafka keeps 5) reach the actors together, not one per
+        # replication round trip.
+        written = _Written(admission(), len(targets)) if api_key == PRODUCE_KEY and expect_response else None
         if len(targets) == 1:
             (endpoint, _), = targets.items()
             if endpoint is not None:
-                answer = await self._relay(connection_id, endpoint, frame, expect_response)
+                answer = await self._relay(connection_id, endpoint, frame, expect_response,
+                                           written.one if written else None)
                 if answer is _UNREACHABLE and api_key in CONTROLLER_APIS:   # lost: once more, anew
                     answer = await self._relay(connection_id, endpoint, frame, expect_response)
                 if answer is not _UNREACHABLE:
@@ -163,7 +172,8 @@ class EdgeDispatcher(Dispatcher):
         if api_key == FETCH_KEY:
             answers = await self._fetch_each(parsed, targets, connection_id)
         else:
-            answers = await asyncio.gather(*(self._ask(parsed, endpoint, sub_body, connection_id, expect_response)
+            answers = await asyncio.gather(*(self._ask(parsed, endpoint, sub_body, connection_id, expect_response,
+                                                       written.one if written else None)
                                              for endpoint, sub_body in targets.items()))
         if not expect_response:
             return None
@@ -230,21 +240,24 @@ class EdgeDispatcher(Dispatcher):
     # --- asking the actors -----------------------------------------------------------
 
     async def _ask(self, parsed: ParsedRequest, endpoint: Endpoint | None, body, connection_id: str,
-                   expect_response: bool = True):
-        """One part of a split request: the answer entity (None for acks=0)."""
+                   expect_response: bool = True, on_written=None):
+        """One part of a split request: the answer entity (None for acks=0).
+        `on_written()` once it is sent on (or answered here: nothing to order)."""
         if endpoint is not None:
             context = parsed.context
             header = pack_request_header(header_version=body.__header_schema__.__version__, api_key=context.api_key,
                                          api_version=context.api_version, correlation_id=context.correlation_id,
                                          client_id=context.client_id)
             frame = b"".join((header, *body_pieces(body)))
-            answer = await self._relay(connection_id, endpoint, frame, expect_response)
+            answer = await self._relay(connection_id, endpoint, frame, expect_response, on_written)
             if answer is None:
                 return None
             if answer is not _UNREACHABLE:
                 response_type = load_response_schema(context.api_key, context.api_version)
                 _, offset = decode_response_header(answer, header_version=response_type.__header_schema__.__version__)
                 return entity_reader(response_type)(answer, offset)[0]
+        if on_written is not None:
+            on_written()
         answer = await parsed.route.handler(body, parsed.context)
         return _as_entity(answer) if answer is not None else None
 
@@ -270,11 +283,12 @@ class EdgeDispatcher(Dispatcher):
                                                   for task, body in zip(pending, again))))
         return answers
 
-    async def _relay(self, connection_id: str, endpoint: Endpoint, frame, expect_response: bool):
+    async def _relay(self, connection_id: str, endpoint: Endpoint, frame, expect_response: bool,
+                     on_written=None):
         """The actor's answer frame, None (no answer due) or _UNREACHABLE."""
         try:
             channel = await self._channel(connection_id, endpoint)
-            return await channel.relay(frame, expect_response=expect_response)
+            return await channel.relay(frame, expect_response=expect_response, on_written=on_written)
         except NetworkException as error:
             logger.info("broker %d: %s:%d unreachable (%s): answering for it", self.broker_id, *endpoint, error)
             return _UNREACHABLE
@@ -309,6 +323,19 @@ class EdgeDispatcher(Dispatcher):
 
 
 _UNREACHABLE = object()
+
+
+class _Written:
+    """Calls `admit()` once all `parts` of a request are written on."""
+
+    def __init__(self, admit, parts: int) -> None:
+        self._admit = admit
+        self._left = parts
+
+    def one(self) -> None:
+        self._left -= 1
+        if self._left <= 0:
+            self._admit()
 
 
 class ControllerUnreachable:

@@ -18,7 +18,8 @@ request order has been done (no await in between), so requests of one connection
 take effect in the order they were sent.
 
 Callers: the server (`admitting`, per request task), the Produce handler
-(`admit_next`).
+(`admit_next`), protocol.edge (`admission`: a relayed Produce admits the next
+request once written to every actor it goes to).
 """
 
 from __future__ import annotations
@@ -42,3 +43,19 @@ def admit_next() -> None:
     if admit is not None:
         _ADMISSION.set(None)
         admit()
+
+
+def admission() -> Callable[[], None]:
+    """The current request's `admit_next`, to call later from any task (the parts
+    of a request split over several connections): the first call admits, later
+    ones do nothing."""
+    admit = _ADMISSION.get()
+    _ADMISSION.set(None)
+    done = False
+
+    def once() -> None:
+        nonlocal done
+        if not done and admit is not None:
+            done = True
+            admit()
+    return once

@@ -16,7 +16,7 @@ from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
-from rafka.core.cluster_image import broker_view
+from rafka.core.cluster_image import broker_view, build_image
 from rafka.protocol.connection import Connection
 from tests.core.protocol_node import ProtocolNode
 from tests.core.test_protocol_partitions import batch, fetch_request, produce_request
@@ -193,3 +193,62 @@ def test_topic_administration__controller_unreachable__request_timed_out_not_not
     node.call(_controller_server(node).stop())
     (answer,) = exchange(node, _create_topics("a"))
     assert [t.error_code for t in answer.topics] == [ErrorCode.request_timed_out]
+
+
+def test_produce__the_next_request_reaches_the_actor_while_the_first_waits_for_its_acks(node):
+    """A relayed Produce lets its client connection's next request start once it
+    is written to the actor (as the actor's Produce does once appended), so a
+    producer's requests in flight reach the leader together. A stand-in for the
+    leader's node holds what it gets for a moment: both Produce requests of one
+    client connection arrive in it before the first is answered."""
+    image = node.image()
+    name = replica_actor_name("orders", 0, 0)
+    leader = image.nodes[image.node_of_actor(name)]
+    held: list[bytes] = []
+
+    async def stand_in(reader, writer):   # holds frames for 1 s, then forwards them in order
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", leader.port)
+        deadline = asyncio.get_running_loop().time() + 1.0
+        while len(held) < 2:
+            try:
+                size = await asyncio.wait_for(reader.readexactly(4), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                break
+            held.append(size + await reader.readexactly(int.from_bytes(size, "big")))
+        arrived_together = len(held)
+        for frame in held:
+            upstream_writer.write(frame)
+        for _ in range(arrived_together):
+            size = await upstream_reader.readexactly(4)
+            writer.write(size + await upstream_reader.readexactly(int.from_bytes(size, "big")))
+        while frame := await reader.read(1 << 16):   # anything later: passed on as it comes
+            upstream_writer.write(frame)
+            writer.write(await upstream_reader.read(1 << 16))
+        upstream_writer.close()
+
+    async def start():
+        server = await asyncio.start_server(stand_in, "127.0.0.1", 0)
+        return server, server.sockets[0].getsockname()[1]
+    server, port = node.call(start())
+    node._apply(node.metadata.handle_register_node(name, "127.0.0.1", port, "0")[0])
+    node._image = build_image(node.metadata, version=2)
+    node.view = broker_view(node._image)
+
+    async def go():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            return await asyncio.gather(connection.request(produce_request(batch(b"a"))),
+                                        connection.request(produce_request(batch(b"b"))))
+        finally:
+            await connection.close()
+    first, second = asyncio.run(go())
+    node.call(_close(server))
+    assert len(held) == 2, "the second Produce waited for the first one's answer"
+    assert [first.responses[0].partition_responses[0].error_code,
+            second.responses[0].partition_responses[0].error_code] == [ErrorCode.none, ErrorCode.none]
+    assert int(second.responses[0].partition_responses[0].base_offset) == \
+        int(first.responses[0].partition_responses[0].base_offset) + 1
+
+
+async def _close(server):
+    server.close()
