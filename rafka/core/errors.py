@@ -111,6 +111,22 @@ InvalidRequest = _error("InvalidRequest", 42, "INVALID_REQUEST", False,
                         "The request is malformed or names a state that is not current.")
 InvalidProducerEpoch = _error("InvalidProducerEpoch", 47, "INVALID_PRODUCER_EPOCH", False,
                               "The producer's epoch is older than the one the partition knows.")
+InvalidTxnState = _error("InvalidTxnState", 48, "INVALID_TXN_STATE", False,
+                         "The transactional request does not fit the transaction's state (e.g. commit after abort).")
+InvalidProducerIdMapping = _error("InvalidProducerIdMapping", 49, "INVALID_PRODUCER_ID_MAPPING", False,
+                                  "The producer id is not the one the coordinator holds for this transactional id.")
+InvalidTransactionTimeout = _error("InvalidTransactionTimeout", 50, "INVALID_TRANSACTION_TIMEOUT", False,
+                                   "transaction.timeout.ms is not positive or above transaction.max.timeout.ms.")
+ConcurrentTransactions = _error("ConcurrentTransactions", 51, "CONCURRENT_TRANSACTIONS", True,
+                                "The transaction is still completing (or its state is being written): retry.")
+TransactionCoordinatorFenced = _error("TransactionCoordinatorFenced", 52, "TRANSACTION_COORDINATOR_FENCED", False,
+                                      "A newer transaction coordinator owns the transactional id.")
+ProducerFenced = _error("ProducerFenced", 90, "PRODUCER_FENCED", False,
+                        "A newer producer with the same transactional id has bumped the epoch.")
+TransactionalIdNotFound = _error("TransactionalIdNotFound", 105, "TRANSACTIONAL_ID_NOT_FOUND", False,
+                                 "The coordinator holds no state for this transactional id.")
+TransactionAbortable = _error("TransactionAbortable", 120, "TRANSACTION_ABORTABLE", False,
+                              "The transaction cannot go on; the producer may abort it and keep its id.")
 UnknownProducerId = _error("UnknownProducerId", 59, "UNKNOWN_PRODUCER_ID", False,
                            "The partition has no state for this producer id.")
 KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", True,
