@@ -51,6 +51,7 @@ import ray
 
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
                                   alter_topic_config_on_controller)
+from rafka.actors.serving import controller as serving_controller
 from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE, replica_actor_name
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
                                         ensure_identity)
@@ -90,26 +91,22 @@ def node_broker_id() -> int | None:
     return int(label) if label is not None and label.isdigit() else None
 
 
-def _tell_controller(method: str, *args) -> None:
-    """A report to the controller (not awaited, nothing expected back); from the
-    actor's loop it is made on a worker thread: the lookup is a GCS call."""
-    def tell():
-        try:
-            getattr(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE), method).remote(*args)
-        except ValueError:   # no controller: the one that starts pings every replica
-            pass
-        except Exception as error:   # a report lost: the controller's sweep finds the same
-            logger.info("telling the controller %s failed: %s", method, error)
-    try:
-        asyncio.get_running_loop().run_in_executor(None, tell)
-    except RuntimeError:   # no loop here (the constructor)
-        tell()
-
-
 def _tell_controller_restarted(name: str) -> None:
     """The controller pings a settled replica only every few rounds: a restarted
-    one says so, to be given its role at the next round."""
-    _tell_controller("replica_restarted", name)
+    one says so, to be given its role at the next round (from the constructor:
+    no loop runs yet; not awaited)."""
+    try:
+        ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).replica_restarted.remote(name)
+    except ValueError:   # no controller: the one that starts pings every replica
+        pass
+
+
+async def _report_leader_suspected(topic: str, partition: int, leader_epoch: int, why: str) -> None:
+    """Not awaited by the fetch loop; a report lost is found by the controller's sweep."""
+    try:
+        (await serving_controller()).leader_suspected.remote(topic, partition, leader_epoch, why)
+    except Exception as error:
+        logger.info("reporting the leader of %s-%d failed: %s", topic, partition, error)
 
 
 class _ServedPartition:
@@ -183,6 +180,7 @@ class ReplicaActor:
         self._fetcher_stop = asyncio.Event()   # set to stop the fetch loop (see _stop_fetcher)
         self._leader_endpoint: tuple[str, int] | None = None   # given with the follower role
         self._suspected_at_s = float("-inf")   # the last report of the leader (_suspect_leader)
+        self._reports: set[asyncio.Task] = set()   # reports in flight (held: not collected)
         self._isr_keeper: asyncio.Task | None = None
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
@@ -527,7 +525,9 @@ class ReplicaActor:
         if now_s - self._suspected_at_s < SUSPICION_INTERVAL_S:
             return
         self._suspected_at_s = now_s
-        _tell_controller("leader_suspected", *self._partition, leader_epoch, why)
+        task = asyncio.get_running_loop().create_task(_report_leader_suspected(*self._partition, leader_epoch, why))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
 
     def _replica_address(self, replica_id: int) -> tuple[str, int] | None:
         """The leader's Kafka endpoint: the one given with the role (the leader's own

@@ -46,7 +46,7 @@ FIRST_IMAGE_WAIT_S = 15.0
 FORWARD_TIMEOUT_S = 30.0   # a forwarded config change (Kafka's request.timeout.ms default)
 
 
-async def _controller():
+async def controller():
     """The controller's handle, looked up off the loop (a GCS call: it must not
     stall the node's requests); ValueError if it does not exist."""
     return await asyncio.to_thread(ray.get_actor, CONTROLLER_NAME, namespace=NAMESPACE)
@@ -55,7 +55,7 @@ async def _controller():
 async def allocate_producer_id_from_controller() -> int:
     """InitProducerId on a replica or coordinator node: the controller hands out
     producer ids (as Kafka's ProducerIdManager takes blocks from the controller)."""
-    return await (await _controller()).allocate_producer_id.remote()
+    return await (await controller()).allocate_producer_id.remote()
 
 
 async def alter_topic_config_on_controller(name: str, ops: list, validate_only: bool = False,
@@ -66,8 +66,8 @@ async def alter_topic_config_on_controller(name: str, ops: list, validate_only: 
     or silent for FORWARD_TIMEOUT_S: REQUEST_TIMED_OUT, as Kafka's forwarding
     answers (retriable)."""
     try:
-        controller = await _controller()
-        return await asyncio.wait_for(controller.alter_topic_config.remote(name, ops, validate_only, replace),
+        found = await controller()
+        return await asyncio.wait_for(found.alter_topic_config.remote(name, ops, validate_only, replace),
                                       FORWARD_TIMEOUT_S)
     except ray.exceptions.RayTaskError as error:
         if isinstance(error.cause, KafkaError):
