@@ -46,6 +46,7 @@ def cmd_up(args) -> int:
              log_to_driver=args.log_to_driver)
     options = {k: v for k, v in (("replica_lag_time_max_ms", args.replica_lag_time_max_ms),
                                  ("fetch_max_wait_ms", args.fetch_max_wait_ms),
+                                 ("idle_fetch_max_wait_ms", args.idle_fetch_max_wait_ms),
                                  ("num_partitions", args.num_partitions),
                                  ("default_replication_factor", args.default_replication_factor),
                                  ("network_processes", args.network_processes)) if v is not None}
@@ -285,7 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="require a SASL/SCRAM login on every listener (always, once Ray's token auth is on); "
                          "it stays required for the cluster's life")
     up.add_argument("--replica-lag-time-max-ms", type=int)
-    up.add_argument("--fetch-max-wait-ms", type=int)
+    up.add_argument("--fetch-max-wait-ms", type=int, help="Kafka's replica.fetch.wait.max.ms (500)")
+    up.add_argument("--idle-fetch-max-wait-ms", type=int,
+                    help="the longest long poll of a follower that finds nothing new (5000; at most half "
+                         "of --replica-lag-time-max-ms)")
     up.add_argument("--listener-port", type=int, default=9092,
                     help="every broker's Kafka port, on its host: clients' bootstrap.servers "
                          "(0: a free port per broker)")

@@ -70,9 +70,9 @@ RESTARTED = ("follower", -1)  # a replica actor that came back and was not told 
 # second; the leaders' pings were most of what an idle cluster's controller did).
 # What the pings found in between now reaches the controller as it happens:
 #   * a leader that died, restarted, stopped answering or lost its endpoint: its
-#     followers fetch from it every fetch_max_wait_ms and say so
-#     (`leader_suspected`: a failed fetch, or one unanswered for
-#     fetch_max_wait_ms + leader_ping_timeout_ms);
+#     followers fetch from it at least every idle_fetch_max_wait_ms and say so
+#     (`leader_suspected`: a failed fetch, or one unanswered 2 s past the wait it
+#     asked for);
 #   * a replica that Ray restarted says so from its constructor (`replica_restarted`);
 # and either makes every replica of the partition be pinged at the next round. A
 # leader no follower watches (RF 1, or its followers down) is still found within
@@ -104,7 +104,8 @@ def cluster_bootstrap_servers() -> str:
 
 class ControllerActor:
     def __init__(self, *, data_dir: str, replica_lag_time_max_ms: int = 30_000,
-                 fetch_max_wait_ms: int = 500, leader_ping_timeout_ms: int = 2_000,
+                 fetch_max_wait_ms: int = 500, idle_fetch_max_wait_ms: int = 5_000,
+                 leader_ping_timeout_ms: int = 2_000,
                  log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000,
                  broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 1_000,
@@ -127,6 +128,7 @@ class ControllerActor:
         self.default_replication_factor = default_replication_factor
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.idle_fetch_max_wait_ms = idle_fetch_max_wait_ms
         self.log_retention_check_interval_ms = log_retention_check_interval_ms
         self.log_cleaner_backoff_ms = log_cleaner_backoff_ms
         self.replica_high_watermark_checkpoint_interval_ms = replica_high_watermark_checkpoint_interval_ms
@@ -452,7 +454,7 @@ class ControllerActor:
             topic=topic, partition=partition, replica_id=replica_id, data_dir=self.data_dir,
             topic_id=topic_metadata.topic_id, cluster_id=self.metadata.cluster_id,
             config=topic_metadata.config, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-            fetch_max_wait_ms=self.fetch_max_wait_ms,
+            fetch_max_wait_ms=self.fetch_max_wait_ms, idle_fetch_max_wait_ms=self.idle_fetch_max_wait_ms,
             log_retention_check_interval_ms=self.log_retention_check_interval_ms,
             log_cleaner_backoff_ms=self.log_cleaner_backoff_ms,
             replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms)

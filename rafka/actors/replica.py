@@ -1,7 +1,8 @@
 """The partition replica actor: a thin asyncio shell around core.PartitionReplica.
 
 What lives here and not in core: parking a follower's fetch (long poll,
-`fetch_max_wait_ms`) until the LEO moves, parking an acks=all produce until the HW
+`fetch_max_wait_ms`; an idle follower asks for longer waits, up to
+`idle_fetch_max_wait_ms`: core.replication.follower_fetch_wait_ms) until the LEO moves, parking an acks=all produce until the HW
 passes its last offset (or leadership is lost, or `request_timeout_ms` ends), and
 the follower's fetch loop: Kafka's replica Fetch to the leader's Kafka endpoint
 (protocol.fetching), not a Ray call.
@@ -62,6 +63,7 @@ from rafka.core.kafka_metrics import register_partition
 from rafka.core.metadata import uuid_as_id
 from rafka.core.records import iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, Role
+from rafka.core.replication import follower_fetch_wait_ms
 from rafka.actors.cluster_credential import cluster_login
 from rafka.protocol.network import NodeConnections
 from rafka.protocol.tls import cluster_client_context
@@ -140,7 +142,7 @@ class ReplicaActor:
     def __init__(self, *, topic: str, partition: int, replica_id: int, data_dir: str, topic_id: str,
                  cluster_id: str, config: dict, replica_lag_time_max_ms: int = 30_000,
                  replica_fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
-                 log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
+                 idle_fetch_max_wait_ms: int = 5_000, log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000) -> None:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.broker_id = node_broker_id()
@@ -174,6 +176,8 @@ class ReplicaActor:
         self.fetched_bytes = 0    # appended from the leader since this process started
         self.replica_fetch_max_bytes = replica_fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.idle_fetch_max_wait_ms = idle_fetch_max_wait_ms
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.served = _ServedPartition(self)   # what each request calls (PartitionHost)
         self.hosted = HostedPartition(self.served.usable)   # the partition calls, with their waiting
         self._fetcher: asyncio.Task | None = None
@@ -454,9 +458,8 @@ class ReplicaActor:
         failure is retried after a pause; the controller tells us when to stop."""
         topic, partition = self._partition
         loop = asyncio.get_running_loop()
-        silence_s = (self.fetch_max_wait_ms + LEADER_SILENCE_MS) / 1000
+        wait_ms = self.fetch_max_wait_ms   # this poll's wait: core.replication.follower_fetch_wait_ms
         nodes = NodeConnections(client_id=f"rafka-replica-fetcher-{self.name}", max_in_flight_requests=1,
-                                request_timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + self.fetch_max_wait_ms,
                                 sasl=cluster_login, tls=cluster_client_context())
         try:
             while (not stop.is_set() and self.replica.role is Role.FOLLOWER
@@ -467,6 +470,7 @@ class ReplicaActor:
                         await self._wait_for_change(0.1)
                         continue
                     log = self.replica.log
+                    silence_s = (wait_ms + LEADER_SILENCE_MS) / 1000
                     silent = loop.call_later(silence_s, self._suspect_leader, leader_epoch,
                                              f"a fetch unanswered for {silence_s:.1f}s")
                     try:
@@ -474,10 +478,15 @@ class ReplicaActor:
                             topic=topic, partition=partition, replica_id=self.replica.replica_id,
                             fetch_offset=log.log_end_offset, leader_epoch=leader_epoch,
                             last_fetched_epoch=log.latest_epoch, log_start_offset=log.log_start_offset,
-                            max_bytes=self.replica_fetch_max_bytes, max_wait_ms=self.fetch_max_wait_ms))
+                            max_bytes=self.replica_fetch_max_bytes, max_wait_ms=wait_ms),
+                            timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + wait_ms)
                     finally:
                         silent.cancel()
                     answer = fetching.leader_answer(response, topic=topic, partition=partition)
+                    wait_ms = follower_fetch_wait_ms(
+                        wait_ms, answered_records=bool(answer.records) or answer.diverging_epoch is not None,
+                        fetch_max_wait_ms=self.fetch_max_wait_ms, idle_fetch_max_wait_ms=self.idle_fetch_max_wait_ms,
+                        replica_lag_time_max_ms=self.replica_lag_time_max_ms)
                     if answer.diverging_epoch is not None:
                         self.replica.truncate_to_leader_epoch_end(answer.diverging_epoch)
                         continue

@@ -5,7 +5,10 @@ Invariants:
   follower: HW = min(leader HW, own LEO)
   the leader is always in its own ISR
   a follower is caught up (Kafka's lastCaughtUpTimeMs) at a fetch whose offset
-  reached the leader's LEO as of that fetch, or as of the previous fetch
+  reached the leader's LEO as of that fetch, or as of the previous fetch; so an
+  idle follower's long poll is never parked longer than half of
+  replica.lag.time.max.ms (`follower_fetch_wait_ms`), or a follower in sync
+  would look lagging when records come after a long idle poll
   a follower rejoins the ISR only on evidence from its own fetches: it fetched
   under this leader, reached the HW, and was caught up within the lag time (a
   paused follower whose old LEO happens to equal the HW must not rejoin)
@@ -47,6 +50,27 @@ class FollowerProgress:
 
 def follower_high_watermark(leader_high_watermark: int, own_log_end_offset: int) -> int:
     return min(leader_high_watermark, own_log_end_offset)
+
+
+def follower_fetch_wait_ms(previous_wait_ms: int, *, answered_records: bool, fetch_max_wait_ms: int,
+                           idle_fetch_max_wait_ms: int, replica_lag_time_max_ms: int) -> int:
+    """How long the follower's next long poll may be parked at the leader, after
+    one that waited `previous_wait_ms` (a fetch loop starts at fetch_max_wait_ms).
+
+    Kafka's replica.fetch.wait.max.ms (`fetch_max_wait_ms`) while records come;
+    each answer that brought nothing doubles it, up to `idle_fetch_max_wait_ms`
+    (issue 27: a replica is a process of its own, so an idle follower's poll every
+    fetch_max_wait_ms woke both ends twice a second; Kafka pays that once per
+    broker pair). Records still flow at once (the leader answers a parked fetch as
+    soon as it appends) and the next poll after them is back at fetch_max_wait_ms,
+    so the HW moves as fast as before; what an idle follower learns later is only
+    a HW that moved without new records, and its leader's silence (see the actor's
+    LEADER_SILENCE_MS, measured from the wait it asked for). Never above half of
+    replica.lag.time.max.ms (the module's invariants)."""
+    if answered_records:
+        return fetch_max_wait_ms
+    longest_ms = min(idle_fetch_max_wait_ms, replica_lag_time_max_ms // 2)
+    return max(fetch_max_wait_ms, min(longest_ms, 2 * previous_wait_ms))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,8 @@ import pytest
 
 from rafka.core.clock import FakeClock
 from rafka.core.log import PartitionLog
-from rafka.core.replication import CommittedIsr, IsrChangeInFlight, LeaderState, follower_high_watermark
+from rafka.core.replication import (CommittedIsr, IsrChangeInFlight, LeaderState, follower_fetch_wait_ms,
+                                   follower_high_watermark)
 from rafka.core.records import decode_records
 
 from tests.core.helpers import batch
@@ -118,6 +119,46 @@ def test_isr__paused_follower_whose_leo_equals_the_hw_does_not_rejoin_without_fe
     pair.accept(pair.propose())
     assert pair.leader.high_watermark == pair.leader.followers[2].log_end_offset == 0
     assert pair.leader.caught_up_outside_isr(pair.clock.now_ms()) == set()
+
+
+def waits(answers, *, fetch_max_wait_ms=500, idle_fetch_max_wait_ms=5_000, replica_lag_time_max_ms=30_000):
+    """The wait each poll of a fetch loop asks for, given whether each answer had records."""
+    wait_ms, asked = fetch_max_wait_ms, []
+    for answered_records in answers:
+        asked.append(wait_ms)
+        wait_ms = follower_fetch_wait_ms(wait_ms, answered_records=answered_records,
+                                         fetch_max_wait_ms=fetch_max_wait_ms,
+                                         idle_fetch_max_wait_ms=idle_fetch_max_wait_ms,
+                                         replica_lag_time_max_ms=replica_lag_time_max_ms)
+    return asked
+
+
+def test_follower_wait__idle_polls_double_to_the_idle_wait__records_bring_it_back_at_once():
+    assert waits([False] * 6 + [True, False]) == [500, 1000, 2000, 4000, 5000, 5000, 5000, 500]
+    assert waits([True] * 3) == [500, 500, 500]        # records flowing: Kafka's replica.fetch.wait.max.ms
+
+
+def test_follower_wait__never_above_half_the_lag_time__never_below_fetch_max_wait():
+    assert max(waits([False] * 10, replica_lag_time_max_ms=2_000)) == 1_000
+    assert waits([False] * 3, fetch_max_wait_ms=100, replica_lag_time_max_ms=2_000) == [100, 200, 400]
+    assert set(waits([False] * 4, fetch_max_wait_ms=500, idle_fetch_max_wait_ms=100)) == {500}
+
+
+def test_isr__an_idle_follower_polling_at_the_longest_wait_stays_in_sync(tmp_path):
+    """The longest idle poll is half the lag time: a caught-up follower that polls that
+    rarely is never counted lagging, when records come after a long parked poll too."""
+    pair = Pair(tmp_path)
+    pair.produce(b"a")
+    pair.fetch(), pair.fetch()
+    longest_ms = max(waits([False] * 20, idle_fetch_max_wait_ms=10**9, replica_lag_time_max_ms=LAG_MS))
+    for _ in range(5):
+        pair.clock.advance(longest_ms)
+        pair.fetch()
+        assert pair.leader.lagging_isr_members(pair.clock.now_ms()) == set()
+    pair.clock.advance(longest_ms - 1)   # parked at the LEO; records come just before its wait ends
+    pair.produce(b"b")
+    pair.fetch()
+    assert pair.leader.lagging_isr_members(pair.clock.now_ms()) == set()
 
 
 # --- KIP-497: the HW over the maximal ISR, one ISR change in flight ---------------
