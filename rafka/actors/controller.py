@@ -511,6 +511,30 @@ class ControllerActor:
         await self._push_image()
         return {"name": name, "config": overrides}
 
+    async def create_acls(self, bindings: list) -> list:
+        """CreateAcls (core.acl.AclBinding each): per binding None or its typed error
+        (core.metadata.handle_create_acls). Committed, then the new image goes to
+        every node before the answer, so every node decides with the new bindings
+        once the client hears they exist."""
+        async with self._lock:
+            records, results = self.metadata.handle_create_acls(bindings)
+            self._commit(records)
+        if records:
+            logger.info("ACLs: %d created (%d bindings now)", len(records), len(self.metadata.acl_bindings))
+            await asyncio.gather(self._push_image(), self.brokers_current())
+        return results
+
+    async def delete_acls(self, filters: list) -> list:
+        """DeleteAcls (core.acl.AclBindingFilter each): per filter the bindings it
+        removed or its typed error; pushed as create_acls is."""
+        async with self._lock:
+            records, results = self.metadata.handle_delete_acls(filters)
+            self._commit(records)
+        if records:
+            logger.info("ACLs: %d deleted (%d bindings now)", len(records), len(self.metadata.acl_bindings))
+            await asyncio.gather(self._push_image(), self.brokers_current())
+        return results
+
     async def delete_topic(self, name: str) -> None:
         """Remove the topic from the metadata first (clients stop finding it), then
         its replicas' logs, actors and placement groups. A replica whose broker is
@@ -1077,3 +1101,5 @@ class _TopicAdminOnActorLoop:
         self.delete_topic = hop(controller.delete_topic)
         self.add_partitions = hop(functools.partial(controller.add_partitions, wait_for_leaders=False))
         self.alter_topic_config = hop(controller.alter_topic_config)
+        self.create_acls = hop(controller.create_acls)
+        self.delete_acls = hop(controller.delete_acls)

@@ -23,6 +23,12 @@ Invariants:
 
   * `brokers` lists the brokers whose node has registered (`broker:<id>:<k>`
     actors); `broker_view` names no other node.
+  * `acls` are the controller's ACL bindings at the image's version (core.acl):
+    every node authorizes from its image, with no call to the controller.
+    `authorize` is the cluster's policy over them: rafka's own user
+    (core.scram.CLUSTER_USER) is a super user; a resource no binding applies to
+    is open to everyone until SASL is required, then closed (Kafka's
+    allow.everyone.if.no.acl.found, true on an open cluster, false once logins are).
 
 Pure data, no I/O. Callers: the controller (build), the actors' Metadata handler
 and partition lookups (read), the broker nodes (broker_view, and the internal
@@ -37,11 +43,15 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from rafka.core.acl import NO_ACLS, AclOperation, Acls, Resource, ResourceType, authorize, \
+    authorize_by_resource_type, user_principal
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_of_actor_name, coordinator_actor_name,
                                     replica_actor_name)
 from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.metadata import NO_LEADER, ClusterMetadata, NodeEndpoint, id_as_uuid
-from rafka.core.scram import ScramCredential
+from rafka.core.scram import CLUSTER_USER, ScramCredential
+
+SUPER_USERS = frozenset({user_principal(CLUSTER_USER)})   # Kafka's super.users
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +88,20 @@ class ClusterImage:
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(default_factory=dict)
     sasl_required: bool = False   # every listener asks for a SASL login (protocol.sasl)
     brokers: Mapping[int, NodeEndpoint] = dataclasses.field(default_factory=dict)   # live brokers' addresses
+    acls: Acls = NO_ACLS          # the ACL bindings (core.acl), with the version of their last change
+
+    def authorize(self, principal: str, host: str, operation: AclOperation, resource: Resource) -> bool:
+        """Whether `principal`, connected from `host`, may do `operation` on `resource`."""
+        return authorize(self.acls, principal, host, operation, resource, super_users=SUPER_USERS,
+                         allow_everyone_if_no_acl_found=not self.sasl_required)
+
+    def authorize_by_resource_type(self, principal: str, host: str, operation: AclOperation,
+                                   resource_type: ResourceType) -> bool:
+        """Whether `principal` may do `operation` on some resource of the type
+        (core.acl.authorize_by_resource_type), under the same policy."""
+        return authorize_by_resource_type(self.acls, principal, host, operation, resource_type,
+                                          super_users=SUPER_USERS,
+                                          allow_everyone_if_no_acl_found=not self.sasl_required)
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """A SASL listener's lookup: the user's salted credential for `mechanism`."""
@@ -186,4 +210,5 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
     return ClusterImage(version=version, cluster_id=metadata.cluster_id, controller_node=controller,
                         nodes=dict(sorted(listed.items())), topics=topics, coordinator_nodes=coordinators,
                         scram_credentials=dict(metadata.scram_credentials),
-                        sasl_required=metadata.sasl_required, brokers=dict(sorted(brokers.items())))
+                        sasl_required=metadata.sasl_required, brokers=dict(sorted(brokers.items())),
+                        acls=metadata.acls())

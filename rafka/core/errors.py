@@ -175,6 +175,17 @@ class InvalidRecord(KafkaError):
                    f"and only showing the first three errors at most: [{shown}]", tuple(record_errors))
 
 
+# Authorization (Kafka's ACLs, core.acl): never retriable, a retry is refused the same way
+TopicAuthorizationFailed = _error("TopicAuthorizationFailed", 29, "TOPIC_AUTHORIZATION_FAILED", False,
+                                  "The principal may not do this operation on the topic.")
+GroupAuthorizationFailed = _error("GroupAuthorizationFailed", 30, "GROUP_AUTHORIZATION_FAILED", False,
+                                  "The principal may not do this operation on the group.")
+ClusterAuthorizationFailed = _error("ClusterAuthorizationFailed", 31, "CLUSTER_AUTHORIZATION_FAILED", False,
+                                    "The principal may not do this operation on the cluster.")
+TransactionalIdAuthorizationFailed = _error("TransactionalIdAuthorizationFailed", 53,
+                                            "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", False,
+                                            "The principal may not use this transactional id.")
+
 UnsupportedSaslMechanism = _error("UnsupportedSaslMechanism", 33, "UNSUPPORTED_SASL_MECHANISM", False,
                                   "The SASL mechanism asked for is not enabled on this listener.")
 IllegalSaslState = _error("IllegalSaslState", 34, "ILLEGAL_SASL_STATE", False,

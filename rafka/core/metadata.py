@@ -28,6 +28,10 @@ Invariants:
   (the cluster credential, core.scram.CLUSTER_USER): `rafka users` cannot add or
   delete them
   once SASL is required (`require_sasl`) it stays required: no record turns it off
+  ACL bindings are a set (core.acl): a binding created twice is kept once, and
+  `acl_version` counts the ACL records replayed, so an image's `acls` say which
+  set it holds; only valid bindings are recorded (core.acl.validate_new_binding),
+  at most MAX_ACL_CHANGES_PER_REQUEST records per Create/DeleteAcls
   a topic's config is its overrides only, every one valid together (TopicConfig),
   min.insync.replicas never above its replication factor; `topic_config` records
   replace the whole set (AlterConfigs and IncrementalAlterConfigs end there)
@@ -45,11 +49,13 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rafka.core.acl import (MAX_ACL_CHANGES_PER_REQUEST, NO_ACLS, AclBinding, AclBindingFilter, Acls,
+                            validate_new_binding)
 from rafka.core.config import SET, ConfigOp, TopicConfig, altered_overrides
 from rafka.core.errors import (FencedLeaderEpoch, InvalidConfig, InvalidPartitions, InvalidReplicaAssignment,
                                InvalidReplicationFactor, InvalidRequest, InvalidTopic, LeaderNotAvailable,
-                               NotLeaderOrFollower, ReassignmentInProgress, ResourceNotFound, TopicAlreadyExists,
-                               UnknownTopicOrPartition)
+                               KafkaError, NotLeaderOrFollower, ReassignmentInProgress, ResourceNotFound,
+                               TopicAlreadyExists, UnknownServerError, UnknownTopicOrPartition)
 from rafka.core.scram import (CLUSTER_MECHANISM, CLUSTER_USER, RESERVED_USER_PREFIX, ScramCredential,
                               make_credential, matches)
 
@@ -167,6 +173,9 @@ class ClusterMetadata:
         self.next_node_id = 0
         self.scram_credentials: dict[tuple[str, str], ScramCredential] = {}   # by (user, mechanism)
         self.sasl_required = False   # every listener asks for a SASL login (protocol.sasl)
+        self.acl_bindings: set[AclBinding] = set()
+        self.acl_version = 0         # ACL records replayed: the version of `acls()`
+        self._acls: Acls = NO_ACLS   # the indexed bindings at acl_version, made when first asked for
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -210,6 +219,15 @@ class ClusterMetadata:
             self.scram_credentials.pop((record["name"], record["mechanism"]), None)
         elif kind == "require_sasl":
             self.sasl_required = True
+        elif kind == "acl":
+            self.acl_bindings.add(AclBinding.from_record(record))
+            self.acl_version += 1
+        elif kind == "remove_acl":
+            binding = AclBinding.from_record(record)
+            if binding not in self.acl_bindings:   # the log removes only what it added: a bug, loudly
+                raise ValueError(f"metadata record removes an ACL that is not there: {record}")
+            self.acl_bindings.remove(binding)
+            self.acl_version += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -446,6 +464,60 @@ class ClusterMetadata:
             if not user.startswith(RESERVED_USER_PREFIX):
                 out.setdefault(user, []).append(mechanism)
         return out
+
+    def acls(self) -> Acls:
+        """The bindings, indexed (core.acl.Acls), made again only after they changed."""
+        if self._acls.version != self.acl_version:
+            self._acls = Acls(self.acl_bindings, version=self.acl_version)
+        return self._acls
+
+    def handle_create_acls(self, bindings: Sequence[AclBinding]) -> tuple[list[Record], list[KafkaError | None]]:
+        """CreateAcls: per binding, None (created, or there already) or why not
+        (INVALID_REQUEST with Kafka's message); a record for each binding new to the
+        set, the request's duplicates once (Kafka's AclControlManager.createAcls)."""
+        records: list[Record] = []
+        results: list[KafkaError | None] = []
+        added: set[AclBinding] = set()
+        for binding in bindings:
+            try:
+                validate_new_binding(binding)
+            except KafkaError as error:
+                results.append(error)
+                continue
+            if binding not in self.acl_bindings and binding not in added:
+                if len(records) >= MAX_ACL_CHANGES_PER_REQUEST:
+                    results.append(UnknownServerError(f"Cannot create more than {MAX_ACL_CHANGES_PER_REQUEST} "
+                                                      f"acls in a single operation."))
+                    continue
+                added.add(binding)
+                records.append({"type": "acl", **binding.to_record()})
+            results.append(None)
+        return records, results
+
+    def handle_delete_acls(self, filters: Sequence[AclBindingFilter]
+                           ) -> tuple[list[Record], list[tuple[AclBinding, ...] | KafkaError]]:
+        """DeleteAcls: per filter, the bindings it matched (each removed once, however
+        many filters match it) or why not (a filter with an UNKNOWN field:
+        INVALID_REQUEST; one matching more than MAX_ACL_CHANGES_PER_REQUEST in all:
+        Kafka's "Cannot remove more than ..." as UNKNOWN_SERVER_ERROR, its part
+        removing nothing). Kafka's AclControlManager.deleteAcls."""
+        removed: dict[AclBinding, Record] = {}
+        results: list[tuple[AclBinding, ...] | KafkaError] = []
+        current = self.acls()
+        for acl_filter in filters:
+            unknown = acl_filter.unknown_field()
+            if unknown is not None:
+                results.append(InvalidRequest(unknown))
+                continue
+            matched = tuple(current.matching(acl_filter))
+            new = [b for b in matched if b not in removed]
+            if len(removed) + len(new) > MAX_ACL_CHANGES_PER_REQUEST:
+                results.append(UnknownServerError(f"Cannot remove more than {MAX_ACL_CHANGES_PER_REQUEST} acls "
+                                                  f"in a single delete operation."))
+                continue
+            removed.update((b, {"type": "remove_acl", **b.to_record()}) for b in new)
+            results.append(matched)
+        return list(removed.values()), results
 
     def handle_delete_topic(self, name: str) -> list[Record]:
         self.topic(name)

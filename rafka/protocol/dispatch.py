@@ -31,6 +31,11 @@ version in core.metrics.RequestMetrics; Fetch is FetchConsumer or FetchFollower,
 as Kafka names them. A request costs two clock reads, a dict lookup and one
 Histogram.observe; the exporter reads the histograms every few seconds.
 
+Who asks: each request's context carries its connection's Session, the
+principal (`User:<name>` after a SASL login, `User:ANONYMOUS` without one) and
+the client's host address, which the server gives with the frame; handlers
+authorize with them (core.acl, core.api_authorization).
+
 Invariants: for any bytes, `parse` and `dispatch` return or raise a ProtocolError
 (handlers' own exceptions aside); the table is never mutated; work is bounded by
 the frame's size (bounds.check_entity runs before kio allocates anything).
@@ -55,6 +60,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 from kio.static.primitive import i16
 
+from rafka.core.acl import ANONYMOUS
 from rafka.core.metrics import Histogram, RequestMetrics
 from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, check_entity
 from rafka.protocol.errors import (MalformedRequestBody, UnknownApiKey,
@@ -79,6 +85,16 @@ class ApiVersionRange:
     max_version: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Session:
+    """Who is on a connection (Kafka's RequestContext principal and clientAddress)."""
+    principal: str = ANONYMOUS     # core.acl.user_principal of the SASL login
+    client_host: str = ""          # the peer's address as ACL hosts name it ("10.0.0.7"); "" unknown
+
+
+ANONYMOUS_SESSION = Session()
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RequestContext:
     """What a handler may know about a request besides its body."""
@@ -88,6 +104,8 @@ class RequestContext:
     client_id: str                 # Kafka reads a null client id as "" (RequestHeader.parse)
     connection_id: str
     supported_api_versions: tuple[ApiVersionRange, ...]
+    principal: str = ANONYMOUS
+    client_host: str = ""
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[Any | None]]
@@ -154,7 +172,7 @@ class Dispatcher:
         self._clock_s = clock_s
         self._latency_by_key: dict[tuple[int, int], Histogram] = {}   # (API key, version)
 
-    def parse(self, frame: bytes, *, connection_id: str = "") -> ParsedRequest:
+    def parse(self, frame: bytes, *, connection_id: str = "", session: Session = ANONYMOUS_SESSION) -> ParsedRequest:
         """Header and body of one request frame (without its size prefix)."""
         api_key, api_version = peek_api_key_and_version(frame)
         route = self.table.routes_by_api_key.get(api_key)
@@ -168,7 +186,7 @@ class Dispatcher:
         header_version = (request_type.__header_schema__.__version__ if request_type else
                           2 if api_version >= API_VERSIONS_FIRST_FLEXIBLE_VERSION else 1)
         header, body_offset = decode_request_header(frame, header_version=header_version)
-        context = self._context(header, connection_id)
+        context = self._context(header, connection_id, session)
         if request_type is None:
             return ParsedRequest(context, route, None, body_offset)
         try:
@@ -180,10 +198,11 @@ class Dispatcher:
                 f"connectionId: {connection_id}: {type(error).__name__}: {error}") from None
         return ParsedRequest(context, route, body, body_offset)
 
-    async def dispatch(self, frame: bytes, *, connection_id: str = "") -> bytes | None:
+    async def dispatch(self, frame: bytes, *, connection_id: str = "",
+                       session: Session = ANONYMOUS_SESSION) -> bytes | None:
         """The size-prefixed response frame, or None when no response is due."""
         started_s = self._clock_s()
-        parsed = self.parse(frame, connection_id=connection_id)
+        parsed = self.parse(frame, connection_id=connection_id, session=session)
         try:
             if parsed.is_unsupported_api_versions:
                 response = self.unsupported_api_versions_response(parsed.route)
@@ -233,13 +252,14 @@ class Dispatcher:
             api_keys=(ApiVersionV0(api_key=i16(route.api_key), min_version=i16(route.min_version),
                                    max_version=i16(route.max_version)),))
 
-    def _context(self, header: RequestHeader, connection_id: str) -> RequestContext:
+    def _context(self, header: RequestHeader, connection_id: str, session: Session) -> RequestContext:
         return RequestContext(api_key=header.request_api_key,
                               api_version=header.request_api_version,
                               correlation_id=header.correlation_id,
                               client_id=header.client_id or "",
                               connection_id=connection_id,
-                              supported_api_versions=self.table.supported_api_versions)
+                              supported_api_versions=self.table.supported_api_versions,
+                              principal=session.principal, client_host=session.client_host)
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:

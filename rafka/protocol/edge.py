@@ -5,7 +5,7 @@ keep their own nodes as the internal listener (core.cluster_image).
 
 Routes, by API:
   * answered here from the broker view of the cluster image: ApiVersions,
-    Metadata, FindCoordinator, DescribeConfigs, InitProducerId, SASL;
+    Metadata, FindCoordinator, DescribeConfigs, InitProducerId, DescribeAcls, SASL;
   * partition APIs (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch): each
     partition goes to its leader replica's actor when that replica runs on this
     broker; any other partition is answered here as Kafka's broker answers one it
@@ -13,7 +13,7 @@ Routes, by API:
     partition exists);
   * group APIs: to the group's coordinator actor when it runs on this broker,
     else NOT_COORDINATOR from here; ListGroups asks every coordinator here;
-  * topic and config administration: to the controller's node, from any broker
+  * topic, config and ACL administration: to the controller's node, from any broker
     (Kafka's brokers forward it to the controller, KIP-590); tried again once on
     a new connection if the first is lost, then answered REQUEST_TIMED_OUT
     (retriable) as Kafka's forwarding answers an unreachable controller
@@ -35,6 +35,11 @@ the client's connection. An actor that cannot be reached (restarting, gone)
 gets the answer this node gives for work that is not here: retriable errors that
 send the client back to Metadata.
 
+Who asks: relayed requests reach the actors on the broker's own connections
+(the cluster's login, a super user), so what the client's principal may do is
+decided here; today CreateAcls and DeleteAcls (AUTHORIZED_BEFORE_RELAY), the
+rest with the slice of issue 30 that authorizes every API.
+
 Invariants: the handlers here read only the image (broker view and internal
 endpoints) and never wait on Ray; every upstream request is one the client sent
 (or a part of it), so bounds on client requests bound the relayed ones.
@@ -54,11 +59,14 @@ from typing import Any
 from kio.serial import entity_reader
 from kio.static.primitive import i32, i32Timedelta
 
+from rafka.core.acl import CLUSTER
+from rafka.core.api_authorization import KAFKA_API_AUTHORIZATION
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NetworkException, RequestTimedOut
 from rafka.core.offsets_schema import partition_for_group
 from rafka.protocol.connection import Connection, SaslLogin
-from rafka.protocol.dispatch import DispatchTable, Dispatcher, ParsedRequest, encode_response
+from rafka.protocol.dispatch import (ANONYMOUS_SESSION, DispatchTable, Dispatcher, ParsedRequest, Session,
+                                    encode_response)
 from rafka.protocol.entities import load_response_schema
 from rafka.protocol.framing import decode_response_header, pack_request_header, peek_api_key_and_version
 from rafka.protocol.hot_writers import WrittenBody, body_pieces
@@ -95,7 +103,13 @@ OFFSET_FETCH_KEY = 9       # group_id (v0-7) or groups[].group_id (v8+)
 # APIs about several groups: request list field (of names or of entries), answer list field
 GROUP_LIST_APIS = {9: ("groups", "groups"), 15: ("groups", "groups"), 42: ("groups_names", "results")}
 LIST_GROUPS_KEY = 16
-CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44})   # Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs
+# Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls
+CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31})
+# Relayed requests reach the controller on the broker's own login (rafka's cluster
+# user, a super user): the client's principal is known here only, so these are
+# authorized here before they go on (KAFKA_API_AUTHORIZATION's cluster check); a
+# refused one is answered here, by the handler, which refuses it the same way.
+AUTHORIZED_BEFORE_RELAY = frozenset({30, 31})
 _NO_WAIT = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -123,18 +137,18 @@ class EdgeDispatcher(Dispatcher):
 
     # --- routing ---------------------------------------------------------------------
 
-    async def dispatch(self, frame, *, connection_id: str = "") -> bytes | None:
+    async def dispatch(self, frame, *, connection_id: str = "", session: Session = ANONYMOUS_SESSION) -> bytes | None:
         api_key, _ = peek_api_key_and_version(frame)
         if api_key in PARTITION_APIS or api_key in SINGLE_GROUP_APIS or api_key in GROUP_LIST_APIS \
                 or api_key in CONTROLLER_APIS or api_key == LIST_GROUPS_KEY:
             started_s = self._clock_s()
-            parsed = self.parse(frame, connection_id=connection_id)
+            parsed = self.parse(frame, connection_id=connection_id, session=session)
             if not parsed.is_unsupported_api_versions:
                 try:
                     return await self._route(parsed, frame, connection_id)
                 finally:
                     self._observe(parsed, started_s)
-        return await super().dispatch(frame, connection_id=connection_id)
+        return await super().dispatch(frame, connection_id=connection_id, session=session)
 
     async def _route(self, parsed: ParsedRequest, frame, connection_id: str) -> bytes | None:
         api_key = parsed.context.api_key
@@ -142,7 +156,8 @@ class EdgeDispatcher(Dispatcher):
         if api_key in CONTROLLER_APIS:
             image = self._image()
             controller = image.nodes.get(image.controller_node)
-            targets = {(controller.host, controller.port) if controller else None: body}
+            refused = api_key in AUTHORIZED_BEFORE_RELAY and not _cluster_check_passes(self._view(), parsed)
+            targets = {(controller.host, controller.port) if controller and not refused else None: body}
         elif api_key in PARTITION_APIS:
             targets = self._partition_targets(api_key, body)
         elif api_key == LIST_GROUPS_KEY:
@@ -349,7 +364,14 @@ class ControllerUnreachable:
 
     async def _unreachable(self, *args, **kwargs):
         raise RequestTimedOut("the controller could not be reached from this broker; retry")
-    create_topic = delete_topic = add_partitions = alter_topic_config = _unreachable
+    create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _unreachable
+
+
+def _cluster_check_passes(view: ClusterImage, parsed: ParsedRequest) -> bool:
+    """Whether the request's principal passes its API's cluster check (core.api_authorization)."""
+    context = parsed.context
+    check, = KAFKA_API_AUTHORIZATION[context.api_key].checks
+    return view.authorize(context.principal, context.client_host, check.operation, CLUSTER)
 
 
 def _with_correlation_id(answer, correlation_id: int) -> bytes:

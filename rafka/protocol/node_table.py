@@ -8,6 +8,10 @@ node's ApiVersions for the whole cluster (kafka-python does) work:
   * topic administration anywhere but the controller: NOT_CONTROLLER (the client
     sends it to Metadata's controller_id; Kafka's brokers forward it instead,
     KIP-590, which rafka's nodes do not need to);
+  * ACLs: DescribeAcls on every node from its image; CreateAcls and DeleteAcls
+    on the controller's node (its topic_admin_host), NOT_CONTROLLER elsewhere
+    (a broker's edge relays them to the controller; `acl_admin` stands in for
+    the controller where a test node keeps the metadata itself);
   * config changes (AlterConfigs, IncrementalAlterConfigs) on every node: clients
     send them to any broker, so a node that is not the controller forwards them
     (`alter_topic_config`, given by the actor); the controller's node calls the
@@ -23,7 +27,7 @@ from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NotController
 from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
-from rafka.protocol.handlers import (alter_configs, api_versions, describe_configs, fetch, find_coordinator,
+from rafka.protocol.handlers import (acls, alter_configs, api_versions, describe_configs, fetch, find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
                                      metadata, offset_for_leader_epoch, produce, topic_admin)
 
@@ -48,17 +52,19 @@ class _NotController:
     async def _refuse(self, *args, **kwargs):
         raise NotController("this node is not the controller: send topic administration to the "
                             "controller Metadata names")
-    create_topic = delete_topic = add_partitions = alter_topic_config = _refuse
+    create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _refuse
 
 
 def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Callable[[], Awaitable[int]],
                partitions=None, groups=None, topic_admin_host=None,
                list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
-               alter_topic_config: alter_configs.AlterTopicConfig | None = None) -> DispatchTable:
+               alter_topic_config: alter_configs.AlterTopicConfig | None = None,
+               acl_admin: acls.AclAdmin | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `topic_admin_host`: the controller;
     `alter_topic_config`: how a node that is not the controller reaches it (none:
-    NOT_CONTROLLER, the controller's node uses its topic_admin_host)."""
+    NOT_CONTROLLER, the controller's node uses its topic_admin_host);
+    `acl_admin`: where CreateAcls / DeleteAcls go (default: topic_admin_host)."""
     partitions = partitions or _NoPartitions(image)
     groups = groups or _NoGroups()
     admin = topic_admin_host or _NotController(image)
@@ -69,5 +75,5 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         offset_for_leader_epoch.route(partitions), init_producer_id.route(allocate_producer_id),
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
         *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin),
-        *alter_configs.routes(alter_topic_config),
+        *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
         *sasl.routes()])

@@ -45,7 +45,7 @@ from kio.schema.errors import ErrorCode
 
 from rafka.core.errors import SaslAuthenticationFailed
 from rafka.core.scram import MECHANISMS, ScramCredential, ScramServer
-from rafka.protocol.dispatch import Dispatcher, Route, encode_response
+from rafka.protocol.dispatch import ANONYMOUS_SESSION, Dispatcher, Route, Session, encode_response
 from rafka.protocol.entities import load_response_schema, make
 from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import peek_api_key_and_version
@@ -109,11 +109,13 @@ class SaslGate:
             self.required = self.listener.required()
         return self.required
 
-    async def answer(self, frame, connection_id: str) -> bytes | None:
-        """The answer to a request before authentication (or ProtocolError: close)."""
+    async def answer(self, frame, connection_id: str, session: Session = ANONYMOUS_SESSION) -> bytes | None:
+        """The answer to a request before authentication (or ProtocolError: close).
+        Once it has authenticated, `user` names who (the server makes the
+        connection's principal of it, core.acl.user_principal)."""
         api_key, _ = peek_api_key_and_version(frame)
         if api_key == API_VERSIONS_KEY:
-            return await self.dispatcher.dispatch(frame, connection_id=connection_id)
+            return await self.dispatcher.dispatch(frame, connection_id=connection_id, session=session)
         if api_key not in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
             raise UnexpectedRequestDuringSasl(f"Unexpected Kafka request of type {api_key} during SASL handshake")
         parsed = self.dispatcher.parse(frame, connection_id=connection_id)

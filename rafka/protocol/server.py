@@ -18,6 +18,9 @@ Invariants:
   * At most `max_connections` connections are open; one more is closed at once
     (Kafka's max.connections, enforced by its Acceptor). A connection with no
     request for `connections_max_idle_ms` is closed (connections.max.idle.ms).
+  * Each request is dispatched with its connection's Session: the client's
+    address, and the principal of its SASL login (protocol.sasl), ANONYMOUS
+    until then or without one.
   * stop() closes the listening socket and every connection, and returns once
     their tasks have ended.
   * Answers that are ready together go out in one write (a parked Produce's
@@ -46,7 +49,8 @@ import ssl
 import logging
 import socket
 
-from rafka.protocol.dispatch import Dispatcher
+from rafka.core.acl import user_principal
+from rafka.protocol.dispatch import ANONYMOUS_SESSION, Dispatcher, Session
 from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import SOCKET_REQUEST_MAX_BYTES_DEFAULT, FrameDecoder
 from rafka.protocol.pipelining import admitting
@@ -181,6 +185,7 @@ class _KafkaConnection(asyncio.Protocol):
         self._eof = False
         self._last_request_s = asyncio.get_running_loop().time()
         self._gate = None if server.sasl is None else SaslGate(server.sasl, server.dispatcher)
+        self.session = ANONYMOUS_SESSION   # who is on this connection: its address once made, its login once done
 
     def idle_since(self, now_s: float) -> float:
         return 0.0 if self._started or self._frames else now_s - self._last_request_s
@@ -191,6 +196,10 @@ class _KafkaConnection(asyncio.Protocol):
         self._transport = transport
         if not self.server._opened(self, transport):
             transport.abort()
+            return
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and peer:
+            self.session = Session(self.session.principal, str(peer[0]))
 
     def data_received(self, data: bytes) -> None:
         self._last_request_s = asyncio.get_running_loop().time()
@@ -249,9 +258,12 @@ class _KafkaConnection(asyncio.Protocol):
     async def _answer(self, frame: bytes):
         gate = self._gate
         if gate is not None and not gate.authenticated and not await gate.waives(frame):   # SASL first (protocol.sasl)
-            return await gate.answer(frame, self.connection_id)
+            answer = await gate.answer(frame, self.connection_id, self.session)
+            if gate.user is not None:   # logged in: every request from now on is the user's
+                self.session = Session(user_principal(gate.user), self.session.client_host)
+            return answer
         admitting(self._admit_next)
-        return await self.server.dispatcher.dispatch(frame, connection_id=self.connection_id)
+        return await self.server.dispatcher.dispatch(frame, connection_id=self.connection_id, session=self.session)
 
     def _admit_next(self) -> None:
         """The newest request let the next one start (it waits for replication)."""

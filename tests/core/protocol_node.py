@@ -7,7 +7,8 @@ nobody here wrote (kafka-python, confluent-kafka, kcat).
 Each partition is served by the HostedPartition the replica actor uses (the same
 calls and waiting, no Ray); the coordinator below stands in for the coordinator
 actor, and its writes to __consumer_offsets are acked at once (nothing
-replicates here).
+replicates here). ACLs are created and deleted on this node's own metadata (it
+stands in for the controller there: `acl_admin`), and the image rebuilt.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class ProtocolNode:
         # not the controller: topic administration answers NOT_CONTROLLER).
         dispatcher = Dispatcher(node_table(image=self.image, allocate_producer_id=self._allocate_producer_id,
                                            partitions=self, groups=self.coordinator,
-                                           list_groups=self.coordinator.list_groups))
+                                           list_groups=self.coordinator.list_groups, acl_admin=self))
         # One server (port) per actor, as in a cluster, all answering from one table:
         # librdkafka 2.0 mixes up node ids that share an address.
         actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), "0" if self.with_edge else None)] + [
@@ -169,9 +170,24 @@ class ProtocolNode:
             server = ProtocolServer(self.edge, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
             self.servers.insert(0, server)
             apply(self.metadata.handle_register_node(broker_actor_name(0), "127.0.0.1", await server.start())[0])
-        self._image = build_image(self.metadata, version=1)
-        self.view = broker_view(self._image)
+        self._rebuild_image()
         return self.servers[0].port
+
+    def _rebuild_image(self) -> None:
+        self._image = build_image(self.metadata, version=1 if self._image is None else self._image.version + 1)
+        self.view = broker_view(self._image)
+
+    async def create_acls(self, bindings):   # the controller's calls (protocol.handlers.acls.AclAdmin)
+        records, results = self.metadata.handle_create_acls(bindings)
+        self._apply(records)
+        self._rebuild_image()
+        return results
+
+    async def delete_acls(self, filters):
+        records, results = self.metadata.handle_delete_acls(filters)
+        self._apply(records)
+        self._rebuild_image()
+        return results
 
     async def _stop(self) -> None:
         self._ticker.cancel()

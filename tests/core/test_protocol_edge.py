@@ -9,12 +9,14 @@ import datetime
 
 import pytest
 from kio.schema.errors import ErrorCode
+from kio.schema.create_acls.v3 import request as create_acls_v3
 from kio.schema.create_topics.v7 import request as create_topics_v7
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
+from rafka.core.acl import CLUSTER_NAME, AclOperation, ResourceType
 from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
 from rafka.core.cluster_image import broker_view, build_image
 from rafka.protocol.connection import Connection
@@ -252,3 +254,22 @@ def test_produce__the_next_request_reaches_the_actor_while_the_first_waits_for_i
 
 async def _close(server):
     server.close()
+
+
+def _create_acls(principal: str):
+    return create_acls_v3.CreateAclsRequest(creations=(create_acls_v3.AclCreation(
+        resource_type=i8(ResourceType.CLUSTER), resource_name=CLUSTER_NAME, resource_pattern_type=i8(3),
+        principal=principal, host="*", operation=i8(AclOperation.ALTER), permission_type=i8(3)),))
+
+
+def test_acl_changes__relayed_to_the_controller__refused_here_when_the_clients_principal_may_not(node):
+    """The relay reaches the controller on the broker's own login, so the broker
+    authorizes the client's principal first: on an open cluster anyone may until a
+    binding names the cluster; after that an anonymous CreateAcls is refused at the
+    broker, not relayed, and changes nothing."""
+    (created,) = exchange(node, _create_acls("User:admin"))
+    assert [r.error_code for r in created.results] == [ErrorCode.none]
+    assert len(node.metadata.acl_bindings) == 1 and node.edge.relayed_requests == 1
+    (refused,) = exchange(node, _create_acls("User:ANONYMOUS"))
+    assert [r.error_code for r in refused.results] == [ErrorCode.cluster_authorization_failed]
+    assert len(node.metadata.acl_bindings) == 1 and node.edge.relayed_requests == 1

@@ -1,9 +1,10 @@
 """Fuzz the whole table a node serves: mutated Produce, Fetch, ListOffsets,
-OffsetCommit, OffsetFetch, FindCoordinator and Metadata frames go through the
-in-process node's dispatcher. Whatever the bytes: no exception but a
-ProtocolError, bounded time, and no state change that no answer acknowledged
-(the log grows only when a Produce answer says NONE; committed offsets change
-only when an OffsetCommit answer says NONE)."""
+OffsetCommit, OffsetFetch, FindCoordinator, Metadata, CreateAcls, DescribeAcls and
+DeleteAcls frames go through the in-process node's dispatcher. Whatever the
+bytes: no exception but a ProtocolError, bounded time, and no state change that
+no answer acknowledged (the log grows only when a Produce answer says NONE;
+committed offsets change only when an OffsetCommit answer says NONE; ACL
+bindings only when a CreateAcls or DeleteAcls answer says NONE for some entry)."""
 
 import datetime
 import time
@@ -11,6 +12,9 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from kio.schema.errors import ErrorCode
+from kio.schema.create_acls.v3 import request as create_acls_v3
+from kio.schema.delete_acls.v3 import request as delete_acls_v3
+from kio.schema.describe_acls.v3 import request as describe_acls_v3
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_offsets.v7 import request as list_v7
@@ -52,8 +56,18 @@ def seeds():
     offsets = offset_fetch_v8.OffsetFetchRequest(groups=(offset_fetch_v8.OffsetFetchRequestGroup(
         group_id="fuzzed", topics=None),), require_stable=False)
     find = FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("fuzzed",))
+    create_acls = create_acls_v3.CreateAclsRequest(creations=(create_acls_v3.AclCreation(
+        resource_type=i8(2), resource_name="orders", resource_pattern_type=i8(4), principal="User:alice", host="*",
+        operation=i8(3), permission_type=i8(3)),))
+    describe_acls = describe_acls_v3.DescribeAclsRequest(
+        resource_type_filter=i8(1), resource_name_filter=None, pattern_type_filter=i8(1), principal_filter=None,
+        host_filter=None, operation=i8(1), permission_type=i8(1))
+    delete_acls = delete_acls_v3.DeleteAclsRequest(filters=(delete_acls_v3.DeleteAclsFilter(
+        resource_type_filter=i8(2), resource_name_filter="orders", pattern_type_filter=i8(2), principal_filter=None,
+        host_filter=None, operation=i8(1), permission_type=i8(1)),))
     return [request_frame(0, 9, produce), request_frame(1, 12, fetch), request_frame(2, 7, listing),
-            request_frame(8, 8, commit), request_frame(9, 8, offsets), request_frame(10, 4, find)]
+            request_frame(8, 8, commit), request_frame(9, 8, offsets), request_frame(10, 4, find),
+            request_frame(30, 3, create_acls), request_frame(29, 3, describe_acls), request_frame(31, 3, delete_acls)]
 
 
 SEEDS = seeds()
@@ -74,12 +88,19 @@ def acknowledged(frame: bytes, response: bytes, api_key: int) -> bool:
         return False
     if api_key == 0:
         return any(p.error_code == ErrorCode.none for t in body.responses for p in t.partition_responses)
+    if api_key == 30:
+        return any(r.error_code == ErrorCode.none for r in body.results)
+    if api_key == 31:
+        return any(r.error_code == ErrorCode.none and r.matching_acls for r in body.filter_results)
     return any(p.error_code == ErrorCode.none for t in body.topics for p in t.partitions)
 
 
 def state(node):
     return (node.endpoints[("orders", 0)].replica.log.log_end_offset,
-            node.coordinator.shard.fetch_offsets("fuzzed"))
+            node.coordinator.shard.fetch_offsets("fuzzed"), frozenset(node.metadata.acl_bindings))
+
+
+CHANGING_APIS = (0, 8, 30, 31)   # Produce, OffsetCommit, CreateAcls, DeleteAcls
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -96,7 +117,7 @@ def test_fuzz__mutated_requests__protocol_errors_only__bounded__no_unacknowledge
     assert time.perf_counter() - started < WORK_SECONDS_MAX
     api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
     if state(node) != before:
-        assert response is not None and api_key in (0, 8) and acknowledged(frame, response, api_key)
+        assert response is not None and api_key in CHANGING_APIS and acknowledged(frame, response, api_key)
 
 
 def test_fuzz__seeds_are_answered(node):

@@ -16,7 +16,7 @@ What Kafka answers (KafkaApis.handleTopicMetadataRequest, KRaftMetadataCache
     INVALID_REQUEST on that topic (MetadataRequest's constructor check).
   * a partition with no leader: leader -1 and LEADER_NOT_AVAILABLE; a replica with
     no endpoint yet is left out of the replica and ISR lists (it has no node id).
-  * authorized operations are not computed (rafka has no ACLs): Kafka's
+  * authorized operations are not computed yet (issue 30 wires ACLs in later): Kafka's
     "not requested" value, INT32_MIN, whatever was asked.
 Caller: dispatch, through `route(current_image)`.
 """
