@@ -169,6 +169,7 @@ class PartitionLog:
         if offset == self.high_watermark:
             return False
         self.high_watermark = offset
+        self.producers.on_high_watermark(offset)
         return True
 
     @property

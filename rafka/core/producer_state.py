@@ -187,14 +187,18 @@ class ProducerStateTable:
 
     # --- the last stable offset -------------------------------------------------------
 
-    def first_unstable_offset(self, high_watermark: int) -> int | None:
-        """The first offset of the earliest transaction that is open or whose marker
-        is not below `high_watermark` yet; None if there is none. Completed
-        transactions whose marker the HW passed are forgotten here (Kafka's
-        onHighWatermarkUpdated)."""
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker the HW passed (Kafka's
+        onHighWatermarkUpdated): a follower, whose LSO nobody asks, stays bounded."""
         unreplicated = self._unreplicated
         while unreplicated and unreplicated[0].last_offset < high_watermark:
             unreplicated.popleft()
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the earliest transaction that is open or whose marker
+        is not below `high_watermark` yet; None if there is none."""
+        self.on_high_watermark(high_watermark)
+        unreplicated = self._unreplicated
         first = next(iter(self._open_txns), None)
         if unreplicated:
             earliest = min(txn.first_offset for txn in unreplicated)
@@ -226,6 +230,10 @@ class ProducerStateTable:
 
     def producer_count(self) -> int:
         return len(self._entries)
+
+    def unreplicated_count(self) -> int:
+        """Completed transactions whose marker the HW has not passed yet."""
+        return len(self._unreplicated)
 
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._entries.get(producer_id)

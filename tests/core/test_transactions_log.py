@@ -209,6 +209,7 @@ def test_follower__replays_the_markers__the_same_lso_and_aborted_transactions_as
     for _ in range(2):   # the second round carries the leader's HW
         second.apply_fetched(first.fetch_for_follower(follower_id=1, fetch_offset=second.log.log_end_offset,
                                                       leader_epoch=1, max_bytes=1 << 20))
+    assert second.producers.unreplicated_count() == 0   # both markers below its HW: forgotten, nobody asked its LSO
     assert first.log.high_watermark == second.log.high_watermark == 8
     assert second.log.last_stable_offset == first.log.last_stable_offset == 6
     assert second.log.aborted_transactions(0, 8) == first.log.aborted_transactions(0, 8) == [AbortedTxn(8, 3, 5, 6)]
