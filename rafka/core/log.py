@@ -8,10 +8,21 @@ Invariants (checked where they are written):
   offsets are dense from log_start_offset for `delete` topics; batches keep their
   offsets forever, compaction only removes records
   the leader-epoch cache never names an offset >= log_end_offset
+  log_start_offset <= last_stable_offset <= high_watermark: the LSO is the HW held
+  back to the first offset of the earliest transaction that is open, or whose
+  marker is not below the HW yet (core.producer_state)
+  `producers` has applied every batch below log_end_offset (its map end offset);
+  each ABORT marker of a transaction with data here has its entry in the
+  .txnindex of the segment that holds the marker
 
-Directory layout: `<base:020d>.log/.index/.timeindex` per segment, the
-`leader-epoch-checkpoint`, and `recovery-point-checkpoint` holding the HW, the
-recovery point and the log start offset. Compaction writes `<base>.log.cleaned`,
+Directory layout: `<base:020d>.log/.index/.timeindex/.txnindex` per segment, the
+`leader-epoch-checkpoint`, `recovery-point-checkpoint` holding the HW, the
+recovery point and the log start offset, and producer snapshots
+`<offset:020d>.snapshot`: one at each roll (the new segment's base) and at close
+(the LEO), deleted with the segments below them and by truncation above them.
+Opening loads the latest snapshot and replays only the batches after it (a
+segment whose .txnindex is missing is replayed from a snapshot at or before it,
+or from the log's first batch, and its index rebuilt). Compaction writes `<base>.log.cleaned`,
 renames it to `.log.swap` once complete, then over `.log`; recovery at open
 finishes or discards those.
 
@@ -38,13 +49,16 @@ from pathlib import Path
 from rafka.core import checkpoint
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (InvalidRecord, KafkaStorageError, OffsetOutOfRange,
+from rafka.core.errors import (CorruptRecord, InvalidRecord, KafkaStorageError, OffsetOutOfRange,
                                RecordListTooLarge, RecordTooLarge)
 from rafka.core.leader_epoch import LeaderEpochCache
-from rafka.core.records import (RecordInput, BatchHeader, decode_batches,
-                                encode_batch, iter_batches, read_header, restamp,
+from rafka.core.producer_state import (ProducerStateTable, snapshot_offsets, snapshot_path,
+                                       write_snapshot)
+from rafka.core.records import (RecordInput, BatchHeader, EndTxnMarker, decode_batches,
+                                encode_batch, end_txn_marker, iter_batches, read_header, restamp,
                                 with_log_append_time)
 from rafka.core.segment import Segment, segment_file_name
+from rafka.core.txn_index import AbortedTxn
 
 CHECKPOINT_FILE = "recovery-point-checkpoint"
 LOCK_FILE = ".lock"
@@ -52,6 +66,9 @@ LOCK_FILE = ".lock"
 # it trusts every segment (no CRC scan of the active one) and removes it, so a
 # crash after that open recovers as usual (Kafka's .kafka_cleanshutdown).
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+# Kafka's broker defaults: producer.id.expiration.ms (1 day) and how often it is applied.
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +95,7 @@ class CompactionPlan:
     next_base_offset: int           # base offset of the first segment after them
     now_ms: int
     truncations: int                # the log's truncation count when planned: a plan outlived by one is void
+    aborted: tuple[AbortedTxn, ...] = ()   # aborted transactions overlapping the segments: their data goes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +108,9 @@ class CleanedSegment:
 
 class PartitionLog:
     def __init__(self, directory: str | os.PathLike, config: TopicConfig | None = None,
-                 clock=None, *, rng: random.Random | None = None) -> None:
+                 clock=None, *, rng: random.Random | None = None,
+                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+                 producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _lock_directory(self.directory)
@@ -109,7 +129,13 @@ class PartitionLog:
         self._cleaned_through = 0                 # compaction: segments below this were cleaned
         self._tombstones_due_ms: int | None = None  # compaction: the first kept tombstone may go after this
         self._truncations = 0                     # compaction: a plan made before a truncation is void
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self._producers_expired_at_ms = self.clock.now_ms()
+        self.producers = ProducerStateTable()
+        self.producer_batches_replayed = 0        # batches the last load of producer state read (not in a snapshot)
         self._open()
+        self._load_producer_state()
 
     # --- state --------------------------------------------------------------------
 
@@ -143,7 +169,26 @@ class PartitionLog:
         if offset == self.high_watermark:
             return False
         self.high_watermark = offset
+        self.producers.on_high_watermark(offset)
         return True
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What a read_committed consumer may read below (Kafka's LSO)."""
+        return self.producers.last_stable_offset(self.high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions whose data overlaps [fetch_offset,
+        upper_bound_offset), oldest marker first: what a read_committed fetch of
+        that range returns (Kafka's LocalLog.collectAbortedTransactions)."""
+        found: list[AbortedTxn] = []
+        index = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+        for segment in self._segments[index:]:
+            txns, complete = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found += txns
+            if complete:
+                break
+        return found
 
     # --- opening and recovery -----------------------------------------------------
 
@@ -188,6 +233,73 @@ class PartitionLog:
         self.active_segment.flush()
         self.recovery_point = self.log_end_offset
         self._write_checkpoint()
+
+    def _load_producer_state(self) -> None:
+        """Producer state as of the LEO: the latest usable snapshot, then the batches
+        after it. Snapshots above the LEO (a cut tail) or below the first segment
+        go; a corrupt one is deleted and an older one tried. A segment whose
+        .txnindex is missing caps the snapshot used at its base, so that the replay
+        passes its markers and rebuilds its index."""
+        first_base, leo = self._bases[0], self.log_end_offset
+        offsets = []
+        for offset in snapshot_offsets(self.directory):
+            if first_base <= offset <= leo:
+                offsets.append(offset)
+            else:
+                snapshot_path(self.directory, offset).unlink(missing_ok=True)
+        missing = [s.base_offset for s in self._segments if not s.txn_index.loaded_from_file]
+        replay_from = min(missing, default=leo)
+        table = None
+        for offset in reversed([o for o in offsets if o <= replay_from]):
+            path = snapshot_path(self.directory, offset)
+            try:
+                table = ProducerStateTable.from_snapshot_bytes(path.read_bytes(), map_end_offset=offset)
+                break
+            except (CorruptRecord, OSError):
+                path.unlink(missing_ok=True)
+        self.producers = table if table is not None else ProducerStateTable(first_base)
+        self.producer_batches_replayed = self._replay_producers(self.producers.map_end_offset)
+        for segment in self._segments:
+            if not segment.txn_index.loaded_from_file:
+                segment.txn_index.persist()
+        self.producers.expire(self.clock.now_ms(), self.producer_id_expiration_ms)
+
+    def _replay_producers(self, from_offset: int) -> int:
+        """Apply every batch from `from_offset` on to the producer state, adding to
+        each segment's .txnindex the aborted transactions it lacks (entries
+        already there, from before a restart, are not added twice). Returns the
+        number of batches read."""
+        replayed = 0
+        index = max(0, bisect.bisect_right(self._bases, from_offset) - 1)
+        for segment in self._segments[index:]:
+            for header, marker in segment.batches_with_markers(from_offset):
+                replayed += 1
+                completed = self.producers.on_append(header, marker)
+                if (completed is not None and completed.aborted
+                        and completed.last_offset > segment.txn_index.last_offset):
+                    segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                        completed.last_offset, completed.last_stable_offset))
+        self.producers.map_end_offset = self.log_end_offset
+        return replayed
+
+    def _apply_to_producers(self, headers: list[BatchHeader], markers: dict[int, EndTxnMarker | None]) -> None:
+        """Just-appended batches (in the active segment) into the producer state;
+        `markers` by base offset for the control batches among them."""
+        producers, txn_index = self.producers, self.active_segment.txn_index
+        for header in headers:
+            completed = producers.on_append(header, markers.get(header.base_offset) if header.is_control else None)
+            if completed is not None and completed.aborted:
+                txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                            completed.last_offset, completed.last_stable_offset))
+        now_ms = self.clock.now_ms()
+        if now_ms - self._producers_expired_at_ms >= self.producer_id_expiration_check_interval_ms:
+            self._producers_expired_at_ms = now_ms
+            producers.expire(now_ms, self.producer_id_expiration_ms)
+
+    def take_producer_snapshot(self) -> None:
+        """A producer snapshot at the LEO, unless one is there already."""
+        if not snapshot_path(self.directory, self.log_end_offset).exists():
+            write_snapshot(self.directory, self.producers, self.log_end_offset)
 
     def _finish_interrupted_compaction(self) -> None:
         for leftover in self.directory.glob("*.cleaned"):
@@ -260,17 +372,21 @@ class PartitionLog:
         next_offset = self.log_end_offset
         pieces: list = []
         headers: list[BatchHeader] = []
+        markers: dict[int, EndTxnMarker | None] = {}
         for position, header in batches:
             batch = view[position:position + header.size_bytes]
             if log_append_time:
                 batch = memoryview(with_log_append_time(batch, now_ms))
                 header = read_header(batch)
+            if header.is_control:
+                markers[next_offset] = end_txn_marker(batch, 0, header)
             pieces.append(restamp(batch, next_offset, leader_epoch))
             pieces.append(batch[16:])
             headers.append(header._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch))
             next_offset += header.last_offset_delta + 1
         self._maybe_roll(total_bytes, headers)
         self.active_segment.append(pieces, headers)
+        self._apply_to_producers(headers, markers)
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
                             max(h.max_timestamp for h in headers), len(headers), total_bytes,
                             now_ms if log_append_time else -1)
@@ -291,7 +407,10 @@ class PartitionLog:
         for header in headers:
             if header.partition_leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+        markers = {header.base_offset: end_txn_marker(view, position, header)
+                   for position, header in batches if header.is_control}
         self.active_segment.append([view], headers)
+        self._apply_to_producers(headers, markers)
         return AppendResult(headers[0].base_offset, headers[-1].last_offset,
                             max(h.max_timestamp for h in headers), len(headers), len(view))
 
@@ -313,7 +432,9 @@ class PartitionLog:
         if self.config.compacted and not from_leader:
             # The one per-record check on the append path, as in Kafka: a compacted
             # topic cannot hold a record without a key.
-            for _, records in decode_batches(view):
+            for header, records in decode_batches(view):
+                if header.is_control:
+                    continue
                 keyless = [index for index, r in enumerate(records) if r.key is None]
                 if keyless:   # Kafka's message; the directory is named <topic>-<partition>
                     raise InvalidRecord.rejected_records([(index, f"Compacted topic cannot accept message without "
@@ -350,6 +471,7 @@ class PartitionLog:
         self._add_segment(Segment.create(self.directory, base, **self._segment_args()))
         self.recovery_point = base
         self._write_checkpoint()
+        self.take_producer_snapshot()
 
     # --- reading ------------------------------------------------------------------
 
@@ -410,6 +532,7 @@ class PartitionLog:
         del self._segments[index + 1:], self._bases[index + 1:]
         self.active_segment.truncate_to(offset)
         self._after_truncation()
+        self._load_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start an empty log at `offset` (a follower whose
@@ -421,6 +544,9 @@ class PartitionLog:
         self.log_start_offset = offset
         self.epochs.clear()
         self._after_truncation()
+        for snapshot in snapshot_offsets(self.directory):
+            snapshot_path(self.directory, snapshot).unlink(missing_ok=True)
+        self.producers = ProducerStateTable(offset)
 
     def _after_truncation(self) -> None:
         self._truncations += 1
@@ -461,6 +587,9 @@ class PartitionLog:
         self.log_start_offset = max(self.log_start_offset, self._bases[0])
         self.epochs.truncate_from_start(self.log_start_offset)
         self._write_checkpoint()
+        for snapshot in snapshot_offsets(self.directory):   # those of the deleted segments (Kafka's, too)
+            if snapshot < self._bases[0]:
+                snapshot_path(self.directory, snapshot).unlink(missing_ok=True)
         return deletable
 
     # --- compaction ---------------------------------------------------------------
@@ -491,8 +620,11 @@ class PartitionLog:
             return None
         now_ms = self.clock.now_ms()
         cleanable: list[Segment] = []
+        # Below the LSO, not just the HW (Kafka's firstUncleanableDirtyOffset): an
+        # open transaction's records are not known to be kept or aborted yet.
+        stable = self.last_stable_offset
         for i, segment in enumerate(self._segments[:-1]):
-            if (self._segments[i + 1].base_offset > self.high_watermark
+            if (self._segments[i + 1].base_offset > stable
                     or now_ms - segment.max_timestamp < self.config.min_compaction_lag_ms):
                 break
             cleanable.append(segment)
@@ -502,7 +634,8 @@ class PartitionLog:
         tombstones_due = self._tombstones_due_ms is not None and now_ms > self._tombstones_due_ms
         if not (force or tombstones_due or self._cleaning_due(cleanable, now_ms)):
             return None
-        return CompactionPlan(tuple(cleanable), next_base_offset, now_ms, self._truncations)
+        aborted = tuple(self.aborted_transactions(cleanable[0].base_offset, next_base_offset))
+        return CompactionPlan(tuple(cleanable), next_base_offset, now_ms, self._truncations, aborted)
 
     def _cleaning_due(self, cleanable: list[Segment], now_ms: int) -> bool:
         """LogCleanerManager.grabFilthiestCompactedLog's test for one log."""
@@ -523,10 +656,23 @@ class PartitionLog:
 
     def clean(self, plan: CompactionPlan) -> list[CleanedSegment]:
         """The planned segments' cleaned bytes. Only reads sealed segments (pread), so
-        it may run on another thread while the log appends; nothing changes on disk."""
+        it may run on another thread while the log appends; nothing changes on disk.
+        Transactions, as Kafka's cleaner: control batches (markers) are kept
+        whole and are in no key's map; the batches of aborted transactions go and
+        are in no key's map either, so an aborted record never shadows a
+        committed one."""
+        aborted = plan.aborted
+
+        def drops(header: BatchHeader) -> bool:
+            return (header.is_transactional and not header.is_control
+                    and any(txn.producer_id == header.producer_id
+                            and txn.first_offset <= header.base_offset <= txn.last_offset for txn in aborted))
+
         latest_offset_by_key: dict[bytes, int] = {}
         for segment in plan.segments:
-            for _, _, records in segment.iter_batches_with_records():
+            for header, _, records in segment.iter_batches_with_records():
+                if header.is_control or drops(header):
+                    continue
                 # A keyless record (written before the topic became compacted) is in no
                 # map entry, so it goes: Kafka's cleaner drops records without a key.
                 for record in records:
@@ -536,7 +682,7 @@ class PartitionLog:
         for segment in plan.segments:
             tombstones_go_at_ms = segment.max_timestamp + self.config.delete_retention_ms
             cleaned_bytes, removed, tombstones_kept = self._clean_segment(
-                segment, latest_offset_by_key, drop_tombstones=plan.now_ms > tombstones_go_at_ms)
+                segment, latest_offset_by_key, drop_tombstones=plan.now_ms > tombstones_go_at_ms, drops=drops)
             cleaned.append(CleanedSegment(segment, cleaned_bytes, removed,
                                           tombstones_go_at_ms if tombstones_kept else None))
         return cleaned
@@ -567,12 +713,18 @@ class PartitionLog:
 
     @staticmethod
     def _clean_segment(segment: Segment, latest_offset_by_key: dict[bytes, int],
-                       drop_tombstones: bool) -> tuple[bytes, int, bool]:
+                       drop_tombstones: bool, drops) -> tuple[bytes, int, bool]:
         """(cleaned bytes, records removed, whether a tombstone was kept)."""
         out: list[bytes] = []
         removed = 0
         tombstones_kept = False
         for header, batch, records in segment.iter_batches_with_records():
+            if header.is_control:
+                out.append(batch)
+                continue
+            if drops(header):
+                removed += len(records)
+                continue
             kept = [r for r in records if latest_offset_by_key.get(r.key) == r.offset
                     and not (drop_tombstones and r.value is None)]
             removed += len(records) - len(kept)
@@ -603,7 +755,7 @@ class PartitionLog:
         swap = old.log_path.with_name(old.log_path.name + ".swap")
         os.replace(cleaned, swap)
         checkpoint.fsync_dir(self.directory)
-        old.delete()
+        old.delete(keep_txn_index=True)
         os.replace(swap, old.log_path)
         checkpoint.fsync_dir(self.directory)
         self._segments[index] = Segment.open_recovering(self.directory, old.base_offset,
@@ -619,8 +771,10 @@ class PartitionLog:
 
     def close(self, *, clean_shutdown: bool = False) -> None:
         """Flush, checkpoint and close. `clean_shutdown`: also leave the marker that
-        lets the next open skip the recovery scan (a planned stop)."""
+        lets the next open skip the recovery scan (a planned stop). A producer
+        snapshot at the LEO lets the next open skip replaying batches."""
         self.flush()
+        self.take_producer_snapshot()
         for segment in self._segments:
             segment.close()
         if clean_shutdown:

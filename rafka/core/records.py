@@ -27,6 +27,13 @@ The CRC covers neither the base offset nor the leader epoch, so the leader sets
 both by rewriting the first 16 bytes (`restamp`) without decoding a record or
 recomputing the CRC. Decode checks the CRC and the framing; a batch that fails
 either raises CorruptRecord and is never returned as data.
+
+Transactions (KIP-98): a transactional producer's batches carry attribute bit 4;
+a transaction ends with a control batch (bits 4 and 5) written by the leader for
+the transaction coordinator, holding one control record: key (version int16,
+type int16: 0 ABORT, 1 COMMIT), value (version int16, coordinator epoch int32).
+The broker reads only headers of data batches; a control batch's one record is
+the only record it decodes (`end_txn_marker`).
 """
 
 from __future__ import annotations
@@ -54,6 +61,11 @@ ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_LOG_APPEND = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+
+CONTROL_ABORT = 0   # a control record's type (Kafka's ControlRecordType)
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")          # version, type
+_END_TXN_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 
 TIMESTAMP_TYPE_CREATE = 0
 TIMESTAMP_TYPE_LOG_APPEND = 1
@@ -99,6 +111,15 @@ class BatchHeader(NamedTuple):
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
         return (self.base_sequence + self.last_offset_delta) % (2**31)
+
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
 
 
 class Record(NamedTuple):
@@ -294,6 +315,18 @@ def count_records(buf) -> int:
     return total
 
 
+def next_offset_after(buf) -> int | None:
+    """The offset after the last batch in `buf` (whole batches), from the length
+    fields and the last header alone; None for an empty buffer."""
+    pos, end, last = 0, len(buf), None
+    while pos + HEADER_SIZE <= end:
+        last = pos
+        pos += LENGTH_PREFIX_SIZE + _INT32.unpack_from(buf, pos + _BATCH_LENGTH_AT)[0]
+    if last is None:
+        return None
+    return struct.unpack_from(">q", buf, last)[0] + _INT32.unpack_from(buf, last + 23)[0] + 1
+
+
 def restamp(batch, base_offset: int, partition_leader_epoch: int) -> bytes:
     """The first 16 bytes of `batch` with a new base offset and leader epoch.
 
@@ -321,6 +354,55 @@ def with_log_append_time(batch, now_ms: int) -> bytes:
     prefix = struct.pack(">qiibI", header.base_offset, header.batch_length,
                          header.partition_leader_epoch, MAGIC, crc32c(after_crc))
     return prefix + bytes(after_crc)
+
+
+# --- transaction markers (control batches) ---------------------------------------
+
+class EndTxnMarker(NamedTuple):
+    """What a COMMIT or ABORT control record says (Kafka's EndTransactionMarker)."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def encode_end_txn_marker(*, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                          timestamp_ms: int, base_offset: int = 0,
+                          partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+    """The control batch a leader appends for a WriteTxnMarkers entry: one record,
+    transactional and control bits set, no sequence."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _END_TXN_MARKER_VALUE.pack(0, coordinator_epoch)
+    return encode_batch([RecordInput(value, key, timestamp_ms)], base_offset=base_offset,
+                        partition_leader_epoch=partition_leader_epoch, producer_id=producer_id,
+                        producer_epoch=producer_epoch, attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL)
+
+
+def end_txn_marker(batch, pos: int, header: BatchHeader) -> EndTxnMarker | None:
+    """The marker of the control batch at `pos` (whole in `batch`); None for an
+    empty control batch (the cleaner emptied it) or a control type other than
+    COMMIT / ABORT. CorruptRecord if its record does not parse (Kafka's
+    InvalidRecordException: a marker is never guessed)."""
+    if not header.is_control:
+        raise ValueError(f"batch at offset {header.base_offset} is not a control batch")
+    records = _decode_records(batch, pos, header)
+    if not records:
+        return None
+    key, value = records[0].key, records[0].value
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptRecord(f"control record at offset {header.base_offset} has a key of "
+                            f"{0 if key is None else len(key)} bytes, not at least 4")
+    version, control_type = _CONTROL_KEY.unpack_from(key, 0)
+    if version < 0:
+        raise CorruptRecord(f"control record at offset {header.base_offset} has version {version}")
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    if value is None or len(value) < _END_TXN_MARKER_VALUE.size:
+        raise CorruptRecord(f"end transaction marker at offset {header.base_offset} has a value of "
+                            f"{0 if value is None else len(value)} bytes, not at least 6")
+    value_version, coordinator_epoch = _END_TXN_MARKER_VALUE.unpack_from(value, 0)
+    if value_version < 0:
+        raise CorruptRecord(f"end transaction marker at offset {header.base_offset} has version {value_version}")
+    return EndTxnMarker(control_type == CONTROL_COMMIT, coordinator_epoch)
 
 
 # --- decode -----------------------------------------------------------------------

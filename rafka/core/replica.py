@@ -20,6 +20,9 @@ Invariants:
   maximal ISR)
   `isr_shrinks` / `isr_expands` count the changes of the committed ISR while leading
   (Kafka's IsrShrinksPerSec / IsrExpandsPerSec): they only grow
+  a read_committed consumer never gets a batch at or above the LSO, and gets with
+  its batches the aborted transactions overlapping them; clients never write
+  control batches: markers come only through `append_txn_marker` (WriteTxnMarkers)
 Caller: the partition replica actor, from one thread.
 """
 
@@ -30,16 +33,18 @@ import enum
 from pathlib import Path
 
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRequest, InvalidRequiredAcks, NotEnoughReplicas,
+from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRecord, InvalidRequest, InvalidRequiredAcks,
+                               NotEnoughReplicas,
                                NotEnoughReplicasAfterAppend,
                                NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange, UnknownLeaderEpoch)
 from rafka.core.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from rafka.core.log import PartitionLog
 from rafka.core.producer_state import ProducerStateTable
-from rafka.core.records import iter_batches
+from rafka.core.records import encode_end_txn_marker, iter_batches, next_offset_after
 from rafka.core.replication import LeaderState, PendingIsrChange, follower_high_watermark
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1   # Fetch's and ListOffsets' isolation_level
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest.EARLIEST/LATEST_TIMESTAMP).
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 
@@ -67,6 +72,10 @@ class FetchResult:
     # to a follower whose log diverged from the leader's (KIP-320): the leader's
     # (epoch, end offset) of the follower's last fetched epoch, and no records
     diverging_epoch: tuple[int, int] | None = None
+    last_stable_offset: int = -1
+    # to a read_committed consumer: (producer id, first offset) of each aborted
+    # transaction overlapping the records; None to anyone else
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
 
 
 def parse_acks(acks) -> int:
@@ -81,20 +90,24 @@ def parse_acks(acks) -> int:
 
 class PartitionReplica:
     def __init__(self, *, topic: str, partition: int, replica_id: int, directory: str | Path,
-                 config: TopicConfig, clock, replica_lag_time_max_ms: int) -> None:
+                 config: TopicConfig, clock, replica_lag_time_max_ms: int, **log_options) -> None:
         self.topic = topic
         self.partition = partition
         self.replica_id = replica_id
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
-        self.log = PartitionLog(directory, config, clock)
-        self.producers = ProducerStateTable.rebuilt_from(self.log.batch_headers())
+        self.log = PartitionLog(directory, config, clock, **log_options)
         self.role = Role.FOLLOWER
         self.leader_epoch = -1
         self.leader_id = -1
         self.leader: LeaderState | None = None
         self.isr_shrinks = 0
         self.isr_expands = 0
+
+    @property
+    def producers(self) -> ProducerStateTable:
+        """The log's producer state (the log keeps it with its snapshots)."""
+        return self.log.producers
 
     @property
     def config(self) -> TopicConfig:
@@ -191,6 +204,9 @@ class PartitionReplica:
             raise NotEnoughReplicas(f"{self.name}: ISR {sorted(self.leader.isr)} is smaller than "
                                     f"min.insync.replicas {self.config.min_insync_replicas}")
         headers = [header for _, header in iter_batches(records, verify_crc=False)] if records else []
+        if any(header.is_control for header in headers):
+            raise InvalidRecord(f"Clients are not allowed to write control records in topic partition "
+                                f"{self.topic}-{self.partition}")
         if len(headers) == 1:
             duplicate = self.producers.check(headers[0])
             if duplicate is not None:
@@ -201,15 +217,26 @@ class PartitionReplica:
                     raise DuplicateSequence(f"{self.name}: a multi-batch request holds a batch "
                                             f"that was already written")
         result = self.log.append_as_leader(records, self.leader_epoch)
-        self._track_producers(records, result.base_offset)
         self.leader.maybe_advance_high_watermark()
         return ProduceResult(result.base_offset, result.last_offset, result.log_append_time_ms, False)
 
-    def _track_producers(self, records: bytes, base_offset: int) -> None:
-        next_offset = base_offset
-        for _, header in iter_batches(records, verify_crc=False):
-            self.producers.on_append(header._replace(base_offset=next_offset))
-            next_offset += header.last_offset_delta + 1
+    def append_txn_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                          leader_epoch: int | None = None) -> ProduceResult:
+        """Write a COMMIT or ABORT marker for `producer_id` (one WriteTxnMarkers
+        entry for this partition), as Kafka's leader does with AppendOrigin
+        COORDINATOR: an older producer epoch is INVALID_PRODUCER_EPOCH, an older
+        coordinator epoch than the producer's last marker
+        TRANSACTION_COORDINATOR_FENCED; nothing is written then. The caller
+        waits for the HW to pass it (the coordinator writes with acks=all)."""
+        self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
+        self.producers.check_marker(producer_id=producer_id, producer_epoch=producer_epoch,
+                                    coordinator_epoch=coordinator_epoch)
+        marker = encode_end_txn_marker(producer_id=producer_id, producer_epoch=producer_epoch,
+                                       coordinator_epoch=coordinator_epoch, commit=commit,
+                                       timestamp_ms=self.clock.now_ms())
+        result = self.log.append_as_leader(marker, self.leader_epoch)
+        self.leader.maybe_advance_high_watermark()
+        return ProduceResult(result.base_offset, result.last_offset, -1, False)
 
     def is_committed(self, last_offset: int) -> bool:
         """The HW passed `last_offset`. For acks=all the caller must then check
@@ -255,26 +282,38 @@ class PartitionReplica:
         self.leader.on_follower_fetch(follower_id, fetch_offset, self.clock.monotonic_ms())
         return self._fetch_result(self.log.read(fetch_offset, max_bytes))
 
-    def fetch_for_consumer(self, *, fetch_offset: int, max_bytes: int,
-                           leader_epoch: int | None = None) -> FetchResult:
-        """Batches below the HW only (read_uncommitted). Out of range is below the log
-        start offset or above the LEO; at or above the HW (up to the LEO) there is
-        nothing to read yet, as Kafka's LocalLog.read with FetchHighWatermark
-        isolation: a new leader's HW may trail the old leader's for a fetch round,
-        and a consumer at the old tail must wait, not be reset."""
+    def fetch_for_consumer(self, *, fetch_offset: int, max_bytes: int, leader_epoch: int | None = None,
+                           isolation_level: int = READ_UNCOMMITTED) -> FetchResult:
+        """Batches below the HW (read_uncommitted) or below the LSO (read_committed,
+        with the aborted transactions overlapping what is returned, Kafka's
+        FetchTxnCommitted). Out of range is below the log start offset or above
+        the LEO; at or above the bound (up to the LEO) there is nothing to read
+        yet, as Kafka's LocalLog.read: a new leader's HW may trail the old
+        leader's for a fetch round, and a consumer at the old tail must wait, not
+        be reset."""
         self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
         log = self.log
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
             raise OffsetOutOfRange(f"{self.name}: offset {fetch_offset} is outside "
                                    f"[{log.log_start_offset}, {log.log_end_offset}]")
-        if fetch_offset >= log.high_watermark:
-            return self._fetch_result(b"")
-        return self._fetch_result(log.read(fetch_offset, max_bytes, max_offset=log.high_watermark))
+        read_committed = isolation_level == READ_COMMITTED
+        stable = log.last_stable_offset
+        max_offset = stable if read_committed else log.high_watermark
+        records = b"" if fetch_offset >= max_offset else log.read(fetch_offset, max_bytes, max_offset=max_offset)
+        aborted = None
+        if read_committed:
+            upper_bound = next_offset_after(records)
+            aborted = () if upper_bound is None else tuple(
+                (txn.producer_id, txn.first_offset) for txn in log.aborted_transactions(fetch_offset, upper_bound))
+        return self._fetch_result(records, last_stable_offset=stable, aborted_transactions=aborted)
 
-    def list_offset(self, *, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
-        """ListOffsets as a read_uncommitted consumer sees it: EARLIEST_TIMESTAMP gives
-        the log start offset, LATEST_TIMESTAMP the HW, a timestamp the first offset
-        below the HW whose record timestamp is >= it. (offset, timestamp) or None.
+    def list_offset(self, *, timestamp_ms: int, leader_epoch: int | None = None,
+                    isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int] | None:
+        """ListOffsets as a consumer of `isolation_level` sees it: EARLIEST_TIMESTAMP
+        gives the log start offset, LATEST_TIMESTAMP the HW (read_committed: the
+        LSO), a timestamp the first offset below that bound whose record timestamp
+        is >= it (Kafka's Partition.fetchOffsetForTimestamp, lastFetchableOffset).
+        (offset, timestamp) or None.
         A new leader whose HW has not reached the start of its epoch answers
         OFFSET_NOT_AVAILABLE (retriable) where the HW would matter, as Kafka's
         Partition.fetchOffsetForTimestamp: its HW may still be below the old
@@ -285,19 +324,25 @@ class PartitionReplica:
             return self.log.log_start_offset, -1
         if timestamp_ms != LATEST_TIMESTAMP and timestamp_ms < 0:
             raise InvalidRequest(f"{self.name}: timestamp {timestamp_ms} is negative")
+        fetchable = (self.log.last_stable_offset if isolation_level == READ_COMMITTED
+                     else self.log.high_watermark)
         found = (None if timestamp_ms == LATEST_TIMESTAMP
-                 else self.log.offset_for_timestamp(timestamp_ms, max_offset=self.log.high_watermark))
+                 else self.log.offset_for_timestamp(timestamp_ms, max_offset=fetchable))
         if found is None and self.log.high_watermark < self.leader.leader_epoch_start_offset:
             raise OffsetNotAvailable(f"{self.name}: the HW {self.log.high_watermark} has not reached the "
                                      f"start offset {self.leader.leader_epoch_start_offset} of leader "
                                      f"epoch {self.leader_epoch} yet")
         if timestamp_ms == LATEST_TIMESTAMP:
-            return self.log.high_watermark, -1
+            return fetchable, -1
         return found
 
-    def _fetch_result(self, records: bytes) -> FetchResult:
-        return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,
-                           self.log.log_end_offset, self.leader_epoch)
+    def _fetch_result(self, records: bytes, *, last_stable_offset: int | None = None,
+                      aborted_transactions: tuple | None = None) -> FetchResult:
+        log = self.log
+        return FetchResult(records, log.high_watermark, log.log_start_offset, log.log_end_offset, self.leader_epoch,
+                           last_stable_offset=(log.last_stable_offset if last_stable_offset is None
+                                               else last_stable_offset),
+                           aborted_transactions=aborted_transactions)
 
     def end_offset_for_epoch(self, *, requested_epoch: int, leader_epoch: int | None) -> tuple[int, int]:
         """OffsetsForLeaderEpoch, answered by the leader (KIP-101); leader_epoch None:
@@ -334,8 +379,7 @@ class PartitionReplica:
                 # epoch it knows, then our own end of that epoch (KIP-279).
                 own_epoch, own_end = self.log.end_offset_for_epoch(epoch)
                 end_offset = min(end_offset, own_end) if own_epoch == epoch else end_offset
-            self.log.truncate_to(end_offset)
-            self.producers.truncate_to(self.log.log_end_offset)
+            self.log.truncate_to(end_offset)   # reloads producer state as of the new LEO
         return self.log.log_end_offset
 
     def apply_fetched(self, result: FetchResult) -> None:
@@ -346,15 +390,12 @@ class PartitionReplica:
             raise FencedLeaderEpoch(f"{self.name}: fetched at epoch {result.leader_epoch}, "
                                     f"follows epoch {self.leader_epoch}")
         if result.records:
-            self.log.append_as_follower(result.records)
-            for _, header in iter_batches(result.records, verify_crc=False):
-                self.producers.on_append(header)
+            self.log.append_as_follower(result.records)   # producer state and aborted transactions too
         self.log.update_high_watermark(follower_high_watermark(result.high_watermark, self.log.log_end_offset))
 
     def restart_from(self, leader_log_start_offset: int) -> None:
         """Our fetch offset fell below the leader's log start: start empty there."""
-        self.log.truncate_fully_and_start_at(leader_log_start_offset)
-        self.producers = ProducerStateTable()
+        self.log.truncate_fully_and_start_at(leader_log_start_offset)   # and its producer state
 
     def close(self) -> None:
         self.log.close()

@@ -9,6 +9,10 @@ Files, named by the 20-digit base offset:
               entry only when the segment's max timestamp grew; a last entry is
               written when the segment stops being active, so the last entry of an
               inactive segment holds its max timestamp
+  .txnindex   the transactions aborted by a marker in this segment (core.txn_index);
+              kept in memory, written as markers are appended; a segment opened
+              without one has `txn_index.loaded_from_file` False and the log
+              rebuilds it (core.log)
 
 Invariants: the .log holds only whole batches that passed their CRC (checked at
 append, or at recovery for an unflushed tail); index entries increase in both
@@ -29,8 +33,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rafka.core.errors import CorruptRecord
-from rafka.core.records import (HEADER_SIZE, BatchHeader, check_crc, decode_batches,
-                                decode_records, iter_batches, unpack_header)
+from rafka.core.records import (HEADER_SIZE, BatchHeader, EndTxnMarker, check_crc, decode_batches,
+                                decode_records, end_txn_marker, iter_batches, unpack_header)
+from rafka.core.txn_index import TxnIndex
 
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")
 TIME_INDEX_ENTRY = struct.Struct(">qi")
@@ -55,6 +60,7 @@ class Segment:
         self.log_path = self.directory / segment_file_name(base_offset, ".log")
         self.index_path = self.directory / segment_file_name(base_offset, ".index")
         self.timeindex_path = self.directory / segment_file_name(base_offset, ".timeindex")
+        self.txn_index = TxnIndex.open(self.directory / segment_file_name(base_offset, ".txnindex"))
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size_bytes = os.fstat(self._fd).st_size
         self.next_offset = base_offset
@@ -78,10 +84,11 @@ class Segment:
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
                created_ms: int) -> Segment:
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             (Path(directory) / segment_file_name(base_offset, suffix)).unlink(missing_ok=True)
         segment = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
                       created_ms=created_ms)
+        segment.txn_index.persist()
         segment._open_index_files(truncate=True)
         return segment
 
@@ -140,6 +147,7 @@ class Segment:
             self.size_bytes = valid_end
         self._open_index_files(truncate=True)
         self._write_all_index_entries()
+        self.txn_index.truncate_to(self.next_offset)   # markers cut with the tail
         return cut_bytes
 
     def _reset_tracking(self) -> None:
@@ -292,6 +300,19 @@ class Segment:
         for _, header in self._scan(0):
             yield header
 
+    def batches_with_markers(self, from_offset: int) -> Iterator[tuple[BatchHeader, EndTxnMarker | None]]:
+        """(header, marker) of each batch whose last offset is >= `from_offset`: the
+        marker of a control batch (its one record read), None for data. What
+        producer state replays: headers, and markers."""
+        found = self.find_batch(from_offset)
+        if found is None:
+            return
+        for position, header in self._scan(found[0]):
+            marker = None
+            if header.is_control:
+                marker = end_txn_marker(self.read_position_range(position, position + header.size_bytes), 0, header)
+            yield header, marker
+
     def _position_floor(self, offset: int) -> int:
         slot = bisect.bisect_right(self._index_offsets, offset) - 1
         return self._index_positions[slot] if slot >= 0 else 0
@@ -371,7 +392,7 @@ class Segment:
         os.ftruncate(self._fd, position)
         self.size_bytes = position
         self._close_index_files()
-        self.rebuild(verify_crc=False)
+        self.rebuild(verify_crc=False)   # cuts the transaction index too
         return self.next_offset
 
     def seal(self) -> None:
@@ -385,6 +406,7 @@ class Segment:
                 f.flush()
                 os.fsync(f.fileno())
         os.fsync(self._fd)
+        self.txn_index.flush()
 
     def _close_index_files(self) -> None:
         for f in (self._index_file, self._timeindex_file):
@@ -398,10 +420,14 @@ class Segment:
         os.close(self._fd)
         self._fd = -1
 
-    def delete(self) -> None:
+    def delete(self, *, keep_txn_index: bool = False) -> None:
+        """Remove the segment's files; `keep_txn_index`: all but its .txnindex (the
+        cleaner swapping cleaned data in keeps the segment's aborted transactions)."""
         self._close_index_files()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
         for path in (self.log_path, self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
+        if not keep_txn_index:
+            self.txn_index.delete()

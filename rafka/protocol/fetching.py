@@ -2,8 +2,10 @@
 side of replication on the wire), and a consumer's Fetch; what each answer says.
 
 A consumer's fetch is the same request with replica_id -1 and no last fetched
-epoch: records below the HW, the leader's HW and log start, or the partition's
-error (FENCED_LEADER_EPOCH for a stale epoch: refresh metadata and retry).
+epoch: records below the HW (isolation_level 1, read_committed: below the last
+stable offset, with the aborted transactions overlapping them), the leader's HW,
+LSO and log start, or the partition's error (FENCED_LEADER_EPOCH for a stale
+epoch: refresh metadata and retry).
 
 For followers:
 
@@ -55,14 +57,18 @@ class LeaderAnswer:
     high_watermark: int
     log_start_offset: int
     diverging_epoch: tuple[int, int] | None    # (epoch, end offset): truncate there, fetch again
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] = ()   # (producer id, first offset), read_committed
 
 
 def fetch_request(*, topic: str, partition: int, replica_id: int, fetch_offset: int, leader_epoch: int,
-                  last_fetched_epoch: int, log_start_offset: int, max_bytes: int, max_wait_ms: int) -> WrittenBody:
+                  last_fetched_epoch: int, log_start_offset: int, max_bytes: int, max_wait_ms: int,
+                  isolation_level: int = 0) -> WrittenBody:
     """A Fetch v12 of one partition, written from these values (every fetch round
-    builds one: no kio entity for it)."""
+    builds one: no kio entity for it). isolation_level 1: read_committed."""
     return fetch_request_v12(
-        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
+        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
+        isolation_level=isolation_level,
         session_id=0, session_epoch=-1, topics=[(topic, [(partition, leader_epoch, fetch_offset, last_fetched_epoch,
                                                           log_start_offset, max_bytes)])])
 
@@ -79,16 +85,19 @@ def leader_answer(response, *, topic: str, partition: int) -> LeaderAnswer:
     diverged = diverging is not None and int(diverging.epoch) >= 0 and int(diverging.end_offset) >= 0
     return LeaderAnswer(records=bytes(answered.records or b""), high_watermark=int(answered.high_watermark),
                         log_start_offset=int(answered.log_start_offset),
-                        diverging_epoch=(int(diverging.epoch), int(diverging.end_offset)) if diverged else None)
+                        diverging_epoch=(int(diverging.epoch), int(diverging.end_offset)) if diverged else None,
+                        last_stable_offset=int(answered.last_stable_offset),
+                        aborted_transactions=tuple((int(t.producer_id), int(t.first_offset))
+                                                   for t in answered.aborted_transactions or ()))
 
 
 def list_offset_request(*, topic: str, partition: int, replica_id: int, leader_epoch: int,
-                        timestamp_ms: int) -> list_offsets_v7.ListOffsetsRequest:
+                        timestamp_ms: int, isolation_level: int = 0) -> list_offsets_v7.ListOffsetsRequest:
     """ListOffsets for one partition: `timestamp_ms` is a time or Kafka's
-    EARLIEST (-2) / LATEST (-1); a replica (replica_id >= 0) asking LATEST gets the
-    LEO, a client (-1) the HW."""
+    EARLIEST (-2) / LATEST (-1); LATEST gets the HW, or with isolation_level 1
+    (read_committed) the LSO."""
     return list_offsets_v7.ListOffsetsRequest(
-        replica_id=i32(replica_id), isolation_level=i8(0), topics=(list_offsets_v7.ListOffsetsTopic(
+        replica_id=i32(replica_id), isolation_level=i8(isolation_level), topics=(list_offsets_v7.ListOffsetsTopic(
             name=topic, partitions=(list_offsets_v7.ListOffsetsPartition(
                 partition_index=i32(partition), current_leader_epoch=i32(leader_epoch),
                 timestamp=i64(timestamp_ms)),)),))

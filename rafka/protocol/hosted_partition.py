@@ -9,7 +9,9 @@ What waits, and until when (Kafka's DelayedProduce and DelayedFetch purgatories)
     NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas;
   * a follower's fetch with nothing to return, up to max_wait_ms, until the LEO
     moves (a diverging answer returns at once);
-  * a consumer's fetch with nothing below the HW, up to max_wait_ms.
+  * a consumer's fetch with nothing below the HW (read_committed: the LSO), up
+    to max_wait_ms;
+  * a transaction marker (WriteTxnMarkers), like an acks=all produce.
 Every waiter is woken by `notify()`, which the host calls after any change of
 role, ISR or log. Here, an append wakes the followers' fetches (the LEO moved)
 and, only if it moved the HW too (an ISR of the leader alone), everyone; a
@@ -40,7 +42,8 @@ from collections.abc import Callable
 
 from rafka.core.errors import NotLeaderOrFollower, RequestTimedOut
 from rafka.core.records import count_records
-from rafka.core.replica import ACKS_ALL, FetchResult, PartitionReplica, ProduceResult, Role
+from rafka.core.replica import (ACKS_ALL, READ_UNCOMMITTED, FetchResult, PartitionReplica, ProduceResult,
+                                Role)
 
 
 def _wake(waiter: asyncio.Future) -> None:
@@ -122,6 +125,17 @@ class HostedPartition:
         self._wake_all(followers=True, others=replica.log.high_watermark != high_watermark)
         return Appended(result, acks, replica.leader_epoch)
 
+    def append_txn_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          commit: bool) -> Appended:
+        """A WriteTxnMarkers entry's append (core.replica.append_txn_marker); its
+        acks (all, as Kafka's coordinator writes markers) through `acknowledged`."""
+        replica = self._replica()
+        high_watermark = replica.log.high_watermark
+        result = replica.append_txn_marker(producer_id=producer_id, producer_epoch=producer_epoch,
+                                           coordinator_epoch=coordinator_epoch, commit=commit)
+        self._wake_all(followers=True, others=replica.log.high_watermark != high_watermark)
+        return Appended(result, ACKS_ALL, replica.leader_epoch)
+
     async def acknowledged(self, appended: Appended, request_timeout_ms: int) -> ProduceResult:
         """A Produce's second part: its acks (for acks=all, the HW past the batch)."""
         result = appended.result
@@ -168,12 +182,15 @@ class HostedPartition:
                 self.parked_follower_fetches -= 1
 
     async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
-                             leader_epoch: int | None = None) -> FetchResult:
-        """A consumer's fetch: only batches below the HW."""
+                             leader_epoch: int | None = None,
+                             isolation_level: int = READ_UNCOMMITTED) -> FetchResult:
+        """A consumer's fetch: only batches below the HW (read_committed: the LSO,
+        with the aborted transactions among them). The LSO moves only when the
+        HW does or a marker is appended, and both wake the waiters here."""
         deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
         while True:
             result = self._replica().fetch_for_consumer(fetch_offset=fetch_offset, max_bytes=max_bytes,
-                                                        leader_epoch=leader_epoch)
+                                                        leader_epoch=leader_epoch, isolation_level=isolation_level)
             remaining = deadline - asyncio.get_running_loop().time()
             if result.records or remaining <= 0:
                 if result.records:
@@ -186,8 +203,10 @@ class HostedPartition:
             finally:
                 self.parked_consumer_fetches -= 1
 
-    async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None) -> tuple[int, int] | None:
-        return self._replica().list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch)
+    async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None,
+                          isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int] | None:
+        return self._replica().list_offset(timestamp_ms=timestamp_ms, leader_epoch=leader_epoch,
+                                           isolation_level=isolation_level)
 
     async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int | None) -> tuple[int, int]:
         return self._replica().end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)

@@ -1,5 +1,7 @@
 """Idempotent producer checks on batch headers, against a real log."""
 
+import time
+
 import pytest
 
 from rafka.core.errors import InvalidProducerEpoch, OutOfOrderSequence
@@ -11,8 +13,10 @@ pytestmark = pytest.mark.core
 
 
 def produced(sequence, count=2, producer_id=7, epoch=0):
+    # timestamped now, as a producer's records are: producer.id.expiration.ms measures from them
     return encode_batch([RecordInput(b"v%d" % (sequence + i)) for i in range(count)],
-                        producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+                        producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                        now_ms=int(time.time() * 1000))
 
 
 def append(log, table, data):
@@ -21,7 +25,8 @@ def append(log, table, data):
     if duplicate is not None:
         return duplicate.first_offset, duplicate.last_offset
     result = log.append_as_leader(data, leader_epoch=0)
-    table.on_append(read_header(data)._replace(base_offset=result.base_offset))
+    if table is not log.producers:   # the log applies its own appends
+        table.on_append(read_header(data)._replace(base_offset=result.base_offset))
     return result.base_offset, result.last_offset
 
 
@@ -38,9 +43,16 @@ def test_sequence_gap__out_of_order_sequence_and_nothing_written(tmp_path):
     append(log, table, produced(0))
     with pytest.raises(OutOfOrderSequence):
         append(log, table, produced(5))
-    with pytest.raises(OutOfOrderSequence):
-        append(log, table, produced(3, producer_id=8))  # unknown producer must start at 0
     assert log.log_end_offset == 2
+
+
+def test_unknown_producer__may_start_at_any_sequence_as_kafka(tmp_path):
+    """Kafka's ProducerAppendInfo.checkSequence: a producer the partition does not
+    know (new, or expired by producer.id.expiration.ms) is taken at any sequence."""
+    log, table = PartitionLog(tmp_path), ProducerStateTable()
+    assert append(log, table, produced(3, producer_id=8)) == (0, 1)
+    with pytest.raises(OutOfOrderSequence):
+        append(log, table, produced(9, producer_id=8))   # once known, gaps are refused
 
 
 def test_producer_epoch__older_fenced_newer_restarts_at_zero(tmp_path):
@@ -59,10 +71,10 @@ def test_rebuilt_from_the_log__a_new_leader_still_detects_the_duplicate(tmp_path
     append(log, table, produced(2))
     log.close()
     reopened = PartitionLog(tmp_path)
-    rebuilt = ProducerStateTable.rebuilt_from(reopened.batch_headers())
+    rebuilt = reopened.producers   # loaded at open: the close's snapshot
     assert append(reopened, rebuilt, produced(2)) == (2, 3)
     assert reopened.log_end_offset == 4
-    reopened.truncate_to(2)
-    rebuilt.truncate_to(reopened.log_end_offset)
-    assert append(reopened, rebuilt, produced(2)) == (2, 3)  # re-appended after the cut
+    reopened.truncate_to(2)        # reloads the producer state as of offset 2
+    assert reopened.producers.entry(7).batches[-1].last_offset == 1
+    assert append(reopened, reopened.producers, produced(2)) == (2, 3)  # re-appended after the cut
     assert reopened.log_end_offset == 4

@@ -13,18 +13,23 @@ FetchSession), and what this handler does the same way:
     current_leader_epoch: FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH
     (KIP-320; -1 skips the check); a partition not led here:
     NOT_LEADER_OR_FOLLOWER (see handlers.partitions).
-  * high_watermark, last_stable_offset (= HW: no transactions) and
-    log_start_offset come with every partition that was read, and -1 with an
-    error; preferred_read_replica is -1 (no follower fetching, KIP-392).
+  * isolation_level 1 (read_committed, a consumer's): batches below the last
+    stable offset only (core.replica); 0, and every replica fetch: below the HW
+    (a follower: the LEO).
+  * high_watermark, last_stable_offset (the partition's LSO, whatever the
+    isolation level, as Kafka's) and log_start_offset come with every partition
+    that was read, and -1 with an error; preferred_read_replica is -1 (no
+    follower fetching, KIP-392).
   * records: what was read, and an empty record set with any error
     (ReplicaManager's MemoryRecords.EMPTY), except for a partition the node's
     image does not know: null, as KafkaApis answers the partitions it turns away
     before ReplicaManager reads (FetchResponse.partitionResponse). librdkafka
     cannot parse a null set: answering OFFSET_OUT_OF_RANGE with one kept its
     consumers from ever resetting (auto.offset.reset).
-  * aborted_transactions: an empty list for a read_committed consumer's
-    partition that was read (LocalLog.read collects them for TXN_COMMITTED; there
-    are none to find here), null for read_uncommitted, followers and errors.
+  * aborted_transactions: for a read_committed consumer's partition that was
+    read, (producer id, first offset) of every aborted transaction overlapping
+    the records returned (LocalLog.read's collectAbortedTransactions; empty with
+    no records); null for read_uncommitted, followers and errors.
   * a replica's fetch (replica_id >= 0, in rafka the follower's replica id in its
     partition) reads up to the LEO, counts as that follower's progress (ISR and
     HW) and, with last_fetched_epoch >= 0, answers a diverging log with
@@ -50,7 +55,7 @@ from rafka.protocol.hot_writers import fetch_answer_v12
 API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 12
 HOT_VERSION = 12   # answered through hot_writers (rafka's followers and consumers, librdkafka's fetch)
-READ_COMMITTED = 1   # isolation_level
+READ_UNCOMMITTED = 0
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -69,7 +74,7 @@ async def fetch(host: PartitionHost, request, version: int):
                     session_id=i32(0), responses=())
     max_wait_ms = int(request.max_wait.total_seconds() * 1000) if int(request.min_bytes) > 0 else 0
     replica_fetch = int(request.replica_id) >= 0
-    read_committed = not replica_fetch and int(request.isolation_level) == READ_COMMITTED
+    isolation_level = READ_UNCOMMITTED if replica_fetch else int(request.isolation_level)
 
     async def read(endpoint, wanted):
         max_bytes = max(0, min(int(wanted.partition_max_bytes), int(request.max_bytes)))
@@ -78,21 +83,21 @@ async def fetch(host: PartitionHost, request, version: int):
             return await endpoint.fetch(int(request.replica_id), int(wanted.fetch_offset), epoch, max_bytes,
                                         max_wait_ms, int(getattr(wanted, "last_fetched_epoch", -1)))
         return await endpoint.consumer_fetch(int(wanted.fetch_offset), max_bytes, max_wait_ms,
-                                             leader_epoch_or_none(epoch))
+                                             leader_epoch_or_none(epoch), isolation_level)
 
     rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
                             lambda wanted: int(wanted.partition), read)
     if version == HOT_VERSION:   # what every client here sends: written from the values
         return fetch_answer_v12(list(by_topic(
-            (topic, _values(wanted, code, result, read_committed)) for topic, wanted, code, result in rows).items()))
+            (topic, _values(wanted, code, result)) for topic, wanted, code, result in rows).items()))
     # plain ints where kio's types say i32/i64: they are ints at runtime, and their
     # range checks were a visible part of every fetch (the values are the log's)
     grouped = by_topic((topic, make(
         module.PartitionData, partition_index=wanted.partition, error_code=code,
         high_watermark=result.high_watermark if result else -1,
-        last_stable_offset=result.high_watermark if result else -1,
+        last_stable_offset=result.last_stable_offset if result else -1,
         log_start_offset=result.log_start_offset if result else -1,
-        aborted_transactions=_aborted_transactions(result, read_committed), preferred_read_replica=-1,
+        aborted_transactions=_aborted_transactions(module, result), preferred_read_replica=-1,
         diverging_epoch=_diverging(module, result),
         records=_records(code, result))) for topic, wanted, code, result in rows)
     return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
@@ -100,14 +105,13 @@ async def fetch(host: PartitionHost, request, version: int):
                                 for topic, partitions in grouped.items()))
 
 
-def _values(wanted, code: ErrorCode, result, read_committed: bool) -> tuple:
+def _values(wanted, code: ErrorCode, result) -> tuple:
     """One partition of a v12 answer as hot_writers.fetch_answer_v12 takes it: the
-    same values as the entity above (LSO = HW: no transactions; no preferred
-    read replica)."""
+    same values as the entity above (no preferred read replica)."""
     if result is None:
         return int(wanted.partition), code.value, -1, -1, -1, None, -1, _records(code, None), None
-    return (int(wanted.partition), code.value, result.high_watermark, result.high_watermark,
-            result.log_start_offset, _aborted_transactions(result, read_committed), -1, result.records,
+    return (int(wanted.partition), code.value, result.high_watermark, result.last_stable_offset,
+            result.log_start_offset, result.aborted_transactions, -1, result.records,
             result.diverging_epoch)
 
 
@@ -120,8 +124,12 @@ def _records(code: ErrorCode, result) -> bytes | None:
     return None if code is ErrorCode.unknown_topic_or_partition else b""
 
 
-def _aborted_transactions(result, read_committed: bool) -> tuple | None:
-    return () if read_committed and result is not None else None
+def _aborted_transactions(module, result) -> tuple | None:
+    """The entity form of a result's aborted transactions (None: the field is null)."""
+    if result is None or result.aborted_transactions is None:
+        return None
+    return tuple(make(module.AbortedTransaction, producer_id=i64(producer_id), first_offset=i64(first_offset))
+                 for producer_id, first_offset in result.aborted_transactions)
 
 
 def _diverging(module, result):

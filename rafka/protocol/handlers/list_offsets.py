@@ -3,8 +3,8 @@
 What Kafka answers (KafkaApis.handleListOffsetRequest, Partition
 .fetchOffsetForTimestamp), and what this handler does the same way:
   * -2 (EARLIEST): the log start offset; -1 (LATEST): the HW, since consumers
-    read below it (read_committed would be the LSO, which is the HW here: no
-    transactions); a timestamp: the first offset below the HW whose record
+    read below it, or with isolation_level 1 (read_committed, v2+) the last
+    stable offset; a timestamp: the first offset below that bound whose record
     timestamp is at or after it, with that timestamp, or offset -1 and timestamp
     -1 when none is (Kafka's "no such offset" answer, error NONE).
   * -3 (MAX_TIMESTAMP, v7) and other negative timestamps: INVALID_REQUEST.
@@ -49,9 +49,11 @@ async def list_offsets(host: PartitionHost, request, version: int):
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
 
+    isolation_level = int(getattr(request, "isolation_level", 0))   # v0 and v1 have none: read_uncommitted
+
     async def look_up(endpoint, wanted):
         epoch = leader_epoch_or_none(int(getattr(wanted, "current_leader_epoch", -1)))
-        return await endpoint.list_offset(int(wanted.timestamp), epoch)
+        return await endpoint.list_offset(int(wanted.timestamp), epoch, isolation_level)
 
     rows = await serve_each(host, [(t.name, p) for t in request.topics for p in t.partitions],
                             lambda wanted: int(wanted.partition_index), look_up)
