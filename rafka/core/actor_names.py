@@ -13,6 +13,7 @@ from __future__ import annotations
 NAMESPACE = "rafka"   # the Ray namespace of every rafka actor
 CONTROLLER_NAME = "controller"
 OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
@@ -27,6 +28,10 @@ def replica_actor_partition(actor: str) -> tuple[str, int]:
 
 def coordinator_actor_name(offsets_partition: int) -> str:
     return f"coordinator:{offsets_partition}"
+
+
+def transaction_coordinator_actor_name(transaction_state_partition: int) -> str:
+    return f"txn-coordinator:{transaction_state_partition}"
 
 
 BROKER_ACTOR_PREFIX = "broker:"

@@ -45,8 +45,8 @@ from typing import Any
 
 from rafka.core.acl import NO_ACLS, AclOperation, Acls, Resource, ResourceType, authorize, \
     authorize_by_resource_type, user_principal
-from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_of_actor_name, coordinator_actor_name,
-                                    replica_actor_name)
+from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_of_actor_name,
+                                    coordinator_actor_name, replica_actor_name, transaction_coordinator_actor_name)
 from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.metadata import NO_LEADER, ClusterMetadata, NodeEndpoint, id_as_uuid
 from rafka.core.scram import CLUSTER_USER, ScramCredential
@@ -88,6 +88,8 @@ class ClusterImage:
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(default_factory=dict)
     sasl_required: bool = False   # every listener asks for a SASL login (protocol.sasl)
     brokers: Mapping[int, NodeEndpoint] = dataclasses.field(default_factory=dict)   # live brokers' addresses
+    # by __transaction_state partition; -1 unregistered (FindCoordinator key type 1)
+    transaction_coordinator_nodes: tuple[int, ...] = ()
     acls: Acls = NO_ACLS          # the ACL bindings (core.acl), with the version of their last change
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource: Resource) -> bool:
@@ -110,11 +112,12 @@ class ClusterImage:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
 
-    def coordinator_broker(self, offsets_partition: int) -> int:
+    def coordinator_broker(self, offsets_partition: int, *, nodes: tuple[int, ...] | None = None) -> int:
         """The broker whose node serves the group coordinator of `offsets_partition`
-        (where it runs; NO_LEADER while it has no endpoint or its broker none)."""
-        node = self.nodes.get(self.coordinator_nodes[offsets_partition]) \
-            if 0 <= offsets_partition < len(self.coordinator_nodes) else None
+        (where it runs; NO_LEADER while it has no endpoint or its broker none);
+        with `nodes`, of that coordinator list (transaction_coordinator_nodes)."""
+        nodes = self.coordinator_nodes if nodes is None else nodes
+        node = self.nodes.get(nodes[offsets_partition]) if 0 <= offsets_partition < len(nodes) else None
         broker = _broker_id(node.rack) if node is not None else None
         return broker if broker in self.brokers else NO_LEADER
 
@@ -162,7 +165,9 @@ def broker_view(image: ClusterImage) -> ClusterImage:
         topics[name] = dataclasses.replace(topic, partitions=tuple(partitions))
     return dataclasses.replace(
         image, nodes=dict(live), topics=topics, controller_node=min(live, default=NO_LEADER),
-        coordinator_nodes=tuple(image.coordinator_broker(p) for p in range(len(image.coordinator_nodes))))
+        coordinator_nodes=tuple(image.coordinator_broker(p) for p in range(len(image.coordinator_nodes))),
+        transaction_coordinator_nodes=tuple(image.coordinator_broker(p, nodes=image.transaction_coordinator_nodes)
+                                            for p in range(len(image.transaction_coordinator_nodes))))
 
 
 EMPTY_IMAGE = ClusterImage(version=-1, cluster_id=None, controller_node=NO_LEADER, nodes={}, topics={},
@@ -196,11 +201,15 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
                 replica_brokers=tuple(brokers), isr_brokers=tuple(broker_of[r] for r in state.isr if r in broker_of),
                 leader_broker=broker_of.get(state.leader, NO_LEADER) if leader_node >= 0 else NO_LEADER))
         topics[name] = TopicImage(name=name, topic_id=id_as_uuid(topic.topic_id),
-                                  is_internal=name == OFFSETS_TOPIC, partitions=tuple(partitions),
+                                  is_internal=name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC),
+                                  partitions=tuple(partitions),
                                   config=dict(topic.config))
     offsets = metadata.topics.get(OFFSETS_TOPIC)
     coordinators = tuple(node_id(coordinator_actor_name(p))
                          for p in range(len(offsets.partitions) if offsets else 0))
+    transaction_state = metadata.topics.get(TRANSACTION_STATE_TOPIC)
+    transaction_coordinators = tuple(node_id(transaction_coordinator_actor_name(p))
+                                     for p in range(len(transaction_state.partitions) if transaction_state else 0))
     controller = node_id(CONTROLLER_NAME)
     brokers: dict[int, NodeEndpoint] = {}
     for actor, node in sorted(registered.items()):   # a broker's processes share its port: the first names it
@@ -211,4 +220,4 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
                         nodes=dict(sorted(listed.items())), topics=topics, coordinator_nodes=coordinators,
                         scram_credentials=dict(metadata.scram_credentials),
                         sasl_required=metadata.sasl_required, brokers=dict(sorted(brokers.items())),
-                        acls=metadata.acls())
+                        transaction_coordinator_nodes=transaction_coordinators, acls=metadata.acls())

@@ -41,7 +41,8 @@ CorruptRecord = _error("CorruptRecord", 2, "CORRUPT_MESSAGE", True,
 
 
 class CorruptCoordinatorRecord(CorruptRecord):
-    """A record of a coordinator's internal topic (`__consumer_offsets`) that does
+    """A record of a coordinator's internal topic (`__consumer_offsets`,
+    `__transaction_state`) that does
     not decode by its schema: an unknown version, a short buffer, trailing bytes,
     text that is not UTF-8, no key. Kafka's CorruptRecordException (CORRUPT_MESSAGE)
     is retriable, for a batch damaged on its way; these bytes are what the log
@@ -93,6 +94,12 @@ InvalidSessionTimeout = _error("InvalidSessionTimeout", 26, "INVALID_SESSION_TIM
                                "session.timeout.ms is outside the coordinator's allowed range.")
 RebalanceInProgress = _error("RebalanceInProgress", 27, "REBALANCE_IN_PROGRESS", False,
                              "The group is rebalancing.")
+UnsupportedVersion = _error("UnsupportedVersion", 35, "UNSUPPORTED_VERSION", False,
+                            "The version of the API is not supported.")
+UnsupportedForMessageFormat = _error("UnsupportedForMessageFormat", 43, "UNSUPPORTED_FOR_MESSAGE_FORMAT", False,
+                                     "The message format version on the broker does not support the request.")
+OperationNotAttempted = _error("OperationNotAttempted", 55, "OPERATION_NOT_ATTEMPTED", False,
+                               "Not attempted: another part of the same request failed.")
 TopicAlreadyExists = _error("TopicAlreadyExists", 36, "TOPIC_ALREADY_EXISTS", False,
                             "A topic with this name exists.")
 InvalidPartitions = _error("InvalidPartitions", 37, "INVALID_PARTITIONS", False,

@@ -398,6 +398,15 @@ class ClusterMetadata:
         """A producer id never handed out before (idempotent producers)."""
         return [{"type": "producer_ids", "next": self.next_producer_id + 1}], self.next_producer_id
 
+    def handle_allocate_producer_ids(self, count: int = 1000) -> tuple[list[Record], tuple[int, int]]:
+        """A block of `count` producer ids never handed out before, (first id, count)
+        (Kafka's AllocateProducerIds, ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE = 1000):
+        a transaction coordinator hands them out one by one (core.producer_ids)."""
+        if count <= 0:
+            raise ValueError(f"a producer id block holds at least one id, not {count}")
+        first = self.next_producer_id
+        return [{"type": "producer_ids", "next": first + count}], (first, count)
+
     def handle_register_node(self, actor: str, host: str, port: int,
                              rack: str | None = None) -> tuple[list[Record], NodeEndpoint]:
         """An actor started serving at host:port: the node id its name already has,

@@ -44,10 +44,16 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def coordinator_partition_for(key: str, partition_count: int) -> int:
+    """Kafka's `Utils.abs(key.hashCode()) % partitions` (abs(MIN_VALUE) is 0): the
+    partition of a coordinator's internal topic that holds a group id
+    (`__consumer_offsets`) or a transactional id (`__transaction_state`)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partition_count
+
+
 def partition_for_group(group_id: str, offsets_partition_count: int) -> int:
-    """Kafka's `Utils.abs(groupId.hashCode()) % partitions` (abs(MIN_VALUE) is 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % offsets_partition_count
+    return coordinator_partition_for(group_id, offsets_partition_count)
 
 
 @dataclasses.dataclass(frozen=True)

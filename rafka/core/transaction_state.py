@@ -29,7 +29,7 @@ Requests a client sends are answered with typed Kafka errors
 INVALID_TXN_STATE): `init_producer_id`, `add_partitions`, `end_transaction`.
 
 Pure logic, no I/O; time comes in as `now_ms` or a clock, new producer ids from
-a callable. Caller: the transaction coordinator (issue 28, not built yet).
+a callable. Caller: core.transaction_shard (the transaction coordinator's logic).
 """
 
 from __future__ import annotations
@@ -315,9 +315,12 @@ class TransactionMetadata:
             if ((self.producer_epoch != transit.producer_epoch and not self._valid_epoch_bump(transit))
                     or transit.topic_partitions or transit.txn_start_timestamp_ms != NO_TIMESTAMP):
                 self._refuse(transit, "not a valid producer epoch bump, or a transaction is in it")
+            # The start time is the record's (-1, no transaction): Kafka keeps the last
+            # transaction's in memory, which its reload then reads as -1.
             changes.update(txn_timeout_ms=transit.txn_timeout_ms, producer_epoch=transit.producer_epoch,
                            last_producer_epoch=transit.last_producer_epoch, producer_id=transit.producer_id,
-                           previous_producer_id=transit.previous_producer_id)
+                           previous_producer_id=transit.previous_producer_id,
+                           txn_start_timestamp_ms=transit.txn_start_timestamp_ms)
         elif to_state is S.ONGOING:    # AddPartitionsToTxn / AddOffsetsToTxn
             if (not self._valid_epoch(transit) or not self.topic_partitions <= transit.topic_partitions
                     or self.txn_timeout_ms != transit.txn_timeout_ms):

@@ -45,6 +45,11 @@ from rafka.core.records import count_records
 from rafka.core.replica import (ACKS_ALL, READ_UNCOMMITTED, FetchResult, PartitionReplica, ProduceResult,
                                 Role)
 
+# How long a marker may wait for the ISR (Kafka's coordinator sends markers with the
+# broker's request.timeout.ms, 30 s); the coordinator retries one that timed out.
+MARKER_TIMEOUT_MS = 30_000
+
+
 
 def _wake(waiter: asyncio.Future) -> None:
     if not waiter.done():
@@ -135,6 +140,14 @@ class HostedPartition:
                                            coordinator_epoch=coordinator_epoch, commit=commit)
         self._wake_all(followers=True, others=replica.log.high_watermark != high_watermark)
         return Appended(result, ACKS_ALL, replica.leader_epoch)
+
+    async def append_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                            request_timeout_ms: int = MARKER_TIMEOUT_MS) -> ProduceResult:
+        """WriteTxnMarkers' call (handlers.write_txn_markers): the marker appended and
+        replicated to the ISR, or the typed error that refused it."""
+        appended = self.append_txn_marker(producer_id=producer_id, producer_epoch=producer_epoch,
+                                          coordinator_epoch=coordinator_epoch, commit=commit)
+        return await self.acknowledged(appended, request_timeout_ms)
 
     async def acknowledged(self, appended: Appended, request_timeout_ms: int) -> ProduceResult:
         """A Produce's second part: its acks (for acks=all, the HW past the batch)."""

@@ -4,7 +4,8 @@ hosts and with Kafka's redirecting errors for the rest, so clients that take one
 node's ApiVersions for the whole cluster (kafka-python does) work:
   * a partition not hosted here: NOT_LEADER_OR_FOLLOWER (UNKNOWN_TOPIC_OR_PARTITION
     when the image does not know it);
-  * a group not coordinated here: NOT_COORDINATOR;
+  * a group or transactional id not coordinated here: NOT_COORDINATOR;
+  * WriteTxnMarkers for a partition not led here: NOT_LEADER_OR_FOLLOWER;
   * topic administration anywhere but the controller: NOT_CONTROLLER (the client
     sends it to Metadata's controller_id; Kafka's brokers forward it instead,
     KIP-590, which rafka's nodes do not need to);
@@ -27,9 +28,12 @@ from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NotController
 from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
-from rafka.protocol.handlers import (acls, alter_configs, api_versions, describe_configs, fetch, find_coordinator,
+from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions,
+                                     describe_configs, describe_transactions, end_txn, fetch, find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
-                                     metadata, offset_for_leader_epoch, produce, topic_admin)
+                                     list_transactions, metadata, offset_for_leader_epoch, produce, topic_admin,
+                                     write_txn_markers)
+from rafka.protocol.handlers.txn_coordinator import NoTransactions
 
 
 class _NoPartitions:
@@ -56,23 +60,29 @@ class _NotController:
 
 
 def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Callable[[], Awaitable[int]],
-               partitions=None, groups=None, topic_admin_host=None,
+               partitions=None, groups=None, topic_admin_host=None, transactions=None,
                list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
                alter_topic_config: alter_configs.AlterTopicConfig | None = None,
                acl_admin: acls.AclAdmin | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
-    a GroupHost with the coordinator's calls; `topic_admin_host`: the controller;
+    a GroupHost with the coordinator's calls; `transactions`: a TransactionHost
+    (handlers.txn_coordinator) with the transaction coordinators hosted here
+    (none: NOT_COORDINATOR); `topic_admin_host`: the controller;
     `alter_topic_config`: how a node that is not the controller reaches it (none:
     NOT_CONTROLLER, the controller's node uses its topic_admin_host);
     `acl_admin`: where CreateAcls / DeleteAcls go (default: topic_admin_host)."""
     partitions = partitions or _NoPartitions(image)
     groups = groups or _NoGroups()
+    transactions = transactions or NoTransactions()
     admin = topic_admin_host or _NotController(image)
     alter_topic_config = alter_topic_config or admin.alter_topic_config
     return DispatchTable([
         api_versions.ROUTE, metadata.route(image), find_coordinator.route(image), describe_configs.route(image),
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
-        offset_for_leader_epoch.route(partitions), init_producer_id.route(allocate_producer_id),
+        offset_for_leader_epoch.route(partitions), init_producer_id.route(allocate_producer_id, transactions),
+        add_partitions_to_txn.route(transactions, image), add_offsets_to_txn.route(transactions),
+        end_txn.route(transactions), describe_transactions.route(transactions), list_transactions.route(transactions),
+        write_txn_markers.route(partitions),
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
         *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin),
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),

@@ -8,7 +8,11 @@ Each partition is served by the HostedPartition the replica actor uses (the same
 calls and waiting, no Ray); the coordinator below stands in for the coordinator
 actor, and its writes to __consumer_offsets are acked at once (nothing
 replicates here). ACLs are created and deleted on this node's own metadata (it
-stands in for the controller there: `acl_admin`), and the image rebuilt.
+stands in for the controller there: `acl_admin`), and the image rebuilt. One transaction coordinator (a real TransactionShard of the
+one __transaction_state partition, on its own node) stands in for the
+transaction coordinator actor: its writes are acked at once and kept encoded
+(`LocalTransactionCoordinator.records`), and its markers go to the hosted
+partitions' `append_marker`, as WriteTxnMarkers does.
 """
 
 from __future__ import annotations
@@ -17,16 +21,20 @@ import asyncio
 import random
 import threading
 
-from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_actor_name, coordinator_actor_name,
-                                    replica_actor_name)
+from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_actor_name,
+                                    coordinator_actor_name, replica_actor_name, transaction_coordinator_actor_name)
 from rafka.core.clock import SystemClock
 from rafka.core.cluster_image import broker_view, build_image
 from rafka.core.config import TopicConfig
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.group_manager import GroupManager
 from rafka.core.metadata import ClusterMetadata
+from rafka.core.errors import KafkaError
 from rafka.core.offset_store import OffsetStore
+from rafka.core.producer_ids import ProducerIdAllocator, ProducerIdBlock
 from rafka.core.replica import PartitionReplica
+from rafka.core.transaction_log import encode_key, encode_value
+from rafka.core.transaction_shard import TransactionShard
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
 from rafka.protocol.hosted_partition import HostedPartition
@@ -70,6 +78,28 @@ class LocalCoordinator:
 
     def __getattr__(self, name):   # join_group, sync_group, heartbeat, commit_offsets, ...
         return getattr(self.shard, name)
+
+
+class LocalTransactionCoordinator:
+    """A TransactionHost (handlers.txn_coordinator) over one real TransactionShard
+    coordinating every transactional id (one __transaction_state partition)."""
+
+    def __init__(self, *, allocate_block, send_markers, offsets_partition_count: int) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+
+        async def append(records):   # acked at once: nothing to replicate to
+            self.records += [(encode_key(key), encode_value(value)) for key, value in records]
+        self.shard = TransactionShard(partition=0, partition_count=1, coordinator_epoch=0, clock=SystemClock(),
+                                      append=append, send_markers=send_markers,
+                                      producer_ids=ProducerIdAllocator(allocate_block),
+                                      offsets_partition_count=offsets_partition_count)
+        self.shard.finish_loading()
+
+    def transaction_coordinator_for(self, transactional_id):
+        return self.shard
+
+    def transaction_coordinators(self):
+        return [self.shard]
 
 
 class ProtocolNode:
@@ -144,16 +174,22 @@ class ProtocolNode:
                 replica.become_leader(leader_epoch=0, replicas=[0], isr=[0], partition_epoch=0)
                 self.endpoints[(name, p)] = HostedPartition(lambda replica=replica: replica)
         apply(self.metadata.handle_create_topic(OFFSETS_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
+        apply(self.metadata.handle_create_topic(TRANSACTION_STATE_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
         self.coordinator = LocalCoordinator(self._partitions_per_topic)
         self._ticker = asyncio.get_running_loop().create_task(self.coordinator.tick_forever())
+        self.transactions = LocalTransactionCoordinator(allocate_block=self._allocate_producer_ids,
+                                                        send_markers=self._send_markers, offsets_partition_count=1)
+        self._txn_ticker = asyncio.get_running_loop().create_task(self._tick_transactions())
         # The one table every node serves; here one node hosts everything (and is
         # not the controller: topic administration answers NOT_CONTROLLER).
         dispatcher = Dispatcher(node_table(image=self.image, allocate_producer_id=self._allocate_producer_id,
                                            partitions=self, groups=self.coordinator,
-                                           list_groups=self.coordinator.list_groups, acl_admin=self))
+                                           list_groups=self.coordinator.list_groups, acl_admin=self,
+                                           transactions=self.transactions))
         # One server (port) per actor, as in a cluster, all answering from one table:
         # librdkafka 2.0 mixes up node ids that share an address.
-        actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), "0" if self.with_edge else None)] + [
+        actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), "0" if self.with_edge else None),
+                  (transaction_coordinator_actor_name(0), None)] + [
             (replica_actor_name(name, p, 0), str(self.metadata.topics[name].partitions[p].brokers[0]))
             for name, count in self.topics.items() for p in range(count)]
         self.servers = []
@@ -190,8 +226,10 @@ class ProtocolNode:
         return results
 
     async def _stop(self) -> None:
-        self._ticker.cancel()
-        await asyncio.gather(self._ticker, return_exceptions=True)
+        self.transactions.shard.close()
+        for ticker in (self._ticker, self._txn_ticker):
+            ticker.cancel()
+        await asyncio.gather(self._ticker, self._txn_ticker, return_exceptions=True)
         for server in self.servers:
             await server.stop()
 
@@ -202,6 +240,30 @@ class ProtocolNode:
         records, producer_id = self.metadata.handle_allocate_producer_id()
         self._apply(records)
         return producer_id
+
+    async def _allocate_producer_ids(self) -> ProducerIdBlock:
+        records, (first, count) = self.metadata.handle_allocate_producer_ids()
+        self._apply(records)
+        return ProducerIdBlock(first, count)
+
+    async def _send_markers(self, markers) -> dict:
+        """The transaction coordinator's markers, each to its hosted partition (a
+        cluster's coordinator sends WriteTxnMarkers to the partition's leader)."""
+        outcomes = {}
+        for marker in markers:
+            hosted = self.endpoints[(marker.topic, marker.partition)]
+            try:
+                await hosted.append_marker(producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                                           coordinator_epoch=marker.coordinator_epoch, commit=marker.commit)
+                outcomes[(marker.topic, marker.partition)] = None
+            except KafkaError as error:
+                outcomes[(marker.topic, marker.partition)] = error
+        return outcomes
+
+    async def _tick_transactions(self):
+        while True:
+            await asyncio.sleep(0.1)
+            await self.transactions.shard.tick()
 
     def _apply(self, records) -> None:
         for record in records:

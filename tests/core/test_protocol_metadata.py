@@ -154,7 +154,24 @@ def test_find_coordinator__the_groups_offsets_partition_coordinator_node(state):
     batched = find(image, 4, "payments", "other")
     assert [(c.key, c.node_id) for c in batched.coordinators] == [
         ("payments", expected.node_id), ("other", nodes[partition_for_group("other", 3)].node_id)]
-    assert find(image, 3, "tx", key_type=1).error_code == ErrorCode.invalid_request
+    assert find(image, 3, "tx", key_type=1).error_code == ErrorCode.coordinator_not_available   # no txn topic
+    assert find(image, 3, "tx", key_type=2).error_code == ErrorCode.invalid_request
+
+
+def test_find_coordinator__key_type_1__the_transaction_state_partitions_coordinator(state):
+    from rafka.core.transaction_log import partition_for
+    apply(state, state.handle_create_topic("__transaction_state", 3, 3, None, [0, 1, 2], rng=random.Random(2))[0])
+    assert find(build_image(state, version=3), 3, "txn-1", key_type=1).error_code == ErrorCode.coordinator_not_available
+    nodes = [register(state, f"txn-coordinator:{p}", 41_000 + p) for p in range(3)]
+    image = build_image(state, version=4)
+    assert image.topics["__transaction_state"].is_internal
+    expected = nodes[partition_for("txn-1", 3)]
+    answer = find(image, 3, "txn-1", key_type=1)
+    assert (answer.error_code, answer.node_id, answer.port) == (ErrorCode.none, expected.node_id, expected.port)
+    batched = find(image, 4, "txn-1", "txn-2", key_type=1)
+    assert [(c.key, c.node_id) for c in batched.coordinators] == [
+        ("txn-1", expected.node_id), ("txn-2", nodes[partition_for("txn-2", 3)].node_id)]
+    assert find(image, 3, "txn-1").error_code == ErrorCode.coordinator_not_available   # key type 0: no offsets topic
 
 
 def test_find_coordinator__no_offsets_topic_yet__coordinator_not_available(state):
@@ -179,7 +196,7 @@ def test_find_coordinator__error_message_is_kafkas__none_with_a_coordinator(stat
     image = build_image(state, version=2)
     assert find(image, 3, "g").error_message == "NONE"
     assert [c.error_message for c in find(image, 4, "g").coordinators] == ["NONE"]
-    assert find(image, 3, "tx", key_type=1).error_message.startswith("This most likely occurs because of a request")
+    assert find(image, 3, "tx", key_type=2).error_message.startswith("This most likely occurs because of a request")
 
 
 def test_describe_configs__error_message_empty_for_a_topic_and_an_unknown_one(state):

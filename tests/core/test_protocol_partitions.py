@@ -139,7 +139,7 @@ def test_produce__a_duplicate_idempotent_batch_gets_its_first_offsets_and_no_err
     assert log_end(node) == 2
 
 
-def test_init_producer_id__ids_are_never_reused_and_a_transactional_id_is_refused(node):
+def test_init_producer_id__ids_are_never_reused_idempotent_or_transactional(node):
     timeout = i32Timedelta.parse(datetime.timedelta(seconds=60))
     one, two, transactional = exchange(
         node, InitProducerIdRequest(transactional_id=None, transaction_timeout=timeout, producer_id=i64(-1),
@@ -149,7 +149,12 @@ def test_init_producer_id__ids_are_never_reused_and_a_transactional_id_is_refuse
         InitProducerIdRequest(transactional_id="tx", transaction_timeout=timeout, producer_id=i64(-1),
                               producer_epoch=i16(-1)))
     assert one.producer_id != two.producer_id
-    assert transactional.error_code == ErrorCode.invalid_request and transactional.producer_id == -1
+    # the transaction coordinator's id comes from a block the same controller allocated
+    assert (transactional.error_code, transactional.producer_epoch) == (ErrorCode.none, 0)
+    assert transactional.producer_id not in (one.producer_id, two.producer_id)
+    (three,) = exchange(node, InitProducerIdRequest(transactional_id=None, transaction_timeout=timeout,
+                                                    producer_id=i64(-1), producer_epoch=i16(-1)))
+    assert three.producer_id > transactional.producer_id
 
 
 def test_acks_zero__no_answer_and_a_failed_one_closes_the_connection(node):

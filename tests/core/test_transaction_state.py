@@ -226,6 +226,18 @@ def test_begin_add_commit__partitions_kept_until_the_markers_then_cleared(h):
     assert (metadata.state, metadata.topic_partitions) == (S.ONGOING, {TP1})
 
 
+def test_init_producer_id__after_a_transaction__start_time_is_the_records_minus_one(h):
+    # The Empty record says -1 (no transaction); the cache must say what a reload
+    # of that record says (Kafka's in-memory value kept the last transaction's).
+    metadata = h.add(h.new_producer(), TP0)
+    assert metadata.txn_start_timestamp_ms >= 0
+    metadata = h.markers_written(h.write(h.end(metadata, commit=True)), commit=True)
+    prepared = init_producer_id(metadata, txn_timeout_ms=TIMEOUT_MS, expected=None, now_ms=h.clock.now_ms(),
+                                new_producer_id=h.new_producer_id)
+    assert prepared.transit.txn_start_timestamp_ms == -1
+    assert h.write(prepared).txn_start_timestamp_ms == -1
+
+
 def test_abort__then_commit_is_invalid_txn_state(h):
     metadata = h.add(h.new_producer(), TP0)
     metadata = h.write(h.end(metadata, commit=False))

@@ -1,4 +1,5 @@
-"""FindCoordinator v0-4: the node of the group coordinator actor for a group id.
+"""FindCoordinator v0-4: the node of the group coordinator actor for a group id,
+or of the transaction coordinator actor for a transactional id.
 Every node answers it, from its image.
 
 What Kafka answers (KafkaApis.handleFindCoordinatorRequest), and what this handler
@@ -7,9 +8,13 @@ does the same way:
     abs(hashCode(group)) % partitions (core.offsets_schema.partition_for_group);
     while that coordinator has no endpoint, or the offsets topic does not exist
     yet: COORDINATOR_NOT_AVAILABLE (retriable), node -1.
-  * key type 1 (transaction) or any other: rafka has no transaction
-    coordinator: INVALID_REQUEST for v1-3 (Kafka answers an unknown key type so),
-    and the same per key in v4's batch.
+  * key type 1 (transaction): the coordinator of __transaction_state partition
+    abs(hashCode(transactional id)) % partitions (core.transaction_log
+    .partition_for, the same rule); COORDINATOR_NOT_AVAILABLE while that topic
+    does not exist or its coordinator has no endpoint (Kafka creates the topic
+    on the first such request and answers so meanwhile).
+  * any other key type: INVALID_REQUEST for v1-3 (Kafka answers an unknown key
+    type so), and the same per key in v4's batch.
   * v4 batches keys (KIP-699); v0-3 carry one.
   * error_message is Kafka's Errors.message() (FindCoordinatorResponse sets it from
     the error, never null): "NONE" with a coordinator, else the error's text.
@@ -27,12 +32,13 @@ from kio.static.primitive import i32, i32Timedelta
 
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.offsets_schema import partition_for_group
+from rafka.core.transaction_log import partition_for
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 
 API_KEY = 10
 MIN_VERSION, MAX_VERSION = 0, 4
-GROUP_KEY_TYPE = 0
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -62,12 +68,16 @@ def locate(image: ClusterImage, key: str, key_type: int) -> tuple[ErrorCode, str
 
 
 def _coordinator(image: ClusterImage, key: str, key_type: int):
-    if key_type != GROUP_KEY_TYPE:   # no transaction coordinator
+    if key_type == GROUP_KEY_TYPE:
+        nodes, place = image.coordinator_nodes, partition_for_group
+    elif key_type == TRANSACTION_KEY_TYPE:
+        nodes, place = image.transaction_coordinator_nodes, partition_for
+    else:
         return ErrorCode.invalid_request, None
-    if not image.coordinator_nodes:   # the offsets topic does not exist yet
+    if not nodes:   # the internal topic does not exist yet
         return ErrorCode.coordinator_not_available, None
-    node = image.nodes.get(image.coordinator_nodes[partition_for_group(key, len(image.coordinator_nodes))])
-    if node is None:   # the group's coordinator is not serving
+    node = image.nodes.get(nodes[place(key, len(nodes))])
+    if node is None:   # the key's coordinator is not serving
         return ErrorCode.coordinator_not_available, None
     return ErrorCode.none, node
 

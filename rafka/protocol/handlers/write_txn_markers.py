@@ -1,0 +1,48 @@
+"""WriteTxnMarkers v1-2: a transaction coordinator asks a partition's leader to
+write the COMMIT or ABORT marker (a control batch) of a producer's transaction
+(KafkaApis.handleWriteTxnMarkersRequest).
+
+Each (marker, partition) is written by the hosted partition's
+`append_marker(producer_id=, producer_epoch=, coordinator_epoch=, commit=)`,
+awaited until the marker is replicated; the replica side (control batches, the
+LSO, the aborted-transaction index) owns that call. Answers per partition:
+NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION for a partition not led
+here, the replica's typed error (e.g. INVALID_PRODUCER_EPOCH for a marker older
+than the producer's epoch, TRANSACTION_COORDINATOR_FENCED for an older
+coordinator epoch), else none. Results are grouped by producer id, as Kafka's.
+Caller: node_table, through `route(partitions)`.
+"""
+
+from __future__ import annotations
+
+from kio.static.primitive import i32, i64
+
+from rafka.protocol.dispatch import RequestContext, Route
+from rafka.protocol.entities import load_response_schema, make, module_of
+from rafka.protocol.handlers.partitions import PartitionHost, on_partition
+
+API_KEY = 27
+MIN_VERSION, MAX_VERSION = 1, 2
+
+
+def route(partitions: PartitionHost) -> Route:
+    async def handle_write_txn_markers(request, context: RequestContext):
+        response_type = load_response_schema(API_KEY, context.api_version)
+        module = module_of(response_type)
+        by_producer: dict[int, dict[str, list]] = {}
+        for marker in request.markers:
+            topics = by_producer.setdefault(int(marker.producer_id), {})
+            for topic in marker.topics:
+                for partition in topic.partition_indexes:
+                    code, _ = await on_partition(partitions, topic.name, int(partition), lambda endpoint, m=marker: (
+                        endpoint.append_marker(producer_id=int(m.producer_id), producer_epoch=int(m.producer_epoch),
+                                               coordinator_epoch=int(m.coordinator_epoch),
+                                               commit=bool(m.transaction_result))))
+                    topics.setdefault(topic.name, []).append(make(
+                        module.WritableTxnMarkerPartitionResult, partition_index=i32(partition), error_code=code))
+        return make(response_type, markers=tuple(
+            make(module.WritableTxnMarkerResult, producer_id=i64(producer_id), topics=tuple(
+                make(module.WritableTxnMarkerTopicResult, name=name, partitions=tuple(results))
+                for name, results in topics.items()))
+            for producer_id, topics in by_producer.items()))
+    return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_write_txn_markers)
