@@ -143,15 +143,9 @@ def start_bare(count: int):
     return handles, ray.get([h.pid.remote() for h in handles])
 
 
-def module_difference(replica_handle, bare_handle) -> list[str]:
-    import ray
-
-    def names(_self):
-        import sys as s
-        return sorted(s.modules)
-    replica_modules = set(ray.get(replica_handle.__ray_call__.remote(names)))
-    bare_modules = set(ray.get(bare_handle.__ray_call__.remote(names)))
-    return sorted(replica_modules - bare_modules)
+def _module_names(_self) -> list[str]:
+    import sys as s
+    return sorted(s.modules)
 
 
 def metadata_nodes(bootstrap: str) -> int:
@@ -170,18 +164,40 @@ def metadata_nodes(bootstrap: str) -> int:
     return asyncio.run(ask())
 
 
-def producer_threads(bootstrap: str, topic: str, partitions: int) -> int:
-    """Threads one librdkafka producer adds to this process once it has sent to every partition."""
+def producer_threads(bootstrap: str, topic: str, partitions: int) -> tuple[int, int]:
+    """(threads one librdkafka producer adds to this process once it has sent to
+    every partition, records acked: one per partition, acks=all)."""
     import psutil
     from confluent_kafka import Producer
     before = psutil.Process().num_threads()
+    acked = []
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for p in range(partitions):
-        producer.produce(topic, value=b"x", partition=p)
+        producer.produce(topic, value=b"x", partition=p,
+                         on_delivery=lambda error, message: error is None and acked.append(message.partition()))
     producer.flush(30)
     threads = psutil.Process().num_threads() - before
     del producer
-    return threads
+    return threads, len(acked)
+
+
+def read_back_by_group(bootstrap: str, topic: str, records: int, timeout_s: float = 60.0) -> int:
+    """Records a librdkafka consumer group (one member) reads from the topic's
+    start, up to `records` (what was acked) or the timeout."""
+    from confluent_kafka import Consumer
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scale-read-{topic}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(seen) < records and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                seen.add((message.partition(), message.offset()))
+    finally:
+        consumer.close()
+    return len(seen)
 
 
 def leader_and_follower_pids(cluster, topic: str) -> tuple[list[int], list[int]]:
@@ -221,115 +237,22 @@ def print_rates(rate_rows, seconds: float) -> None:
         return "-" if rate is None or one is None or one[column] is None else f"{rate / one[column]:.2f}"
     print(f"\naggregate acks=all rate, {RATE_RECORD_BYTES} B records round-robin over every partition, "
           f"RF3, min ISR 2, {seconds:g} s each, {os.cpu_count()} cores")
-    print(f"{'partitions':>10}{'rdk agg rec/s':>15}{'x 1p':>6}{'rafka agg rec/s':>17}{'x 1p':>6}{'rafka MB/s':>11}"
-          f"{'leaders CPU%':>13}{'followers CPU%':>15}{'driver CPU%':>12}{'machine CPU%':>13}")
-    for count, rdk_rate, rafka_rate, leader_cpu, follower_cpu, driver_cpu, machine_cpu in rate_rows:
-        print(f"{count:>10}{f'{rdk_rate:,.0f}' if rdk_rate is not None else '-':>15}{times_one(rdk_rate, 1):>6}"
-              f"{rafka_rate:>17,.0f}{times_one(rafka_rate, 2):>6}{rafka_rate * RATE_RECORD_BYTES / 1e6:>11.1f}"
-              f"{leader_cpu:>13.0f}{follower_cpu:>15.0f}{driver_cpu:>12.0f}{machine_cpu:>13.0f}")
-    print("x 1p: over the 1-partition row; CPU%: during rafka's publish, % of one core, summed over the "
-          "partitions' leaders, their followers, this driver (rafka's Producer), and every process on the machine")
-    if one is None:
-        return
-    for count, rdk_rate, rafka_rate, *_ in rate_rows:
-        if count == 1:
-            continue
-        for client, rate, base in (("librdkafka", rdk_rate, one[1]), ("rafka", rafka_rate, one[2])):
-            if rate is not None and base is not None:
-                print(f"{client}: {count} partitions' aggregate {rate:,.0f} rec/s >= the 1-partition "
-                      f"{base:,.0f} rec/s: {'yes' if rate >= base else 'NO'}")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--partitions", type=int, nargs="+", default=[4, 16])
-    parser.add_argument("--idle-s", type=float, default=10.0, help="how long CPU is measured at rest")
-    parser.add_argument("--settle-s", type=float, default=5.0, help="rest before measuring")
-    parser.add_argument("--rate-s", type=float, default=5.0,
-                        help="how long each client publishes for the aggregate rate")
-    parser.add_argument("--modules", action="store_true", help="print the modules a replica adds to a bare actor")
-    parser.add_argument("--no-librdkafka", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="py-spy partition 0's leader during rafka's publish")
-    only = parser.add_mutually_exclusive_group()
-    only.add_argument("--only-idle", action="store_true",
-                      help="memory and idle CPU only (no creation, no producer, no rate)")
-    only.add_argument("--rate-only", action="store_true", help="the aggregate rate only (no idle, no creation)")
-    parser.add_argument("--controller", nargs="*", default=[], metavar="OPTION=MS",
-                        help="controller options, e.g. watch_interval_ms=1000")
-    args = parser.parse_args()
-
-    import ray
-
-    import rafka
-
-    rows, rate_rows, profiles = [], [], []
-    controller_options = {k: int(v) for k, v in (o.split("=", 1) for o in args.controller)}
-    with rafka.local_cluster(nodes=3, log_to_driver=False, **controller_options) as cluster:
-        admin = cluster.admin()
-        for count in args.partitions:
-            topic = f"scale-{count}"
-            admin.create_topic(topic, partitions=count, replication_factor=3, config={"min.insync.replicas": "2"})
-            if not args.rate_only:
-                time.sleep(args.settle_s)   # the creation's churn ends (pushes, first fetches)
-                replicas = rafka_actor_pids(topic)
-                every = rafka_actor_pids()
-                uss, rss = memory_mib(replicas.values())
-                cpu_by_actor = dict(zip(every, idle_cpu_percent(every.values(), args.idle_s)))
-                cpu = sum(cpu_by_actor.values())
-                controller_cpu = cpu_by_actor.get("controller", 0.0)
-                connections = connections_between(every.values())
-                nodes = metadata_nodes(cluster.bootstrap_servers)
-                bare, bare_pids = start_bare(len(every))
-                time.sleep(args.settle_s)
-                bare_uss, bare_rss = memory_mib(bare_pids[:len(replicas)])
-                bare_cpu = sum(idle_cpu_percent(bare_pids, args.idle_s))
-                if args.modules:
-                    extra = module_difference(ray.get_actor(next(iter(replicas)), namespace="rafka"), bare[0])
-                    tops = sorted({m.split(".")[0] for m in extra})
-                    print(f"\n{len(extra)} modules in a replica and not in a bare actor; packages: {' '.join(tops)}")
-                for handle in bare:
-                    ray.kill(handle)
-                if args.only_idle:
-                    rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
-                                 bare_cpu, float("nan"), nodes, None, connections))
-                    admin.delete_topic(topic)
-                    continue
-                threads = None if args.no_librdkafka else producer_threads(cluster.bootstrap_servers, topic, count)
-                started_s = time.monotonic()
-                admin.create_topic(f"scale-create-{count}", partitions=12, replication_factor=3)
-                create_s = time.monotonic() - started_s
-                rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
-                             bare_cpu, create_s, nodes, threads, connections))
-                admin.delete_topic(f"scale-create-{count}")
-            *rates, samplers = aggregate_rates(cluster, topic, count, args.rate_s, librdkafka=not args.no_librdkafka,
-                                               profile=args.profile)
-            rate_rows.append((count, *rates))
-            profiles += [(count, sampler) for sampler in samplers]
-            admin.delete_topic(topic)
-
-    if rows:
-        print_idle(rows)
-    if rate_rows:
-        print_rates(rate_rows, args.rate_s)
-    for count, sampler in profiles:
-        print(f"\n{count} partitions, partition 0:")
-        print(report(sampler))
-
-
-def print_idle(rows) -> None:
-    print()
     print(f"{'partitions':>10}{'replicas':>9}{'actors':>7}{'USS MiB':>9}{'RSS MiB':>9}{'bare USS':>9}"
           f"{'bare RSS':>9}{'idle CPU%':>10}{'ctrl CPU%':>10}{'bare CPU%':>10}{'create12 s':>11}{'nodes':>6}"
-          f"{'rdk thr':>8}{'conns':>6}")
+          f"{'rdk thr':>8}{'acked/read':>11}{'conns':>6}")
     for (count, n_replicas, n_actors, uss, rss, bare_uss, bare_rss, cpu, controller_cpu, bare_cpu, create_s, nodes,
-         threads, connections) in rows:
+         threads, acked_read, connections) in rows:
+        read = "-" if acked_read is None else f"{acked_read[0]}/{acked_read[1]}"
         print(f"{count:>10}{n_replicas:>9}{n_actors:>7}{uss:9.1f}{rss:9.1f}{bare_uss:9.1f}{bare_rss:9.1f}"
-              f"{cpu:10.1f}{controller_cpu:10.1f}{bare_cpu:10.1f}{create_s:11.2f}{nodes:>6}{threads if threads is not None else '-':>8}"
-              f"{connections:>6}")
-    print("USS/RSS: mean per process over the topic's replicas and as many bare actors; idle CPU: every rafka "
-          "actor (controller, coordinators, replicas) at rest, % of one core, beside as many bare actors; "
-          "ctrl: the controller's share of it; create12: a 12-partition RF3 topic until every partition has a leader; nodes: Kafka nodes in "
-          "Metadata; rdk thr: threads of one librdkafka producer; conns: TCP connections between rafka actors")
+              f"{cpu:10.1f}{controller_cpu:10.1f}{bare_cpu:10.1f}{create_s:11.2f}{nodes:>6}"
+              f"{threads if threads is not None else '-':>8}{read:>11}{connections:>6}")
+    print("USS/RSS: mean per process over the topic's replicas and as many bare actors (measured just before "
+          "the topic, then stopped); idle CPU: every rafka actor (controller, coordinators, brokers, replicas) at "
+          "rest, % of one core, beside as many bare actors; ctrl: the controller's share of it; create12: a "
+          "12-partition RF3 topic until every partition has a leader; nodes: Kafka nodes in Metadata; rdk thr: "
+          "threads of one librdkafka producer; acked/read: records a librdkafka producer had acked (one per "
+          "partition, acks=all) / of them read back by a librdkafka consumer group; conns: TCP connections "
+          "between rafka actors")
 
 
 if __name__ == "__main__":
