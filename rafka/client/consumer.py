@@ -63,7 +63,7 @@ from rafka.client.metadata import MetadataCache
 from rafka.protocol.network import ClientNetwork, client_security
 from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause, submit_to_leader
 from rafka.core.config import INT, ConfigDef, at_least
-from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
+from rafka.core.errors import (FencedInstanceId, IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)
 from rafka.core.offset_reset import parse_auto_offset_reset
 from rafka.core.records import decode_batches, iter_batches
@@ -72,7 +72,7 @@ from rafka.core.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimes
 from rafka.protocol import fetching
 
 logger = logging.getLogger(__name__)
-_MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId)
+_MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId, FencedInstanceId)
 # commit_async's bound: as many as the coordinator starts together on one
 # connection (actors.coordinator.PIPELINED_REQUESTS_PER_CONNECTION), all of which
 # its next append carries.
@@ -171,7 +171,8 @@ class Consumer:
                  group_id: str | None = None, enable_auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, session_timeout_ms: int = 45_000,
                  heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
-                 partition_assignment_strategy: str = "range", metadata_max_age_ms: int = 300_000,
+                 partition_assignment_strategy: str | list[str] = "range", metadata_max_age_ms: int = 300_000,
+                 group_instance_id: str | None = None,
                  security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
                  sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
                  ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> None:
@@ -216,7 +217,9 @@ class Consumer:
                                         heartbeat_interval_ms=heartbeat_interval_ms,
                                         max_poll_interval_ms=max_poll_interval_ms,
                                         request_timeout_ms=request_timeout_ms,
-                                        partition_assignment_strategy=partition_assignment_strategy)
+                                        partition_assignment_strategy=partition_assignment_strategy,
+                                        group_instance_id=group_instance_id, partitions_of=self._partitions_of)
+        self.group_instance_id = group_instance_id
         self._membership: GroupMembership | None = None
         self._subscribed_topics: tuple[str, ...] | None = None
         self._subscribed_pattern: re.Pattern | None = None
@@ -240,6 +243,18 @@ class Consumer:
             if not 0 <= tp.partition < count:
                 raise UnknownTopicOrPartition(f"Partition {tp.topic}-{tp.partition} does not exist.")
         self._partitions = {tp: self._partitions.get(tp) or _PartitionState() for tp in wanted}
+
+    def _partitions_of(self, topics) -> dict[str, int]:
+        """{topic: partition count} of those that exist, asked afresh: the group
+        leader assigns over them (partitions may have been added)."""
+        counts = {}
+        for topic in sorted(topics):
+            self._metadata.invalidate(topic)
+            try:
+                counts[topic] = self._metadata.partition_count(topic)
+            except UnknownTopicOrPartition:
+                continue
+        return counts
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
@@ -681,9 +696,12 @@ class Consumer:
             raise IllegalStateError("committed offsets need a group_id")
         return self._coordinator
 
-    def _identity(self) -> tuple[str, int]:
-        """(member id, generation) for a commit: ("", -1) outside the group protocol."""
-        return self._membership.identity() if self._subscribed() else ("", -1)
+    def _identity(self) -> tuple[str, int, str | None]:
+        """(member id, generation, group.instance.id) for a commit: ("", -1, None)
+        outside the group protocol."""
+        if not self._subscribed():
+            return "", -1, None
+        return (*self._membership.identity(), self.group_instance_id)
 
     # --- lifecycle ----------------------------------------------------------------
 
