@@ -709,7 +709,10 @@ class Consumer:
         if self._closed:
             raise IllegalStateError("This consumer has already been closed.")
 
-    def close(self) -> None:
+    def close(self, *, leave_group: bool | None = None) -> None:
+        """Commit (auto-commit), revoke and leave. `leave_group`: whether to send
+        LeaveGroup; by default a dynamic member does and a static one
+        (group_instance_id) does not, as Kafka's consumer (Kafka 4's CloseOptions)."""
         if self._closed:
             return
         try:
@@ -723,7 +726,7 @@ class Consumer:
             self._run_commit_callbacks()
         finally:
             if self._membership is not None:
-                self._membership.close()
+                self._membership.close(leave_group=leave_group)
         self._closed = True
         self._in_flight.clear()
         self._partitions.clear()

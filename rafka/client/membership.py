@@ -228,26 +228,29 @@ class GroupMembership:
         wanted = {t for s in subscriptions.values() for t in s.topics}
         return assignor(protocol_name).assign(self.partitions_of(wanted), subscriptions)
 
-    def leave(self, *, lost: bool = False) -> None:
+    def leave(self, *, lost: bool = False, leave_group: bool | None = None) -> None:
         """Leave the group now (unsubscribe, close; `lost` when the heartbeat thread
         leaves for a stuck application): the others rebalance at once instead of
-        waiting out the session timeout. A static member sends no LeaveGroup (as
-        Kafka's consumer): it stays in the group until its session times out, so a
-        restart within it gets its partitions back without a rebalance."""
+        waiting out the session timeout. A static member sends no LeaveGroup unless
+        `leave_group` (Kafka 4's CloseOptions LEAVE_GROUP): it stays in the group
+        until its session times out, so a restart within it gets its partitions back
+        without a rebalance."""
+        send = self.group_instance_id is None if leave_group is None else leave_group
         with self._lock:
             member_id, was_active = self.member_id, self._active
             self._active, self._rejoin_needed = False, True
             self._lost = self._lost or (lost and was_active)   # set before anyone can see the leave
-            if self.group_instance_id is None:
+            if send or self.group_instance_id is None:
                 self.member_id, self.generation = "", -1
-        if member_id and was_active and self.group_instance_id is None:
+        if member_id and was_active and send:
             try:
-                self.coordinator.call("leave_group", member_id, timeout_s=self.request_timeout_s)
+                self.coordinator.call("leave_group", member_id, group_instance_id=self.group_instance_id,
+                                      timeout_s=self.request_timeout_s)
             except Exception as error:  # the session timeout will remove it instead
                 logger.warning("group %s: leaving failed: %s", self.coordinator.group_id, error)
 
-    def close(self) -> None:
-        self.leave()
+    def close(self, *, leave_group: bool | None = None) -> None:
+        self.leave(leave_group=leave_group)
         self._closing.set()
         if self._heartbeats is not None:
             self._heartbeats.join(timeout=self.heartbeat_interval_s + self.request_timeout_s)
