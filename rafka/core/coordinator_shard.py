@@ -13,7 +13,9 @@ it, a join admitted while a group record was being written was wiped out when th
 record replayed over the group, and a retention decision taken while a commit was
 in flight wrote a tombstone that deleted the commit once acked (and again at every
 reload, the tombstone following it in the log). A JoinGroup holds the lock only to
-register and to try to complete its generation, never while it is parked.
+register and to try to complete its generation, never while it is parked; a
+follower's SyncGroup likewise only to register and to look for the leader's
+assignment, which the leader's sync writes (and replays) under the lock.
 Reads (fetch offsets, describe, list) take no lock: the cache changes only by
 replaying acked records, so they never see an unacked commit.
 

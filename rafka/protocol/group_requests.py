@@ -4,9 +4,12 @@ KafkaError raised). Pure: no I/O, no Ray; the callers own connections, retries
 and coordinator lookups.
 
 Invariants:
-  a reader returns what the coordinator's own method of the same name returns
-  (actors.coordinator, core.coordinator_shard), less what the wire cannot carry
-  (describe_answer: no leader or generation, as Kafka's AdminClient);
+  a reader of offsets and administration returns what the coordinator's own
+  method of the same name returns (actors.coordinator, core.coordinator_shard),
+  less what the wire cannot carry (describe_answer: no leader or generation, as
+  Kafka's AdminClient); the membership readers and describe_answer read the
+  members' bytes, which the coordinator keeps opaque, as Kafka's consumer
+  protocol (subscriptions and assignments);
   an error the coordinator raises is raised here with the same type
   (core.errors.error_for_code); an error it returns as a value (per partition in
   OffsetCommit and OffsetDelete) is a value here too;
