@@ -41,7 +41,10 @@ Subscribe: the consumer joins its group (client/membership.py) in poll; on every
 rebalance it first commits (with auto-commit) and calls the listener's
 on_partitions_revoked for all it held (Kafka's eager protocol), then takes the
 new assignment, whose positions start from the committed offsets, and calls
-on_partitions_assigned. When the group moved on without it (evicted, fenced,
+on_partitions_assigned. With only cooperative assignors (cooperative-sticky,
+KIP-429) it keeps its partitions through the join, and afterwards revokes only
+those the leader moved away (then rejoins at once, so that their new owner gets
+them in the next round) and tells on_partitions_assigned only the new ones. When the group moved on without it (evicted, fenced,
 poll interval exceeded) it calls on_partitions_lost instead: no commit is tried.
 Not thread-safe: one thread uses a consumer, as with Kafka's (the heartbeat
 thread touches only the membership's flags).
@@ -323,24 +326,40 @@ class Consumer:
         if not membership.rejoin_needed():
             return
         owned = sorted(self._partitions)
-        self._revoke_all()
+        if not membership.cooperative:
+            self._revoke_all()
         assigned = {TopicPartition(*tp) for tp in membership.join(list(self._subscribed_topics), owned)}
+        if membership.cooperative:
+            # KIP-429: keep consuming what stays; give up only what moved, then rejoin
+            # at once so that its new owner gets it in the next round.
+            revoked = set(owned) - assigned
+            if revoked:
+                self._revoke(revoked)
+                membership.request_rejoin()
+            added = assigned - set(owned)
+        else:
+            added = assigned
         self._assign(sorted(assigned))
-        self._listener.on_partitions_assigned(assigned)
+        self._listener.on_partitions_assigned(added)
+
+    def _revoke(self, revoked: set[TopicPartition]) -> None:
+        """Commit what was consumed of `revoked` (with auto-commit), tell the
+        listener, drop them."""
+        if self.enable_auto_commit:
+            try:
+                self.commit_sync({tp: self._partitions[tp].position for tp in revoked
+                                  if self._partitions[tp].position is not None})
+            except KafkaError as error:  # the next owner re-reads the uncommitted window
+                logger.warning("group %s: commit before rebalance failed: %s", self.group_id, error)
+        self._listener.on_partitions_revoked(revoked)
+        for tp in revoked:
+            del self._partitions[tp]
 
     def _revoke_all(self) -> None:
         """Eager protocol: before rejoining, commit what was consumed (with
         auto-commit) and give everything up."""
-        revoked = set(self._partitions)
-        if not revoked:
-            return
-        if self.enable_auto_commit:
-            try:
-                self.commit_sync()
-            except KafkaError as error:  # the next owner re-reads the uncommitted window
-                logger.warning("group %s: commit before rebalance failed: %s", self.group_id, error)
-        self._listener.on_partitions_revoked(revoked)
-        self._partitions.clear()
+        if self._partitions:
+            self._revoke(set(self._partitions))
 
     def current_lag(self, partition: TopicPartition) -> int | None:
         """Records between the position and the HW the leader last reported (Kafka's

@@ -40,7 +40,7 @@ import time
 from collections.abc import Sequence
 
 from rafka.protocol.retry import is_retriable, kafka_cause, retry_until
-from rafka.core.assignors import Subscription, assignor
+from rafka.core.assignors import Subscription, assignor, is_cooperative
 from rafka.core.errors import FencedInstanceId, IllegalGeneration, RebalanceInProgress, UnknownMemberId
 from rafka.protocol import group_requests
 from rafka.protocol.network import coordinator_channel
@@ -131,6 +131,7 @@ class GroupMembership:
         self.max_poll_interval_ms = max_poll_interval_ms
         self.request_timeout_s = request_timeout_ms / 1000
         self.assignor_names = assignor_names(partition_assignment_strategy)
+        self.cooperative = is_cooperative(self.assignor_names)   # KIP-429: revoke only what moves
         self.partitions_of = partitions_of or (lambda topics: {})
         self.group_instance_id = group_instance_id
         self._lock = threading.Lock()

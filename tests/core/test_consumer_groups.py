@@ -152,3 +152,27 @@ def test_own_static_member_closed_with_leave_group__the_group_rebalances_at_once
             == ["host-a"]
     finally:
         a.close()
+
+
+def test_own_cooperative_sticky__a_second_member_joins__the_first_revokes_only_what_moves(node):
+    """KIP-429 in rafka's Consumer: the first member keeps two partitions through
+    both rounds (never revoked, never reassigned to it), gives up the other two,
+    which the second member gets in the next round."""
+    first = Polling(node, strategy="cooperative-sticky")
+    second = None
+    try:
+        assert wait_until(lambda: first.assignment() == [("orders", p) for p in range(4)])
+        second = Polling(node, strategy="cooperative-sticky")
+        assert wait_until(lambda: settled([first, second])), (first.assignment(), second.assignment())
+        kept = first.assignment()
+        assert len(kept) == 2 and len(second.assignment()) == 2
+        assert [len(r) for r in first.listener.revoked] == [2]                   # only what moved
+        assert not set(kept) & set(first.listener.revoked[0])
+        assert first.listener.assigned[0] == [("orders", p) for p in range(4)]
+        assert all(a == [] for a in first.listener.assigned[1:])                 # nothing new for it
+        assert second.listener.assigned[-1] == first.listener.revoked[0]
+        assert node.coordinator.shard.describe_group("own")["protocol"] == "cooperative-sticky"
+    finally:
+        for m in (first, second):
+            if m is not None:
+                m.close()
