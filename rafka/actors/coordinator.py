@@ -230,39 +230,39 @@ class GroupCoordinatorActor:
     # --- requests: checked here (ownership, loading), decided by the shard ------------
 
     async def commit_offsets(self, group: str, offsets: dict, member_id: str = "",
-                             generation: int = -1) -> dict:
+                             generation: int = -1, group_instance_id: str | None = None) -> dict:
         """offsets: {(topic, partition): (offset, leader_epoch, metadata)}. Returns
         {(topic, partition): None or the partition's error}."""
         self._require_loaded(group)
-        return await self.shard.commit_offsets(group, offsets, member_id, generation, on_queued=admit_next)
+        return await self.shard.commit_offsets(group, offsets, member_id, generation, group_instance_id,
+                                               on_queued=admit_next)
 
     async def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
         """{(topic, partition): (offset, leader_epoch, metadata) or None}."""
         self._require_loaded(group)
         return self.shard.fetch_offsets(group, partitions)
 
-    async def join_group(self, group: str, member_id: str, *, client_id: str, client_host: str,
-                         topics: list[str], session_timeout_ms: int, rebalance_timeout_ms: int,
-                         assignor_name: str = "range", owned: list = ()) -> dict:
-        """Parks until this join's generation completes: {member_id, generation,
-        leader}. The assignment comes from sync_group."""
+    async def join_group(self, group: str, member_id: str, **join) -> dict:
+        """Parks until this join's generation completes (CoordinatorShard.join_group:
+        group_instance_id, client_id, client_host, protocol_type, protocols,
+        session_timeout_ms, rebalance_timeout_ms). The assignment comes from sync_group."""
         self._require_loaded(group)
-        return await self.shard.join_group(group, member_id, client_id=client_id, client_host=client_host,
-                                           topics=topics, session_timeout_ms=session_timeout_ms,
-                                           rebalance_timeout_ms=rebalance_timeout_ms,
-                                           assignor_name=assignor_name, owned=owned)
+        return await self.shard.join_group(group, member_id, **join)
 
-    async def sync_group(self, group: str, member_id: str, generation: int) -> list:
+    async def sync_group(self, group: str, member_id: str, generation: int, **sync) -> dict:
+        """CoordinatorShard.sync_group: the leader's assignments, a follower's wait for them."""
         self._require_loaded(group)
-        return await self.shard.sync_group(group, member_id, generation)
+        return await self.shard.sync_group(group, member_id, generation, **sync)
 
-    async def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+    async def heartbeat(self, group: str, member_id: str, generation: int,
+                        group_instance_id: str | None = None) -> None:
         self._require_loaded(group)
-        await self.shard.heartbeat(group, member_id, generation)
+        await self.shard.heartbeat(group, member_id, generation, group_instance_id)
 
-    async def leave_group(self, group: str, member_id: str) -> None:
+    async def leave_group(self, group: str, members: list) -> list:
+        """[(member id, instance id)] -> each one's error or None."""
         self._require_loaded(group)
-        await self.shard.leave_group(group, member_id)
+        return await self.shard.leave_group(group, members)
 
     async def delete_offsets(self, group: str, partitions: list) -> dict:
         """Kafka's OffsetDelete: {(topic, partition): None or its error}."""

@@ -17,9 +17,11 @@ A handler that needs to know which group generation its batch was polled in
 (a batch handed again after a rebalance comes in a newer one) calls
 `handling_generation()`.
 Actors are named `member:<group>:<index>`, restartable: a restarted member
-starts its loop again from its constructor and joins as a new member. Members
-are spread across the broker nodes with a SPREAD placement group. `stop()`
-closes each consumer, which leaves the group at once.
+starts its loop again from its constructor and joins again with its actor name as
+group.instance.id (a static member, KIP-345): within the session timeout it takes
+its old place and partitions and nobody else is rebalanced. Members are spread
+across the broker nodes with a SPREAD placement group. `stop()` closes each
+consumer with LeaveGroup, so the group empties at once.
 """
 
 from __future__ import annotations
@@ -58,7 +60,11 @@ class ConsumerMemberActor:
         from rafka.actors.controller import cluster_bootstrap_servers
         from rafka.client.consumer import Consumer
 
+        # A static member (KIP-345) named after the actor: when Ray restarts the actor
+        # within the session timeout it takes its old place and partitions, and the
+        # other members are not rebalanced.
         options = {"auto_offset_reset": "earliest", "client_id": f"{group_id}-member-{index}",
+                   "group_instance_id": member_actor_name(group_id, index),
                    **cluster_client_options(), **consumer_options}
         self.consumer = Consumer(cluster_bootstrap_servers, group_id=group_id, enable_auto_commit=False,
                                  **options)
@@ -105,8 +111,8 @@ class ConsumerMemberActor:
             self._progress["error"] = f"{type(error).__name__}: {error}"
             logger.error("member %d stopped on %s", self.index, error)
         finally:
-            try:
-                self.consumer.close()
+            try:   # stopped: leave at once; an error: keep the place for a restart
+                self.consumer.close(leave_group=self._stopping.is_set())
             finally:
                 self._stopped.set()
 

@@ -41,7 +41,10 @@ Subscribe: the consumer joins its group (client/membership.py) in poll; on every
 rebalance it first commits (with auto-commit) and calls the listener's
 on_partitions_revoked for all it held (Kafka's eager protocol), then takes the
 new assignment, whose positions start from the committed offsets, and calls
-on_partitions_assigned. When the group moved on without it (evicted, fenced,
+on_partitions_assigned. With only cooperative assignors (cooperative-sticky,
+KIP-429) it keeps its partitions through the join, and afterwards revokes only
+those the leader moved away (then rejoins at once, so that their new owner gets
+them in the next round) and tells on_partitions_assigned only the new ones. When the group moved on without it (evicted, fenced,
 poll interval exceeded) it calls on_partitions_lost instead: no commit is tried.
 Not thread-safe: one thread uses a consumer, as with Kafka's (the heartbeat
 thread touches only the membership's flags).
@@ -63,7 +66,7 @@ from rafka.client.metadata import MetadataCache
 from rafka.protocol.network import ClientNetwork, client_security
 from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause, submit_to_leader
 from rafka.core.config import INT, ConfigDef, at_least
-from rafka.core.errors import (IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
+from rafka.core.errors import (FencedInstanceId, IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
                                RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)
 from rafka.core.offset_reset import parse_auto_offset_reset
 from rafka.core.records import decode_batches, iter_batches
@@ -72,7 +75,7 @@ from rafka.core.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimes
 from rafka.protocol import fetching
 
 logger = logging.getLogger(__name__)
-_MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId)
+_MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId, FencedInstanceId)
 # commit_async's bound: as many as the coordinator starts together on one
 # connection (actors.coordinator.PIPELINED_REQUESTS_PER_CONNECTION), all of which
 # its next append carries.
@@ -171,7 +174,8 @@ class Consumer:
                  group_id: str | None = None, enable_auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, session_timeout_ms: int = 45_000,
                  heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
-                 partition_assignment_strategy: str = "range", metadata_max_age_ms: int = 300_000,
+                 partition_assignment_strategy: str | list[str] = "range", metadata_max_age_ms: int = 300_000,
+                 group_instance_id: str | None = None,
                  security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
                  sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
                  ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> None:
@@ -216,7 +220,9 @@ class Consumer:
                                         heartbeat_interval_ms=heartbeat_interval_ms,
                                         max_poll_interval_ms=max_poll_interval_ms,
                                         request_timeout_ms=request_timeout_ms,
-                                        partition_assignment_strategy=partition_assignment_strategy)
+                                        partition_assignment_strategy=partition_assignment_strategy,
+                                        group_instance_id=group_instance_id, partitions_of=self._partitions_of)
+        self.group_instance_id = group_instance_id
         self._membership: GroupMembership | None = None
         self._subscribed_topics: tuple[str, ...] | None = None
         self._subscribed_pattern: re.Pattern | None = None
@@ -240,6 +246,18 @@ class Consumer:
             if not 0 <= tp.partition < count:
                 raise UnknownTopicOrPartition(f"Partition {tp.topic}-{tp.partition} does not exist.")
         self._partitions = {tp: self._partitions.get(tp) or _PartitionState() for tp in wanted}
+
+    def _partitions_of(self, topics) -> dict[str, int]:
+        """{topic: partition count} of those that exist, asked afresh: the group
+        leader assigns over them (partitions may have been added)."""
+        counts = {}
+        for topic in sorted(topics):
+            self._metadata.invalidate(topic)
+            try:
+                counts[topic] = self._metadata.partition_count(topic)
+            except UnknownTopicOrPartition:
+                continue
+        return counts
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
@@ -308,24 +326,40 @@ class Consumer:
         if not membership.rejoin_needed():
             return
         owned = sorted(self._partitions)
-        self._revoke_all()
+        if not membership.cooperative:
+            self._revoke_all()
         assigned = {TopicPartition(*tp) for tp in membership.join(list(self._subscribed_topics), owned)}
+        if membership.cooperative:
+            # KIP-429: keep consuming what stays; give up only what moved, then rejoin
+            # at once so that its new owner gets it in the next round.
+            revoked = set(owned) - assigned
+            if revoked:
+                self._revoke(revoked)
+                membership.request_rejoin()
+            added = assigned - set(owned)
+        else:
+            added = assigned
         self._assign(sorted(assigned))
-        self._listener.on_partitions_assigned(assigned)
+        self._listener.on_partitions_assigned(added)
+
+    def _revoke(self, revoked: set[TopicPartition]) -> None:
+        """Commit what was consumed of `revoked` (with auto-commit), tell the
+        listener, drop them."""
+        if self.enable_auto_commit:
+            try:
+                self.commit_sync({tp: self._partitions[tp].position for tp in revoked
+                                  if self._partitions[tp].position is not None})
+            except KafkaError as error:  # the next owner re-reads the uncommitted window
+                logger.warning("group %s: commit before rebalance failed: %s", self.group_id, error)
+        self._listener.on_partitions_revoked(revoked)
+        for tp in revoked:
+            del self._partitions[tp]
 
     def _revoke_all(self) -> None:
         """Eager protocol: before rejoining, commit what was consumed (with
         auto-commit) and give everything up."""
-        revoked = set(self._partitions)
-        if not revoked:
-            return
-        if self.enable_auto_commit:
-            try:
-                self.commit_sync()
-            except KafkaError as error:  # the next owner re-reads the uncommitted window
-                logger.warning("group %s: commit before rebalance failed: %s", self.group_id, error)
-        self._listener.on_partitions_revoked(revoked)
-        self._partitions.clear()
+        if self._partitions:
+            self._revoke(set(self._partitions))
 
     def current_lag(self, partition: TopicPartition) -> int | None:
         """Records between the position and the HW the leader last reported (Kafka's
@@ -681,9 +715,12 @@ class Consumer:
             raise IllegalStateError("committed offsets need a group_id")
         return self._coordinator
 
-    def _identity(self) -> tuple[str, int]:
-        """(member id, generation) for a commit: ("", -1) outside the group protocol."""
-        return self._membership.identity() if self._subscribed() else ("", -1)
+    def _identity(self) -> tuple[str, int, str | None]:
+        """(member id, generation, group.instance.id) for a commit: ("", -1, None)
+        outside the group protocol."""
+        if not self._subscribed():
+            return "", -1, None
+        return (*self._membership.identity(), self.group_instance_id)
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -691,7 +728,10 @@ class Consumer:
         if self._closed:
             raise IllegalStateError("This consumer has already been closed.")
 
-    def close(self) -> None:
+    def close(self, *, leave_group: bool | None = None) -> None:
+        """Commit (auto-commit), revoke and leave. `leave_group`: whether to send
+        LeaveGroup; by default a dynamic member does and a static one
+        (group_instance_id) does not, as Kafka's consumer (Kafka 4's CloseOptions)."""
         if self._closed:
             return
         try:
@@ -705,7 +745,7 @@ class Consumer:
             self._run_commit_callbacks()
         finally:
             if self._membership is not None:
-                self._membership.close()
+                self._membership.close(leave_group=leave_group)
         self._closed = True
         self._in_flight.clear()
         self._partitions.clear()

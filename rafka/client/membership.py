@@ -11,12 +11,16 @@ retried.
 
 `GroupMembership` runs the classic protocol for one subscribed consumer. The
 consumer's thread joins (the coordinator parks the join until the generation
-completes), syncs and gets its assignment; a heartbeat thread then sends a
+completes); the leader assigns every member's partitions with the group's
+chosen assignor; each member syncs (the leader with the assignment) and gets its
+own; a heartbeat thread then sends a
 heartbeat every `heartbeat_interval_ms` and records what the answers mean:
   REBALANCE_IN_PROGRESS   -> rejoin at the next poll (partitions revoked first)
   ILLEGAL_GENERATION,
   UNKNOWN_MEMBER_ID       -> the group moved on without us: partitions lost
                              (the member id is dropped for UNKNOWN_MEMBER_ID)
+  FENCED_INSTANCE_ID      -> another member took our group.instance.id: lost,
+                             and the next poll raises it (fatal, as Kafka's)
   no poll for `max_poll_interval_ms` -> leave the group (Kafka's proactive
                              leave: the application is stuck), partitions lost
 Invariants:
@@ -33,8 +37,11 @@ import logging
 import threading
 import time
 
+from collections.abc import Sequence
+
 from rafka.protocol.retry import is_retriable, kafka_cause, retry_until
-from rafka.core.errors import IllegalGeneration, RebalanceInProgress, UnknownMemberId
+from rafka.core.assignors import Subscription, assignor, is_cooperative
+from rafka.core.errors import FencedInstanceId, IllegalGeneration, RebalanceInProgress, UnknownMemberId
 from rafka.protocol import group_requests
 from rafka.protocol.network import coordinator_channel
 
@@ -102,9 +109,18 @@ class CoordinatorClient:
 
 
 class GroupMembership:
+    """`partitions_of(topics)`: {topic: partition count} of the known ones (the
+    consumer's metadata), which the leader assigns over. `partition_assignment_strategy`:
+    assignor names (core.assignors), a list or a comma-separated string, in order
+    of preference: each is offered as a protocol, the group's vote picks one.
+    `group_instance_id`: a static member (KIP-345): it keeps its place across a
+    restart within its session timeout and never sends LeaveGroup (as Kafka's
+    consumer), so its partitions wait for it instead of moving."""
+
     def __init__(self, coordinator: CoordinatorClient, *, client_id: str, session_timeout_ms: int,
                  heartbeat_interval_ms: int, max_poll_interval_ms: int, request_timeout_ms: int,
-                 partition_assignment_strategy: str) -> None:
+                 partition_assignment_strategy: str | Sequence[str], partitions_of=None,
+                 group_instance_id: str | None = None) -> None:
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be smaller than "
                              f"session_timeout_ms ({session_timeout_ms})")
@@ -114,13 +130,18 @@ class GroupMembership:
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.max_poll_interval_ms = max_poll_interval_ms
         self.request_timeout_s = request_timeout_ms / 1000
-        self.assignor_name = partition_assignment_strategy
+        self.assignor_names = assignor_names(partition_assignment_strategy)
+        self.cooperative = is_cooperative(self.assignor_names)   # KIP-429: revoke only what moves
+        self.partitions_of = partitions_of or (lambda topics: {})
+        self.group_instance_id = group_instance_id
         self._lock = threading.Lock()
         self.member_id = ""
         self.generation = -1
+        self.protocol_name: str | None = None
         self._active = False          # joined and synced: heartbeats go out
         self._rejoin_needed = True
         self._lost = False            # the group moved on without us since the last join
+        self._fenced: FencedInstanceId | None = None   # another member took our group.instance.id
         self._last_poll_s = time.monotonic()
         self._closing = threading.Event()
         self._heartbeats: threading.Thread | None = None
@@ -129,6 +150,10 @@ class GroupMembership:
 
     def polled(self) -> None:
         self._last_poll_s = time.monotonic()
+        with self._lock:
+            fenced = self._fenced
+        if fenced is not None:   # fatal, as Kafka's FencedInstanceIdException
+            raise fenced
 
     def identity(self) -> tuple[str, int]:
         """(member id, generation) for commits: ("", -1) while not a member."""
@@ -155,49 +180,78 @@ class GroupMembership:
 
     def join(self, topics: list[str], owned: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """Join (parked until the generation completes) and sync; returns this
-        member's assignment. Rejoins for as long as the coordinator asks to."""
+        member's assignment. The leader assigns every member's partitions with the
+        group's chosen assignor (Kafka's ConsumerCoordinator.onLeaderElected).
+        Rejoins for as long as the coordinator asks to."""
         timeout_s = self.max_poll_interval_ms / 1000 + self.request_timeout_s
+        metadata = group_requests.subscription(sorted(topics), owned)
         while True:
             with self._lock:
                 self._active, self._rejoin_needed = False, False
                 member_id = self.member_id
             try:
                 answer = self.coordinator.call(
-                    "join_group", member_id, topics=sorted(topics), session_timeout_ms=self.session_timeout_ms,
-                    rebalance_timeout_ms=self.max_poll_interval_ms, assignor_name=self.assignor_name,
-                    owned=list(owned), timeout_s=timeout_s, timeout_ms=int(timeout_s * 1000))
-                assignment = self.coordinator.call("sync_group", answer["member_id"], answer["generation"],
-                                                   self.assignor_name)
+                    "join_group", member_id, protocols=[(name, metadata) for name in self.assignor_names],
+                    session_timeout_ms=self.session_timeout_ms, rebalance_timeout_ms=self.max_poll_interval_ms,
+                    group_instance_id=self.group_instance_id, timeout_s=timeout_s,
+                    timeout_ms=int(timeout_s * 1000))
+                assignments = None
+                if answer["leader"] == answer["member_id"]:
+                    assignments = self._assign(answer["protocol_name"], answer["members"])
+                assignment = self.coordinator.call(
+                    "sync_group", answer["member_id"], answer["generation"], protocol_name=answer["protocol_name"],
+                    assignments=assignments, group_instance_id=self.group_instance_id, timeout_s=timeout_s,
+                    timeout_ms=int(timeout_s * 1000))
             except UnknownMemberId:
                 with self._lock:
                     self.member_id, self.generation = "", -1
                 continue
             except (RebalanceInProgress, IllegalGeneration):
                 continue
+            except FencedInstanceId as error:
+                with self._lock:
+                    self._fenced = error
+                raise
             with self._lock:
                 self.member_id, self.generation = answer["member_id"], answer["generation"]
+                self.protocol_name = answer["protocol_name"]
                 self._active, self._lost = True, False
             self._last_poll_s = time.monotonic()
             self._start_heartbeats()
             return [tuple(tp) for tp in assignment]
 
-    def leave(self, *, lost: bool = False) -> None:
+    def _assign(self, protocol_name: str, members: dict) -> dict[str, list[tuple[str, int]]]:
+        """The leader's part: every member's partitions, by the group's assignor over
+        the members' subscriptions (topics not in the metadata are skipped, as Kafka's
+        assignors skip them)."""
+        subscriptions = {member_id: Subscription(tuple(topics), tuple(owned), self.generation)
+                         for member_id, (_instance_id, topics, owned) in members.items()}
+        wanted = {t for s in subscriptions.values() for t in s.topics}
+        return assignor(protocol_name).assign(self.partitions_of(wanted), subscriptions)
+
+    def leave(self, *, lost: bool = False, leave_group: bool | None = None) -> None:
         """Leave the group now (unsubscribe, close; `lost` when the heartbeat thread
         leaves for a stuck application): the others rebalance at once instead of
-        waiting out the session timeout."""
+        waiting out the session timeout. A static member sends no LeaveGroup unless
+        `leave_group` (Kafka 4's CloseOptions LEAVE_GROUP): it stays in the group
+        until its session times out, so a restart within it gets its partitions back
+        without a rebalance."""
+        send = self.group_instance_id is None if leave_group is None else leave_group
         with self._lock:
             member_id, was_active = self.member_id, self._active
             self._active, self._rejoin_needed = False, True
             self._lost = self._lost or (lost and was_active)   # set before anyone can see the leave
-            self.member_id, self.generation = "", -1
-        if member_id and was_active:
+            if send or self.group_instance_id is None:
+                self.member_id, self.generation = "", -1
+        if member_id and was_active and send:
             try:
-                self.coordinator.call("leave_group", member_id, timeout_s=self.request_timeout_s)
+                self.coordinator.call("leave_group", member_id, group_instance_id=self.group_instance_id,
+                                      timeout_s=self.request_timeout_s)
             except Exception as error:  # the session timeout will remove it instead
                 logger.warning("group %s: leaving failed: %s", self.coordinator.group_id, error)
 
-    def close(self) -> None:
-        self.leave()
+    def close(self, *, leave_group: bool | None = None) -> None:
+        self.leave(leave_group=leave_group)
         self._closing.set()
         if self._heartbeats is not None:
             self._heartbeats.join(timeout=self.heartbeat_interval_s + self.request_timeout_s)
@@ -222,7 +276,8 @@ class GroupMembership:
                 self.leave(lost=True)
                 continue
             try:
-                self.coordinator.submit("heartbeat", member_id, generation).result(timeout=self.request_timeout_s)
+                self.coordinator.submit("heartbeat", member_id, generation,
+                                        self.group_instance_id).result(timeout=self.request_timeout_s)
             except Exception as error:
                 self._learn(kafka_cause(error), member_id, generation)
 
@@ -232,6 +287,8 @@ class GroupMembership:
                 return  # an answer about a membership we no longer hold
             if isinstance(cause, RebalanceInProgress):
                 self._rejoin_needed = True
+            elif isinstance(cause, FencedInstanceId):
+                self._active, self._lost, self._fenced = False, True, cause
             elif isinstance(cause, (IllegalGeneration, UnknownMemberId)):
                 self._active, self._lost, self._rejoin_needed = False, True, True
                 self.generation = -1
@@ -239,3 +296,22 @@ class GroupMembership:
                     self.member_id = ""
             elif is_retriable(cause):
                 self.coordinator.invalidate()
+
+
+def assignor_names(strategy: str | Sequence[str]) -> list[str]:
+    """partition.assignment.strategy as names core.assignors knows, in order; Kafka's
+    class names (org.apache.kafka...RangeAssignor) are taken as their names."""
+    raw = strategy.split(",") if isinstance(strategy, str) else list(strategy)
+    names = []
+    for item in (r.strip() for r in raw if r.strip()):
+        name = _KAFKA_CLASS_NAMES.get(item.rsplit(".", 1)[-1], item)
+        assignor(name)   # an unknown name fails here, before any join
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ValueError("partition_assignment_strategy names no assignor")
+    return names
+
+
+_KAFKA_CLASS_NAMES = {"RangeAssignor": "range", "RoundRobinAssignor": "roundrobin", "StickyAssignor": "sticky",
+                      "CooperativeStickyAssignor": "cooperative-sticky"}

@@ -1,12 +1,15 @@
-"""Kafka's consumer partition assignors: range, roundrobin and sticky.
+"""Kafka's consumer partition assignors: range, roundrobin, sticky and
+cooperative-sticky.
 
-Caller: the group coordinator, which runs the assignor of the group's chosen
-protocol when a rebalance completes. Pure functions of their input: no I/O, no
+Caller: the group's leader member (client.membership), which runs the assignor
+of the group's chosen protocol over every member's subscription when a rebalance
+completes (Kafka's classic protocol: the coordinator only relays the result). Pure functions of their input: no I/O, no
 clock, no randomness, so the same group always gets the same assignment.
 
 Invariants of every `assign()` result:
 - every member id of `subscriptions` is a key; a member with nothing gets [];
-- each (topic, partition) of a subscribed, known topic goes to exactly one member,
+- each (topic, partition) of a subscribed, known topic goes to exactly one member
+  (cooperative-sticky: at most one, none while it moves away from its owner),
   and only to a member subscribed to that topic; topics missing from
   `partitions_per_topic` are skipped, as Kafka skips unknown topics;
 - each member's list is sorted.
@@ -158,7 +161,32 @@ def _move_one(assignment: dict[str, set[TopicPartition]], members_by_topic: dict
     return False
 
 
-ASSIGNORS: dict[str, Assignor] = {a.name: a for a in (RangeAssignor(), RoundRobinAssignor(), StickyAssignor())}
+class CooperativeStickyAssignor(StickyAssignor):
+    """KIP-429: sticky's assignment, less every partition that moves from one
+    member to another: this round leaves it unassigned (its owner revokes only it
+    and rejoins), the next round, with the owner no longer claiming it, gives it to
+    its new member. So no partition is owned by two members at once, and members
+    keep consuming what does not move."""
+
+    name = "cooperative-sticky"
+    cooperative = True
+
+    def assign(self, partitions_per_topic: dict[str, int],
+               subscriptions: dict[str, Subscription]) -> Assignment:
+        assignment = super().assign(partitions_per_topic, subscriptions)
+        owners = _previous_owners(partitions_per_topic, subscriptions)
+        return {member: [tp for tp in partitions if owners.get(tp, member) == member]
+                for member, partitions in assignment.items()}
+
+
+ASSIGNORS: dict[str, Assignor] = {a.name: a for a in (RangeAssignor(), RoundRobinAssignor(), StickyAssignor(),
+                                                      CooperativeStickyAssignor())}
+
+
+def is_cooperative(names) -> bool:
+    """Kafka's ConsumerCoordinator: a consumer rebalances cooperatively only when
+    every assignor it offers supports it (any eager one makes the protocol eager)."""
+    return all(getattr(assignor(name), "cooperative", False) for name in names)
 
 
 def assignor(name: str) -> Assignor:

@@ -13,7 +13,9 @@ it, a join admitted while a group record was being written was wiped out when th
 record replayed over the group, and a retention decision taken while a commit was
 in flight wrote a tombstone that deleted the commit once acked (and again at every
 reload, the tombstone following it in the log). A JoinGroup holds the lock only to
-register and to try to complete its generation, never while it is parked.
+register and to try to complete its generation, never while it is parked; a
+follower's SyncGroup likewise only to register and to look for the leader's
+assignment, which the leader's sync writes (and replays) under the lock.
 Reads (fetch offsets, describe, list) take no lock: the cache changes only by
 replaying acked records, so they never see an unacked commit.
 
@@ -55,10 +57,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 
-from rafka.core.errors import (CoordinatorNotAvailable, UnknownTopicOrPartition, GroupIdNotFound, GroupSubscribedToTopic, NonEmptyGroup,
-                               UnknownMemberId)
+from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotFound, GroupSubscribedToTopic,
+                               NonEmptyGroup, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore, Record
@@ -151,7 +153,8 @@ class CoordinatorShard:
 
     # --- offsets ----------------------------------------------------------------------
 
-    async def commit_offsets(self, group: str, offsets: dict, member_id: str = "", generation: int = -1, *,
+    async def commit_offsets(self, group: str, offsets: dict, member_id: str = "", generation: int = -1,
+                             group_instance_id: str | None = None, *,
                              on_queued: Callable[[], None] | None = None) -> dict:
         """offsets: {(topic, partition): (offset, leader_epoch, metadata)}. Returns
         {(topic, partition): None or the partition's error}, once written.
@@ -175,7 +178,9 @@ class CoordinatorShard:
             validate_offset_commit(state=known.state if known else GroupState.EMPTY,
                                    generation=known.generation if known else -1,
                                    members=set(known.members) if known else set(),
-                                   member_id=member_id, commit_generation=generation)
+                                   member_id=member_id, commit_generation=generation,
+                                   group_instance_id=group_instance_id,
+                                   static_members=known.static_members if known else {})
             self.groups.commit_keeps_session(group, member_id, self.clock.now_ms())
             commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
             result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
@@ -195,82 +200,127 @@ class CoordinatorShard:
 
     # --- membership -------------------------------------------------------------------
 
-    async def join_group(self, group: str, member_id: str, *, client_id: str, client_host: str,
-                         topics: list[str], session_timeout_ms: int, rebalance_timeout_ms: int,
-                         assignor_name: str = "range", owned: Iterable = ()) -> dict:
-        """Parks until this join's generation completes: {member_id, generation,
-        leader}. The assignment comes from sync_group."""
+    async def join_group(self, group: str, member_id: str, *, group_instance_id: str | None = None,
+                         client_id: str, client_host: str, protocol_type: str, protocols: list,
+                         session_timeout_ms: int, rebalance_timeout_ms: int) -> dict:
+        """Kafka's JoinGroup: parks until this join's generation completes (or answers
+        at once: a known member rejoining unchanged, a static member replacing its old
+        id in a Stable group). {member_id, generation, protocol_type, protocol_name,
+        leader, members}: members, for the leader only, are (member id, instance id,
+        metadata) of every member. The assignment comes from sync_group."""
         async with self.locks.hold(group):
-            member_id = self.groups.join(group, member_id, client_id=client_id, client_host=client_host,
-                                         topics=topics, session_timeout_ms=session_timeout_ms,
-                                         rebalance_timeout_ms=rebalance_timeout_ms, assignor_name=assignor_name,
-                                         now_ms=self.clock.now_ms(), owned=owned)
+            result = self.groups.join(group, member_id, group_instance_id=group_instance_id, client_id=client_id,
+                                      client_host=client_host, protocol_type=protocol_type,
+                                      protocols=[(name, bytes(data)) for name, data in protocols],
+                                      session_timeout_ms=session_timeout_ms,
+                                      rebalance_timeout_ms=rebalance_timeout_ms, now_ms=self.clock.now_ms())
+            await self._write(result.records)
+            member_id = result.member_id
             generation_at_join = self.groups.groups[group].generation
         self._notify()
-        fresh: tuple[set[str], dict[str, int]] | None = None   # (topics looked up, their partitions)
+        if result.answer is not None:
+            return dataclasses.asdict(result.answer)
         while True:
-            wanted: set[str] | None = None
             async with self.locks.hold(group):
-                looked_up, fresh = fresh, None    # used once: partition counts change
                 state = self.groups.groups.get(group)
-                if state is None or member_id not in state.members:
-                    raise UnknownMemberId(f"member {member_id!r} was removed before the join completed")
+                self._check_still_member(state, group, member_id, group_instance_id)
                 if state.generation > generation_at_join:
-                    return {"member_id": member_id, "generation": state.generation, "leader": state.leader}
+                    return dataclasses.asdict(self.groups.join_answer(group, member_id))
                 now_ms = self.clock.now_ms()
                 # A member parked in its join is alive: it is waiting on us, not silent.
                 state.members[member_id].last_heartbeat_ms = now_ms
-                if self.groups.join_complete_due(group, now_ms):
-                    topics_now = {t for m in state.members.values() for t in m.topics}
-                    if looked_up is not None and topics_now <= looked_up[0]:
-                        self.groups.maybe_complete_join(group, looked_up[1], now_ms)
-                        self._notify()
-                        continue
-                    wanted = topics_now
-            if wanted is not None:
-                # The lookup is a call to the controller: made without the lock, then
-                # the completion is decided again under it (members may have changed).
-                fresh = (wanted, await self._partitions_per_topic(wanted))
+                completed, records = self.groups.maybe_complete_join(group, now_ms)
+                await self._write(records)
+            if completed:
+                self._notify()
                 continue
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=self.join_poll_interval_ms / 1000)
 
-    async def sync_group(self, group: str, member_id: str, generation: int) -> list:
+    @staticmethod
+    def _check_still_member(state, group: str, member_id: str, group_instance_id: str | None) -> None:
+        """A parked join or sync whose member was replaced (FENCED_INSTANCE_ID) or
+        removed (UNKNOWN_MEMBER_ID) meanwhile."""
+        if state is not None and member_id in state.members:
+            return
+        if state is not None and group_instance_id is not None and group_instance_id in state.static_members:
+            raise FencedInstanceId(f"member {member_id!r} of group.instance.id {group_instance_id!r} was replaced")
+        raise UnknownMemberId(f"member {member_id!r} was removed from group {group} while it waited")
+
+    async def sync_group(self, group: str, member_id: str, generation: int, *, group_instance_id: str | None = None,
+                         protocol_type: str | None = None, protocol_name: str | None = None,
+                         assignments: dict | None = None) -> dict:
+        """Kafka's SyncGroup: {protocol_type, protocol_name, assignment} (the member's
+        bytes). The leader's assignments are written with the group (acked once
+        replicated); a follower's sync waits for them, at most twice the group's
+        rebalance timeout (the leader is removed once it has not synced for one,
+        which rebalances the group and answers REBALANCE_IN_PROGRESS here)."""
         async with self.locks.hold(group):
-            records, assignment = self.groups.sync(group, member_id, generation, self.clock.now_ms())
+            now_ms = self.clock.now_ms()
+            records, assignment = self.groups.sync(group, member_id, generation, group_instance_id=group_instance_id,
+                                                   protocol_type=protocol_type, protocol_name=protocol_name,
+                                                   assignments=assignments, now_ms=now_ms)
             await self._write(records)
-        return assignment
+            if records:
+                assignment = self.groups.sync_outcome(group, member_id, generation, group_instance_id)
+            give_up_ms = now_ms + 2 * self.groups.groups[group].rebalance_timeout_ms()
+        if records:
+            self._notify()   # the group is Stable: the followers' syncs answer
+        while assignment is None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=self.join_poll_interval_ms / 1000)
+            async with self.locks.hold(group):
+                state = self.groups.groups.get(group)
+                self._check_still_member(state, group, member_id, group_instance_id)
+                assignment = self.groups.sync_outcome(group, member_id, generation, group_instance_id)
+                if assignment is None and self.clock.now_ms() >= give_up_ms:
+                    raise RebalanceInProgress(f"group {group}: the leader's assignment did not come: rejoin")
+        state = self.groups.groups[group]
+        return {"protocol_type": state.protocol_type, "protocol_name": state.protocol_name,
+                "assignment": assignment}
 
-    async def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+    async def heartbeat(self, group: str, member_id: str, generation: int,
+                        group_instance_id: str | None = None) -> None:
         async with self.locks.hold(group):
-            self.groups.heartbeat(group, member_id, generation, self.clock.now_ms())
+            self.groups.heartbeat(group, member_id, generation, group_instance_id=group_instance_id,
+                                  now_ms=self.clock.now_ms())
 
-    async def leave_group(self, group: str, member_id: str) -> None:
+    async def leave_group(self, group: str, members: list) -> list:
+        """Kafka's LeaveGroup for [(member id, instance id)]: each one's error or
+        None (a value); the group's own error (unknown group, Dead) raises."""
         async with self.locks.hold(group):
-            await self._write(self.groups.leave(group, member_id, self.clock.now_ms()))
+            records, errors = self.groups.leave(group, [tuple(m) for m in members], self.clock.now_ms())
+            await self._write(records)
         self._notify()
+        return errors
 
     def describe_group(self, group: str) -> dict:
-        """State, generation, members (client, host, subscribed topics, assignment).
-        A group known only by its offsets (assign-mode commits) is Empty; an
-        unknown one is Dead, as Kafka's DescribeGroups answers."""
+        """State, generation, leader, protocol type and protocol, and members (client,
+        host, instance id, metadata for the group's protocol, assignment: bytes as the
+        members sent them). A group known only by its offsets (assign-mode commits) is
+        Empty; an unknown one is Dead, as Kafka's DescribeGroups answers."""
         state = self.groups.groups.get(group)
         if state is None:
             known = bool(self.offsets.fetch(group))
             return {"group": group, "state": "Empty" if known else "Dead", "generation": -1 if not known else 0,
-                    "leader": None, "assignor": "", "members": {}}
+                    "leader": None, "protocol_type": "", "protocol": None, "members": {}}
         return {"group": group, "state": state.state.value, "generation": state.generation,
-                "leader": state.leader, "assignor": state.assignor_name,
+                "leader": state.leader, "protocol_type": state.protocol_type or "", "protocol": state.protocol_name,
                 "members": {m.member_id: {"client_id": m.client_id, "host": m.client_host,
-                                          "topics": list(m.topics), "assignment": list(m.assignment)}
+                                          "group_instance_id": m.group_instance_id,
+                                          "metadata": m.metadata(state.protocol_name), "assignment": m.assignment}
                             for m in state.members.values()}}
 
     def list_groups(self) -> list[dict]:
-        """Every group of this partition: [{group, state}], those known only by
-        their committed offsets included (Empty)."""
+        """Every group of this partition: [{group, state, protocol_type}], those known
+        only by their committed offsets included (Empty, protocol type "")."""
         names = set(self.groups.groups) | set(self.offsets.offsets_by_group)
-        return [{"group": name, "state": self.groups.groups[name].state.value
-                 if name in self.groups.groups else "Empty"} for name in sorted(names)]
+        listed = []
+        for name in sorted(names):
+            group = self.groups.groups.get(name)
+            listed.append({"group": name, "state": group.state.value if group is not None else "Empty",
+                           "protocol_type": (group.protocol_type or "") if group is not None else ""})
+        return listed
 
     async def delete_group(self, group: str) -> None:
         """Kafka's DeleteGroups: only a group without members (NON_EMPTY_GROUP),
@@ -301,7 +351,7 @@ class CoordinatorShard:
             offsets = self.offsets.fetch(group)
             if state is None and not offsets:
                 raise GroupIdNotFound(f"Group '{group}' does not exist.")
-            subscribed = {t for m in state.members.values() for t in m.topics} if state is not None else set()
+            subscribed = self.groups.subscribed_topics(group) or set()
             answer: dict = {}
             records: list[Record] = []
             for topic, partition in (tuple(tp) for tp in partitions):

@@ -148,6 +148,10 @@ UnknownLeaderEpoch = _error("UnknownLeaderEpoch", 75, "UNKNOWN_LEADER_EPOCH", Tr
                             "The request's leader epoch is newer than the replica's.")
 OffsetNotAvailable = _error("OffsetNotAvailable", 78, "OFFSET_NOT_AVAILABLE", True,
                             "The offset is not available yet (e.g. above the HW after an election).")
+MemberIdRequired = _error("MemberIdRequired", 79, "MEMBER_ID_REQUIRED", False,
+                          "A new dynamic member must rejoin with the member id the coordinator gave it (KIP-394).")
+FencedInstanceId = _error("FencedInstanceId", 82, "FENCED_INSTANCE_ID", False,
+                          "Another member joined with this group.instance.id: this one is fenced (KIP-345).")
 GroupMaxSizeReached = _error("GroupMaxSizeReached", 81, "GROUP_MAX_SIZE_REACHED", False,
                              "The group already has group.max.size members.")
 GroupSubscribedToTopic = _error("GroupSubscribedToTopic", 86, "GROUP_SUBSCRIBED_TO_TOPIC", False,

@@ -9,15 +9,18 @@ Invariants:
   a state changes only along TRANSITIONS; any other move is IllegalTransition,
   naming the state and the event
   a commit from a member is accepted only from a known member at the group's
-  current generation, and never while the assignment is being completed
+  current generation (a static member replaced by a newer one with its
+  group.instance.id: FENCED_INSTANCE_ID), and never while the assignment is being
+  completed
 Pure logic, no I/O. Caller: the group coordinator.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection, Mapping
 
-from rafka.core.errors import (CoordinatorNotAvailable, IllegalGeneration, RebalanceInProgress,
+from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, IllegalGeneration, RebalanceInProgress,
                                UnknownMemberId)
 
 
@@ -34,6 +37,7 @@ class GroupEvent(enum.Enum):
     JOIN_COMPLETES = "join completes"             # every member joined, or the rebalance timeout ended
     LEADER_SYNCS = "leader syncs"                 # the leader's assignment arrives
     MEMBER_LEAVES = "member leaves"               # leave request, session or poll timeout (others remain)
+    STATIC_MEMBER_REPLACED = "static member replaced"   # a known instance id rejoins, nothing else changes
     LAST_MEMBER_LEAVES = "last member leaves"
     GROUP_DELETED = "group deleted"               # delete request, or offsets expired while Empty
 
@@ -46,7 +50,7 @@ TRANSITIONS: dict[GroupState, dict[GroupEvent, GroupState]] = {
     S.COMPLETING_REBALANCE: {E.MEMBER_JOINS: S.PREPARING_REBALANCE, E.LEADER_SYNCS: S.STABLE,
                              E.MEMBER_LEAVES: S.PREPARING_REBALANCE, E.LAST_MEMBER_LEAVES: S.EMPTY},
     S.STABLE: {E.MEMBER_JOINS: S.PREPARING_REBALANCE, E.MEMBER_LEAVES: S.PREPARING_REBALANCE,
-               E.LAST_MEMBER_LEAVES: S.EMPTY},
+               E.LAST_MEMBER_LEAVES: S.EMPTY, E.STATIC_MEMBER_REPLACED: S.STABLE},
     S.DEAD: {},
 }
 
@@ -66,21 +70,41 @@ def next_state(state: GroupState, event: GroupEvent) -> GroupState:
         raise IllegalTransition(state, event) from None
 
 
-def validate_offset_commit(*, state: GroupState, generation: int, members: set[str] | frozenset[str],
-                           member_id: str, commit_generation: int) -> None:
-    """Kafka's rule. A commit with no member id and generation -1 comes from a
-    consumer outside the group protocol (assign mode): accepted only while the
-    group has no members. Otherwise the member must be known and at the current
-    generation, and the group not waiting for its assignment."""
-    if state is GroupState.DEAD:
-        raise CoordinatorNotAvailable("the group is dead (deleted or expired): retry to find its coordinator")
-    if not member_id and commit_generation < 0:
-        if members:
-            raise UnknownMemberId("the group has members: a commit outside the group protocol is refused")
-        return
+def validate_member(*, members: Collection[str], static_members: Mapping[str, str], member_id: str,
+                    group_instance_id: str | None) -> None:
+    """Kafka's ClassicGroup.validateMember: an instance id must be the group's and
+    name this member id (another id: the member was replaced by a newer one with
+    the same instance id, FENCED_INSTANCE_ID); the member id must be known."""
+    if group_instance_id is not None:
+        current = static_members.get(group_instance_id)
+        if current is None:
+            raise UnknownMemberId(f"no member of the group has group.instance.id {group_instance_id!r}")
+        if current != member_id:
+            raise FencedInstanceId(f"member {member_id!r} of group.instance.id {group_instance_id!r} was "
+                                   f"replaced by {current!r}")
     if member_id not in members:
         raise UnknownMemberId(f"member {member_id!r} is not in the group")
-    if commit_generation != generation:
-        raise IllegalGeneration(f"generation {commit_generation} is not the group's current {generation}")
+
+
+def validate_offset_commit(*, state: GroupState, generation: int, members: Collection[str],
+                           member_id: str, commit_generation: int, group_instance_id: str | None = None,
+                           static_members: Mapping[str, str] | None = None) -> None:
+    """Kafka's ClassicGroup.validateOffsetCommit. Generation -1 on an Empty group:
+    a commit from outside the group protocol (assign mode, admin tools), accepted.
+    A commit naming a member (id, instance id or generation) must come from a
+    current member (a replaced static member: FENCED_INSTANCE_ID) at the group's
+    generation, and not while the group waits for its assignment. A commit naming
+    nothing is refused while the group has members."""
+    if state is GroupState.DEAD:
+        raise CoordinatorNotAvailable("the group is dead (deleted or expired): retry to find its coordinator")
+    if commit_generation < 0 and state is GroupState.EMPTY:
+        return
+    if commit_generation >= 0 or member_id or group_instance_id is not None:
+        validate_member(members=members, static_members=static_members or {}, member_id=member_id,
+                        group_instance_id=group_instance_id)
+        if commit_generation != generation:
+            raise IllegalGeneration(f"generation {commit_generation} is not the group's current {generation}")
+    elif state is not GroupState.EMPTY:
+        raise UnknownMemberId("the group has members: a commit outside the group protocol is refused")
     if state is GroupState.COMPLETING_REBALANCE:
         raise RebalanceInProgress("the group is completing a rebalance: commit after the assignment")

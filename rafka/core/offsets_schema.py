@@ -13,6 +13,14 @@ length then UTF-8, -1 for null; bytes are an int32 length then the bytes):
                             member id, group instance id (nullable), client id,
                             client host, rebalance timeout int32, session timeout
                             int32, subscription bytes, assignment bytes
+Group metadata values are written as v3 (Kafka's choice since 2.3: the newest
+non-flexible version) and read in every version Kafka's GroupMetadataValue has:
+v0 lacks the rebalance timeout (read as -1), the state timestamp (-1) and the
+instance id (null); v1 adds the rebalance timeout, v2 the timestamp, v3 the
+instance id; v4 is v3 in the flexible encoding (compact strings, bytes and arrays,
+tagged fields, skipped). The subscription and assignment bytes are the members'
+own (the consumer protocol's for "consumer" groups): the coordinator stores them
+as they came and never reads the assignment.
 A record with a null value is a tombstone: compaction removes its key.
 
 Invariants: decode(encode(x)) == x for every schema; the key's version tells an
@@ -31,7 +39,8 @@ import struct
 from rafka.core.errors import CorruptCoordinatorRecord
 
 OFFSET_KEY_VERSION, OFFSET_VALUE_VERSION = 1, 3
-GROUP_KEY_VERSION, GROUP_VALUE_VERSION = 2, 3
+GROUP_KEY_VERSION, GROUP_VALUE_VERSION = 2, 3   # the versions written
+GROUP_VALUE_VERSION_MAX = 4                      # the newest read
 NO_LEADER_EPOCH = -1
 
 
@@ -172,6 +181,49 @@ class _Reader:
         self.pos += length
         return data
 
+    def varint(self) -> int:
+        """Unsigned varint (the flexible versions' lengths and counts)."""
+        value = shift = 0
+        while True:
+            byte = self.take(">B")
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise CorruptCoordinatorRecord("__consumer_offsets varint is longer than 5 bytes")
+
+    def _compact(self) -> bytes | None:
+        length = self.varint() - 1
+        if length < 0:
+            return None
+        if self.pos + length > len(self.data):
+            raise CorruptCoordinatorRecord("__consumer_offsets bytes run past the record")
+        data = self.data[self.pos:self.pos + length]
+        self.pos += length
+        return data
+
+    def compact_string(self) -> str | None:
+        data = self._compact()
+        try:
+            return None if data is None else data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CorruptCoordinatorRecord(f"__consumer_offsets string is not UTF-8: {error}") from None
+
+    def compact_bytes(self) -> bytes:
+        data = self._compact()
+        if data is None:
+            raise CorruptCoordinatorRecord("__consumer_offsets bytes are null where the schema allows none")
+        return data
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.varint()):
+            self.varint()                     # tag
+            size = self.varint()
+            if self.pos + size > len(self.data):
+                raise CorruptCoordinatorRecord("__consumer_offsets tagged field runs past the record")
+            self.pos += size
+
     def done(self):
         if self.pos != len(self.data):
             raise CorruptCoordinatorRecord("__consumer_offsets record has trailing bytes")
@@ -204,14 +256,38 @@ def decode_value(key: OffsetKey | GroupKey, data: bytes | None) -> OffsetValue |
         offset, leader_epoch = reader.take(">qi")
         value = OffsetValue(offset, leader_epoch, reader.string(), reader.take(">q"))
     else:
-        if version != GROUP_VALUE_VERSION:
-            raise CorruptCoordinatorRecord(f"group metadata value version {version} is not {GROUP_VALUE_VERSION}")
-        protocol_type, generation = reader.string(), reader.take(">i")
-        protocol, leader = reader.string(), reader.string()
-        timestamp_ms, count = reader.take(">qi")
-        members = tuple(MemberMetadata(reader.string(), reader.string(), reader.string(), reader.string(),
-                                       *reader.take(">ii"), reader.bytes(), reader.bytes())
-                        for _ in range(count))
-        value = GroupValue(protocol_type, generation, protocol, leader, timestamp_ms, members)
+        value = _group_value(reader, version)
     reader.done()
     return value
+
+
+def _group_value(reader: _Reader, version: int) -> GroupValue:
+    if not 0 <= version <= GROUP_VALUE_VERSION_MAX:
+        raise CorruptCoordinatorRecord(f"group metadata value version {version} is not one of "
+                                       f"0..{GROUP_VALUE_VERSION_MAX}")
+    flexible = version >= 4
+    string = reader.compact_string if flexible else reader.string
+    data = reader.compact_bytes if flexible else reader.bytes
+    protocol_type, generation = string(), reader.take(">i")
+    protocol, leader = string(), string()
+    timestamp_ms = reader.take(">q") if version >= 2 else -1
+    count = reader.varint() - 1 if flexible else reader.take(">i")
+    if count < 0:
+        raise CorruptCoordinatorRecord("group metadata value has a null member array")
+    members = []
+    for _ in range(count):
+        member_id = string()
+        instance_id = string() if version >= 3 else None
+        client_id, client_host = string(), string()
+        rebalance_timeout_ms = reader.take(">i") if version >= 1 else -1
+        session_timeout_ms = reader.take(">i")
+        members.append(MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
+                                      session_timeout_ms, data(), data()))
+        if flexible:
+            reader.skip_tagged_fields()
+    if flexible:
+        reader.skip_tagged_fields()
+    if protocol_type is None or any(m.member_id is None or m.client_id is None or m.client_host is None
+                                    for m in members):
+        raise CorruptCoordinatorRecord("group metadata value has a null where its schema allows none")
+    return GroupValue(protocol_type, generation, protocol, leader, timestamp_ms, tuple(members))

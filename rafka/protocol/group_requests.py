@@ -4,9 +4,12 @@ KafkaError raised). Pure: no I/O, no Ray; the callers own connections, retries
 and coordinator lookups.
 
 Invariants:
-  a reader returns what the coordinator's own method of the same name returns
-  (actors.coordinator, core.coordinator_shard), less what the wire cannot carry
-  (describe_answer: no leader or generation, as Kafka's AdminClient);
+  a reader of offsets and administration returns what the coordinator's own
+  method of the same name returns (actors.coordinator, core.coordinator_shard),
+  less what the wire cannot carry (describe_answer: no leader or generation, as
+  Kafka's AdminClient); the membership readers and describe_answer read the
+  members' bytes, which the coordinator keeps opaque, as Kafka's consumer
+  protocol (subscriptions and assignments);
   an error the coordinator raises is raised here with the same type
   (core.errors.error_for_code); an error it returns as a value (per partition in
   OffsetCommit and OffsetDelete) is a value here too;
@@ -16,10 +19,11 @@ Invariants:
   (handlers.group_membership, group_offsets, group_admin). rafka's clients find
   a group's coordinator with FindCoordinator (protocol.cluster_requests).
 
-rafka's coordinator computes the assignment itself (DESIGN section 5): a join
-offers one protocol, named after the assignor, whose metadata is Kafka's consumer
-protocol subscription; a sync sends no assignments and every member reads its
-own from the answer.
+Membership as Kafka's consumer runs it: a join offers the consumer's assignors
+as protocols, each with Kafka's consumer protocol subscription as metadata (and
+a group.instance.id for a static member); the leader's join answer lists every
+member's subscription, the leader's sync carries every member's assignment
+(encoded here), and every member reads its own from its sync answer.
 
 Callers: client.membership's CoordinatorClient (for client.consumer, the member
 actors, client.admin and spark_bridge.stream), client.admin (ListGroups), tests.
@@ -44,7 +48,8 @@ from kio.schema.sync_group.v5 import request as sync_group_v5
 from kio.static.primitive import i32, i32Timedelta
 
 from rafka.core.errors import KafkaError, UnknownServerError, error_for_code
-from rafka.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
+from rafka.protocol.consumer_protocol import (decode_assignment, decode_subscription, encode_assignment,
+                                              encode_subscription)
 
 PROTOCOL_TYPE = "consumer"
 NO_GENERATION = -1           # a commit from outside the group protocol (assign mode)
@@ -83,30 +88,46 @@ def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
 
 # --- membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------------
 
-def join_request(group_id: str, member_id: str, *, topics: Iterable[str], owned: Iterable[tuple[str, int]] = (),
+def join_request(group_id: str, member_id: str, *, protocols: Iterable[tuple[str, bytes]],
                  session_timeout_ms: int, rebalance_timeout_ms: int,
-                 assignor_name: str = "range") -> join_group_v7.JoinGroupRequest:
-    """JoinGroup v7 offering one protocol, `assignor_name`, whose metadata is the
-    subscription (topics, owned partitions). member_id "" for a new member."""
+                 group_instance_id: str | None = None) -> join_group_v7.JoinGroupRequest:
+    """JoinGroup v7 of protocol type "consumer": `protocols` are (assignor name,
+    subscription bytes) in order of preference (`subscription`). member_id "" for
+    a new member."""
     return join_group_v7.JoinGroupRequest(
         group_id=group_id, session_timeout=_ms(session_timeout_ms), rebalance_timeout=_ms(rebalance_timeout_ms),
-        member_id=member_id, group_instance_id=None, protocol_type=PROTOCOL_TYPE,
-        protocols=(join_group_v7.JoinGroupRequestProtocol(
-            name=assignor_name, metadata=encode_subscription(topics, owned)),))
+        member_id=member_id, group_instance_id=group_instance_id, protocol_type=PROTOCOL_TYPE,
+        protocols=tuple(join_group_v7.JoinGroupRequestProtocol(name=name, metadata=metadata)
+                        for name, metadata in protocols))
+
+
+def subscription(topics: Iterable[str], owned: Iterable[tuple[str, int]] = ()) -> bytes:
+    """A member's JoinGroup metadata: Kafka's consumer protocol subscription."""
+    return encode_subscription(topics, owned)
 
 
 def join_answer(response) -> dict:
-    """{member_id, generation, leader}, as the Ray join_group returns."""
+    """{member_id, generation, leader, protocol_name, members}: members (the
+    leader's only) as {member_id: (instance id, subscribed topics, owned partitions)}."""
     _check(response.error_code, "JoinGroup")
-    return {"member_id": response.member_id, "generation": int(response.generation_id), "leader": response.leader}
+    members = {}
+    for m in response.members:
+        topics, owned = decode_subscription(m.metadata)
+        members[m.member_id] = (m.group_instance_id, topics, owned)
+    return {"member_id": response.member_id, "generation": int(response.generation_id), "leader": response.leader,
+            "protocol_name": response.protocol_name, "members": members}
 
 
-def sync_request(group_id: str, member_id: str, generation: int,
-                 assignor_name: str) -> sync_group_v5.SyncGroupRequest:
-    """SyncGroup v5 with no assignments: the coordinator computes them."""
+def sync_request(group_id: str, member_id: str, generation: int, *, protocol_name: str | None,
+                 assignments: Mapping[str, Iterable[tuple[str, int]]] | None = None,
+                 group_instance_id: str | None = None) -> sync_group_v5.SyncGroupRequest:
+    """SyncGroup v5; the leader's carries every member's assignment (Kafka's
+    consumer protocol bytes), a follower's none."""
     return sync_group_v5.SyncGroupRequest(
-        group_id=group_id, generation_id=i32(generation), member_id=member_id, group_instance_id=None,
-        protocol_type=PROTOCOL_TYPE, protocol_name=assignor_name, assignments=())
+        group_id=group_id, generation_id=i32(generation), member_id=member_id, group_instance_id=group_instance_id,
+        protocol_type=PROTOCOL_TYPE, protocol_name=protocol_name,
+        assignments=tuple(sync_group_v5.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(tps))
+                          for m, tps in sorted((assignments or {}).items())))
 
 
 def sync_answer(response) -> list[tuple[str, int]]:
@@ -115,9 +136,10 @@ def sync_answer(response) -> list[tuple[str, int]]:
     return decode_assignment(response.assignment)
 
 
-def heartbeat_request(group_id: str, member_id: str, generation: int) -> heartbeat_v4.HeartbeatRequest:
+def heartbeat_request(group_id: str, member_id: str, generation: int,
+                      group_instance_id: str | None = None) -> heartbeat_v4.HeartbeatRequest:
     return heartbeat_v4.HeartbeatRequest(group_id=group_id, generation_id=i32(generation), member_id=member_id,
-                                         group_instance_id=None)
+                                         group_instance_id=group_instance_id)
 
 
 def heartbeat_answer(response) -> None:
@@ -125,10 +147,11 @@ def heartbeat_answer(response) -> None:
     _check(response.error_code, "Heartbeat")
 
 
-def leave_request(group_id: str, member_id: str, *, reason: str | None = None) -> leave_group_v5.LeaveGroupRequest:
+def leave_request(group_id: str, member_id: str, *, group_instance_id: str | None = None,
+                  reason: str | None = None) -> leave_group_v5.LeaveGroupRequest:
     """LeaveGroup v5 for one member (v3+ batches members)."""
     return leave_group_v5.LeaveGroupRequest(group_id=group_id, members=(
-        leave_group_v5.MemberIdentity(member_id=member_id, group_instance_id=None, reason=reason),))
+        leave_group_v5.MemberIdentity(member_id=member_id, group_instance_id=group_instance_id, reason=reason),))
 
 
 def leave_answer(response) -> None:
@@ -141,7 +164,8 @@ def leave_answer(response) -> None:
 # --- offsets: OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------
 
 def commit_request(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str]],
-                   member_id: str = "", generation: int = NO_GENERATION) -> offset_commit_v8.OffsetCommitRequest:
+                   member_id: str = "", generation: int = NO_GENERATION,
+                   group_instance_id: str | None = None) -> offset_commit_v8.OffsetCommitRequest:
     """OffsetCommit v8. offsets: {(topic, partition): (offset, leader_epoch, metadata)};
     no member id and generation -1: a commit from outside the group protocol."""
     # plain ints where kio says i32/i64 (the same ints at runtime; its checked
@@ -154,7 +178,7 @@ def commit_request(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, i
             committed_metadata=metadata))
     return offset_commit_v8.OffsetCommitRequest(
         group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id,
-        group_instance_id=None, topics=tuple(offset_commit_v8.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+        group_instance_id=group_instance_id, topics=tuple(offset_commit_v8.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
                                              for t, ps in by_topic.items()))
 
 
@@ -224,19 +248,26 @@ def describe_request(group_id: str) -> describe_groups_v5.DescribeGroupsRequest:
 
 
 def describe_answer(response, group_id: str) -> dict:
-    """{group, state, assignor, members: {member_id: {client_id, host, topics,
-    assignment}}}, as Kafka's AdminClient describes a consumer group: DescribeGroups
-    carries no generation or leader. The assignor is named only while the group has
-    members ("" otherwise); topics and assignment come sorted. An unknown group is
-    state "Dead", no error; the group's error raises (NOT_COORDINATOR)."""
+    """{group, state, protocol_type, assignor, members: {member_id: {client_id, host,
+    group_instance_id, topics, assignment}}}, as Kafka's AdminClient describes a
+    consumer group: DescribeGroups carries no generation or leader. The assignor
+    (the group's protocol) is named, and topics and assignments read, only while the
+    group is Stable ("" and empty otherwise, as Kafka answers); a group of another
+    protocol type than "consumer" has its members' bytes unread (no topics, no
+    assignment). An unknown group is state "Dead", no error; the group's error
+    raises (NOT_COORDINATOR)."""
     group = _only([g for g in response.groups if g.group_id == group_id], f"DescribeGroups of group {group_id!r}")
     _check(group.error_code, f"DescribeGroups of group {group_id!r}")
+    consumer = group.protocol_type == PROTOCOL_TYPE
     members = {}
     for m in group.members:
-        topics, _owned = decode_subscription(m.member_metadata)
-        members[m.member_id] = {"client_id": m.client_id, "host": m.client_host, "topics": list(topics),
-                                "assignment": decode_assignment(m.member_assignment)}
-    return {"group": group_id, "state": group.group_state, "assignor": group.protocol_data, "members": members}
+        topics = list(decode_subscription(m.member_metadata)[0]) if consumer and m.member_metadata else []
+        assignment = decode_assignment(m.member_assignment) if consumer else []
+        members[m.member_id] = {"client_id": m.client_id, "host": m.client_host,
+                                "group_instance_id": m.group_instance_id, "topics": sorted(topics),
+                                "assignment": assignment}
+    return {"group": group_id, "state": group.group_state, "protocol_type": group.protocol_type,
+            "assignor": group.protocol_data, "members": members}
 
 
 def list_groups_request() -> list_groups_v4.ListGroupsRequest:

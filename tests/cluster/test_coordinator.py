@@ -89,15 +89,23 @@ def test_fetch_for_a_group_of_another_partition__not_coordinator(cluster, coordi
 
 def join(coordinator, group, member_id="", client="c", session_timeout_ms=6_000):
     return coordinator.join_group.remote(group, member_id, client_id=client, client_host="/127.0.0.1",
-                                         topics=["orders"], session_timeout_ms=session_timeout_ms,
-                                         rebalance_timeout_ms=10_000)
+                                         protocol_type="consumer", protocols=[("range", b"orders")],
+                                         session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=10_000)
+
+
+def sync(coordinator, group, joined, generation=None):
+    """A member's sync: the leader hands each member its member id as its assignment."""
+    assignments = ({m: m.encode() for m, _instance, _metadata in joined["members"]}
+                   if joined["leader"] == joined["member_id"] else None)
+    return coordinator.sync_group.remote(group, joined["member_id"], generation or joined["generation"],
+                                         assignments=assignments)
 
 
 def test_membership__two_members_join_one_generation_and_split_the_partitions(cluster, coordinator):
     a, b = ray.get([join(coordinator, "members", client="a"), join(coordinator, "members", client="b")])
     assert a["generation"] == b["generation"] == 1 and a["leader"] == b["leader"]
-    assignments = [ray.get(coordinator.sync_group.remote("members", m["member_id"], 1)) for m in (a, b)]
-    assert sorted(tp for got in assignments for tp in got) == [("orders", p) for p in range(4)]
+    assignments = ray.get([sync(coordinator, "members", m) for m in (a, b)])
+    assert [got["assignment"] for got in assignments] == [a["member_id"].encode(), b["member_id"].encode()]
     described = ray.get(coordinator.describe_group.remote("members"))
     assert described["state"] == "Stable" and set(described["members"]) == {a["member_id"], b["member_id"]}
 
@@ -107,8 +115,7 @@ def test_fencing__member_evicted_for_missing_heartbeats_cannot_commit(cluster, c
     timeout, b rejoins into a new generation; a's commit is refused."""
     import threading
     a, b = ray.get([join(coordinator, "fenced", client="a"), join(coordinator, "fenced", client="b")])
-    for m in (a, b):
-        ray.get(coordinator.sync_group.remote("fenced", m["member_id"], 1))
+    ray.get([sync(coordinator, "fenced", m) for m in (a, b)])
     stop = threading.Event()
 
     def keep_b_alive():
@@ -117,8 +124,7 @@ def test_fencing__member_evicted_for_missing_heartbeats_cannot_commit(cluster, c
             try:
                 ray.get(coordinator.heartbeat.remote("fenced", member, generation))
             except Exception:  # REBALANCE_IN_PROGRESS: rejoin, as a consumer does
-                generation = ray.get(join(coordinator, "fenced", member))["generation"]
-                ray.get(coordinator.sync_group.remote("fenced", member, generation))
+                ray.get(sync(coordinator, "fenced", ray.get(join(coordinator, "fenced", member))))
             stop.wait(0.5)
     keeper = threading.Thread(target=keep_b_alive)
     keeper.start()
@@ -234,19 +240,21 @@ def test_retention__expired_offsets_get_tombstones_empty_group_gone_active_group
         offsets_partition=0, offsets_partition_count=1, offsets_retention_minutes=3 / 60,
         offsets_retention_check_interval_ms=200)
     wait_until(lambda: ray.get(short.ping.remote())["loaded"])
-    member = ray.get(short.join_group.remote("active", "", client_id="a", client_host="h", topics=["orders"],
+    member = ray.get(short.join_group.remote("active", "", client_id="a", client_host="h",
+                                             protocol_type="consumer", protocols=[("range", b"")],
                                              session_timeout_ms=6_000, rebalance_timeout_ms=10_000))
-    ray.get(short.sync_group.remote("active", member["member_id"], member["generation"]))
+    ray.get(sync(short, "active", member))
     ray.get(short.commit_offsets.remote("active", {("orders", 0): (9, -1, "")}, member["member_id"],
                                         member["generation"]))
     ray.get(short.commit_offsets.remote("standalone", {("orders", 0): (4, -1, "")}))
     # a group that commits, then its last member leaves: Empty, so its clock starts
-    left = ray.get(short.join_group.remote("leaver", "", client_id="l", client_host="h", topics=["orders"],
+    left = ray.get(short.join_group.remote("leaver", "", client_id="l", client_host="h",
+                                           protocol_type="consumer", protocols=[("range", b"")],
                                            session_timeout_ms=6_000, rebalance_timeout_ms=10_000))
-    ray.get(short.sync_group.remote("leaver", left["member_id"], left["generation"]))
+    ray.get(sync(short, "leaver", left))
     ray.get(short.commit_offsets.remote("leaver", {("orders", 1): (3, -1, "")}, left["member_id"],
                                         left["generation"]))
-    ray.get(short.leave_group.remote("leaver", left["member_id"]))
+    ray.get(short.leave_group.remote("leaver", [(left["member_id"], None)]))
     assert ray.get(short.describe_group.remote("leaver"))["state"] == "Empty"
 
     def expired():   # the active member heartbeats meanwhile: its group must stay, with its offsets

@@ -298,3 +298,78 @@ def test_confluent_kafka__commit_to_a_topic_that_does_not_exist__unknown_topic_o
     committed = consumer.committed([TopicPartition("orders", 1), TopicPartition("no-such-topic", 0)], timeout=10)
     assert [(tp.topic, tp.offset) for tp in committed] == [("orders", 3), ("no-such-topic", -1001)]
     consumer.close()
+
+
+def poll_for(consumers, seconds, until=lambda: False):
+    """Poll every consumer (callbacks run in poll) for `seconds` or until `until()`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not until():
+        for consumer in consumers:
+            consumer.poll(0.1)
+
+
+def test_confluent_kafka__members_offering_only_cooperative_sticky__accepted_and_split_the_partitions(node):
+    """librdkafka's incremental (KIP-429) rebalancing runs on the classic protocol:
+    the coordinator takes cooperative-sticky by vote and relays the leader's
+    assignment, as Kafka's does (rafka's coordinator refused it when it assigned)."""
+    from confluent_kafka import Consumer
+    config = {"bootstrap.servers": node.bootstrap, "group.id": "coop", "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+              "partition.assignment.strategy": "cooperative-sticky"}
+    first, second = Consumer(config), Consumer(config)
+    for consumer in (first, second):
+        consumer.subscribe(["orders"])
+    try:
+        def split():
+            owned = [{(tp.topic, tp.partition) for tp in c.assignment()} for c in (first, second)]
+            return all(len(o) == 1 for o in owned) and owned[0] | owned[1] == {("orders", 0), ("orders", 1)}
+        poll_for((first, second), 60, split)
+        assert split(), [c.assignment() for c in (first, second)]
+        described = node.coordinator.shard.describe_group("coop")
+        assert (described["state"], described["protocol_type"], described["protocol"]) == (
+            "Stable", "consumer", "cooperative-sticky")
+    finally:
+        first.close()
+        second.close()
+
+
+def test_confluent_kafka__static_member_restarted_within_its_session__same_partitions__the_other_not_rebalanced(
+        node):
+    """KIP-345: a member with group.instance.id closes without leaving (librdkafka
+    sends no LeaveGroup for a static member) and a new process with the same
+    instance id joins within session.timeout.ms: it takes the old member's place
+    and partition; the group's generation does not move and the other member's
+    assignment callback is not called again."""
+    from confluent_kafka import Consumer
+
+    def consumer(instance, assigned):
+        c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "static", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+                      "group.instance.id": instance})
+        c.subscribe(["orders"], on_assign=lambda _, ps: assigned.append(sorted((p.topic, p.partition) for p in ps)))
+        return c
+    a_assigned, b_assigned, b_again_assigned = [], [], []
+    a, b = consumer("host-a", a_assigned), consumer("host-b", b_assigned)
+    b_again = None
+    try:
+        def split():
+            return bool(a_assigned) and bool(b_assigned) and len(a_assigned[-1]) == len(b_assigned[-1]) == 1
+        poll_for((a, b), 60, split)
+        assert split(), (a_assigned, b_assigned)
+        poll_for((a, b), 1)                        # settled: no further rebalance pending
+        a_calls, b_partitions = len(a_assigned), b_assigned[-1]
+        generation = node.coordinator.shard.describe_group("static")["generation"]
+        b.close()
+        b = None
+        b_again = consumer("host-b", b_again_assigned)
+        poll_for((a, b_again), 30, lambda: bool(b_again_assigned))
+        assert b_again_assigned == [b_partitions]
+        poll_for((a, b_again), 3)                  # longer than a's heartbeat interval: a would have heard
+        assert len(a_assigned) == a_calls, f"the other member was rebalanced: {a_assigned}"
+        described = node.coordinator.shard.describe_group("static")
+        assert (described["state"], described["generation"]) == ("Stable", generation)
+        assert sorted(m["group_instance_id"] for m in described["members"].values()) == ["host-a", "host-b"]
+    finally:
+        for c in (a, b, b_again):
+            if c is not None:
+                c.close()

@@ -73,8 +73,10 @@ class LocalCoordinator:
     async def fetch_offsets(self, group, partitions=None):
         return self.shard.fetch_offsets(group, partitions)
 
-    async def commit_offsets(self, group, offsets, member_id="", generation=-1):   # as the actor's
-        return await self.shard.commit_offsets(group, offsets, member_id, generation, on_queued=admit_next)
+    async def commit_offsets(self, group, offsets, member_id="", generation=-1, group_instance_id=None):
+        # as the actor's
+        return await self.shard.commit_offsets(group, offsets, member_id, generation, group_instance_id,
+                                               on_queued=admit_next)
 
     def __getattr__(self, name):   # join_group, sync_group, heartbeat, commit_offsets, ...
         return getattr(self.shard, name)

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rafka.core.assignors import (ASSIGNORS, RangeAssignor, RoundRobinAssignor, StickyAssignor,
-                                  Subscription, assignor)
+from rafka.core.assignors import (ASSIGNORS, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
+                                  StickyAssignor, Subscription, assignor, is_cooperative)
 from rafka.core.errors import InvalidRequest
 
 pytestmark = pytest.mark.core
@@ -120,26 +120,41 @@ def test_sticky__owned_partition_of_a_topic_left_or_shrunk__is_not_kept():
 # all assignors
 
 
-@pytest.mark.parametrize("name", ["range", "roundrobin", "sticky"])
+@pytest.mark.parametrize("name", ["range", "roundrobin", "sticky", "cooperative-sticky"])
 def test_any_assignor__topic_missing_from_metadata__is_skipped(name):
     result = assignor(name).assign({"t": 1}, {"a": subs("t", "gone"), "b": subs("gone")})
     assert result == {"a": tps("tp0"), "b": []}
 
 
-@pytest.mark.parametrize("name", ["range", "roundrobin", "sticky"])
+@pytest.mark.parametrize("name", ["range", "roundrobin", "sticky", "cooperative-sticky"])
 def test_any_assignor__no_members__empty_assignment(name):
     assert assignor(name).assign({"t": 3}, {}) == {}
 
 
 def test_assignors__registered_under_their_kafka_protocol_names():
     assert {n: type(a) for n, a in ASSIGNORS.items()} == {
-        "range": RangeAssignor, "roundrobin": RoundRobinAssignor, "sticky": StickyAssignor}
+        "range": RangeAssignor, "roundrobin": RoundRobinAssignor, "sticky": StickyAssignor,
+        "cooperative-sticky": CooperativeStickyAssignor}
+    assert is_cooperative(["cooperative-sticky"]) and not is_cooperative(["cooperative-sticky", "range"])
 
 
 def test_assignor__unknown_name__invalid_request_naming_the_known_ones():
     with pytest.raises(InvalidRequest) as raised:
-        assignor("cooperative-sticky")
-    assert raised.value.message == "unknown partition assignor 'cooperative-sticky'; known: range, roundrobin, sticky"
+        assignor("org.example.Custom")
+    assert raised.value.message == ("unknown partition assignor 'org.example.Custom'; known: cooperative-sticky, "
+                                    "range, roundrobin, sticky")
+
+
+def test_cooperative_sticky__a_member_joins__what_moves_is_left_out_this_round__given_the_next():
+    """KIP-429's two rounds: a owns all four; b joins. Round one takes two away from
+    a (a revokes them) and gives b nothing yet; round two, a claiming only two, gives
+    b the other two."""
+    cooperative = CooperativeStickyAssignor()
+    first = cooperative.assign({"t": 4}, {"a": subs("t", owned=tps("tp0", "tp1", "tp2", "tp3"), generation=1),
+                                          "b": subs("t")})
+    assert len(first["a"]) == 2 and first["b"] == []
+    second = cooperative.assign({"t": 4}, {"a": subs("t", owned=first["a"], generation=2), "b": subs("t")})
+    assert second["a"] == first["a"] and sorted(second["a"] + second["b"]) == tps("tp0", "tp1", "tp2", "tp3")
 
 
 # properties

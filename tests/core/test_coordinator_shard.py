@@ -11,7 +11,8 @@ import pytest
 
 from rafka.core.clock import FakeClock
 from rafka.core.coordinator_shard import CoordinatorShard
-from rafka.core.errors import CoordinatorNotAvailable, RequestTimedOut, UnknownTopicOrPartition
+from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, RebalanceInProgress, RequestTimedOut,
+                               UnknownTopicOrPartition)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState
 from rafka.core.offset_store import OffsetStore
@@ -19,7 +20,6 @@ from rafka.core.offsets_schema import decode_key, decode_value, encode_key, enco
 
 pytestmark = pytest.mark.core
 G = "billing"
-ALL_PARTITIONS = [("orders", p) for p in range(4)]
 SESSION_MS, REBALANCE_MS, DAY_MS = 10_000, 60_000, 24 * 3600 * 1000
 
 
@@ -83,9 +83,19 @@ def reloaded(partition, clock):
     return shard
 
 
-def join(shard, client, member_id=""):
-    return shard.join_group(G, member_id, client_id=client, client_host="/127.0.0.1", topics=["orders"],
+def join(shard, client, member_id="", *, instance=None, metadata=b"orders"):
+    return shard.join_group(G, member_id, group_instance_id=instance, client_id=client, client_host="/127.0.0.1",
+                            protocol_type="consumer", protocols=[("range", metadata)],
                             session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS)
+
+
+async def sync(shard, member_id, generation, *, instance=None):
+    """A member's sync: its assignment bytes. The leader hands each member its own
+    member id as its assignment."""
+    group = shard.groups.groups[G]
+    assignments = {m: m.encode() for m in group.members} if group.leader == member_id else None
+    return (await shard.sync_group(G, member_id, generation, group_instance_id=instance,
+                                   assignments=assignments))["assignment"]
 
 
 async def settle(steps=50):
@@ -109,12 +119,12 @@ def test_joins_during_the_first_sync_write__all_admitted_into_the_next_generatio
         a = await join(shard, "a")
         assert a["generation"] == 1
         hold = partition.hold_next()
-        sync_a = asyncio.create_task(shard.sync_group(G, a["member_id"], 1))
+        sync_a = asyncio.create_task(sync(shard, a["member_id"], 1))
         await hold.started.wait()
         late = [asyncio.create_task(join(shard, client)) for client in ("b", "c", "d")]
         await settle()
         hold.release()
-        assert sorted(await sync_a) == ALL_PARTITIONS
+        assert await sync_a == a["member_id"].encode()
         await settle()
         lost = [task.exception() for task in late if task.done()]
         assert lost == [], f"joins that arrived during the write were lost: {lost}"
@@ -124,8 +134,8 @@ def test_joins_during_the_first_sync_write__all_admitted_into_the_next_generatio
         assert len({answer["leader"] for answer in answers}) == 1
         ids = {answer["member_id"] for answer in answers}
         assert members_and_generation(shard) == (GroupState.COMPLETING_REBALANCE, 2, ids)
-        assignments = [await shard.sync_group(G, member_id, 2) for member_id in sorted(ids)]
-        assert sorted(tp for got in assignments for tp in got) == ALL_PARTITIONS
+        assignments = await asyncio.wait_for(asyncio.gather(*(sync(shard, m, 2) for m in sorted(ids))), 5)
+        assert assignments == [m.encode() for m in sorted(ids)]   # each its part of the leader's
         assert members_and_generation(shard) == (GroupState.STABLE, 2, ids)
         assert members_and_generation(reloaded(partition, clock)) == (GroupState.STABLE, 2, ids)
     asyncio.run(scenario())
@@ -139,7 +149,7 @@ def test_joins_during_a_commit_write__all_admitted_and_the_commit_kept():
         clock, partition = FakeClock(), FakeOffsetsPartition()
         shard = shard_on(partition, clock)
         a = await join(shard, "a")
-        await shard.sync_group(G, a["member_id"], 1)
+        await sync(shard, a["member_id"], 1)
         hold = partition.hold_next()
         commit = asyncio.create_task(shard.commit_offsets(G, {("orders", 1): (7, -1, "")}, a["member_id"], 1))
         await hold.started.wait()
@@ -163,9 +173,9 @@ def test_join_during_the_last_members_leave_write__admitted_not_wiped_by_the_emp
         clock, partition = FakeClock(), FakeOffsetsPartition()
         shard = shard_on(partition, clock)
         a = await join(shard, "a")
-        await shard.sync_group(G, a["member_id"], 1)
+        await sync(shard, a["member_id"], 1)
         hold = partition.hold_next()
-        leave = asyncio.create_task(shard.leave_group(G, a["member_id"]))
+        leave = asyncio.create_task(shard.leave_group(G, [(a["member_id"], None)]))
         await hold.started.wait()
         joining = asyncio.create_task(join(shard, "c"))
         await settle()
@@ -174,7 +184,7 @@ def test_join_during_the_last_members_leave_write__admitted_not_wiped_by_the_emp
         c = await asyncio.wait_for(joining, timeout=5)
         assert c["generation"] == 3
         assert members_and_generation(shard) == (GroupState.COMPLETING_REBALANCE, 3, {c["member_id"]})
-        assert await shard.sync_group(G, c["member_id"], 3) == ALL_PARTITIONS
+        assert await sync(shard, c["member_id"], 3) == c["member_id"].encode()
         assert members_and_generation(reloaded(partition, clock)) == (GroupState.STABLE, 3, {c["member_id"]})
     asyncio.run(scenario())
 
@@ -210,9 +220,9 @@ def test_empty_group_past_retention__offsets_and_group_tombstoned_then_dead_afte
         clock, partition = FakeClock(), FakeOffsetsPartition()
         shard = shard_on(partition, clock)
         a = await join(shard, "a")
-        await shard.sync_group(G, a["member_id"], 1)
+        await sync(shard, a["member_id"], 1)
         await shard.commit_offsets(G, {("orders", 1): (7, -1, "")}, a["member_id"], 1)
-        await shard.leave_group(G, a["member_id"])
+        await shard.leave_group(G, [(a["member_id"], None)])
         await shard.tick()
         assert shard.fetch_offsets(G) == {("orders", 1): (7, -1, "")}    # Empty, not for long enough
         clock.advance(DAY_MS)
@@ -231,10 +241,10 @@ def test_sync_write_fails__group_unchanged_and_the_retried_sync_writes_the_recor
         a = await join(shard, "a")
         partition.fail_next = 1
         with pytest.raises(RequestTimedOut):
-            await shard.sync_group(G, a["member_id"], 1)
+            await sync(shard, a["member_id"], 1)
         assert members_and_generation(shard) == (GroupState.COMPLETING_REBALANCE, 1, {a["member_id"]})
         assert partition.records == []
-        assert await shard.sync_group(G, a["member_id"], 1) == ALL_PARTITIONS
+        assert await sync(shard, a["member_id"], 1) == a["member_id"].encode()
         assert len(partition.records) == 1
         assert members_and_generation(reloaded(partition, clock)) == (GroupState.STABLE, 1, {a["member_id"]})
     asyncio.run(scenario())
@@ -245,7 +255,7 @@ def test_last_member_expiry_write_fails__member_kept_and_the_next_tick_writes_th
         clock, partition = FakeClock(), FakeOffsetsPartition()
         shard = shard_on(partition, clock)
         a = await join(shard, "a")
-        await shard.sync_group(G, a["member_id"], 1)
+        await sync(shard, a["member_id"], 1)
         clock.advance(SESSION_MS + 1)
         partition.fail_next = 1
         with pytest.raises(RequestTimedOut):
@@ -284,7 +294,7 @@ def test_requests_queued_behind_a_membership_write__bounded__the_next_one_refuse
         shard = shard_on(partition, clock, max_queued=3)
         a = await join(shard, "a")
         hold = partition.hold_next()
-        syncing = asyncio.create_task(shard.sync_group(G, a["member_id"], 1))
+        syncing = asyncio.create_task(sync(shard, a["member_id"], 1))
         await hold.started.wait()
         waiting = [asyncio.create_task(shard.commit_offsets(G, {("orders", 0): (2, -1, "")}, a["member_id"], 1)),
                    asyncio.create_task(shard.heartbeat(G, a["member_id"], 1))]
@@ -309,7 +319,7 @@ def test_commits_during_an_append__queued_without_the_lock__one_append_carries_t
         clock, partition = FakeClock(), FakeOffsetsPartition()
         shard = shard_on(partition, clock)
         a = await join(shard, "a")
-        await shard.sync_group(G, a["member_id"], 1)
+        await sync(shard, a["member_id"], 1)
         appends_before = partition.appends
         queued = []
         hold = partition.hold_next()
@@ -410,7 +420,7 @@ def test_sync_cancelled_while_its_record_is_written__the_group_lock_is_held_unti
         shard = shard_on(partition, clock)
         a = await join(shard, "a")
         hold = partition.hold_next()
-        syncing = asyncio.create_task(shard.sync_group(G, a["member_id"], 1))
+        syncing = asyncio.create_task(sync(shard, a["member_id"], 1))
         await hold.started.wait()
         syncing.cancel()
         await settle()
@@ -458,8 +468,7 @@ def test_member_that_only_commits__keeps_its_session__one_that_neither_commits_n
         await settle()
         clock.advance(1_000)
         a, b = (answer["member_id"] for answer in await asyncio.wait_for(asyncio.gather(*joining), timeout=5))
-        for member_id in (a, b):
-            await shard.sync_group(G, member_id, 1)
+        await asyncio.wait_for(asyncio.gather(*(sync(shard, m, 1) for m in (a, b))), timeout=5)
         assert members_and_generation(shard) == (GroupState.STABLE, 1, {a, b})
         for step in range(1, 5):
             clock.advance(SESSION_MS // 2)
@@ -471,4 +480,94 @@ def test_member_that_only_commits__keeps_its_session__one_that_neither_commits_n
         await shard.tick()
         assert members_and_generation(shard) == (GroupState.EMPTY, 2, set())
         assert shard.fetch_offsets(G) == {("orders", 0): (4, -1, "")}
+    asyncio.run(scenario())
+
+
+async def join_together(shard, clock, *joins):
+    """Members starting together: one generation, after the initial rebalance delay."""
+    tasks = [asyncio.create_task(j) for j in joins]
+    await settle()
+    clock.advance(shard.groups.group_initial_rebalance_delay_ms)
+    return await asyncio.wait_for(asyncio.gather(*tasks), timeout=5)
+
+
+def test_followers_sync_waits_for_the_leaders__then_each_gets_its_part():
+    """Kafka's classic protocol: the coordinator relays the leader's assignment. b
+    syncs first and waits; a (the leader) syncs with both parts; b gets its own."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock, delay_ms=1_000)
+        a, b = await join_together(shard, clock, join(shard, "a"), join(shard, "b"))
+        assert a["leader"] == a["member_id"] and [m[0] for m in a["members"]] == [a["member_id"], b["member_id"]]
+        assert b["members"] == ()
+        follower = asyncio.create_task(sync(shard, b["member_id"], 1))
+        await settle()
+        assert not follower.done(), "a follower's sync answered before the leader's assignment"
+        assert await sync(shard, a["member_id"], 1) == a["member_id"].encode()
+        assert await asyncio.wait_for(follower, timeout=5) == b["member_id"].encode()
+        loaded = reloaded(partition, clock).groups.groups[G]
+        assert {m: member.assignment for m, member in loaded.members.items()} == {
+            a["member_id"]: a["member_id"].encode(), b["member_id"]: b["member_id"].encode()}
+    asyncio.run(scenario())
+
+
+def test_leader_never_syncs__its_pending_sync_expires__the_waiting_follower_is_told_to_rejoin():
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock, delay_ms=1_000)
+        a, b = await join_together(shard, clock, join(shard, "a"), join(shard, "b"))
+        follower = asyncio.create_task(sync(shard, b["member_id"], 1))
+        await settle()
+        clock.advance(REBALANCE_MS)
+        await shard.heartbeat(G, b["member_id"], 1)     # b is alive; a, the leader, is too but never syncs
+        await shard.heartbeat(G, a["member_id"], 1)
+        await shard.tick()
+        with pytest.raises(RebalanceInProgress):
+            await asyncio.wait_for(follower, timeout=5)
+        assert members_and_generation(shard) == (GroupState.PREPARING_REBALANCE, 1, {b["member_id"]})
+    asyncio.run(scenario())
+
+
+def test_static_member_restarted_in_a_stable_group__one_record__reload_keeps_the_new_id_and_its_assignment():
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock, delay_ms=1_000)
+        a, b = await join_together(shard, clock, join(shard, "a"), join(shard, "b", instance="host-b"))
+        await asyncio.wait_for(asyncio.gather(sync(shard, a["member_id"], 1),
+                                              sync(shard, b["member_id"], 1, instance="host-b")), timeout=5)
+        records_before = len(partition.records)
+        again = await asyncio.wait_for(join(shard, "b", instance="host-b"), timeout=5)   # answered at once
+        assert again["generation"] == 1 and again["leader"] == a["member_id"]
+        assert len(partition.records) == records_before + 1
+        assert await sync(shard, again["member_id"], 1, instance="host-b") == b["member_id"].encode()
+        with pytest.raises(FencedInstanceId):
+            await shard.heartbeat(G, b["member_id"], 1, "host-b")
+        with pytest.raises(FencedInstanceId):
+            await shard.commit_offsets(G, {("orders", 0): (1, -1, "")}, b["member_id"], 1, "host-b")
+        for coordinator in (shard, reloaded(partition, clock)):
+            group = coordinator.groups.groups[G]
+            assert (group.state, group.generation) == (GroupState.STABLE, 1)
+            assert group.static_members == {"host-b": again["member_id"]}
+            assert group.members[again["member_id"]].assignment == b["member_id"].encode()
+    asyncio.run(scenario())
+
+
+def test_parked_join_of_a_static_member_replaced_meanwhile__fenced_instance_id():
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock, delay_ms=1_000)
+        a, b, c = await join_together(shard, clock, join(shard, "a"), join(shard, "b", instance="host-b"),
+                                      join(shard, "c"))
+        await asyncio.wait_for(asyncio.gather(sync(shard, a["member_id"], 1), sync(shard, c["member_id"], 1),
+                                              sync(shard, b["member_id"], 1, instance="host-b")), timeout=5)
+        rebalance = asyncio.create_task(join(shard, "a", a["member_id"], metadata=b"more topics"))
+        old = asyncio.create_task(join(shard, "b", b["member_id"], instance="host-b"))
+        await settle()   # both parked: c has not rejoined
+        new = asyncio.create_task(join(shard, "b", instance="host-b"))     # a second process, same instance
+        with pytest.raises(FencedInstanceId):
+            await asyncio.wait_for(old, timeout=5)
+        clock.advance(REBALANCE_MS)    # c never rejoins: dropped at the deadline
+        answers = await asyncio.wait_for(asyncio.gather(rebalance, new), timeout=5)
+        assert {answer["generation"] for answer in answers} == {2}
+        assert members_and_generation(shard)[2] == {a["member_id"], answers[1]["member_id"]}
     asyncio.run(scenario())

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from rafka.core.errors import GroupIdNotFound, IllegalGeneration, OffsetMetadataTooLarge
+from rafka.core.errors import FencedInstanceId, GroupIdNotFound, IllegalGeneration, OffsetMetadataTooLarge
 from rafka.protocol import group_requests as gr
 from rafka.protocol.connection import Connection
 from tests.core.protocol_node import ProtocolNode
@@ -33,31 +33,49 @@ def exchange(node, *requests, client_id="rafka"):
     return asyncio.run(go())
 
 
-def join_and_sync(node, *, client_id="rafka", group=GROUP):
-    """A member joined and synced: (its join answer, its assignment)."""
-    (joined,) = exchange(node, gr.join_request(group, "", topics=["orders"], session_timeout_ms=10_000,
-                                               rebalance_timeout_ms=10_000, assignor_name="range"),
+def join_and_sync(node, *, client_id="rafka", group=GROUP, instance_id=None):
+    """A member joined and synced as the leader, giving itself every partition of
+    "orders": (its join answer, its assignment)."""
+    (joined,) = exchange(node, gr.join_request(group, "", protocols=[("range", gr.subscription(["orders"]))],
+                                               session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                                               group_instance_id=instance_id),
                          client_id=client_id)
     member = gr.join_answer(joined)
-    (synced,) = exchange(node, gr.sync_request(group, member["member_id"], member["generation"], "range"),
+    (synced,) = exchange(node, gr.sync_request(group, member["member_id"], member["generation"],
+                                               protocol_name=member["protocol_name"], group_instance_id=instance_id,
+                                               assignments={member["member_id"]: [("orders", 0), ("orders", 1)]}),
                          client_id=client_id)
     return member, gr.sync_answer(synced)
 
 
-def test_join_and_sync__the_one_member_leads_and_gets_both_partitions(node):
+def test_join_and_sync__the_one_member_leads__the_leaders_assignment_comes_back(node):
     member, assignment = join_and_sync(node)
     assert member["member_id"] and member["leader"] == member["member_id"] and member["generation"] == 1
+    assert member["protocol_name"] == "range"
+    assert member["members"] == {member["member_id"]: (None, ("orders",), ())}
     assert assignment == [("orders", 0), ("orders", 1)]
     described = node.coordinator.shard.describe_group(GROUP)   # what the Ray methods say
     assert (member["generation"], member["leader"]) == (described["generation"], described["leader"])
 
 
-def test_join__owned_partitions_reach_the_coordinator(node):
-    (joined,) = exchange(node, gr.join_request(GROUP, "", topics=["orders"], owned=[("orders", 1)],
-                                               session_timeout_ms=10_000, rebalance_timeout_ms=10_000))
+def test_join__owned_partitions_reach_the_leader_in_the_subscription(node):
+    (joined,) = exchange(node, gr.join_request(GROUP, "", protocols=[
+        ("range", gr.subscription(["orders"], owned=[("orders", 1)]))],
+        session_timeout_ms=10_000, rebalance_timeout_ms=10_000))
     member = gr.join_answer(joined)
-    owned = node.coordinator.shard.groups.groups[GROUP].members[member["member_id"]].owned
-    assert owned == (("orders", 1),)
+    assert member["members"][member["member_id"]] == (None, ("orders",), (("orders", 1),))
+
+
+def test_commit__a_static_member_named_by_an_old_member_id__fenced_instance_id(node):
+    member, _ = join_and_sync(node, instance_id="billing-a")
+    (ok, fenced) = exchange(
+        node, gr.commit_request(GROUP, {("orders", 0): (3, -1, "")}, member_id=member["member_id"],
+                                generation=member["generation"], group_instance_id="billing-a"),
+        gr.commit_request(GROUP, {("orders", 0): (4, -1, "")}, member_id="billing-a-old",
+                          generation=member["generation"], group_instance_id="billing-a"))
+    assert gr.commit_answer(ok) == {("orders", 0): None}
+    with pytest.raises(FencedInstanceId):
+        gr.commit_answer(fenced)
 
 
 def test_heartbeat__current_generation_ok__old_generation_raises_illegal_generation(node):
@@ -95,29 +113,28 @@ def test_commit__a_partitions_error_is_a_value__a_stale_generation_raises(node):
 
 
 def test_describe__after_join_the_stable_member_with_client_id_topics_and_assignment(node):
-    member, assignment = join_and_sync(node, client_id="billing-1")
+    member, assignment = join_and_sync(node, client_id="billing-1", instance_id="billing-host-1")
     (described,) = exchange(node, gr.describe_request(GROUP))
     answer = gr.describe_answer(described, GROUP)
-    assert answer["state"] == "Stable" and answer["assignor"] == "range"
-    assert answer["members"] == {member["member_id"]: {"client_id": "billing-1", "host": "/127.0.0.1",
-                                                       "topics": ["orders"], "assignment": assignment}}
-    # the coordinator's own view, less what DescribeGroups does not carry
-    coordinator_view = node.coordinator.shard.describe_group(GROUP)
-    assert answer == {k: v for k, v in coordinator_view.items() if k not in ("generation", "leader")}
+    assert answer == {"group": GROUP, "state": "Stable", "protocol_type": "consumer", "assignor": "range",
+                      "members": {member["member_id"]: {"client_id": "billing-1", "host": "/127.0.0.1",
+                                                        "group_instance_id": "billing-host-1",
+                                                        "topics": ["orders"], "assignment": assignment}}}
 
 
 def test_describe__an_unknown_group_is_dead(node):
     (described,) = exchange(node, gr.describe_request("nobody"))
-    assert gr.describe_answer(described, "nobody") == {"group": "nobody", "state": "Dead", "assignor": "",
-                                                       "members": {}}
+    assert gr.describe_answer(described, "nobody") == {"group": "nobody", "state": "Dead", "protocol_type": "",
+                                                       "assignor": "", "members": {}}
 
 
 def test_list_groups__a_member_group_and_a_commit_only_group(node):
     join_and_sync(node)
     exchange(node, gr.commit_request("assign-only", {("orders", 1): (4, -1, "")}))
     (listed,) = exchange(node, gr.list_groups_request())
-    assert gr.list_groups_answer(listed) == node.coordinator.shard.list_groups() == [
-        {"group": "assign-only", "state": "Empty"}, {"group": GROUP, "state": "Stable"}]
+    assert gr.list_groups_answer(listed) == [{"group": "assign-only", "state": "Empty"},
+                                             {"group": GROUP, "state": "Stable"}]
+    assert [g["protocol_type"] for g in node.coordinator.shard.list_groups()] == ["", "consumer"]
 
 
 def test_leave__then_describe_shows_the_group_empty(node):

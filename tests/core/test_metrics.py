@@ -238,8 +238,9 @@ def test_coordinator_metrics__commits_rebalances_and_groups_by_state():
     loaded[0] = True
 
     async def scenario():
-        joined = await shard.join_group("g", "", client_id="c", client_host="h", topics=["orders"],
-                                        session_timeout_ms=10_000, rebalance_timeout_ms=10_000)
+        joined = await shard.join_group("g", "", client_id="c", client_host="h", protocol_type="consumer",
+                                        protocols=[("range", b"")], session_timeout_ms=10_000,
+                                        rebalance_timeout_ms=10_000)
         await shard.sync_group("g", joined["member_id"], joined["generation"])
         await shard.commit_offsets("g", {("orders", 0): (5, -1, ""), ("orders", 1): (7, -1, "")},
                                    joined["member_id"], joined["generation"])

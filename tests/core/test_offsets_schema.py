@@ -93,3 +93,36 @@ def test_offset_records__round_trip_every_field(group, topic, partition, offset,
     value = OffsetValue(offset, epoch, metadata, ts)
     assert decode_key(encode_key(key)) == key
     assert decode_value(key, encode_value(value)) == value
+
+
+def _string(text, *, compact=False):
+    data = text.encode()
+    return bytes([len(data) + 1]) + data if compact else struct.pack(">h", len(data)) + data
+
+
+def _bytes(data, *, compact=False):
+    return bytes([len(data) + 1]) + data if compact else struct.pack(">i", len(data)) + data
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_group_metadata_value__every_version_kafka_has_written__read_with_its_defaults(version):
+    """Kafka's GroupMetadataValue v0-v4 (v1 adds the rebalance timeout, v2 the state
+    timestamp, v3 the instance id, v4 is flexible: compact fields, tagged fields):
+    a log written by any Kafka is read; fields a version lacks take Kafka's defaults."""
+    flexible = version >= 4
+    s = lambda text: _string(text, compact=flexible)   # noqa: E731
+    member = s("m-1") + (s("host-1") if version >= 3 else b"") + s("client") + s("/10.0.0.1")
+    member += (struct.pack(">i", 300_000) if version >= 1 else b"") + struct.pack(">i", 45_000)
+    member += _bytes(b"sub", compact=flexible) + _bytes(b"asg", compact=flexible)
+    member += b"\x00" if flexible else b""                                # no tagged fields
+    data = struct.pack(">h", version) + s("consumer") + struct.pack(">i", 7) + s("range") + s("m-1")
+    data += struct.pack(">q", 1_700_000_000_000) if version >= 2 else b""
+    data += bytes([2]) if flexible else struct.pack(">i", 1)
+    data += member
+    data += b"\x01\x05\x02ab" if flexible else b""                       # one unknown tagged field, skipped
+    value = decode_value(GroupKey("billing"), data)
+    assert value == GroupValue("consumer", 7, "range", "m-1", 1_700_000_000_000 if version >= 2 else -1, (
+        MemberMetadata("m-1", "host-1" if version >= 3 else None, "client", "/10.0.0.1",
+                       300_000 if version >= 1 else -1, 45_000, b"sub", b"asg"),))
+    with pytest.raises(CorruptRecord, match="group metadata value version 5"):
+        decode_value(GroupKey("billing"), struct.pack(">h", 5) + data[2:])

@@ -6,11 +6,14 @@ What Kafka answers (KafkaApis.handleListGroupsRequest / handleDescribeGroupsRequ
   * ListGroups: the groups this node coordinates (admin clients ask every node
     and merge); a node that coordinates none answers an empty list, no error;
     states_filter (v4) keeps groups in the named states.
+  * ListGroups answers each group's protocol type ("" for one known only by
+    its offsets).
   * DescribeGroups: per group; a group coordinated elsewhere: NOT_COORDINATOR; an
-    unknown one: state Dead, no error (Kafka's answer). Members carry their
-    subscription and assignment as Kafka's consumer protocol bytes; protocol_type
-    "consumer" and protocol_data the assignor's name; authorized operations are
-    not computed (INT32_MIN).
+    unknown one: state Dead, no error (Kafka's answer). The group's protocol type;
+    while Stable, protocol_data is its protocol and members carry their metadata
+    and assignment bytes as the members sent them (other states: empty, as
+    Kafka's describeNoMetadata); authorized operations are not computed
+    (INT32_MIN).
   * DeleteGroups: per group; NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND or
     NOT_COORDINATOR as the coordinator decides; acked once the tombstones are
     replicated.
@@ -27,14 +30,12 @@ from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 
-from rafka.protocol.consumer_protocol import encode_assignment, encode_subscription
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.group_offsets import GroupHost
 from rafka.protocol.handlers.partitions import error_code_of
 
 LIST_KEY, DESCRIBE_KEY, DELETE_KEY = 16, 15, 42
-PROTOCOL_TYPE = "consumer"
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = i32(-2**31)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -56,7 +57,7 @@ def list_groups_route(list_groups: Callable[[], Awaitable[list[dict]]] | None) -
         except Exception as error:
             groups, code = [], error_code_of(error)
         wanted = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
-        listed = tuple(make(module.ListedGroup, group_id=g["group"], protocol_type=PROTOCOL_TYPE,
+        listed = tuple(make(module.ListedGroup, group_id=g["group"], protocol_type=g.get("protocol_type", ""),
                             group_state=g["state"])
                        for g in groups if not wanted or g["state"].lower() in wanted)
         return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, groups=listed)
@@ -100,12 +101,15 @@ async def _describe(host: GroupHost, module, group_id: str):
         described = await coordinator.describe_group(group_id)
     except Exception as error:
         return empty(error_code_of(error))
-    members = tuple(make(module.DescribedGroupMember, member_id=member_id, group_instance_id=None,
+    # Kafka's describeGroups: members' metadata and assignment only while Stable
+    # (protocol_data is then the group's protocol), empty bytes otherwise.
+    stable = described["state"] == "Stable"
+    members = tuple(make(module.DescribedGroupMember, member_id=member_id, group_instance_id=m["group_instance_id"],
                          client_id=m["client_id"], client_host=m["host"],
-                         member_metadata=encode_subscription(m["topics"]),
-                         member_assignment=encode_assignment(map(tuple, m["assignment"])))
+                         member_metadata=m["metadata"] if stable else b"",
+                         member_assignment=m["assignment"] if stable else b"")
                     for member_id, m in described["members"].items())
     return make(module.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
-                group_state=described["state"], protocol_type=PROTOCOL_TYPE if members else "",
-                protocol_data=described["assignor"] if members else "", members=members,
+                group_state=described["state"], protocol_type=described["protocol_type"],
+                protocol_data=(described["protocol"] or "") if stable else "", members=members,
                 authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)

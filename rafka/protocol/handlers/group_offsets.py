@@ -10,7 +10,8 @@ GroupCoordinator), and what these handlers do the same way:
   * a commit with generation -1 and no member id is a simple (assign-mode)
     commit, accepted while the group has no members; a member's commit must name
     the current generation (ILLEGAL_GENERATION) and a known member
-    (UNKNOWN_MEMBER_ID). The coordinator acks only once the commit is
+    (UNKNOWN_MEMBER_ID); a static member's (v7+ group_instance_id) must be the
+    instance's current member (FENCED_INSTANCE_ID). The coordinator acks only once the commit is
     replicated (DESIGN section 5); the shard decides all of it.
   * retention_time (v2-4) is ignored: offsets.retention.minutes rules, as in
     Kafka since KIP-211 for v5+.
@@ -43,7 +44,7 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 class GroupCoordinatorEndpoint(Protocol):
     async def commit_offsets(self, group: str, offsets: dict, member_id: str = ...,
-                             generation: int = ...) -> dict: ...
+                             generation: int = ..., group_instance_id: str | None = ...) -> dict: ...
 
     async def fetch_offsets(self, group: str, partitions: list | None = ...) -> dict: ...
 
@@ -84,7 +85,8 @@ async def commit(host: GroupHost, request, version: int):
                                                   p.committed_metadata or "")
                for t in request.topics for p in t.partitions}
     code, per_partition = await _call(host, request.group_id, "commit_offsets", offsets, request.member_id,
-                                      int(request.generation_id_or_member_epoch))
+                                      int(request.generation_id_or_member_epoch),
+                                      getattr(request, "group_instance_id", None))
     # Every version's partition answer is (partition_index, error_code): built
     # directly, with plain ints (kio's checked ones cost more than the rest).
     partition_type, topic_type = module.OffsetCommitResponsePartition, module.OffsetCommitResponseTopic
