@@ -8,9 +8,10 @@ A 3-broker `local_cluster`. For each count N: a topic of N partitions at RF3
 left at rest, then, in the same run,
   * replica USS / RSS: the mean over the topic's 3N replica actors' processes
     (psutil's memory_full_info: USS is what killing the process would free);
-  * bare USS / RSS: the same for 3N bare Ray actors started beside them (an actor
-    class with one method that imports nothing: Ray's own floor), spread over the
-    broker nodes as replicas are;
+  * bare USS / RSS: the same for 3N bare Ray actors (an actor class with one
+    method that imports nothing: Ray's own floor), spread over the broker nodes
+    as replicas are, started just before the topic and stopped (as many bare
+    actors beside 192 replicas would not fit in memory);
   * idle CPU: every rafka actor process (controller, coordinators, every
     replica) over `--idle-s` at rest, in % of one core, beside as many bare
     actors over the same time;
@@ -19,7 +20,8 @@ left at rest, then, in the same run,
   * Kafka nodes named by a Metadata answer, and TCP connections between the rafka
     actor processes (one end listening in another rafka process);
   * librdkafka threads: one confluent-kafka producer after it sent one record to
-    every partition of the topic (acks=all), threads of this process added by it.
+    every partition of the topic (acks=all), threads of this process added by it;
+    the records it had acked, read back by a librdkafka consumer group.
   * aggregate rate: 1 KiB records, acks=all, published for `--rate-s` round-robin
     over the N partitions, counting acked records only: librdkafka
     (wire_bench.librdkafka_publish, in a process of its own), then rafka's
@@ -237,6 +239,111 @@ def print_rates(rate_rows, seconds: float) -> None:
         return "-" if rate is None or one is None or one[column] is None else f"{rate / one[column]:.2f}"
     print(f"\naggregate acks=all rate, {RATE_RECORD_BYTES} B records round-robin over every partition, "
           f"RF3, min ISR 2, {seconds:g} s each, {os.cpu_count()} cores")
+    print(f"{'partitions':>10}{'rdk agg rec/s':>15}{'x 1p':>6}{'rafka agg rec/s':>17}{'x 1p':>6}{'rafka MB/s':>11}"
+          f"{'leaders CPU%':>13}{'followers CPU%':>15}{'driver CPU%':>12}{'machine CPU%':>13}")
+    for count, rdk_rate, rafka_rate, leader_cpu, follower_cpu, driver_cpu, machine_cpu in rate_rows:
+        print(f"{count:>10}{f'{rdk_rate:,.0f}' if rdk_rate is not None else '-':>15}{times_one(rdk_rate, 1):>6}"
+              f"{rafka_rate:>17,.0f}{times_one(rafka_rate, 2):>6}{rafka_rate * RATE_RECORD_BYTES / 1e6:>11.1f}"
+              f"{leader_cpu:>13.0f}{follower_cpu:>15.0f}{driver_cpu:>12.0f}{machine_cpu:>13.0f}")
+    print("x 1p: over the 1-partition row; CPU%: during rafka's publish, % of one core, summed over the "
+          "partitions' leaders, their followers, this driver (rafka's Producer), and every process on the machine")
+    if one is None:
+        return
+    for count, rdk_rate, rafka_rate, *_ in rate_rows:
+        if count == 1:
+            continue
+        for client, rate, base in (("librdkafka", rdk_rate, one[1]), ("rafka", rafka_rate, one[2])):
+            if rate is not None and base is not None:
+                print(f"{client}: {count} partitions' aggregate {rate:,.0f} rec/s >= the 1-partition "
+                      f"{base:,.0f} rec/s: {'yes' if rate >= base else 'NO'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, nargs="+", default=[4, 16])
+    parser.add_argument("--idle-s", type=float, default=10.0, help="how long CPU is measured at rest")
+    parser.add_argument("--settle-s", type=float, default=5.0, help="rest before measuring")
+    parser.add_argument("--rate-s", type=float, default=5.0,
+                        help="how long each client publishes for the aggregate rate")
+    parser.add_argument("--modules", action="store_true", help="print the modules a replica adds to a bare actor")
+    parser.add_argument("--no-librdkafka", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="py-spy partition 0's leader during rafka's publish")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--only-idle", action="store_true",
+                      help="memory and idle CPU only (no creation, no producer, no rate)")
+    only.add_argument("--rate-only", action="store_true", help="the aggregate rate only (no idle, no creation)")
+    parser.add_argument("--controller", nargs="*", default=[], metavar="OPTION=MS",
+                        help="controller options, e.g. watch_interval_ms=1000")
+    args = parser.parse_args()
+
+    import ray
+
+    import rafka
+
+    rows, rate_rows, profiles = [], [], []
+    controller_options = {k: int(v) for k, v in (o.split("=", 1) for o in args.controller)}
+    with rafka.local_cluster(nodes=3, log_to_driver=False, **controller_options) as cluster:
+        admin = cluster.admin()
+        for count in args.partitions:
+            topic = f"scale-{count}"
+            if not args.rate_only:
+                # Ray's floor first, as many bare actors as rafka will run, then gone:
+                # both at once would not fit in memory at 64 partitions (~400 processes).
+                bare, bare_pids = start_bare(len(rafka_actor_pids()) + 3 * count)
+                time.sleep(args.settle_s)
+                bare_uss, bare_rss = memory_mib(bare_pids[:3 * count])
+                bare_cpu = sum(idle_cpu_percent(bare_pids, args.idle_s))
+                bare_modules = set(ray.get(bare[0].__ray_call__.remote(_module_names)))
+                for handle in bare:
+                    ray.kill(handle)
+            admin.create_topic(topic, partitions=count, replication_factor=3, config={"min.insync.replicas": "2"})
+            if not args.rate_only:
+                time.sleep(args.settle_s)   # the creation's churn ends (pushes, first fetches)
+                replicas = rafka_actor_pids(topic)
+                every = rafka_actor_pids()
+                uss, rss = memory_mib(replicas.values())
+                cpu_by_actor = dict(zip(every, idle_cpu_percent(every.values(), args.idle_s)))
+                cpu = sum(cpu_by_actor.values())
+                controller_cpu = cpu_by_actor.get("controller", 0.0)
+                connections = connections_between(every.values())
+                nodes = metadata_nodes(cluster.bootstrap_servers)
+                if args.modules:
+                    replica = ray.get_actor(next(iter(replicas)), namespace="rafka")
+                    extra = sorted(set(ray.get(replica.__ray_call__.remote(_module_names))) - bare_modules)
+                    tops = sorted({m.split(".")[0] for m in extra})
+                    print(f"\n{len(extra)} modules in a replica and not in a bare actor; packages: {' '.join(tops)}")
+                if args.only_idle:
+                    rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
+                                 bare_cpu, float("nan"), nodes, None, None, connections))
+                    admin.delete_topic(topic)
+                    continue
+                threads, acked_read = None, None
+                if not args.no_librdkafka:
+                    threads, acked = producer_threads(cluster.bootstrap_servers, topic, count)
+                    acked_read = (acked, read_back_by_group(cluster.bootstrap_servers, topic, acked))
+                started_s = time.monotonic()
+                admin.create_topic(f"scale-create-{count}", partitions=12, replication_factor=3)
+                create_s = time.monotonic() - started_s
+                rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
+                             bare_cpu, create_s, nodes, threads, acked_read, connections))
+                admin.delete_topic(f"scale-create-{count}")
+            *rates, samplers = aggregate_rates(cluster, topic, count, args.rate_s, librdkafka=not args.no_librdkafka,
+                                               profile=args.profile)
+            rate_rows.append((count, *rates))
+            profiles += [(count, sampler) for sampler in samplers]
+            admin.delete_topic(topic)
+
+    if rows:
+        print_idle(rows)
+    if rate_rows:
+        print_rates(rate_rows, args.rate_s)
+    for count, sampler in profiles:
+        print(f"\n{count} partitions, partition 0:")
+        print(report(sampler))
+
+
+def print_idle(rows) -> None:
+    print()
     print(f"{'partitions':>10}{'replicas':>9}{'actors':>7}{'USS MiB':>9}{'RSS MiB':>9}{'bare USS':>9}"
           f"{'bare RSS':>9}{'idle CPU%':>10}{'ctrl CPU%':>10}{'bare CPU%':>10}{'create12 s':>11}{'nodes':>6}"
           f"{'rdk thr':>8}{'acked/read':>11}{'conns':>6}")
