@@ -25,8 +25,9 @@ Invariants:
     actors); `broker_view` names no other node.
   * `acls` are the controller's ACL bindings at the image's version (core.acl):
     every node authorizes from its image, with no call to the controller.
-    `authorize` is the cluster's policy over them: rafka's own user
-    (core.scram.CLUSTER_USER) is a super user; a resource no binding applies to
+    `authorize` is the cluster's policy over them: `super_users` (Kafka's
+    super.users: rafka's own user, core.scram.CLUSTER_USER, and the principals
+    `rafka up --super-users` names) may do anything; a resource no binding applies to
     is open to everyone until SASL is required, then closed (Kafka's
     allow.everyone.if.no.acl.found, true on an open cluster, false once logins are).
 
@@ -51,7 +52,7 @@ from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.metadata import NO_LEADER, ClusterMetadata, NodeEndpoint, id_as_uuid
 from rafka.core.scram import CLUSTER_USER, ScramCredential
 
-SUPER_USERS = frozenset({user_principal(CLUSTER_USER)})   # Kafka's super.users
+SUPER_USERS = frozenset({user_principal(CLUSTER_USER)})   # rafka's own: a super user on every cluster
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,10 +92,11 @@ class ClusterImage:
     # by __transaction_state partition; -1 unregistered (FindCoordinator key type 1)
     transaction_coordinator_nodes: tuple[int, ...] = ()
     acls: Acls = NO_ACLS          # the ACL bindings (core.acl), with the version of their last change
+    super_users: frozenset[str] = SUPER_USERS   # Kafka's super.users, rafka's own user always among them
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource: Resource) -> bool:
         """Whether `principal`, connected from `host`, may do `operation` on `resource`."""
-        return authorize(self.acls, principal, host, operation, resource, super_users=SUPER_USERS,
+        return authorize(self.acls, principal, host, operation, resource, super_users=self.super_users,
                          allow_everyone_if_no_acl_found=not self.sasl_required)
 
     def authorize_by_resource_type(self, principal: str, host: str, operation: AclOperation,
@@ -102,7 +104,7 @@ class ClusterImage:
         """Whether `principal` may do `operation` on some resource of the type
         (core.acl.authorize_by_resource_type), under the same policy."""
         return authorize_by_resource_type(self.acls, principal, host, operation, resource_type,
-                                          super_users=SUPER_USERS,
+                                          super_users=self.super_users,
                                           allow_everyone_if_no_acl_found=not self.sasl_required)
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
@@ -174,7 +176,9 @@ EMPTY_IMAGE = ClusterImage(version=-1, cluster_id=None, controller_node=NO_LEADE
                            coordinator_nodes=())
 
 
-def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
+def build_image(metadata: ClusterMetadata, version: int, *, super_users: frozenset[str] = frozenset()) -> ClusterImage:
+    """`super_users`: the cluster's super.users setting (principals, `User:<name>`),
+    beside rafka's own user."""
     registered = metadata.nodes
     listed: dict[int, NodeEndpoint] = {}
 
@@ -220,4 +224,5 @@ def build_image(metadata: ClusterMetadata, version: int) -> ClusterImage:
                         nodes=dict(sorted(listed.items())), topics=topics, coordinator_nodes=coordinators,
                         scram_credentials=dict(metadata.scram_credentials),
                         sasl_required=metadata.sasl_required, brokers=dict(sorted(brokers.items())),
-                        transaction_coordinator_nodes=transaction_coordinators, acls=metadata.acls())
+                        transaction_coordinator_nodes=transaction_coordinators, acls=metadata.acls(),
+                        super_users=SUPER_USERS | frozenset(super_users))

@@ -33,8 +33,9 @@ Histogram.observe; the exporter reads the histograms every few seconds.
 
 Who asks: each request's context carries its connection's Session, the
 principal (`User:<name>` after a SASL login, `User:ANONYMOUS` without one) and
-the client's host address, which the server gives with the frame; handlers
-authorize with them (core.acl, core.api_authorization).
+the client's host address, which the server gives with the frame, and the
+node's image at its arrival; handlers authorize with them before they act
+(protocol.authorization).
 
 Invariants: for any bytes, `parse` and `dispatch` return or raise a ProtocolError
 (handlers' own exceptions aside); the table is never mutated; work is bounded by
@@ -61,6 +62,7 @@ from kio.serial import entity_reader
 from kio.static.primitive import i16
 
 from rafka.core.acl import ANONYMOUS
+from rafka.core.cluster_image import ClusterImage
 from rafka.core.metrics import Histogram, RequestMetrics
 from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, check_entity
 from rafka.protocol.errors import (MalformedRequestBody, UnknownApiKey,
@@ -106,6 +108,9 @@ class RequestContext:
     supported_api_versions: tuple[ApiVersionRange, ...]
     principal: str = ANONYMOUS
     client_host: str = ""
+    # the node's image when the request arrived: every authorization reads it
+    # (protocol.authorization); None only under a table built without one (tests)
+    image: ClusterImage | None = None
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[Any | None]]
@@ -136,9 +141,12 @@ class Route:
 
 
 class DispatchTable:
-    """Frozen at construction: the routes by API key, and the ranges advertised."""
+    """Frozen at construction: the routes by API key, and the ranges advertised;
+    `image`: the node's newest cluster image, read once per request into its
+    context (every node's table has one: protocol.node_table)."""
 
-    def __init__(self, routes: Iterable[Route]) -> None:
+    def __init__(self, routes: Iterable[Route], *, image: Callable[[], ClusterImage] | None = None) -> None:
+        self.image = image
         routes_by_api_key: dict[int, Route] = {}
         for route in routes:
             if route.api_key in routes_by_api_key:
@@ -259,7 +267,8 @@ class Dispatcher:
                               client_id=header.client_id or "",
                               connection_id=connection_id,
                               supported_api_versions=self.table.supported_api_versions,
-                              principal=session.principal, client_host=session.client_host)
+                              principal=session.principal, client_host=session.client_host,
+                              image=self.table.image() if self.table.image is not None else None)
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:

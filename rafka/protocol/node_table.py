@@ -86,4 +86,4 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
         *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin),
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
-        *sasl.routes()])
+        *sasl.routes()], image=image)

@@ -10,6 +10,11 @@ What Kafka answers, and what this handler does the same way:
   * v4+ (partition leaders, KIP-890): a batch of transactions, each answered on
     its own; with verify_only the coordinator only says, per partition, whether
     it is in the transaction (TRANSACTION_ABORTABLE if not).
+  * authorization (KafkaApis): v0-3 WRITE on the transactional id (refused:
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition) and on each
+    topic (a refused topic's partitions TOPIC_AUTHORIZATION_FAILED, the others
+    OPERATION_NOT_ATTEMPTED); v4+ CLUSTER_ACTION on the cluster (refused: the
+    request's CLUSTER_AUTHORIZATION_FAILED). Nothing refused is added.
 Caller: node_table, through `route(transactions, image)`.
 """
 
@@ -20,7 +25,9 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
+from rafka.core.acl import ResourceType
 from rafka.core.cluster_image import ClusterImage
+from rafka.protocol.authorization import decide, decided_host
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
@@ -36,13 +43,19 @@ def route(transactions: TransactionHost, image: Callable[[], ClusterImage]) -> R
         version = context.api_version
         response_type = load_response_schema(API_KEY, version)
         module = module_of(response_type)
+        decision = decide(context, request)   # v0-3: WRITE on the id and each topic; v4+ CLUSTER_ACTION
         if version < FIRST_BATCHED_VERSION:
-            results = await _one_transaction(transactions, image(), version, request.v3_and_below_transactional_id,
+            results = await _one_transaction(decided_host(transactions, context, request), image(), version,
+                                             request.v3_and_below_transactional_id,
                                              int(request.v3_and_below_producer_id),
                                              int(request.v3_and_below_producer_epoch),
-                                             request.v3_and_below_topics, verify_only=False)
+                                             request.v3_and_below_topics, verify_only=False,
+                                             refused=decision.refused_names(ResourceType.TOPIC))
             return make(response_type, throttle_time=NO_THROTTLE,
                         results_by_topic_v3_and_below=_topic_results(module, results))
+        if decision.refusal is not None:
+            return make(response_type, throttle_time=NO_THROTTLE, error_code=error_code_of(decision.refusal),
+                        results_by_transaction=())
         answered = []
         for txn in request.transactions:
             results = await _one_transaction(transactions, image(), version, txn.transactional_id,
@@ -56,9 +69,14 @@ def route(transactions: TransactionHost, image: Callable[[], ClusterImage]) -> R
 
 
 async def _one_transaction(transactions: TransactionHost, image: ClusterImage, version: int, transactional_id: str,
-                           producer_id: int, producer_epoch: int, topics, *, verify_only: bool
-                           ) -> dict[tuple[str, int], ErrorCode]:
+                           producer_id: int, producer_epoch: int, topics, *, verify_only: bool,
+                           refused: frozenset[str] = frozenset()) -> dict[tuple[str, int], ErrorCode]:
+    """`refused`: topics the caller may not WRITE: theirs answer TOPIC_AUTHORIZATION_FAILED,
+    the others OPERATION_NOT_ATTEMPTED (KafkaApis), nothing added."""
     partitions = [(t.name, int(p)) for t in topics for p in t.partitions]
+    if any(topic in refused for topic, _ in partitions):
+        return {tp: ErrorCode.topic_authorization_failed if tp[0] in refused else ErrorCode.operation_not_attempted
+                for tp in partitions}
 
     def known(topic: str, partition: int) -> bool:
         found = image.topics.get(topic)

@@ -30,6 +30,9 @@ same way:
     id: INVALID_REQUEST.
   * any other resource type (BROKER_LOGGER, CLIENT_METRICS, GROUP, unknown ones):
     INVALID_REQUEST.
+  * authorization (KafkaApis, ConfigAdminManager): ALTER_CONFIGS on each topic
+    (refused: TOPIC_AUTHORIZATION_FAILED) or on the cluster for a broker
+    (CLUSTER_AUTHORIZATION_FAILED), per resource, before anything else.
 Not matched: an unknown operation id is INVALID_REQUEST "Unknown operations type
 N" (Kafka's controller fails such a request as a whole); a BROKER name is not
 compared with the node's own id.
@@ -48,6 +51,7 @@ from kio.static.primitive import i32Timedelta
 
 from rafka.core.config import DELETE, SET, ConfigOp, check_config_ops
 from rafka.core.errors import InvalidRequest
+from rafka.protocol.authorization import config_acl_resource, decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
@@ -78,11 +82,16 @@ def routes(alter_topic_config: AlterTopicConfig) -> list[Route]:
         response_type = load_response_schema(api_key, context.api_version)
         module = module_of(response_type)
         copies = Counter((r.resource_type, r.resource_name) for r in request.resources)
+        decision = decide(context, request)
 
         async def one(resource):
             code, message = ErrorCode.none, None
             ops = [(SET if replace else int(c.config_operation), c.name, c.value) for c in resource.configs]
             try:
+                acl_resource = config_acl_resource(resource.resource_type, resource.resource_name)
+                refused = decision.refusal_of(*acl_resource) if acl_resource else None
+                if refused is not None:
+                    raise refused
                 if copies[resource.resource_type, resource.resource_name] > 1:
                     raise InvalidRequest("Each resource must appear at most once.")
                 if resource.resource_type == TOPIC_RESOURCE:

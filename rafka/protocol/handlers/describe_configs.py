@@ -15,6 +15,9 @@ what this handler does the same way:
   * a broker (type 4): no configs, no error (rafka's brokers have no dynamic
     configs to show). Any other resource type: INVALID_REQUEST.
   * synonyms are not listed; documentation is null.
+  * authorization (KafkaApis): DESCRIBE_CONFIGS on each topic (refused:
+    TOPIC_AUTHORIZATION_FAILED) or on the cluster for a broker (refused:
+    CLUSTER_AUTHORIZATION_FAILED), per resource.
 Caller: actors.serving (every node's table), through `route(current_image)`.
 """
 
@@ -30,6 +33,7 @@ from kio.static.primitive import i8, i32Timedelta
 
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.config import DESCRIBE_TYPE_CODES, TOPIC_CONFIG_DEFS, TopicConfig, kafka_string
+from rafka.protocol.authorization import config_acl_resource, decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 
@@ -61,12 +65,17 @@ def route(current_image: Callable[[], ClusterImage]) -> Route:
         response_type = load_response_schema(API_KEY, context.api_version)
         module = module_of(response_type)
         image = current_image()
+        decision = decide(context, request)
         results = []
         for resource in request.resources:
             # error_message: "" (its default) unless an exception made the error
             # (ConfigHelper.describeConfigs: an unknown topic is answered without one)
             configs, code, message = (), ErrorCode.none, ""
-            if resource.resource_type == TOPIC_RESOURCE:
+            acl_resource = config_acl_resource(resource.resource_type, resource.resource_name)
+            refused = decision.refusal_of(*acl_resource) if acl_resource else None
+            if refused is not None:
+                code, message = ErrorCode(refused.code), refused.message
+            elif resource.resource_type == TOPIC_RESOURCE:
                 topic = image.topics.get(resource.resource_name)
                 if topic is None:
                     code = ErrorCode.unknown_topic_or_partition

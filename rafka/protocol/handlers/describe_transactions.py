@@ -15,12 +15,18 @@ import datetime
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
+from rafka.core.acl import AclOperation, ResourceType
+from rafka.protocol.authorization import check_of, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
 from rafka.protocol.handlers.txn_coordinator import NO_THROTTLE, TransactionHost, call, code_for
 
 API_KEY = 65
 MIN_VERSION, MAX_VERSION = 0, 0
+# KafkaApis: DESCRIBE on each transactional id (refused: its own error), and the
+# transaction's topics the caller may not DESCRIBE are left out
+_DESCRIBE = check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID)
+_DESCRIBE_TOPIC = check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -35,8 +41,10 @@ def route(transactions: TransactionHost) -> Route:
         response_type = load_response_schema(API_KEY, context.api_version)
         module = module_of(response_type)
         states = []
+        request_gate = gate(context)
         for transactional_id in request.transactional_ids:
             try:
+                request_gate.require(_DESCRIBE, transactional_id)
                 found = await call(transactions, transactional_id, "describe_transaction")
             except Exception as error:
                 # only the code and the id: the other fields at Java's zero values, as Kafka's
@@ -48,6 +56,8 @@ def route(transactions: TransactionHost) -> Route:
                 continue
             by_topic: dict[str, list[int]] = {}
             for topic, partition in sorted(found.topic_partitions):
+                if not request_gate.allows(_DESCRIBE_TOPIC, topic):   # KafkaApis leaves them out
+                    continue
                 by_topic.setdefault(topic, []).append(partition)
             states.append(make(
                 module.TransactionState, error_code=ErrorCode.none, transactional_id=transactional_id,

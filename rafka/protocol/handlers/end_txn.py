@@ -3,13 +3,15 @@
 record is written; the markers follow (core.transaction_shard.end_transaction).
 Versions up to 4 are transaction version 0 (no epoch bump per transaction: v5,
 KIP-890 part 2, is not served). PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below
-v2. Caller: node_table, through `route(transactions)`.
+v2. WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+and nothing is asked of the coordinator (KafkaApis). Caller: node_table, through `route(transactions)`.
 """
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from rafka.protocol.authorization import decided_host
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make
 from rafka.protocol.handlers.txn_coordinator import NO_THROTTLE, TransactionHost, call, code_for
@@ -21,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 0, 4
 def route(transactions: TransactionHost) -> Route:
     async def handle_end_txn(request, context: RequestContext):
         try:
-            await call(transactions, request.transactional_id, "end_transaction",
+            await call(decided_host(transactions, context, request), request.transactional_id, "end_transaction",
                        producer_id=int(request.producer_id), producer_epoch=int(request.producer_epoch),
                        commit=bool(request.committed), transaction_version=0)
             code = ErrorCode.none

@@ -35,6 +35,9 @@ FetchSession), and what this handler does the same way:
     HW) and, with last_fetched_epoch >= 0, answers a diverging log with
     diverging_epoch and no records (KIP-320; Partition.fetchRecords); see
     protocol.fetching for the follower's side.
+  * authorization (KafkaApis): a consumer needs READ on each topic, a replica
+    CLUSTER_ACTION on the cluster; a refused partition answers
+    TOPIC_AUTHORIZATION_FAILED with an empty record set and is not read.
 Partitions of one request are read concurrently, each parked on its own replica.
 Caller: dispatch, through `route(host)`.
 """
@@ -47,6 +50,7 @@ from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from rafka.protocol.authorization import ALLOWED, Decision, decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
@@ -61,11 +65,11 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 def route(host: PartitionHost) -> Route:
     async def handle_fetch(request, context: RequestContext):
-        return await fetch(host, request, context.api_version)
+        return await fetch(host, request, context.api_version, decide(context, request))
     return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_fetch)
 
 
-async def fetch(host: PartitionHost, request, version: int):
+async def fetch(host: PartitionHost, request, version: int, decision: Decision = ALLOWED):
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
     session_id = int(getattr(request, "session_id", 0))
@@ -86,7 +90,7 @@ async def fetch(host: PartitionHost, request, version: int):
                                              leader_epoch_or_none(epoch), isolation_level)
 
     rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
-                            lambda wanted: int(wanted.partition), read)
+                            lambda wanted: int(wanted.partition), read, decision)
     if version == HOT_VERSION:   # what every client here sends: written from the values
         return fetch_answer_v12(list(by_topic(
             (topic, _values(wanted, code, result)) for topic, wanted, code, result in rows).items()))

@@ -16,6 +16,9 @@ does the same way:
   * any other key type: INVALID_REQUEST for v1-3 (Kafka answers an unknown key
     type so), and the same per key in v4's batch.
   * v4 batches keys (KIP-699); v0-3 carry one.
+  * authorization (KafkaApis): DESCRIBE on the group or the transactional id,
+    refused: GROUP_AUTHORIZATION_FAILED / TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    and node -1 for that key (its coordinator is not told).
   * error_message is Kafka's Errors.message() (FindCoordinatorResponse sets it from
     the error, never null): "NONE" with a coordinator, else the error's text.
 Caller: actors.serving (every node's table), through `route(current_image)`.
@@ -33,6 +36,8 @@ from kio.static.primitive import i32, i32Timedelta
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.offsets_schema import partition_for_group
 from rafka.core.transaction_log import partition_for
+from rafka.core.acl import AclOperation, ResourceType
+from rafka.protocol.authorization import Gate, check_of, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 
@@ -44,7 +49,7 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 def route(current_image: Callable[[], ClusterImage]) -> Route:
     async def handle_find_coordinator(request, context: RequestContext):
-        return find_coordinator(current_image(), request, context.api_version)
+        return find_coordinator(current_image(), request, context.api_version, gate(context))
     return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_find_coordinator)
 
 
@@ -53,14 +58,26 @@ def route(current_image: Callable[[], ClusterImage]) -> Route:
 _KAFKA_MESSAGES = {
     ErrorCode.none: "NONE",
     ErrorCode.coordinator_not_available: "The coordinator is not available.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
     ErrorCode.invalid_request: "This most likely occurs because of a request being malformed by the client "
                                "library or the message was sent to an incompatible broker. See the broker logs "
                                "for more details.",
 }
 
 
-def locate(image: ClusterImage, key: str, key_type: int) -> tuple[ErrorCode, str, int, str, int]:
+_DESCRIBE_BY_KEY_TYPE = {GROUP_KEY_TYPE: check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.GROUP),
+                         TRANSACTION_KEY_TYPE: check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID)}
+
+
+def locate(image: ClusterImage, key: str, key_type: int,
+           request_gate: Gate | None = None) -> tuple[ErrorCode, str, int, str, int]:
     """(error, Kafka's message for it, node id, host, port) for one key."""
+    check = _DESCRIBE_BY_KEY_TYPE.get(key_type)
+    refusal = request_gate.refusal(check, key) if request_gate is not None and check is not None else None
+    if refusal is not None:
+        code = ErrorCode(refusal.code)
+        return code, _KAFKA_MESSAGES[code], -1, "", -1
     code, node = _coordinator(image, key, key_type)
     if node is None:
         return code, _KAFKA_MESSAGES[code], -1, "", -1
@@ -82,17 +99,17 @@ def _coordinator(image: ClusterImage, key: str, key_type: int):
     return ErrorCode.none, node
 
 
-def find_coordinator(image: ClusterImage, request, version: int):
+def find_coordinator(image: ClusterImage, request, version: int, request_gate: Gate | None = None):
     response_type = load_response_schema(API_KEY, version)
     key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
     if version >= 4:
         module = module_of(response_type)
         coordinators = []
         for key in request.coordinator_keys:
-            code, message, node_id, host, port = locate(image, key, key_type)
+            code, message, node_id, host, port = locate(image, key, key_type, request_gate)
             coordinators.append(make(module.Coordinator, key=key, node_id=i32(node_id), host=host,
                                      port=i32(port), error_code=code, error_message=message))
         return make(response_type, throttle_time=_NO_THROTTLE, coordinators=tuple(coordinators))
-    code, message, node_id, host, port = locate(image, request.key, key_type)
+    code, message, node_id, host, port = locate(image, request.key, key_type, request_gate)
     return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, error_message=message,
                 node_id=i32(node_id), host=host, port=i32(port))

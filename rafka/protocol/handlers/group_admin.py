@@ -17,6 +17,10 @@ What Kafka answers (KafkaApis.handleListGroupsRequest / handleDescribeGroupsRequ
   * DeleteGroups: per group; NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND or
     NOT_COORDINATOR as the coordinator decides; acked once the tombstones are
     replicated.
+  * authorization (KafkaApis): ListGroups lists the groups the caller may
+    DESCRIBE (all of them with DESCRIBE on the cluster); DescribeGroups needs
+    DESCRIBE and DeleteGroups DELETE on each group, a refused one answered
+    GROUP_AUTHORIZATION_FAILED without asking its coordinator.
 Callers: actors.serving (ListGroups on every node) and the coordinator actor.
 """
 
@@ -30,6 +34,8 @@ from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 
+from rafka.core.acl import AclOperation, ResourceType
+from rafka.protocol.authorization import check_of, decided_host, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.group_offsets import GroupHost
@@ -38,6 +44,7 @@ from rafka.protocol.handlers.partitions import error_code_of
 LIST_KEY, DESCRIBE_KEY, DELETE_KEY = 16, 15, 42
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = i32(-2**31)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+LIST_DESCRIBE = check_of(LIST_KEY, AclOperation.DESCRIBE, ResourceType.GROUP)   # unless DESCRIBE on the cluster
 
 
 class GroupAdminEndpoint(Protocol):
@@ -57,9 +64,11 @@ def list_groups_route(list_groups: Callable[[], Awaitable[list[dict]]] | None) -
         except Exception as error:
             groups, code = [], error_code_of(error)
         wanted = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
+        request_gate = gate(context)
         listed = tuple(make(module.ListedGroup, group_id=g["group"], protocol_type=g.get("protocol_type", ""),
                             group_state=g["state"])
-                       for g in groups if not wanted or g["state"].lower() in wanted)
+                       for g in groups if (not wanted or g["state"].lower() in wanted)
+                       and request_gate.allows(LIST_DESCRIBE, g["group"]))
         return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, groups=listed)
     return Route(LIST_KEY, 0, 4, handle_list_groups)
 
@@ -68,15 +77,17 @@ def coordinator_routes(host: GroupHost) -> list[Route]:
     async def handle_describe(request, context: RequestContext):
         response_type = load_response_schema(DESCRIBE_KEY, context.api_version)
         module = module_of(response_type)
+        decided = decided_host(host, context, request)
         return make(response_type, throttle_time=_NO_THROTTLE,
-                    groups=tuple([await _describe(host, module, g) for g in request.groups]))
+                    groups=tuple([await _describe(decided, module, g) for g in request.groups]))
 
     async def handle_delete(request, context: RequestContext):
         response_type = load_response_schema(DELETE_KEY, context.api_version)
         module = module_of(response_type)
+        decided = decided_host(host, context, request)
         results = []
         for group_id in request.groups_names:
-            coordinator = host.coordinator_for(group_id)
+            coordinator = decided.coordinator_for(group_id)
             code = ErrorCode.not_coordinator
             if coordinator is not None:
                 try:

@@ -22,7 +22,9 @@ coordinator: the shard in process, the actor in a cluster).
     REBALANCE_IN_PROGRESS and FENCED_INSTANCE_ID as the coordinator decides;
     LeaveGroup v3+ batches members, each answered on its own (a member named by
     its group.instance.id alone is an operator's removal).
-  * Any of these on a node that does not coordinate the group: NOT_COORDINATOR.
+  * Any of these on a node that does not coordinate the group: NOT_COORDINATOR;
+    without READ on the group: GROUP_AUTHORIZATION_FAILED, nothing asked of the
+    coordinator (KafkaApis authorizes first).
 Caller: the coordinator actor's table, through `routes(host)`.
 """
 
@@ -35,6 +37,7 @@ from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 
+from rafka.protocol.authorization import decided_host
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.group_offsets import GroupHost
@@ -45,20 +48,21 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
 def routes(host: GroupHost) -> list[Route]:
+    # READ on the group, else GROUP_AUTHORIZATION_FAILED (protocol.authorization)
     async def join(request, context: RequestContext):
-        return await handle_join(host, request, context)
+        return await handle_join(decided_host(host, context, request), request, context)
 
     async def sync(request, context: RequestContext):
-        return await handle_sync(host, request, context.api_version)
+        return await handle_sync(decided_host(host, context, request), request, context.api_version)
 
     async def heartbeat(request, context: RequestContext):
-        code = await _member_call(host, request.group_id, "heartbeat", request.member_id,
+        code = await _member_call(decided_host(host, context, request), request.group_id, "heartbeat", request.member_id,
                                   int(request.generation_id), getattr(request, "group_instance_id", None))
         return make(load_response_schema(HEARTBEAT_KEY, context.api_version), throttle_time=_NO_THROTTLE,
                     error_code=code)
 
     async def leave(request, context: RequestContext):
-        return await handle_leave(host, request, context.api_version)
+        return await handle_leave(decided_host(host, context, request), request, context.api_version)
     return [Route(JOIN_KEY, 0, 7, join), Route(SYNC_KEY, 0, 5, sync), Route(HEARTBEAT_KEY, 0, 4, heartbeat),
             Route(LEAVE_KEY, 0, 5, leave)]
 

@@ -21,6 +21,13 @@ GroupCoordinator), and what these handlers do the same way:
   * OffsetDelete (KIP-496): GROUP_ID_NOT_FOUND for an unknown group (the
     request's error); per partition GROUP_SUBSCRIBED_TO_TOPIC while a member
     subscribes to its topic, else the offset is gone once replicated.
+  * authorization (KafkaApis): OffsetCommit needs READ on the group (refused:
+    GROUP_AUTHORIZATION_FAILED on every partition) and READ on each topic;
+    OffsetFetch DESCRIBE on each group (refused: the group's error, v0-1 every
+    partition's) and DESCRIBE on each topic named, a topic not describable
+    left out of an all-offsets answer; OffsetDelete DELETE on the group (the
+    request's error) and READ on each topic. A refused topic's partitions
+    answer TOPIC_AUTHORIZATION_FAILED and go nowhere; the rest go on.
 Caller: the coordinator actor's table, through `routes(host)`.
 """
 
@@ -33,6 +40,8 @@ from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from rafka.core.acl import AclOperation, ResourceType
+from rafka.protocol.authorization import ALLOWED, Decision, Gate, check_of, decide, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
@@ -57,12 +66,13 @@ class GroupHost(Protocol):
 
 def routes(host: GroupHost) -> list[Route]:
     async def handle_commit(request, context: RequestContext):
-        return await commit(host, request, context.api_version)
+        return await commit(host, request, context.api_version, decide(context, request))
 
     async def handle_fetch(request, context: RequestContext):
-        return await fetch(host, request, context.api_version)
+        return await fetch(host, request, context.api_version, gate(context))
+
     async def handle_delete(request, context: RequestContext):
-        return await delete(host, request, context.api_version)
+        return await delete(host, request, context.api_version, decide(context, request))
     return [Route(COMMIT_KEY, *COMMIT_VERSIONS, handle_commit), Route(FETCH_KEY, *FETCH_VERSIONS, handle_fetch),
             Route(DELETE_KEY, 0, 0, handle_delete)]
 
@@ -77,16 +87,22 @@ async def _call(host: GroupHost, group_id: str, method: str, *args) -> tuple[Err
         return error_code_of(error), None
 
 
-async def commit(host: GroupHost, request, version: int):
+async def commit(host: GroupHost, request, version: int, decision: Decision = ALLOWED):
     response_type = load_response_schema(COMMIT_KEY, version)
     module = module_of(response_type)
+    refused = decision.refused_names(ResourceType.TOPIC)
     offsets = {(t.name, int(p.partition_index)): (int(p.committed_offset),
                                                   int(getattr(p, "committed_leader_epoch", -1)),
                                                   p.committed_metadata or "")
-               for t in request.topics for p in t.partitions}
-    code, per_partition = await _call(host, request.group_id, "commit_offsets", offsets, request.member_id,
-                                      int(request.generation_id_or_member_epoch),
-                                      getattr(request, "group_instance_id", None))
+               for t in request.topics if t.name not in refused for p in t.partitions}
+    if decision.refusal is not None:
+        code, per_partition = error_code_of(decision.refusal), None
+    elif refused and not offsets:   # nothing left to commit: the coordinator is not asked
+        code, per_partition = ErrorCode.none, None
+    else:
+        code, per_partition = await _call(host, request.group_id, "commit_offsets", offsets, request.member_id,
+                                          int(request.generation_id_or_member_epoch),
+                                          getattr(request, "group_instance_id", None))
     # Every version's partition answer is (partition_index, error_code): built
     # directly, with plain ints (kio's checked ones cost more than the rest).
     partition_type, topic_type = module.OffsetCommitResponsePartition, module.OffsetCommitResponseTopic
@@ -94,39 +110,59 @@ async def commit(host: GroupHost, request, version: int):
     for t in request.topics:
         partitions = []
         for p in t.partitions:
-            error = per_partition.get((t.name, p.partition_index)) if per_partition else None
+            error = (decision.refused[ResourceType.TOPIC][t.name] if t.name in refused and code == ErrorCode.none
+                     else per_partition.get((t.name, p.partition_index)) if per_partition else None)
             partitions.append(partition_type(partition_index=p.partition_index, error_code=(
                 code if code != ErrorCode.none else error_code_of(error) if error is not None else ErrorCode.none)))
         topics.append(topic_type(name=t.name, partitions=tuple(partitions)))
     return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(topics))
 
 
-async def _fetch_group(host: GroupHost, group_id: str, topics, module, names):
-    wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
-    code, found = await _call(host, group_id, "fetch_offsets", wanted)
+_FETCH_GROUP = check_of(FETCH_KEY, AclOperation.DESCRIBE, ResourceType.GROUP)
+_FETCH_TOPIC = check_of(FETCH_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
+
+
+async def _fetch_group(host: GroupHost, group_id: str, topics, module, names, request_gate: Gate):
+    error = request_gate.refusal(_FETCH_GROUP, group_id)
+    if error is not None:
+        return error_code_of(error), ()
+    allowed = lambda topic: request_gate.allows(_FETCH_TOPIC, topic)   # noqa: E731
+    wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes
+                                          if allowed(t.name)]
+    code, found = await _call(host, group_id, "fetch_offsets", wanted) if wanted != [] else (ErrorCode.none, {})
+    refused = {} if topics is None else {(t.name, int(p)): ErrorCode.topic_authorization_failed
+                                         for t in topics for p in t.partition_indexes if not allowed(t.name)}
     by_topic: dict[str, list] = {}
-    for (topic, partition), committed in sorted((found or {}).items()):
-        offset, epoch, metadata = committed if committed is not None else (-1, -1, "")
+    for (topic, partition), committed in sorted([*(found or {}).items(), *refused.items()]):
+        if committed is ErrorCode.topic_authorization_failed:
+            offset, epoch, metadata, partition_code = -1, -1, "", committed
+        elif topics is None and not allowed(topic):   # all offsets: the topics it may describe only
+            continue
+        else:
+            offset, epoch, metadata = committed if committed is not None else (-1, -1, "")
+            partition_code = ErrorCode.none
         by_topic.setdefault(topic, []).append(make(
             getattr(module, names[1]), partition_index=i32(partition), committed_offset=i64(offset),
-            committed_leader_epoch=i32(epoch), metadata=metadata, error_code=ErrorCode.none))
+            committed_leader_epoch=i32(epoch), metadata=metadata, error_code=partition_code))
     return code, tuple(make(getattr(module, names[0]), name=topic, partitions=tuple(partitions))
                        for topic, partitions in by_topic.items())
 
 
-async def fetch(host: GroupHost, request, version: int):
+async def fetch(host: GroupHost, request, version: int, request_gate: Gate | None = None):
+    request_gate = request_gate or Gate(None, "", "")
     response_type = load_response_schema(FETCH_KEY, version)
     module = module_of(response_type)
     if version >= 8:
         groups = []
         for group in request.groups:
             code, topics = await _fetch_group(host, group.group_id, group.topics, module,
-                                              ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"))
+                                              ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"),
+                                              request_gate)
             groups.append(make(module.OffsetFetchResponseGroup, group_id=group.group_id, topics=topics,
                                error_code=code))
         return make(response_type, throttle_time=_NO_THROTTLE, groups=tuple(groups))
     code, topics = await _fetch_group(host, request.group_id, request.topics, module,
-                                      ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
+                                      ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"), request_gate)
     if version < 2 and code != ErrorCode.none:   # v0-1 have no group error: each partition says it
         topics = tuple(make(module.OffsetFetchResponseTopic, name=t.name, partitions=tuple(
             make(module.OffsetFetchResponsePartition, partition_index=i32(p), committed_offset=i64(-1),
@@ -134,16 +170,21 @@ async def fetch(host: GroupHost, request, version: int):
     return make(response_type, throttle_time=_NO_THROTTLE, topics=topics, error_code=code)
 
 
-async def delete(host: GroupHost, request, version: int):
+async def delete(host: GroupHost, request, version: int, decision: Decision = ALLOWED):
     response_type = load_response_schema(DELETE_KEY, version)
     module = module_of(response_type)
-    wanted = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
-    code, per_partition = await _call(host, request.group_id, "delete_offsets", wanted)
+    asked = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+    refused = decision.refused_names(ResourceType.TOPIC)
+    wanted = [(topic, partition) for topic, partition in asked if topic not in refused]
+    if decision.refusal is not None:
+        code, per_partition = error_code_of(decision.refusal), {}
+    else:
+        code, per_partition = await _call(host, request.group_id, "delete_offsets", wanted)
     topics = []
     if code == ErrorCode.none:
         by_topic: dict[str, list] = {}
-        for (topic, partition) in wanted:
-            error = per_partition.get((topic, partition))
+        for (topic, partition) in asked:
+            error = decision.refusal_of(ResourceType.TOPIC, topic) or per_partition.get((topic, partition))
             by_topic.setdefault(topic, []).append(make(
                 module.OffsetDeleteResponsePartition, partition_index=i32(partition),
                 error_code=error_code_of(error) if error is not None else ErrorCode.none))

@@ -15,6 +15,10 @@ TransactionCoordinator.handleInitProducerId), and what this handler does:
     CONCURRENT_TRANSACTIONS while an open transaction of the id is aborted,
     PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v4) for a stale producer.
     Any error answers producer id -1 and epoch -1.
+  * authorization (KafkaApis): WRITE on the transactional id (refused:
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without one, IDEMPOTENT_WRITE on
+    the cluster or WRITE on some topic (refused: CLUSTER_AUTHORIZATION_FAILED).
+    A refused request is given no producer id.
 Caller: node_table, through `route(allocate_producer_id, transactions)`.
 """
 
@@ -26,6 +30,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i64
 
 from rafka.core.errors import InvalidRequest
+from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make
 from rafka.protocol.handlers.partitions import error_code_of
@@ -50,7 +55,10 @@ def route(allocate_producer_id: Callable[[], Awaitable[int]], transactions: Tran
 
     async def handle_init_producer_id(request, context: RequestContext):
         response_type = load_response_schema(API_KEY, context.api_version)
-        if request.transactional_id is None:
+        refusal = decide(context, request).refusal
+        if refusal is not None:
+            producer_id, epoch, code = -1, -1, error_code_of(refusal)
+        elif request.transactional_id is None:
             try:
                 producer_id, epoch, code = await allocate_producer_id(), 0, ErrorCode.none
             except Exception as error:

@@ -18,6 +18,8 @@ What Kafka answers (KafkaApis.handleListOffsetRequest, Partition
     gives the HW or the log start first, then, when asked for more, older
     segments' base offsets, which no client here asks for); none when the
     timestamp finds nothing or max_num_offsets is 0.
+  * DESCRIBE on each topic (KafkaApis); a refused topic's partitions answer
+    TOPIC_AUTHORIZATION_FAILED.
 Caller: dispatch, through `route(host)`.
 """
 
@@ -28,6 +30,7 @@ import datetime
 from rafka.protocol.entities import load_response_schema
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from rafka.protocol.authorization import ALLOWED, Decision, decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
@@ -41,11 +44,11 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 def route(host: PartitionHost) -> Route:
     async def handle_list_offsets(request, context: RequestContext):
-        return await list_offsets(host, request, context.api_version)
+        return await list_offsets(host, request, context.api_version, decide(context, request))
     return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_list_offsets)
 
 
-async def list_offsets(host: PartitionHost, request, version: int):
+async def list_offsets(host: PartitionHost, request, version: int, decision: Decision = ALLOWED):
     response_type = load_response_schema(API_KEY, version)
     module = module_of(response_type)
 
@@ -56,7 +59,7 @@ async def list_offsets(host: PartitionHost, request, version: int):
         return await endpoint.list_offset(int(wanted.timestamp), epoch, isolation_level)
 
     rows = await serve_each(host, [(t.name, p) for t in request.topics for p in t.partitions],
-                            lambda wanted: int(wanted.partition_index), look_up)
+                            lambda wanted: int(wanted.partition_index), look_up, decision)
     if version == 0:
         return _old_style_answer(rows)
     grouped = by_topic((topic, make(

@@ -13,6 +13,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i64
 
 from rafka.core.transaction_state import TxnState
+from rafka.core.acl import AclOperation, ResourceType
+from rafka.protocol.authorization import check_of, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
@@ -20,6 +22,7 @@ from rafka.protocol.handlers.txn_coordinator import NO_THROTTLE, TransactionHost
 
 API_KEY = 66
 MIN_VERSION, MAX_VERSION = 0, 1
+_DESCRIBE = check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID)
 
 
 def route(transactions: TransactionHost) -> Route:
@@ -32,7 +35,8 @@ def route(transactions: TransactionHost) -> Route:
                 found, _ = await result_of(coordinator.list_transactions(
                     states=tuple(request.state_filters), producer_ids=tuple(int(p) for p in request.producer_id_filters),
                     duration_ms=int(getattr(request, "duration_filter", -1))))
-                listings += found
+                request_gate = gate(context)   # the ids the caller may DESCRIBE only (KafkaApis)
+                listings += [t for t in found if request_gate.allows(_DESCRIBE, t.transactional_id)]
         except Exception as error:
             code, listings = error_code_of(error), []
         unknown = () if code != ErrorCode.none else set(request.state_filters) - {s.value for s in TxnState}

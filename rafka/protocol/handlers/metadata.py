@@ -16,8 +16,11 @@ What Kafka answers (KafkaApis.handleTopicMetadataRequest, KRaftMetadataCache
     INVALID_REQUEST on that topic (MetadataRequest's constructor check).
   * a partition with no leader: leader -1 and LEADER_NOT_AVAILABLE; a replica with
     no endpoint yet is left out of the replica and ISR lists (it has no node id).
-  * authorized operations are not computed yet (issue 30 wires ACLs in later): Kafka's
-    "not requested" value, INT32_MIN, whatever was asked.
+  * authorization: a topic the caller may not DESCRIBE is left out of an
+    all-topics answer; named (or given by an id that exists), it answers
+    TOPIC_AUTHORIZATION_FAILED with no partitions and the zero id, whether or not
+    it exists (its existence is not told). Authorized operations are not
+    computed: Kafka's "not requested" value, INT32_MIN, whatever was asked.
 Caller: dispatch, through `route(current_image)`.
 """
 
@@ -34,6 +37,8 @@ from kio.static.primitive import i32, i32Timedelta
 from rafka.core.cluster_image import ClusterImage, TopicImage
 from rafka.core.errors import InvalidTopic
 from rafka.core.metadata import validate_topic_name
+from rafka.core.acl import AclOperation, ResourceType
+from rafka.protocol.authorization import Gate, check_of, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 
@@ -46,16 +51,21 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 def route(current_image: Callable[[], ClusterImage]) -> Route:
     async def handle_metadata(request, context: RequestContext):
-        return metadata_response(current_image(), request, context.api_version)
+        return metadata_response(current_image(), request, context.api_version, gate(context))
     return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_metadata)
 
 
-def metadata_response(image: ClusterImage, request, version: int):
+_DESCRIBE = check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
+
+
+def metadata_response(image: ClusterImage, request, version: int, request_gate: Gate | None = None):
     types = _Types(version)
+    request_gate = request_gate or Gate(None, "", "")
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [types.topic(t) for t in sorted(image.topics.values(), key=lambda t: t.name)]
+        topics = [types.topic(t) for t in sorted(image.topics.values(), key=lambda t: t.name)
+                  if request_gate.allows(_DESCRIBE, t.name)]
     else:
-        topics = [_requested_topic(image, wanted, version, types) for wanted in request.topics]
+        topics = [_requested_topic(image, wanted, version, types, request_gate) for wanted in request.topics]
     # rack is left null: librdkafka sizes the scratch buffer it parses Metadata
     # into at 4x the response's bytes (rd_kafka_parse_Metadata0), and every broker
     # entry costs it 64 bytes of structs plus its strings rounded up to 8; with a
@@ -71,14 +81,18 @@ def metadata_response(image: ClusterImage, request, version: int):
                 cluster_authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
 
 
-def _requested_topic(image: ClusterImage, wanted, version: int, types: _Types):
+def _requested_topic(image: ClusterImage, wanted, version: int, types: _Types, request_gate: Gate):
     topic_id = getattr(wanted, "topic_id", None)
     topic_id = topic_id if topic_id not in (None, ZERO_UUID) else None
     if topic_id is not None and wanted.name is None:
         if version < 12:
             return types.error(ErrorCode.invalid_request, None, topic_id)
         found = image.topic_by_id(topic_id)
+        if found is not None and not request_gate.allows(_DESCRIBE, found.name):
+            return types.error(ErrorCode.topic_authorization_failed, None, topic_id)
         return types.topic(found) if found else types.error(ErrorCode.unknown_topic_id, None, topic_id)
+    if not request_gate.allows(_DESCRIBE, wanted.name):
+        return types.error(ErrorCode.topic_authorization_failed, wanted.name, ZERO_UUID)
     try:
         validate_topic_name(wanted.name)
     except InvalidTopic:

@@ -11,6 +11,8 @@ What Kafka answers (KafkaApis.handleOffsetForLeaderEpochRequest, Partition
   * replica_id (v3+) changes nothing here. rafka's followers do not ask: their
     replica Fetch carries last_fetched_epoch and the leader answers a diverging
     log in the Fetch itself (KIP-320; protocol.fetching).
+  * DESCRIBE on each topic, or CLUSTER_ACTION on the cluster (KafkaApis); a
+    refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED.
 Caller: the replica actor's table, through `route(host)`.
 """
 
@@ -21,6 +23,7 @@ import datetime
 from rafka.protocol.entities import load_response_schema
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import PartitionHost, by_topic, leader_epoch_or_none, serve_each
@@ -38,7 +41,7 @@ def route(host: PartitionHost) -> Route:
             return await endpoint.end_offset_for_epoch(int(wanted.leader_epoch),
                                                        leader_epoch_or_none(int(wanted.current_leader_epoch)))
         rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
-                                lambda wanted: int(wanted.partition), end_of_epoch)
+                                lambda wanted: int(wanted.partition), end_of_epoch, decide(context, request))
         grouped = by_topic((topic, make(
             module.EpochEndOffset, error_code=code, partition=i32(wanted.partition),
             leader_epoch=i32(found[0] if found else -1), end_offset=i64(found[1] if found else -1)))

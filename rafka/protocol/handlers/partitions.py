@@ -9,6 +9,9 @@ or partition (Kafka's ReplicaManager.getPartitionOrError: the metadata cache doe
 not have it) and NOT_LEADER_OR_FOLLOWER when it does, so the client refreshes its
 metadata and goes to the leader.
 
+A partition of a topic the caller may not use (protocol.authorization) is
+answered TOPIC_AUTHORIZATION_FAILED (or the request's refusal) before any of this.
+
 Callers: handlers.produce, handlers.fetch, handlers.list_offsets,
 handlers.offset_for_leader_epoch.
 """
@@ -22,8 +25,10 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from rafka.core.acl import ResourceType
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import KafkaError
+from rafka.protocol.authorization import ALLOWED, Decision
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +56,11 @@ class PartitionHost(Protocol):
     def endpoint(self, topic: str, partition: int) -> PartitionEndpoint | None: ...
 
 
-def error_code_of(error: BaseException) -> ErrorCode:
-    """Kafka's code for a typed error; anything else is a bug here, logged, and
-    UNKNOWN_SERVER_ERROR to the client (Kafka's Errors.forException)."""
+def error_code_of(error: BaseException | None) -> ErrorCode:
+    """Kafka's code for a typed error (NONE for None); anything else is a bug here,
+    logged, and UNKNOWN_SERVER_ERROR to the client (Kafka's Errors.forException)."""
+    if error is None:
+        return ErrorCode.none
     if isinstance(error, KafkaError):
         return ErrorCode(error.code)
     logger.error("unexpected error serving a partition request", exc_info=error)
@@ -90,9 +97,18 @@ def leader_epoch_or_none(current_leader_epoch: int) -> int | None:
 
 
 async def serve_each(host: PartitionHost, work: list[tuple[str, Any]], partition_of: Callable[[Any], int],
-                     call: Callable[[PartitionEndpoint, Any], Awaitable[Any]]) -> list[tuple[str, Any, ErrorCode, Any]]:
+                     call: Callable[[PartitionEndpoint, Any], Awaitable[Any]],
+                     decision: Decision = ALLOWED) -> list[tuple[str, Any, ErrorCode, Any]]:
     """Every (topic, requested partition) of a request at once: (topic, the request's
-    partition entry, error code, result), in the request's order."""
+    partition entry, error code, result), in the request's order. A partition the
+    request's authorization `decision` refuses is answered its error, never called."""
+    if not decision.allows_all:
+        refused = [(topic, wanted, error_code_of(decision.refusal_of(ResourceType.TOPIC, topic)))
+                   for topic, wanted in work]
+        served = iter(await serve_each(host, [(topic, wanted) for (topic, wanted, code) in refused
+                                              if code is ErrorCode.none], partition_of, call))
+        return [next(served) if code is ErrorCode.none else (topic, wanted, code, None)
+                for topic, wanted, code in refused]
     if len(work) == 1:   # what rafka's followers and consumers send: no task for the gather
         (topic, wanted), = work
         code, result = await on_partition(host, topic, partition_of(wanted), lambda endpoint: call(endpoint, wanted))

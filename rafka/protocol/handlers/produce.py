@@ -23,6 +23,10 @@ ProduceRequest.validateRecords), and what this handler does the same way:
   * log_append_time is -1 (None on the wire) unless the topic stamps
     LogAppendTime. Transactions are not served (InitProducerId refuses a
     transactional id), so a transactional id here is ignored.
+  * authorization (KafkaApis): a transactional id needs WRITE on it, refused:
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; each topic needs
+    WRITE, a refused one's partitions answer TOPIC_AUTHORIZATION_FAILED. Nothing
+    refused is written; the rest of the request goes on.
 The partitions of a request are appended one after another, at once; then the
 request releases its connection (pipelining.admit_next: the connection's next
 request may start while this one waits for its acks) and waits for every
@@ -39,8 +43,10 @@ from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from rafka.core.acl import ResourceType
 from rafka.core.errors import InvalidRecord, InvalidRequiredAcks
 from rafka.core.records import MAGIC, read_header
+from rafka.protocol.authorization import ALLOWED, Decision, decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.errors import ClosedAfterFailedAcksZeroProduce
@@ -57,7 +63,7 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 def route(host: PartitionHost) -> Route:
     async def handle_produce(request, context: RequestContext):
-        return await produce(host, request, context.api_version)
+        return await produce(host, request, context.api_version, decide(context, request))
     return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_produce)
 
 
@@ -78,15 +84,17 @@ def _header_or_invalid(records: bytes):
     return read_header(records, 0)   # framing errors: CORRUPT_MESSAGE
 
 
-async def produce(host: PartitionHost, request, version: int):
+async def produce(host: PartitionHost, request, version: int, decision: Decision = ALLOWED):
     acks = int(request.acks)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
 
     work = [(t.name, p) for t in request.topic_data for p in t.partition_data]
-    if acks not in VALID_ACKS:   # before anything else, for every partition (ReplicaManager.appendRecords)
+    if decision.refusal is not None:   # the transactional id: every partition, nothing written
+        rows = [(topic, p, decision.refusal, None) for topic, p in work]
+    elif acks not in VALID_ACKS:   # before anything else, for every partition (ReplicaManager.appendRecords)
         rows = [(topic, p, InvalidRequiredAcks(), None) for topic, p in work]
     else:
-        appended = [(topic, p, *_append(host, topic, p, acks)) for topic, p in work]
+        appended = [(topic, p, *_append(host, topic, p, acks, decision)) for topic, p in work]
         admit_next()
         if len(appended) == 1:   # what every client here sends: no task for the gather
             rows = [await _acknowledged(*appended[0], timeout_ms)]
@@ -141,8 +149,11 @@ def _error_message(error) -> str | None:
     return error.message if isinstance(error, InvalidRecord) and error.record_errors else None
 
 
-def _append(host: PartitionHost, topic: str, partition_data, acks: int):
+def _append(host: PartitionHost, topic: str, partition_data, acks: int, decision: Decision):
     """(None, endpoint, Appended) of one partition's append, or (its error, None, None)."""
+    refused = decision.refusal_of(ResourceType.TOPIC, topic)
+    if refused is not None:
+        return refused, None, None
     code, endpoint = locate(host, topic, int(partition_data.index))
     if endpoint is None:
         return code, None, None

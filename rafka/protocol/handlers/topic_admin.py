@@ -23,6 +23,11 @@ handlers do the same way:
     REQUEST_TIMED_OUT and goes on (the topic appears later).
   * DeleteTopics by topic id (v6): the id is looked up in the image;
     UNKNOWN_TOPIC_ID when no topic has it.
+  * authorization (KafkaApis, ControllerApis): CREATE on each topic or on the
+    cluster; DESCRIBE and DELETE on each topic deleted (a topic the caller may
+    not describe answers TOPIC_AUTHORIZATION_FAILED whether or not it exists);
+    ALTER on each topic given partitions. A refused topic answers
+    TOPIC_AUTHORIZATION_FAILED and nothing is asked of the controller for it.
 Caller: the controller actor's table, through `routes(admin)`.
 """
 
@@ -40,6 +45,8 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import InvalidReplicaAssignment, RequestTimedOut
 from rafka.core.metadata import id_as_uuid
+from rafka.core.acl import AclOperation, ResourceType
+from rafka.protocol.authorization import check_of, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.describe_configs import topic_config_entries
@@ -48,6 +55,11 @@ from rafka.protocol.handlers.partitions import error_code_of
 CREATE_KEY, DELETE_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
 ZERO_UUID = uuid.UUID(int=0)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+# KafkaApis' checks: CREATE on each topic (or on the cluster), DESCRIBE and DELETE, ALTER
+_CREATE = check_of(CREATE_KEY, AclOperation.CREATE, ResourceType.TOPIC)
+_DESCRIBE = check_of(DELETE_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
+_DELETE = check_of(DELETE_KEY, AclOperation.DELETE, ResourceType.TOPIC)
+_ALTER = check_of(CREATE_PARTITIONS_KEY, AclOperation.ALTER, ResourceType.TOPIC)
 
 
 class TopicAdmin(Protocol):
@@ -89,11 +101,13 @@ def routes(admin: TopicAdmin) -> list[Route]:
         response_type = load_response_schema(CREATE_KEY, context.api_version)
         module = module_of(response_type)
         timeout_ms = int(request.timeout.total_seconds() * 1000)
+        request_gate = gate(context)
 
         async def one(topic):
             code, message, described = ErrorCode.none, None, None
             partitions, factor = int(topic.num_partitions), int(topic.replication_factor)
             try:
+                request_gate.require(_CREATE, topic.name)
                 if topic.assignments:
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")
@@ -127,6 +141,7 @@ def routes(admin: TopicAdmin) -> list[Route]:
             wanted = [(t.name, t.topic_id) for t in request.topics]
         else:
             wanted = [(name, None) for name in request.topic_names]
+        request_gate = gate(context)
 
         async def one(name, topic_id):
             code, message = ErrorCode.none, None
@@ -137,6 +152,8 @@ def routes(admin: TopicAdmin) -> list[Route]:
                                 error_code=ErrorCode.unknown_topic_id, error_message="no topic has this id")
                 name = found.name
             try:
+                request_gate.require(_DESCRIBE, name)   # an unknown topic's existence is not told
+                request_gate.require(_DELETE, name)
                 await _within(admin.delete_topic(name), timeout_ms)
             except Exception as error:
                 code, message = _failure(error)
@@ -149,10 +166,12 @@ def routes(admin: TopicAdmin) -> list[Route]:
         response_type = load_response_schema(CREATE_PARTITIONS_KEY, context.api_version)
         module = module_of(response_type)
         timeout_ms = int(request.timeout.total_seconds() * 1000)
+        request_gate = gate(context)
 
         async def one(topic):
             code, message = ErrorCode.none, None
             try:
+                request_gate.require(_ALTER, topic.name)
                 if topic.assignments:
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from kio.static.primitive import i32, i64
 
+from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
-from rafka.protocol.handlers.partitions import PartitionHost, on_partition
+from rafka.protocol.handlers.partitions import PartitionHost, error_code_of, on_partition
 
 API_KEY = 27
 MIN_VERSION, MAX_VERSION = 1, 2
@@ -29,12 +30,13 @@ def route(partitions: PartitionHost) -> Route:
     async def handle_write_txn_markers(request, context: RequestContext):
         response_type = load_response_schema(API_KEY, context.api_version)
         module = module_of(response_type)
+        refusal = decide(context, request).refusal   # CLUSTER_ACTION: every partition answers it, none written
         by_producer: dict[int, dict[str, list]] = {}
         for marker in request.markers:
             topics = by_producer.setdefault(int(marker.producer_id), {})
             for topic in marker.topics:
                 for partition in topic.partition_indexes:
-                    code, _ = await on_partition(partitions, topic.name, int(partition), lambda endpoint, m=marker: (
+                    code, _ = (error_code_of(refusal), None) if refusal is not None else await on_partition(partitions, topic.name, int(partition), lambda endpoint, m=marker: (
                         endpoint.append_marker(producer_id=int(m.producer_id), producer_epoch=int(m.producer_epoch),
                                                coordinator_epoch=int(m.coordinator_epoch),
                                                commit=bool(m.transaction_result))))
