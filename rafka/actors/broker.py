@@ -58,8 +58,11 @@ class BrokerActor:
         return self._edge
 
     async def _upstream_login(self) -> SaslLogin | None:
-        """The cluster's login, when the actors' listeners ask for one."""
-        return await cluster_login() if self.serving.image.sasl_required else None
+        """The cluster's login, on every cluster: the edge relays what it has
+        authorized for the client (protocol.edge), and the actors must serve it
+        whatever bindings name the client's resources (the cluster user is a super
+        user); an anonymous relay would be refused by any binding."""
+        return await cluster_login()
 
     async def ping(self) -> dict:
         endpoint = await self.serving.start()

@@ -36,9 +36,28 @@ gets the answer this node gives for work that is not here: retriable errors that
 send the client back to Metadata.
 
 Who asks: relayed requests reach the actors on the broker's own connections
-(the cluster's login, a super user), so what the client's principal may do is
-decided here; today CreateAcls and DeleteAcls (AUTHORIZED_BEFORE_RELAY), the
-rest with the slice of issue 30 that authorizes every API.
+(the cluster's login, a super user, on every cluster), so what the client's
+principal may do is decided here, before anything is relayed, by the same step
+every handler takes (protocol.authorization, on this node's broker view). This is
+Kafka's model: a broker authorizes each request in KafkaApis before its
+ReplicaManager or group coordinator sees it, and the actors behind this node are
+those parts of the broker. Kafka forwards a client's principal (an Envelope)
+only to the controller, which authorizes administration itself; here the
+controller's image and this node's hold the same bindings, so the edge decides
+administration too, and no actor needs a second, impersonated principal.
+  * a request refused as a whole, or one this node cannot split (a later API
+    routed here), with any part refused: answered here whole, by the handler,
+    which answers the refusals (and, for the rest, what a broker that hosts none
+    of it answers); nothing is relayed;
+  * refused topics of a partition API, refused groups of DescribeGroups and
+    DeleteGroups, refused topics of an OffsetCommit or OffsetDelete, refused
+    topics and config resources of topic and config administration: answered
+    here (the handler refuses them), the permitted rest relayed, and the answers
+    merged, as a split request's are;
+  * ListGroups and OffsetFetch are read only: relayed as asked, and the answer
+    keeps only what the client may see (groups it may describe; refused topics'
+    offsets answered TOPIC_AUTHORIZATION_FAILED, or left out of an all-offsets
+    answer).
 
 Invariants: the handlers here read only the image (broker view and internal
 endpoints) and never wait on Ray; every upstream request is one the client sent
@@ -59,11 +78,14 @@ from typing import Any
 from kio.serial import entity_reader
 from kio.static.primitive import i32, i32Timedelta
 
-from rafka.core.acl import CLUSTER
-from rafka.core.api_authorization import KAFKA_API_AUTHORIZATION
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i64
+
+from rafka.core.acl import AclOperation, ResourceType
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NetworkException, RequestTimedOut
 from rafka.core.offsets_schema import partition_for_group
+from rafka.protocol.authorization import check_of, config_acl_resource, decide, gate
 from rafka.protocol.connection import Connection, SaslLogin
 from rafka.protocol.dispatch import (ANONYMOUS_SESSION, DispatchTable, Dispatcher, ParsedRequest, Session,
                                     encode_response)
@@ -105,11 +127,32 @@ GROUP_LIST_APIS = {9: ("groups", "groups"), 15: ("groups", "groups"), 42: ("grou
 LIST_GROUPS_KEY = 16
 # Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls
 CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31})
-# Relayed requests reach the controller on the broker's own login (rafka's cluster
-# user, a super user): the client's principal is known here only, so these are
-# authorized here before they go on (KAFKA_API_AUTHORIZATION's cluster check); a
-# refused one is answered here, by the handler, which refuses it the same way.
-AUTHORIZED_BEFORE_RELAY = frozenset({30, 31})
+
+
+@dataclasses.dataclass(frozen=True)
+class _ItemApi:
+    """An API whose request lists items each authorized on its own (a topic, a
+    config resource): where they are, request and answer."""
+    items: tuple[str, ...]      # the request's list field (the first its version has)
+    answer_items: str
+
+
+# Refused items are answered here, the rest relayed (see the module's note).
+ITEM_APIS = {
+    8: _ItemApi(("topics",), "topics"),                    # OffsetCommit
+    47: _ItemApi(("topics",), "topics"),                   # OffsetDelete
+    19: _ItemApi(("topics",), "topics"),                   # CreateTopics
+    20: _ItemApi(("topics", "topic_names"), "responses"),  # DeleteTopics (v6+, v1-5)
+    37: _ItemApi(("topics",), "results"),                  # CreatePartitions
+    33: _ItemApi(("resources",), "responses"),             # AlterConfigs
+    44: _ItemApi(("resources",), "responses"),             # IncrementalAlterConfigs
+}
+# Read-only APIs whose answer is trimmed to what the client may see.
+FILTERED_ANSWER_APIS = frozenset({LIST_GROUPS_KEY, OFFSET_FETCH_KEY})
+_GROUP_DESCRIBE = check_of(LIST_GROUPS_KEY, AclOperation.DESCRIBE, ResourceType.GROUP)
+_OFFSETS_DESCRIBE = check_of(OFFSET_FETCH_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
+_DELETE_TOPICS = (check_of(20, AclOperation.DESCRIBE, ResourceType.TOPIC),
+                  check_of(20, AclOperation.DELETE, ResourceType.TOPIC))
 _NO_WAIT = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -153,17 +196,25 @@ class EdgeDispatcher(Dispatcher):
     async def _route(self, parsed: ParsedRequest, frame, connection_id: str) -> bytes | None:
         api_key = parsed.context.api_key
         body = parsed.body
-        if api_key in CONTROLLER_APIS:
+        decision = decide(parsed.context, body)   # the client's principal, on this node's view
+        if decision.refusal is not None or not (decision.allows_all or api_key in PARTITION_APIS
+                                                or api_key in ITEM_APIS or api_key in GROUP_LIST_APIS
+                                                or api_key in FILTERED_ANSWER_APIS):
+            targets = {None: body}   # answered here whole: the handler refuses what it must
+        elif api_key in CONTROLLER_APIS:
             image = self._image()
             controller = image.nodes.get(image.controller_node)
-            refused = api_key in AUTHORIZED_BEFORE_RELAY and not _cluster_check_passes(self._view(), parsed)
-            targets = {(controller.host, controller.port) if controller and not refused else None: body}
+            targets = {(controller.host, controller.port) if controller else None: body}
         elif api_key in PARTITION_APIS:
-            targets = self._partition_targets(api_key, body)
+            targets = self._partition_targets(api_key, body, decision.refused_names(ResourceType.TOPIC))
         elif api_key == LIST_GROUPS_KEY:
             targets = {endpoint: body for endpoint in self._coordinators_here()} or {None: body}
         else:
-            targets = self._group_targets(api_key, body, parsed.context.api_version)
+            targets = self._group_targets(api_key, body, parsed.context.api_version,
+                                          decision.refused_names(ResourceType.GROUP))
+        if api_key in ITEM_APIS and not decision.allows_all and next(iter(targets)) is not None:
+            targets = self._without_refused_items(api_key, targets, parsed.context)
+        trim = api_key in FILTERED_ANSWER_APIS and not gate(parsed.context).everything
         expect_response = not (api_key == 0 and body.acks == 0)
         # A Produce lets the client connection's next request start once it is
         # written to every actor it goes to (each keeps the order it is sent in),
@@ -171,7 +222,7 @@ class EdgeDispatcher(Dispatcher):
         # flight (librdkafka keeps 5) reach the actors together, not one per
         # replication round trip.
         written = _Written(admission(), len(targets)) if api_key == PRODUCE_KEY and expect_response else None
-        if len(targets) == 1:
+        if len(targets) == 1 and not trim:
             (endpoint, _), = targets.items()
             if endpoint is not None:
                 answer = await self._relay(connection_id, endpoint, frame, expect_response,
@@ -183,7 +234,7 @@ class EdgeDispatcher(Dispatcher):
                     return None if answer is None else _with_correlation_id(answer, parsed.context.correlation_id)
             answer = await parsed.route.handler(body, parsed.context)   # as a broker that hosts none of it
             return None if answer is None else encode_response(parsed.context.correlation_id, answer)
-        self.split_requests += 1
+        self.split_requests += len(targets) > 1
         if api_key == FETCH_KEY:
             answers = await self._fetch_each(parsed, targets, connection_id)
         else:
@@ -192,17 +243,52 @@ class EdgeDispatcher(Dispatcher):
                                              for endpoint, sub_body in targets.items()))
         if not expect_response:
             return None
-        return encode_response(parsed.context.correlation_id, _merge(api_key, parsed.context.api_version, answers))
+        answer = answers[0] if len(answers) == 1 else _merge(api_key, parsed.context.api_version, answers)
+        if trim:
+            answer = _trimmed(api_key, answer, body, gate(parsed.context))
+        return encode_response(parsed.context.correlation_id, answer)
 
-    def _partition_targets(self, api_key: int, body) -> dict[Endpoint | None, Any]:
-        """The request split by where each partition goes (None: answered here)."""
+    def _without_refused_items(self, api_key: int, targets: dict, context) -> dict[Endpoint | None, Any]:
+        """The one relayed part without the items the client may not use; those
+        make a part answered here."""
+        (endpoint, body), = targets.items()
+        api = ITEM_APIS[api_key]
+        field = next(f for f in api.items if getattr(body, f, None) is not None)
+        request_gate = gate(context)
+        decision = decide(context, body)
+        allowed, refused = [], []
+        for item in getattr(body, field):
+            (refused if self._item_refused(api_key, item, decision, request_gate) else allowed).append(item)
+        if not refused:
+            return targets
+        parts = {endpoint: dataclasses.replace(body, **{field: tuple(allowed)})} if allowed else {}
+        parts[None] = dataclasses.replace(body, **{field: tuple(refused)})
+        return parts
+
+    def _item_refused(self, api_key: int, item, decision, request_gate) -> bool:
+        if isinstance(item, str):   # DeleteTopics v1-5: names
+            return decision.refusal_of(ResourceType.TOPIC, item) is not None
+        if hasattr(item, "resource_type"):   # a config resource
+            acl_resource = config_acl_resource(item.resource_type, item.resource_name)
+            return acl_resource is not None and decision.refusal_of(*acl_resource) is not None
+        name = item.name
+        if name is None and getattr(item, "topic_id", None) is not None:   # DeleteTopics v6 by id
+            found = self._view().topic_by_id(item.topic_id)
+            return found is not None and not all(request_gate.allows(c, found.name) for c in _DELETE_TOPICS)
+        return decision.refusal_of(ResourceType.TOPIC, name) is not None
+
+    def _partition_targets(self, api_key: int, body, refused: frozenset[str] = frozenset()
+                           ) -> dict[Endpoint | None, Any]:
+        """The request split by where each partition goes (None: answered here,
+        among them every partition of a `refused` topic)."""
         api = PARTITION_APIS[api_key]
         image = self._image()
         split: dict[Endpoint | None, dict[int, tuple[Any, list]]] = {}
         for index, topic in enumerate(getattr(body, api.topics)):
             name = _topic_name(topic, image)
             for partition in getattr(topic, api.partitions):
-                endpoint = self._leader_here(image, name, int(getattr(partition, api.partition_index)))
+                endpoint = None if name in refused else self._leader_here(
+                    image, name, int(getattr(partition, api.partition_index)))
                 split.setdefault(endpoint, {}).setdefault(index, (topic, []))[1].append(partition)
         if not split:
             return {None: body}
@@ -241,14 +327,17 @@ class EdgeDispatcher(Dispatcher):
                 found.append((node.host, node.port))
         return sorted(set(found))
 
-    def _group_targets(self, api_key: int, body, version: int) -> dict[Endpoint | None, Any]:
+    def _group_targets(self, api_key: int, body, version: int, refused: frozenset[str] = frozenset()
+                       ) -> dict[Endpoint | None, Any]:
+        """By the group's coordinator (None: answered here, among them every
+        `refused` group)."""
         if api_key in SINGLE_GROUP_APIS or (api_key == OFFSET_FETCH_KEY and version < 8):
             return {self._coordinator_here(body.group_id): body}
         field, _ = GROUP_LIST_APIS[api_key]
         split: dict[Endpoint | None, list] = {}
         for item in getattr(body, field):
             group_id = item if isinstance(item, str) else item.group_id
-            split.setdefault(self._coordinator_here(group_id), []).append(item)
+            split.setdefault(None if group_id in refused else self._coordinator_here(group_id), []).append(item)
         return {endpoint: dataclasses.replace(body, **{field: tuple(items)}) for endpoint, items in split.items()} \
             or {None: body}
 
@@ -367,11 +456,32 @@ class ControllerUnreachable:
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _unreachable
 
 
-def _cluster_check_passes(view: ClusterImage, parsed: ParsedRequest) -> bool:
-    """Whether the request's principal passes its API's cluster check (core.api_authorization)."""
-    context = parsed.context
-    check, = KAFKA_API_AUTHORIZATION[context.api_key].checks
-    return view.authorize(context.principal, context.client_host, check.operation, CLUSTER)
+def _trimmed(api_key: int, answer, body, request_gate):
+    """A ListGroups or OffsetFetch answer as the client may see it (see the module's note)."""
+    if api_key == LIST_GROUPS_KEY:
+        return dataclasses.replace(answer, groups=tuple(g for g in answer.groups
+                                                        if request_gate.allows(_GROUP_DESCRIBE, g.group_id)))
+    if hasattr(answer, "groups"):   # OffsetFetch v8+: per group, as asked
+        asked = {g.group_id: g.topics for g in body.groups}
+        return dataclasses.replace(answer, groups=tuple(
+            dataclasses.replace(g, topics=_trimmed_offsets(g.topics, asked.get(g.group_id), request_gate))
+            for g in answer.groups))
+    return dataclasses.replace(answer, topics=_trimmed_offsets(answer.topics, body.topics, request_gate))
+
+
+def _trimmed_offsets(topics, asked, request_gate) -> tuple:
+    """Committed offsets of topics the client may describe; of one it may not,
+    TOPIC_AUTHORIZATION_FAILED when it named it, nothing when it asked for all."""
+    kept = []
+    for topic in topics:
+        if request_gate.allows(_OFFSETS_DESCRIBE, topic.name):
+            kept.append(topic)
+        elif asked is not None:
+            kept.append(dataclasses.replace(topic, partitions=tuple(dataclasses.replace(
+                p, committed_offset=i64(-1), metadata="", error_code=ErrorCode.topic_authorization_failed,
+                **({"committed_leader_epoch": i32(-1)} if hasattr(p, "committed_leader_epoch") else {}))
+                for p in topic.partitions)))
+    return tuple(kept)
 
 
 def _with_correlation_id(answer, correlation_id: int) -> bytes:
@@ -425,7 +535,8 @@ def _merge(api_key: int, version: int, answers: list):
                 merged[key] = topic
         changes[api.answer_topics] = tuple(merged.values())
     else:
-        field = "groups" if api_key == LIST_GROUPS_KEY else GROUP_LIST_APIS[api_key][1]
+        field = ("groups" if api_key == LIST_GROUPS_KEY else ITEM_APIS[api_key].answer_items if api_key in ITEM_APIS
+                 else GROUP_LIST_APIS[api_key][1])
         changes[field] = tuple(item for answer in answers for item in getattr(answer, field))
         if api_key == LIST_GROUPS_KEY:
             changes["error_code"] = next((a.error_code for a in answers if a.error_code != 0), first.error_code)

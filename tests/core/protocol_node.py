@@ -13,6 +13,13 @@ one __transaction_state partition, on its own node) stands in for the
 transaction coordinator actor: its writes are acked at once and kept encoded
 (`LocalTransactionCoordinator.records`), and its markers go to the hosted
 partitions' `append_marker`, as WriteTxnMarkers does.
+
+Authorization is as in a cluster: the image carries the ACL bindings, rafka's
+cluster user (whose credential the metadata holds, as the controller's) and
+`super_users`; `require_sasl` commits require_sasl, so a resource no binding names
+is closed (with a SASL listener, as `rafka up --sasl`). Behind an edge the
+actors' listeners know the cluster user, and the edge relays as it, as a
+broker does.
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ from rafka.core.producer_ids import ProducerIdAllocator, ProducerIdBlock
 from rafka.core.replica import PartitionReplica
 from rafka.core.transaction_log import encode_key, encode_value
 from rafka.core.transaction_shard import TransactionShard
+from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER
+from rafka.protocol.connection import SaslLogin
 from rafka.protocol.dispatch import Dispatcher
+from rafka.protocol.sasl import SaslListener
 from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
 from rafka.protocol.hosted_partition import HostedPartition
 from rafka.protocol.node_table import node_table
@@ -110,7 +120,8 @@ class ProtocolNode:
     ({"facts": {"cleanup.policy": "compact"}}) beside min.insync.replicas=1."""
 
     def __init__(self, directory, topics: dict[str, int], *, configs: dict[str, dict] | None = None, sasl=None,
-                 tls=None, edge: bool = False, brokers: int = 1) -> None:
+                 tls=None, edge: bool = False, brokers: int = 1, require_sasl: bool = False,
+                 super_users: frozenset[str] = frozenset()) -> None:
         """`edge`: clients bootstrap at a broker's node (protocol.edge) in front of
         the actors' nodes, as in a cluster; `brokers`: how many brokers the
         partitions are spread over (replicas of brokers > 0 are refused by broker
@@ -129,6 +140,9 @@ class ProtocolNode:
         self.edge = None
         self.with_edge = edge
         self.broker_ids = list(range(brokers))
+        self.require_sasl = require_sasl
+        self.super_users = frozenset(super_users)
+        self.cluster_login = SaslLogin(CLUSTER_MECHANISM, CLUSTER_USER, "in-process-cluster-secret")
 
     def image(self):
         return self._image
@@ -162,6 +176,7 @@ class ProtocolNode:
     async def _start(self) -> int:
         apply = self._apply
         apply(self.metadata.handle_start())
+        apply(self.metadata.handle_cluster_credential(self.cluster_login.password, require_sasl=self.require_sasl))
         clock = SystemClock()
         for name, count in self.topics.items():
             config = {"min.insync.replicas": 1, **self.configs.get(name, {})}
@@ -195,8 +210,14 @@ class ProtocolNode:
             (replica_actor_name(name, p, 0), str(self.metadata.topics[name].partitions[p].brokers[0]))
             for name, count in self.topics.items() for p in range(count)]
         self.servers = []
+        # Behind an edge, the actors' listeners take the cluster user's login (the
+        # edge's relays), optional unless the node's SASL is required.
+        internal_sasl = SaslListener(
+            credential_for=lambda user, mechanism: self._image.scram_credential(user, mechanism) or (
+                self.sasl.credential_for(user, mechanism) if self.sasl else None),
+            required=self.sasl.required if self.sasl else (lambda: False)) if self.with_edge else self.sasl
         for actor, rack in actors:
-            server = ProtocolServer(dispatcher, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
+            server = ProtocolServer(dispatcher, host="127.0.0.1", sasl=internal_sasl, tls=self.tls)
             port = await server.start()
             self.servers.append(server)
             apply(self.metadata.handle_register_node(actor, "127.0.0.1", port, rack)[0])
@@ -204,15 +225,19 @@ class ProtocolNode:
             self.edge = EdgeDispatcher(
                 node_table(image=lambda: self.view, allocate_producer_id=self._allocate_producer_id,
                            topic_admin_host=ControllerUnreachable(lambda: self.view)),   # as actors.broker
-                broker_id=0, image=self.image, view=lambda: self.view)
+                broker_id=0, image=self.image, view=lambda: self.view, upstream_login=self._cluster_login)
             server = ProtocolServer(self.edge, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
             self.servers.insert(0, server)
             apply(self.metadata.handle_register_node(broker_actor_name(0), "127.0.0.1", await server.start())[0])
         self._rebuild_image()
         return self.servers[0].port
 
+    async def _cluster_login(self):
+        return self.cluster_login
+
     def _rebuild_image(self) -> None:
-        self._image = build_image(self.metadata, version=1 if self._image is None else self._image.version + 1)
+        self._image = build_image(self.metadata, version=1 if self._image is None else self._image.version + 1,
+                                  super_users=self.super_users)
         self.view = broker_view(self._image)
 
     async def create_acls(self, bindings):   # the controller's calls (protocol.handlers.acls.AclAdmin)

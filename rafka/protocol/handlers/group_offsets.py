@@ -178,6 +178,8 @@ async def delete(host: GroupHost, request, version: int, decision: Decision = AL
     wanted = [(topic, partition) for topic, partition in asked if topic not in refused]
     if decision.refusal is not None:
         code, per_partition = error_code_of(decision.refusal), {}
+    elif refused and not wanted:   # nothing left to delete: the coordinator is not asked
+        code, per_partition = ErrorCode.none, {}
     else:
         code, per_partition = await _call(host, request.group_id, "delete_offsets", wanted)
     topics = []
