@@ -332,7 +332,7 @@ class EdgeDispatcher(Dispatcher):
         """By the group's coordinator (None: answered here, among them every
         `refused` group)."""
         if api_key in SINGLE_GROUP_APIS or (api_key == OFFSET_FETCH_KEY and version < 8):
-            return {self._coordinator_here(body.group_id): body}
+            return {None if body.group_id in refused else self._coordinator_here(body.group_id): body}
         field, _ = GROUP_LIST_APIS[api_key]
         split: dict[Endpoint | None, list] = {}
         for item in getattr(body, field):
