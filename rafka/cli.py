@@ -2,7 +2,7 @@
 
 `up`, `down` and `status` act on a running Ray cluster (`--address`, else
 RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh; `consumer-groups`,
-`lag`, `dump-offsets` and the console clients are in cli_groups.py. Errors print as
+`lag`, `dump-offsets` and the console clients are in cli_groups.py, `acls` in cli_acls.py. Errors print as
 Kafka's tools print them ("Error while executing topic command : ...") and exit 1.
 """
 
@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from rafka import cli_groups
+from rafka import cli_acls, cli_groups
 from rafka.quiet import own_stderr, quiet_logs
 from rafka.cluster_errors import NotRunning, UsageError
 from rafka.core.errors import KafkaError
@@ -49,7 +49,8 @@ def cmd_up(args) -> int:
                                  ("idle_fetch_max_wait_ms", args.idle_fetch_max_wait_ms),
                                  ("num_partitions", args.num_partitions),
                                  ("default_replication_factor", args.default_replication_factor),
-                                 ("network_processes", args.network_processes)) if v is not None}
+                                 ("network_processes", args.network_processes),
+                                 ("super_users", args.super_users)) if v is not None}
     controller = start_controller(args.data_dir, listener_port=args.listener_port, sasl=args.sasl, **options)
     brokers = _wait_for_brokers(controller, args.wait_for_brokers)
     snapshot = ray.get(controller.metadata_snapshot.remote())
@@ -285,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--sasl", action="store_true",
                     help="require a SASL/SCRAM login on every listener (always, once Ray's token auth is on); "
                          "it stays required for the cluster's life")
+    up.add_argument("--super-users", metavar="PRINCIPALS",
+                    help="Kafka's super.users: principals allowed everything, ';'-separated "
+                         "(User:admin;User:ops); rafka's own user always is one")
     up.add_argument("--replica-lag-time-max-ms", type=int)
     up.add_argument("--fetch-max-wait-ms", type=int, help="Kafka's replica.fetch.wait.max.ms (500)")
     up.add_argument("--idle-fetch-max-wait-ms", type=int,
@@ -332,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --add or --delete (default: both)")
     users.add_argument("--iterations", type=int, default=4096, help="with --add (at least 4096)")
     cli_groups.add_parsers(sub)
+    cli_acls.add_parser(sub)
     verify = sub.add_parser("verify", help="a verifiable producer and consumers under faults, checked "
                                            "for lost, duplicated or reordered records (exit 1 on any)")
     verify.add_argument("--duration-s", type=float, default=60.0)
@@ -392,7 +397,8 @@ COMMANDS = {"up": cmd_up, "users": cmd_users, "down": cmd_down, "status": cmd_st
             "lag": lambda args: cli_groups.cmd_lag(_connect(args).admin(), args),
             "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),
             "console-producer": lambda args: cli_groups.cmd_console_producer(_connect(args), args),
-            "console-consumer": lambda args: cli_groups.cmd_console_consumer(_connect(args), args)}
+            "console-consumer": lambda args: cli_groups.cmd_console_consumer(_connect(args), args),
+            "acls": lambda args: cli_acls.cmd_acls(_connect(args).admin(), args)}
 
 
 # An address with no Ray cluster behind it: Ray 2.60 retries its GCS connection 20

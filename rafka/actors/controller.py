@@ -47,6 +47,7 @@ import ray
 from rafka.actors.broker import BrokerActor
 from rafka.actors.cluster_credential import ray_token_auth_enabled, read_or_make_secret
 from rafka.actors.serving import NodeServing, NodeThread
+from rafka.core.acl import parse_super_users
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_actor_name, broker_of_actor_name,
                                     coordinator_actor_name, replica_actor_partition)
 from rafka.core.broker_identity import BROKER_ID_LABEL
@@ -110,11 +111,15 @@ class ControllerActor:
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000,
                  broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 1_000,
                  listener_port: int = 0, sasl: bool = False, num_partitions: int = 1,
-                 default_replication_factor: int = 1, network_processes: int = 1) -> None:
+                 default_replication_factor: int = 1, network_processes: int = 1,
+                 super_users: str | tuple[str, ...] = ()) -> None:
         """`listener_port`: every broker's Kafka port (Kafka's 9092 under `rafka up`;
         0: a free port per broker, chosen once, for brokers sharing a host as
         local_cluster's do); `network_processes`: processes serving each broker's
-        port (Kafka's num.network.threads)."""
+        port (Kafka's num.network.threads); `super_users`: Kafka's super.users
+        ("User:admin;User:ops"), carried in every image beside rafka's own user
+        (a setting of the controller's start, as super.users is of a broker's)."""
+        self.super_users = parse_super_users(super_users)
         if network_processes < 1:
             raise ValueError(f"network_processes must be at least 1, not {network_processes}")
         self.data_dir = data_dir
@@ -237,7 +242,7 @@ class ControllerActor:
         for record in records:
             self.metadata.replay(record)
         self._metadata_version += len(records)
-        self._image = build_image(self.metadata, self._metadata_version)
+        self._image = build_image(self.metadata, self._metadata_version, super_users=self.super_users)
         if self._image.brokers:
             self._brokers_listen.set()
         self._tell_brokers()

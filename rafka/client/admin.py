@@ -25,11 +25,12 @@ from rafka.client.metadata import MetadataCache
 from rafka.protocol.network import ClientNetwork
 from rafka.protocol.range_reads import RangeRead, read_range
 from rafka.protocol.retry import ask_leader, ask_leader_once, retry_until, submit_to_leader
-from rafka.core.errors import NonEmptyGroup, OffsetOutOfRange
+from rafka.core.acl import MATCH_EVERY_BINDING, AclBinding, AclBindingFilter
+from rafka.core.errors import KafkaError, NonEmptyGroup, OffsetOutOfRange
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
-from rafka.protocol import fetching, group_requests
+from rafka.protocol import acl_requests, fetching, group_requests
 from rafka.protocol.tls import cluster_client_context, node_tls_settings
 
 INACTIVE_GROUP_STATES = ("Empty", "Dead")
@@ -223,6 +224,29 @@ class Admin:
 
     def topic_partitions(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in range(self._metadata.partition_count(topic))]
+
+    # --- ACLs (kafka-acls.sh), over the wire -----------------------------------------------
+
+    def create_acls(self, bindings: list[AclBinding]) -> list[KafkaError | None]:
+        """CreateAcls to any broker (it relays to the controller, which commits and
+        pushes the bindings to every node before it answers): per binding, None or
+        why not."""
+        if not bindings:
+            return []
+        return self._metadata.ask_any_node(acl_requests.create_acls_request(list(bindings)),
+                                           acl_requests.create_acls_answer, what="create ACLs")
+
+    def describe_acls(self, acl_filter: AclBindingFilter = MATCH_EVERY_BINDING) -> list[AclBinding]:
+        """The bindings the filter matches (DescribeAcls, from a node's image)."""
+        return self._metadata.ask_any_node(acl_requests.describe_acls_request(acl_filter),
+                                           acl_requests.describe_acls_answer, what="describe ACLs")
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding] | KafkaError]:
+        """Per filter, the bindings it removed, or why not."""
+        if not filters:
+            return []
+        return self._metadata.ask_any_node(acl_requests.delete_acls_request(list(filters)),
+                                           acl_requests.delete_acls_answer, what="delete ACLs")
 
     # --- consumer groups ------------------------------------------------------------------
 

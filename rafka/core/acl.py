@@ -113,6 +113,20 @@ class Resource(NamedTuple):
 CLUSTER = Resource(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
+def parse_super_users(value: str | Iterable[str] | None) -> frozenset[str]:
+    """Kafka's super.users: principals separated by `;` ("User:admin;User:ops"),
+    or given as a list. ValueError for one that is not `Type:name`."""
+    if value is None:
+        return frozenset()
+    names = value.split(";") if isinstance(value, str) else list(value)
+    principals = frozenset(name.strip() for name in names if name.strip())
+    for principal in principals:
+        kind, sep, name = principal.partition(":")
+        if not (sep and kind and name):
+            raise ValueError(f"super.users: expected principalType:principalName, not {principal!r}")
+    return principals
+
+
 def user_principal(user: str | None) -> str:
     """The principal of a connection: `User:<name>` after a SASL login, else ANONYMOUS."""
     return ANONYMOUS if user is None else f"User:{user}"
