@@ -136,6 +136,15 @@ def test_users_from_the_cli__confluent_kafka_with_scram_produces_to_r2_and_commi
     assert code == 0, err
     code, out, _ = rafka_cli(secured, "users", "--list")
     assert out.split() == ["alice", "SCRAM-SHA-256,SCRAM-SHA-512"]   # the cluster's own user is not listed
+    # SASL required: a resource no binding names is closed (Kafka's default); alice is
+    # granted what she does here with `rafka acls`, over the wire
+    code, out, err = rafka_cli(secured, "acls", "--add", "--allow-principal", "User:alice", "--operation", "Write",
+                               "--operation", "Read", "--topic", "guarded")
+    assert code == 0, err
+    assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in out
+    code, _, err = rafka_cli(secured, "acls", "--add", "--allow-principal", "User:alice", "--operation", "Read",
+                             "--group", "audit")
+    assert code == 0, err
     admin = secured.admin()
     if "guarded" not in admin.list_topics():
         admin.create_topic("guarded", partitions=1, replication_factor=2, config={"min.insync.replicas": "2"})
