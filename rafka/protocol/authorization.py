@@ -40,7 +40,8 @@ from rafka.core.errors import KafkaError
 # Kafka's config resource types (DescribeConfigs, AlterConfigs): the ACL resource
 # each is authorized on, and the condition string the table names it by.
 CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_GROUP = 2, 4, 8, 32
-_CONFIG_RESOURCE_WHEN = {CONFIG_TOPIC: "resource_type == TOPIC", CONFIG_BROKER: "resource_type in (BROKER, BROKER_LOGGER)",
+_CONFIG_RESOURCE_WHEN = {CONFIG_TOPIC: "resource_type == TOPIC",
+                         CONFIG_BROKER: "resource_type in (BROKER, BROKER_LOGGER)",
                          CONFIG_BROKER_LOGGER: "resource_type in (BROKER, BROKER_LOGGER)",
                          CONFIG_GROUP: "resource_type == GROUP"}
 

@@ -23,7 +23,8 @@ MIN_VERSION, MAX_VERSION = 0, 4
 def route(transactions: TransactionHost) -> Route:
     async def handle_add_offsets_to_txn(request, context: RequestContext):
         try:
-            await call(decided_host(transactions, context, request), request.transactional_id, "add_offsets", producer_id=int(request.producer_id),
+            await call(decided_host(transactions, context, request), request.transactional_id, "add_offsets",
+                       producer_id=int(request.producer_id),
                        producer_epoch=int(request.producer_epoch), group_id=request.group_id)
             code = ErrorCode.none
         except Exception as error:

@@ -56,7 +56,8 @@ def routes(host: GroupHost) -> list[Route]:
         return await handle_sync(decided_host(host, context, request), request, context.api_version)
 
     async def heartbeat(request, context: RequestContext):
-        code = await _member_call(decided_host(host, context, request), request.group_id, "heartbeat", request.member_id,
+        code = await _member_call(decided_host(host, context, request), request.group_id, "heartbeat",
+                                  request.member_id,
                                   int(request.generation_id), getattr(request, "group_instance_id", None))
         return make(load_response_schema(HEARTBEAT_KEY, context.api_version), throttle_time=_NO_THROTTLE,
                     error_code=code)

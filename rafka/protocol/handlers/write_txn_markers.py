@@ -36,10 +36,13 @@ def route(partitions: PartitionHost) -> Route:
             topics = by_producer.setdefault(int(marker.producer_id), {})
             for topic in marker.topics:
                 for partition in topic.partition_indexes:
-                    code, _ = (error_code_of(refusal), None) if refusal is not None else await on_partition(partitions, topic.name, int(partition), lambda endpoint, m=marker: (
-                        endpoint.append_marker(producer_id=int(m.producer_id), producer_epoch=int(m.producer_epoch),
-                                               coordinator_epoch=int(m.coordinator_epoch),
-                                               commit=bool(m.transaction_result))))
+                    if refusal is not None:
+                        code = error_code_of(refusal)
+                    else:
+                        code, _ = await on_partition(
+                            partitions, topic.name, int(partition), lambda endpoint, m=marker: endpoint.append_marker(
+                                producer_id=int(m.producer_id), producer_epoch=int(m.producer_epoch),
+                                coordinator_epoch=int(m.coordinator_epoch), commit=bool(m.transaction_result)))
                     topics.setdefault(topic.name, []).append(make(
                         module.WritableTxnMarkerPartitionResult, partition_index=i32(partition), error_code=code))
         return make(response_type, markers=tuple(
