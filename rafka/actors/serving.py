@@ -139,7 +139,7 @@ class NodeServing:
 
     def _sasl_required(self) -> bool:
         image = self.current_image()
-        return image.sasl_required or image.version == 0   # no image yet: ask for a login (fail closed)
+        return image.sasl_required or image.version < 0   # no image yet (EMPTY_IMAGE): ask for a login
 
     @property
     def endpoint(self) -> tuple[str, int] | None:

@@ -221,3 +221,20 @@ def test_server__each_request_carries_the_connections_host(tmp_path):
         allowed = asyncio.run(create_over_the_wire(node.port))
         assert [r.error_code for r in allowed.results] == [ErrorCode.none]
         assert len(node.metadata.acl_bindings) == 3
+
+
+def test_node_serving__before_its_first_image__asks_for_a_login():
+    """A node that has not had the controller's image (EMPTY_IMAGE, version -1)
+    does not know whether SASL is required: its listener asks for a login (fail
+    closed), and follows the image once one came. (It compared the version with 0,
+    which the empty image never has: such a node served unauthenticated clients.)"""
+    import dataclasses
+
+    from rafka.actors.serving import NodeServing
+
+    async def no_producer_ids():
+        raise AssertionError("not asked")
+    serving = NodeServing("replica:t:0:0", allocate_producer_id=no_producer_ids)
+    assert serving._sasl_required()
+    serving.offer_image(dataclasses.replace(serving.image, version=3))
+    assert not serving._sasl_required()
