@@ -37,6 +37,7 @@ import dataclasses
 import struct
 
 from rafka.core.errors import CorruptCoordinatorRecord
+from rafka.core.schema_primitives import SchemaReader, bytes_field, nullable_string
 
 OFFSET_KEY_VERSION, OFFSET_VALUE_VERSION = 1, 3
 GROUP_KEY_VERSION, GROUP_VALUE_VERSION = 2, 3   # the versions written
@@ -108,25 +109,14 @@ class GroupValue:
 
 
 # --- encode -----------------------------------------------------------------------
-
-def _string(text: str | None) -> bytes:
-    if text is None:
-        return struct.pack(">h", -1)
-    data = text.encode("utf-8")
-    if len(data) > 32_767:
-        raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
-    return struct.pack(">h", len(data)) + data
-
-
-def _bytes(data: bytes) -> bytes:
-    return struct.pack(">i", len(data)) + data
-
+# Every string is written nullable (None as -1) and read so; a group value with a
+# null where Kafka's schema allows none is refused when read (_group_value).
 
 def encode_key(key: OffsetKey | GroupKey) -> bytes:
     if isinstance(key, OffsetKey):
-        return (struct.pack(">h", OFFSET_KEY_VERSION) + _string(key.group) + _string(key.topic)
+        return (struct.pack(">h", OFFSET_KEY_VERSION) + nullable_string(key.group) + nullable_string(key.topic)
                 + struct.pack(">i", key.partition))
-    return struct.pack(">h", GROUP_KEY_VERSION) + _string(key.group)
+    return struct.pack(">h", GROUP_KEY_VERSION) + nullable_string(key.group)
 
 
 def encode_value(value: OffsetValue | GroupValue | None) -> bytes | None:
@@ -135,109 +125,28 @@ def encode_value(value: OffsetValue | GroupValue | None) -> bytes | None:
         return None
     if isinstance(value, OffsetValue):
         return (struct.pack(">hqi", OFFSET_VALUE_VERSION, value.offset, value.leader_epoch)
-                + _string(value.metadata) + struct.pack(">q", value.commit_timestamp_ms))
-    parts = [struct.pack(">h", GROUP_VALUE_VERSION), _string(value.protocol_type),
-             struct.pack(">i", value.generation), _string(value.protocol), _string(value.leader),
+                + nullable_string(value.metadata) + struct.pack(">q", value.commit_timestamp_ms))
+    parts = [struct.pack(">h", GROUP_VALUE_VERSION), nullable_string(value.protocol_type),
+             struct.pack(">i", value.generation), nullable_string(value.protocol), nullable_string(value.leader),
              struct.pack(">qi", value.current_state_timestamp_ms, len(value.members))]
     for m in value.members:
-        parts += [_string(m.member_id), _string(m.group_instance_id), _string(m.client_id),
-                  _string(m.client_host), struct.pack(">ii", m.rebalance_timeout_ms, m.session_timeout_ms),
-                  _bytes(m.subscription), _bytes(m.assignment)]
+        parts += [nullable_string(m.member_id), nullable_string(m.group_instance_id), nullable_string(m.client_id),
+                  nullable_string(m.client_host), struct.pack(">ii", m.rebalance_timeout_ms, m.session_timeout_ms),
+                  bytes_field(m.subscription), bytes_field(m.assignment)]
     return b"".join(parts)
 
 
 # --- decode -----------------------------------------------------------------------
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def take(self, fmt: str):
-        size = struct.calcsize(fmt)
-        if self.pos + size > len(self.data):
-            raise CorruptCoordinatorRecord("__consumer_offsets record is shorter than its schema")
-        values = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
-        return values if len(values) > 1 else values[0]
-
-    def string(self) -> str | None:
-        length = self.take(">h")
-        if length < 0:
-            return None
-        if self.pos + length > len(self.data):
-            raise CorruptCoordinatorRecord("__consumer_offsets string runs past the record")
-        try:
-            text = self.data[self.pos:self.pos + length].decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise CorruptCoordinatorRecord(f"__consumer_offsets string is not UTF-8: {error}") from None
-        self.pos += length
-        return text
-
-    def bytes(self) -> bytes:
-        length = self.take(">i")
-        if length < 0 or self.pos + length > len(self.data):
-            raise CorruptCoordinatorRecord("__consumer_offsets bytes run past the record")
-        data = self.data[self.pos:self.pos + length]
-        self.pos += length
-        return data
-
-    def varint(self) -> int:
-        """Unsigned varint (the flexible versions' lengths and counts)."""
-        value = shift = 0
-        while True:
-            byte = self.take(">B")
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise CorruptCoordinatorRecord("__consumer_offsets varint is longer than 5 bytes")
-
-    def _compact(self) -> bytes | None:
-        length = self.varint() - 1
-        if length < 0:
-            return None
-        if self.pos + length > len(self.data):
-            raise CorruptCoordinatorRecord("__consumer_offsets bytes run past the record")
-        data = self.data[self.pos:self.pos + length]
-        self.pos += length
-        return data
-
-    def compact_string(self) -> str | None:
-        data = self._compact()
-        try:
-            return None if data is None else data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise CorruptCoordinatorRecord(f"__consumer_offsets string is not UTF-8: {error}") from None
-
-    def compact_bytes(self) -> bytes:
-        data = self._compact()
-        if data is None:
-            raise CorruptCoordinatorRecord("__consumer_offsets bytes are null where the schema allows none")
-        return data
-
-    def skip_tagged_fields(self) -> None:
-        for _ in range(self.varint()):
-            self.varint()                     # tag
-            size = self.varint()
-            if self.pos + size > len(self.data):
-                raise CorruptCoordinatorRecord("__consumer_offsets tagged field runs past the record")
-            self.pos += size
-
-    def done(self):
-        if self.pos != len(self.data):
-            raise CorruptCoordinatorRecord("__consumer_offsets record has trailing bytes")
-
-
 def decode_key(data: bytes | None) -> OffsetKey | GroupKey:
     if data is None:
         raise CorruptCoordinatorRecord("__consumer_offsets record has no key")
-    reader = _Reader(data)
+    reader = SchemaReader(data, error=CorruptCoordinatorRecord, record="__consumer_offsets record")
     version = reader.take(">h")
     if version in (0, 1):
-        key = OffsetKey(reader.string(), reader.string(), reader.take(">i"))
+        key = OffsetKey(reader.nullable_string(), reader.nullable_string(), reader.take(">i"))
     elif version == GROUP_KEY_VERSION:
-        key = GroupKey(reader.string())
+        key = GroupKey(reader.nullable_string())
     else:
         raise CorruptCoordinatorRecord(f"unknown __consumer_offsets key version {version}")
     reader.done()
@@ -248,30 +157,30 @@ def decode_value(key: OffsetKey | GroupKey, data: bytes | None) -> OffsetValue |
     """The value for `key`'s kind; None for a tombstone."""
     if data is None:
         return None
-    reader = _Reader(data)
+    reader = SchemaReader(data, error=CorruptCoordinatorRecord, record="__consumer_offsets record")
     version = reader.take(">h")
     if isinstance(key, OffsetKey):
         if version != OFFSET_VALUE_VERSION:
             raise CorruptCoordinatorRecord(f"offset commit value version {version} is not {OFFSET_VALUE_VERSION}")
         offset, leader_epoch = reader.take(">qi")
-        value = OffsetValue(offset, leader_epoch, reader.string(), reader.take(">q"))
+        value = OffsetValue(offset, leader_epoch, reader.nullable_string(), reader.take(">q"))
     else:
         value = _group_value(reader, version)
     reader.done()
     return value
 
 
-def _group_value(reader: _Reader, version: int) -> GroupValue:
+def _group_value(reader: SchemaReader, version: int) -> GroupValue:
     if not 0 <= version <= GROUP_VALUE_VERSION_MAX:
         raise CorruptCoordinatorRecord(f"group metadata value version {version} is not one of "
                                        f"0..{GROUP_VALUE_VERSION_MAX}")
     flexible = version >= 4
-    string = reader.compact_string if flexible else reader.string
+    string = reader.nullable_compact_string if flexible else reader.nullable_string
     data = reader.compact_bytes if flexible else reader.bytes
     protocol_type, generation = string(), reader.take(">i")
     protocol, leader = string(), string()
     timestamp_ms = reader.take(">q") if version >= 2 else -1
-    count = reader.varint() - 1 if flexible else reader.take(">i")
+    count = reader.compact_length() if flexible else reader.take(">i")
     if count < 0:
         raise CorruptCoordinatorRecord("group metadata value has a null member array")
     members = []

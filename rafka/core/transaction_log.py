@@ -36,6 +36,8 @@ import struct
 from rafka.core.errors import CorruptCoordinatorRecord
 from rafka.core.offsets_schema import coordinator_partition_for
 from rafka.core.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from rafka.core.schema_primitives import (NO_TAGGED_FIELDS, NULL_COMPACT, SchemaReader, compact_length,
+                                          compact_string, string, tagged_fields)
 from rafka.core.transaction_state import (STATES_BY_ID, TopicPartition, TransactionMetadata, TxnState,
                                           TxnTransit)
 
@@ -43,7 +45,6 @@ KEY_VERSION = 0
 VALUE_VERSION_V0, VALUE_VERSION_V1 = 0, 1
 # Tagged fields of value v1 (TransactionLogValue.json "tag").
 _TAG_PREVIOUS_PRODUCER_ID, _TAG_NEXT_PRODUCER_ID, _TAG_CLIENT_TRANSACTION_VERSION = 0, 1, 2
-_STRING_MAX_BYTES = 32_767
 
 
 def partition_for(transactional_id: str, transaction_state_partition_count: int) -> int:
@@ -126,29 +127,6 @@ def replay_into(cache: dict[str, TransactionMetadata], key: TxnKey | UnknownTxnK
 
 # --- encode -----------------------------------------------------------------------
 
-def _string(text: str) -> bytes:
-    data = text.encode("utf-8")
-    if len(data) > _STRING_MAX_BYTES:
-        raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
-    return struct.pack(">h", len(data)) + data
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _compact_string(text: str) -> bytes:
-    data = text.encode("utf-8")
-    if len(data) > _STRING_MAX_BYTES:
-        raise ValueError(f"string of {len(data)} bytes is longer than Kafka's 32767")
-    return _uvarint(len(data) + 1) + data
-
-
 def _partitions_by_topic(partitions: frozenset[TopicPartition]) -> list[tuple[str, list[int]]]:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(partitions):
@@ -157,7 +135,7 @@ def _partitions_by_topic(partitions: frozenset[TopicPartition]) -> list[tuple[st
 
 
 def encode_key(key: TxnKey) -> bytes:
-    return struct.pack(">h", KEY_VERSION) + _string(key.transactional_id)
+    return struct.pack(">h", KEY_VERSION) + string(key.transactional_id)
 
 
 def encode_value(value: TxnLogValue | None, *, version: int = VALUE_VERSION_V1) -> bytes | None:
@@ -181,19 +159,19 @@ def encode_value(value: TxnLogValue | None, *, version: int = VALUE_VERSION_V1) 
         else:
             parts.append(struct.pack(">i", len(topics)))
             for topic, ids in topics:
-                parts += [_string(topic), struct.pack(f">i{len(ids)}i", len(ids), *ids)]
+                parts += [string(topic), struct.pack(f">i{len(ids)}i", len(ids), *ids)]
         parts.append(tail)
         return b"".join(parts)
     if version != VALUE_VERSION_V1:
         raise ValueError(f"no __transaction_state value version {version}")
     parts = [struct.pack(">h", version), head]
     if empty:
-        parts.append(_uvarint(0))
+        parts.append(NULL_COMPACT)
     else:
-        parts.append(_uvarint(len(topics) + 1))
+        parts.append(compact_length(len(topics)))
         for topic, ids in topics:
-            parts += [_compact_string(topic), _uvarint(len(ids) + 1), struct.pack(f">{len(ids)}i", *ids),
-                      _uvarint(0)]   # the partition entry's (empty) tagged fields
+            parts += [compact_string(topic), compact_length(len(ids)), struct.pack(f">{len(ids)}i", *ids),
+                      NO_TAGGED_FIELDS]   # the partition entry's
     parts.append(tail)
     tagged = []
     if value.previous_producer_id != NO_PRODUCER_ID:
@@ -202,86 +180,16 @@ def encode_value(value: TxnLogValue | None, *, version: int = VALUE_VERSION_V1) 
         tagged.append((_TAG_NEXT_PRODUCER_ID, struct.pack(">q", value.next_producer_id)))
     if value.client_transaction_version != 0:
         tagged.append((_TAG_CLIENT_TRANSACTION_VERSION, struct.pack(">h", value.client_transaction_version)))
-    parts.append(_uvarint(len(tagged)))
-    for tag, data in tagged:
-        parts += [_uvarint(tag), _uvarint(len(data)), data]
+    parts.append(tagged_fields(tagged))
     return b"".join(parts)
 
 
 # --- decode -----------------------------------------------------------------------
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def _corrupt(self, why: str) -> CorruptCoordinatorRecord:
-        return CorruptCoordinatorRecord(f"__transaction_state record {why}")
-
-    def take(self, fmt: str):
-        size = struct.calcsize(fmt)
-        if self.pos + size > len(self.data):
-            raise self._corrupt("is shorter than its schema")
-        values = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
-        return values if len(values) > 1 else values[0]
-
-    def uvarint(self) -> int:
-        n, shift = 0, 0
-        while True:
-            if self.pos >= len(self.data):
-                raise self._corrupt("ends inside a varint")
-            byte = self.data[self.pos]
-            self.pos += 1
-            n |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return n
-            shift += 7
-            if shift > 28:   # Kafka's unsigned varints are 32-bit: at most 5 bytes
-                raise self._corrupt("has a varint longer than 5 bytes")
-
-    def _text(self, length: int) -> str:
-        if length > _STRING_MAX_BYTES or self.pos + length > len(self.data):
-            raise self._corrupt("has a string that runs past the record")
-        try:
-            text = self.data[self.pos:self.pos + length].decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise self._corrupt(f"has a string that is not UTF-8: {error}") from None
-        self.pos += length
-        return text
-
-    def string(self) -> str:
-        length = self.take(">h")
-        if length < 0:
-            raise self._corrupt("has a null where a string must be")
-        return self._text(length)
-
-    def compact_string(self) -> str:
-        length = self.uvarint() - 1
-        if length < 0:
-            raise self._corrupt("has a null where a string must be")
-        return self._text(length)
-
-    def skip(self, size: int) -> None:
-        if self.pos + size > len(self.data):
-            raise self._corrupt("has a tagged field that runs past the record")
-        self.pos += size
-
-    def count(self, n: int, item_size: int) -> int:
-        """A declared element count, checked against the bytes left (so a corrupt
-        count allocates nothing)."""
-        if n * item_size > len(self.data) - self.pos:
-            raise self._corrupt(f"declares {n} elements, more than its bytes hold")
-        return n
-
-    def done(self) -> None:
-        if self.pos != len(self.data):
-            raise self._corrupt("has trailing bytes")
-
-
 def decode_key(data: bytes | None) -> TxnKey | UnknownTxnKey:
     if data is None:
         raise CorruptCoordinatorRecord("__transaction_state record has no key")
-    reader = _Reader(data)
+    reader = SchemaReader(data, error=CorruptCoordinatorRecord, record="__transaction_state record")
     version = reader.take(">h")
     if version != KEY_VERSION:
         return UnknownTxnKey(version)
@@ -301,7 +209,7 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
     """None for a tombstone."""
     if data is None:
         return None
-    reader = _Reader(data)
+    reader = SchemaReader(data, error=CorruptCoordinatorRecord, record="__transaction_state record")
     version = reader.take(">h")
     if version not in (VALUE_VERSION_V0, VALUE_VERSION_V1):
         raise CorruptCoordinatorRecord(f"unknown __transaction_state value version {version}")
@@ -309,18 +217,18 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
     producer_id, producer_epoch, timeout_ms, state_id = reader.take(">qhib")
     state = _state(state_id)
     partitions: set[TopicPartition] = set()
-    topic_count = reader.uvarint() - 1 if flexible else reader.take(">i")
+    topic_count = reader.compact_length() if flexible else reader.take(">i")
     if topic_count < 0 and state is not TxnState.EMPTY:   # Kafka's loader fails on it (a null list)
         raise CorruptCoordinatorRecord(f"__transaction_state record in {state.value} has null partitions")
     for _ in range(reader.count(max(topic_count, 0), 3)):   # an entry takes 3 bytes at least
         topic = reader.compact_string() if flexible else reader.string()
-        id_count = reader.uvarint() - 1 if flexible else reader.take(">i")
+        id_count = reader.compact_length() if flexible else reader.take(">i")
         if id_count < 0:
             raise CorruptCoordinatorRecord("__transaction_state record has null partition ids")
         for _ in range(reader.count(id_count, 4)):
             partitions.add((topic, reader.take(">i")))
         if flexible:
-            _skip_tagged_fields(reader)
+            reader.skip_tagged_fields()
     last_update_ms, start_ms = reader.take(">qq")
     tagged = {_TAG_PREVIOUS_PRODUCER_ID: NO_PRODUCER_ID, _TAG_NEXT_PRODUCER_ID: NO_PRODUCER_ID,
               _TAG_CLIENT_TRANSACTION_VERSION: 0}
@@ -344,8 +252,3 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
                        next_producer_id=tagged[_TAG_NEXT_PRODUCER_ID],
                        client_transaction_version=tagged[_TAG_CLIENT_TRANSACTION_VERSION])
 
-
-def _skip_tagged_fields(reader: _Reader) -> None:
-    for _ in range(reader.uvarint()):
-        reader.uvarint()   # the tag
-        reader.skip(reader.uvarint())
