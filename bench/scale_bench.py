@@ -202,6 +202,27 @@ def read_back_by_group(bootstrap: str, topic: str, records: int, timeout_s: floa
     return len(seen)
 
 
+def wait_until_at_rest(cluster, topic: str, quiet_s: float, timeout_s: float = 600.0) -> float:
+    """Until every partition of the topic has its whole ISR and the controller's
+    metadata has not changed for `quiet_s` (no endpoint registered, no ISR change:
+    the creation's churn is over); seconds waited."""
+    import ray
+
+    from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    started_s = time.monotonic()
+    version, since_s = None, time.monotonic()
+    while time.monotonic() - started_s < timeout_s:
+        now_version = ray.get(controller.cluster_image.remote()).version
+        if now_version != version:
+            version, since_s = now_version, time.monotonic()
+        partitions = cluster.admin().describe_topics([topic])[topic]["partitions"]
+        if all(len(p["isr"]) == len(p["replicas"]) for p in partitions) and time.monotonic() - since_s >= quiet_s:
+            return time.monotonic() - started_s
+        time.sleep(1.0)
+    raise TimeoutError(f"{topic} never came to rest within {timeout_s:.0f}s")
+
+
 def leader_and_follower_pids(cluster, topic: str) -> tuple[list[int], list[int]]:
     from rafka.core.actor_names import replica_actor_name
     pids = rafka_actor_pids(topic)
@@ -298,7 +319,10 @@ def main() -> None:
                     ray.kill(handle)
             admin.create_topic(topic, partitions=count, replication_factor=3, config={"min.insync.replicas": "2"})
             if not args.rate_only:
-                time.sleep(args.settle_s)   # the creation's churn ends (pushes, first fetches)
+                # the creation's churn ends (endpoints registered, images pushed, first
+                # fetches), then the idle followers' long polls lengthen
+                wait_until_at_rest(cluster, topic, quiet_s=args.settle_s)
+                time.sleep(args.settle_s)
                 replicas = rafka_actor_pids(topic)
                 every = rafka_actor_pids()
                 uss, rss = memory_mib(replicas.values())
