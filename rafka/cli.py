@@ -68,6 +68,10 @@ def cmd_up(args) -> int:
         offsets_topic_num_partitions=args.offsets_topic_num_partitions,
         offsets_topic_replication_factor=min(3, len(brokers)))
     print(f"group coordinators: {args.offsets_topic_num_partitions} (__consumer_offsets partitions)")
+    Cluster(controller=controller, data_dir=None).start_transaction_coordinators(
+        transaction_state_num_partitions=args.transaction_state_num_partitions,
+        transaction_state_replication_factor=min(3, len(brokers)))
+    print(f"transaction coordinators: {args.transaction_state_num_partitions} (__transaction_state partitions)")
     return 0
 
 
@@ -305,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="Kafka's default.replication.factor: for a replication factor of -1 (default 1)")
     up.add_argument("--offsets-topic-num-partitions", type=int, default=1,
                     help="partitions of __consumer_offsets, one group coordinator each (Kafka: 50)")
+    up.add_argument("--transaction-state-num-partitions", type=int, default=1,
+                    help="partitions of __transaction_state, one transaction coordinator each (Kafka: 50)")
     up.add_argument("--wait-for-brokers", type=int, default=0, metavar="N",
                     help="wait until N broker nodes have joined before creating __consumer_offsets "
                          "(as `ray up` starts the workers after the head's commands began)")

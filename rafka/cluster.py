@@ -92,20 +92,54 @@ class Cluster:
         offsets.topic.segment.bytes): the log cleaner compacts sealed segments only.
         `local_cluster` and `rafka up` call it; it is idempotent."""
         from rafka.actors.coordinator import OFFSETS_TOPIC, GroupCoordinatorActor, coordinator_actor_name
+        return self._start_coordinators(
+            OFFSETS_TOPIC, GroupCoordinatorActor, coordinator_actor_name, partitions=offsets_topic_num_partitions,
+            replication_factor=offsets_topic_replication_factor, segment_bytes=offsets_topic_segment_bytes,
+            options_of=lambda p, count: dict(offsets_partition=p, offsets_partition_count=count,
+                                             **coordinator_options))
+
+    def start_transaction_coordinators(self, *, transaction_state_num_partitions: int = 1,
+                                       transaction_state_replication_factor: int = 3,
+                                       transaction_state_segment_bytes: int = 104_857_600,
+                                       **coordinator_options) -> list:
+        """The same for transactions: the compacted `__transaction_state` topic (if
+        missing; Kafka's transaction.state.log.num.partitions is 50, rafka's default
+        1 for the reason above, its min ISR 2 as Kafka's transaction.state.log.min.isr)
+        and one transaction coordinator actor per partition of it
+        (actors.transaction_coordinator), after the group coordinators: AddOffsetsToTxn
+        maps a group to its `__consumer_offsets` partition. Idempotent."""
+        from rafka.actors.coordinator import OFFSETS_TOPIC
+        from rafka.actors.transaction_coordinator import TransactionCoordinatorActor
+        from rafka.core.actor_names import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
+        offsets_partitions = len(ray.get(self.controller.metadata_snapshot.remote())["topics"][OFFSETS_TOPIC][
+            "partitions"])
+        return self._start_coordinators(
+            TRANSACTION_STATE_TOPIC, TransactionCoordinatorActor, transaction_coordinator_actor_name,
+            partitions=transaction_state_num_partitions, replication_factor=transaction_state_replication_factor,
+            segment_bytes=transaction_state_segment_bytes,
+            options_of=lambda p, count: dict(transaction_state_partition=p, transaction_state_partition_count=count,
+                                             offsets_partition_count=offsets_partitions, **coordinator_options))
+
+    def _start_coordinators(self, topic: str, actor_class, name_of, *, partitions: int, replication_factor: int,
+                            segment_bytes: int, options_of) -> list:
+        """A coordinators' compacted internal topic, created if missing (min ISR 2 at
+        R3, as Kafka's), and one detached, restartable coordinator actor per
+        partition, spread over the broker nodes; returns their handles once each
+        answers a ping."""
         admin = self.admin()
-        if OFFSETS_TOPIC not in admin.list_topics():
-            rf = offsets_topic_replication_factor
-            admin.create_topic(OFFSETS_TOPIC, partitions=offsets_topic_num_partitions, replication_factor=rf,
+        if topic not in admin.list_topics():
+            rf = replication_factor
+            admin.create_topic(topic, partitions=partitions, replication_factor=rf,
                                config={"cleanup.policy": "compact", "min.insync.replicas": str(min(rf, 2)),
-                                       "segment.bytes": str(offsets_topic_segment_bytes)})
+                                       "segment.bytes": str(segment_bytes)})
         # from the metadata, not the replicas: after a restart they may still be starting
         snapshot = ray.get(self.controller.metadata_snapshot.remote())
-        count = len(snapshot["topics"][OFFSETS_TOPIC]["partitions"])
-        actor = ray.remote(GroupCoordinatorActor)
-        handles = [actor.options(name=coordinator_actor_name(p), namespace=NAMESPACE, lifetime="detached",
+        count = len(snapshot["topics"][topic]["partitions"])
+        actor = ray.remote(actor_class)
+        handles = [actor.options(name=name_of(p), namespace=NAMESPACE, lifetime="detached",
                                  get_if_exists=True, max_restarts=-1, num_cpus=0,
                                  resources={BROKER_RESOURCE: 0.001}, scheduling_strategy="SPREAD").remote(
-                       offsets_partition=p, offsets_partition_count=count, **coordinator_options)
+                       **options_of(p, count))
                    for p in range(count)]
         ray.get([h.ping.remote() for h in handles])
         return handles
@@ -182,9 +216,11 @@ class Cluster:
 
 def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_num_partitions: int = 1,
                   offsets_topic_segment_bytes: int = 104_857_600, coordinator_options: dict | None = None,
+                  transaction_state_num_partitions: int = 1, transaction_coordinator_options: dict | None = None,
                   log_to_driver: bool = True, **controller_options) -> Cluster:
     """An embedded rafka on `nodes` simulated broker nodes of this machine (plus a
-    head node), with `__consumer_offsets` and its group coordinators started.
+    head node), with `__consumer_offsets` and its group coordinators started, and
+    `__transaction_state` and its transaction coordinators.
     `log_to_driver=False`: the actors' output stays in Ray's session logs (rafka.quiet)."""
     from ray.cluster_utils import Cluster as RayCluster
 
@@ -204,6 +240,9 @@ def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_
                                      offsets_topic_replication_factor=min(3, nodes),
                                      offsets_topic_segment_bytes=offsets_topic_segment_bytes,
                                      **(coordinator_options or {}))
+    cluster.start_transaction_coordinators(transaction_state_num_partitions=transaction_state_num_partitions,
+                                           transaction_state_replication_factor=min(3, nodes),
+                                           **(transaction_coordinator_options or {}))
     return cluster
 
 

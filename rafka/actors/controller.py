@@ -48,8 +48,9 @@ from rafka.actors.broker import BrokerActor
 from rafka.actors.cluster_credential import ray_token_auth_enabled, read_or_make_secret
 from rafka.actors.serving import NodeServing, NodeThread
 from rafka.core.acl import parse_super_users
-from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, broker_actor_name, broker_of_actor_name,
-                                    coordinator_actor_name, replica_actor_partition)
+from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_actor_name,
+                                    broker_of_actor_name, coordinator_actor_name, replica_actor_partition,
+                                    transaction_coordinator_actor_name)
 from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
@@ -63,6 +64,7 @@ from rafka.placement.groups import (existing_replica_group, in_bundle, remove_pl
                                    replica_placement_group)
 
 METADATA_LOG = "metadata.log"
+PRODUCER_ID_BLOCK_SIZE = 1_000   # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 logger = logging.getLogger(__name__)
 
 RESTARTED = ("follower", -1)  # a replica actor that came back and was not told its role yet
@@ -490,10 +492,22 @@ class ControllerActor:
         return await self._handle(replica_actor_name(topic, partition, replica_id))
 
     async def allocate_producer_id(self) -> int:
+        """An idempotent producer's id (InitProducerId without a transactional id,
+        on any node)."""
         async with self._lock:
             records, producer_id = self.metadata.handle_allocate_producer_id()
             self._commit(records)
         return producer_id
+
+    async def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> tuple[int, int]:
+        """A block of producer ids for a transaction coordinator (Kafka's
+        AllocateProducerIds): (first id, count), committed to the metadata log before
+        it is answered, so no id is handed out twice, by this controller or the next.
+        Ids of both kinds come from the one counter."""
+        async with self._lock:
+            records, block = self.metadata.handle_allocate_producer_ids(count)
+            self._commit(records)
+        return block
 
     async def alter_topic_config(self, name: str, ops: list, validate_only: bool = False,
                                  replace: bool = False) -> dict:
@@ -861,12 +875,13 @@ class ControllerActor:
                     f"{topic}-{partition} replica {replica_id}: become_follower")
 
     async def _check_coordinators(self) -> None:
-        """Each group coordinator's Kafka endpoint registered and its image current
-        (they hold no replica: nothing else here watches them)."""
-        offsets = self.metadata.topics.get(OFFSETS_TOPIC)
+        """Each group and transaction coordinator's Kafka endpoint registered and its
+        image current (they hold no replica: nothing else here watches them)."""
+        names = [name_of(p) for topic, name_of in ((OFFSETS_TOPIC, coordinator_actor_name),
+                                                   (TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name))
+                 for p in range(len(self.metadata.topics[topic].partitions) if topic in self.metadata.topics else 0)]
 
-        async def one(partition: int) -> None:
-            name = coordinator_actor_name(partition)
+        async def one(name: str) -> None:
             try:
                 handle = await self._handle(name)
                 answer = await asyncio.wait_for(handle.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
@@ -877,7 +892,7 @@ class ControllerActor:
                 await self._node_down(name, type(error).__name__)
                 return
             await self._sync_node(handle, name, answer)
-        await asyncio.gather(*(one(p) for p in range(len(offsets.partitions) if offsets else 0)))
+        await asyncio.gather(*(one(name) for name in names))
 
     async def _check_brokers(self) -> None:
         """Every live broker runs its network processes (created here, pinned to the

@@ -27,7 +27,9 @@ min.insync.replicas, no leader) fails with REQUEST_TIMED_OUT, a retriable error,
 and changes nothing in the cache.
 
 Named `coordinator:<offsets partition>` in namespace `rafka`, detached,
-restartable, spread over the broker nodes.
+restartable, spread over the broker nodes. The partition's leader lookup, the
+acks=all writes, the load and the ticker are actors.internal_partition's, shared
+with the transaction coordinator actor.
 Membership: join parks until the group's join phase completes (every member
 rejoined, or the rebalance deadline passed), as Kafka's JoinGroup does; sync,
 heartbeat and leave answer at once (after the group's write in flight, if any); a
@@ -37,34 +39,22 @@ completes joins whose deadline passed.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 
 import ray
 
-from rafka.core.broker_identity import BROKER_ID_LABEL
-
 from rafka.actors.consumer_lag import ConsumerLag
-from rafka.actors.replica import NAMESPACE
+from rafka.actors.internal_partition import InternalPartition, broker_label
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
                                   alter_topic_config_on_controller)
-from rafka.actors.cluster_credential import cluster_login
-from rafka.protocol.network import NodeConnections
-from rafka.protocol.tls import cluster_client_context
-from rafka.actors.coordinator_load import PartitionLoad
-from rafka.protocol.retry import is_retriable, kafka_cause
-from rafka.core.actor_names import CONTROLLER_NAME, OFFSETS_TOPIC, coordinator_actor_name
+from rafka.core.actor_names import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.clock import SystemClock
 from rafka.core.coordinator_shard import CoordinatorShard
-from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, NetworkException, NotCoordinator, RequestTimedOut
+from rafka.core.errors import NotCoordinator
 from rafka.core.group_manager import GroupManager
 from rafka.core.kafka_metrics import register_consumer_lag, register_coordinator
 from rafka.core.offset_store import OffsetStore
-from rafka.core.offsets_schema import encode_key, encode_value, partition_for_group
-from rafka.core.records import RecordInput, encode_batch
-from rafka.core.replica import ACKS_ALL
-from rafka.protocol import producing
+from rafka.core.offsets_schema import decode_record, encode_key, encode_value, partition_for_group
 from rafka.protocol.pipelining import admit_next
 
 # A member's commits are batched into one append only as far as they are started
@@ -73,8 +63,6 @@ from rafka.protocol.pipelining import admit_next
 # to 16 of them, not 2 or 3 (group_bench: 1,100 -> 1,420 commits/s). Each parked
 # commit holds only its answer's state; the write queue bounds what all hold.
 PIPELINED_REQUESTS_PER_CONNECTION = 16
-
-logger = logging.getLogger(__name__)
 
 
 class GroupCoordinatorActor:
@@ -86,8 +74,6 @@ class GroupCoordinatorActor:
                  group_max_size: int = 1_000) -> None:
         self.partition = offsets_partition
         self.partition_count = offsets_partition_count
-        self.offsets_commit_timeout_ms = offsets_commit_timeout_ms
-        self.retry_backoff_s = retry_backoff_ms / 1000
         self.clock = SystemClock()
         self.shard = CoordinatorShard(
             offsets=OffsetStore(offset_metadata_max_bytes=offset_metadata_max_bytes,
@@ -99,24 +85,18 @@ class GroupCoordinatorActor:
             clock=self.clock, append=self._append, partitions_per_topic=self._partitions_per_topic,
             offsets_retention_check_interval_ms=offsets_retention_check_interval_ms,
             join_poll_interval_ms=int(self.TICK_S * 1000))
-        self._image_stale = True     # ask the controller for the image before the first lookup
-        self._nodes = NodeConnections(client_id=f"rafka-coordinator-{offsets_partition}",
-                                      request_timeout_ms=offsets_commit_timeout_ms, sasl=cluster_login,
-                                      tls=cluster_client_context())
-        # `_leader` may ask the controller over Ray: Ray's errors are retried too
-        self._load = PartitionLoad(topic=OFFSETS_TOPIC, partition=offsets_partition, leader=self._leader,
-                                   nodes=self._nodes, replay=self.shard.replay,
-                                   ask_timeout_s=offsets_commit_timeout_ms / 1000, retry_backoff_s=self.retry_backoff_s,
-                                   may_retry_also=lambda error: isinstance(error, ray.exceptions.RayError),
-                                   on_retry=lambda _error: self._forget_leader())
-        self._loader: asyncio.Task | None = None
-        self._ticker: asyncio.Task | None = None
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
                                    list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller,
                                    max_pipelined_requests=PIPELINED_REQUESTS_PER_CONNECTION)
-        register_coordinator(self.serving.metrics, self.shard, lambda: self._load.loaded)
-        self.lag = ConsumerLag(self._nodes, image=lambda: self.serving.image, loaded=lambda: self._load.loaded,
+        self.log = InternalPartition(topic=OFFSETS_TOPIC, partition=offsets_partition, serving=self.serving,
+                                     client_id=f"rafka-coordinator-{offsets_partition}", clock=self.clock,
+                                     write_timeout_ms=offsets_commit_timeout_ms,
+                                     write_timeout_name="offsets.commit.timeout.ms", retry_backoff_ms=retry_backoff_ms,
+                                     decode=decode_record, replay=self.shard.replay, tick=self.shard.tick,
+                                     tick_s=self.TICK_S)
+        register_coordinator(self.serving.metrics, self.shard, lambda: self.log.load.loaded)
+        self.lag = ConsumerLag(self.log.nodes, image=lambda: self.serving.image, loaded=lambda: self.log.load.loaded,
                                committed=lambda: self.shard.offsets.offsets_by_group, clock=self.clock)
         register_consumer_lag(self.serving.metrics, self.lag.samples)
         self.serving.metrics_exporter.refresh_before_export(self.lag.refresh)
@@ -131,84 +111,21 @@ class GroupCoordinatorActor:
     # --- loading ------------------------------------------------------------------
 
     async def start_loading(self) -> None:
-        self._start_loading()
-
-    def _start_loading(self) -> None:
-        """From the event loop: the loader and the ticker, if not running yet."""
-        if self._loader is None:
-            self._loader = asyncio.get_running_loop().create_task(self._load.run())
-        if self._ticker is None:
-            self._ticker = asyncio.get_running_loop().create_task(self._tick())
-
-    async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(self.TICK_S)
-            if not self._load.loaded:
-                continue
-            try:
-                await self.shard.tick()
-            except Exception as error:  # the next tick retries what is still due
-                logger.warning("coordinator %d: expiring members or offsets failed: %s", self.partition, error)
-
-    async def _leader(self) -> tuple[tuple[str, int], int]:
-        """((host, port) of this coordinator's partition leader, leader epoch), from
-        the newest cluster image; after a failed request (`_forget_leader`) the image
-        is asked of the controller afresh: a commit costs no controller call."""
-        if self._image_stale:
-            await self._refresh_image()
-            self._image_stale = False
-        try:
-            return self.serving.image.leader_endpoint(OFFSETS_TOPIC, self.partition)
-        except KafkaError:
-            self._image_stale = True
-            raise
-
-    def _forget_leader(self) -> None:
-        self._image_stale = True
+        self.log.start()
 
     def _require_loaded(self, group: str) -> None:
-        self._start_loading()
+        self.log.start()
         if partition_for_group(group, self.partition_count) != self.partition:
             raise NotCoordinator(f"group {group!r} lives in {OFFSETS_TOPIC}-"
                                  f"{partition_for_group(group, self.partition_count)}, not {self.partition}")
-        self._require_loaded_partition()
-
-    def _require_loaded_partition(self) -> None:
-        if self._load.failure is not None:
-            raise NotCoordinator(f"coordinator {self.partition} failed to load {OFFSETS_TOPIC}-{self.partition}: "
-                                 f"{self._load.error}")
-        if not self._load.loaded:
-            raise CoordinatorLoadInProgress(f"coordinator {self.partition} is loading {OFFSETS_TOPIC}")
+        self.log.require_loaded()
 
     # --- writes -------------------------------------------------------------------
 
     async def _append(self, records: list) -> None:
-        """The shard's append: acks=all to the partition's leader, retried on
-        retriable errors until the commit timeout; returns once acknowledged (the
-        shard replays then)."""
-        batch = encode_batch([RecordInput(encode_value(value), encode_key(key), self.clock.now_ms())
-                              for key, value in records])
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.offsets_commit_timeout_ms / 1000
-        while True:
-            remaining_ms = int((deadline - loop.time()) * 1000)
-            if remaining_ms <= 0:
-                raise RequestTimedOut(f"{OFFSETS_TOPIC}-{self.partition}: the write was not replicated "
-                                      f"within offsets.commit.timeout.ms ({self.offsets_commit_timeout_ms})")
-            try:
-                address, _ = await self._leader()
-                producing.produce_answer(await self._nodes.request(address, producing.produce_request(
-                    topic=OFFSETS_TOPIC, partition=self.partition, records=batch, acks=ACKS_ALL,
-                    timeout_ms=remaining_ms)), topic=OFFSETS_TOPIC, partition=self.partition)
-                return
-            except Exception as error:
-                # protocol.retry's rule, and the controller dead or restarting (`_leader`
-                # asks it for the image over Ray): the image is asked again
-                if not (is_retriable(error) or isinstance(error, ray.exceptions.RayActorError)):
-                    cause = kafka_cause(error)
-                    raise cause if isinstance(cause, KafkaError) else error
-                self._forget_leader()
-                await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - loop.time())))
+        """The shard's append (actors.internal_partition): acks=all to the
+        partition's leader; returns once acknowledged (the shard replays then)."""
+        await self.log.append([(encode_key(key), encode_value(value)) for key, value in records])
 
     async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
         """Partition counts for an assignment, from the newest cluster image (asked of
@@ -216,16 +133,9 @@ class GroupCoordinatorActor:
         just created). A count that grows later reaches the group as Kafka's does:
         with the next rebalance."""
         if not set(topics) <= set(self.serving.image.topics):
-            await self._refresh_image()
+            await self.log.refresh_image()
         image = self.serving.image
         return {t: len(image.topics[t].partitions) for t in topics if t in image.topics}
-
-    async def _refresh_image(self) -> None:
-        try:
-            controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
-        except ValueError as error:   # Ray's "no such actor": not registered (yet), retriable as a lost connection
-            raise NetworkException(f"the controller is not registered: {error}") from error
-        self.offer_image(await controller.cluster_image.remote())
 
     # --- requests: checked here (ownership, loading), decided by the shard ------------
 
@@ -278,7 +188,8 @@ class GroupCoordinatorActor:
     async def list_groups(self) -> list[dict]:
         """Every group of this partition: [{group, state}], those known only by
         their committed offsets included (Empty)."""
-        self._require_loaded_partition()
+        self.log.start()
+        self.log.require_loaded()
         return self.shard.list_groups()
 
     async def delete_group(self, group: str) -> None:
@@ -288,12 +199,12 @@ class GroupCoordinatorActor:
         await self.shard.delete_group(group)
 
     async def ping(self) -> dict:
-        self._start_loading()
+        self.log.start()
         endpoint = await self.serving.start()
-        return {"partition": self.partition, "loaded": self._load.loaded, "pid": os.getpid(),
-                "load_position": self._load.position, "load_error": self._load.error,
-                "load_failed": self._load.failure is not None,
-                "endpoint": endpoint, "rack": _broker_label(), "image_version": self.serving.image.version}
+        load = self.log.load
+        return {"partition": self.partition, "loaded": load.loaded, "pid": os.getpid(),
+                "load_position": load.position, "load_error": load.error, "load_failed": load.failure is not None,
+                "endpoint": endpoint, "rack": broker_label(), "image_version": self.serving.image.version}
 
     # --- the Kafka protocol -------------------------------------------------------
 
@@ -307,19 +218,4 @@ class GroupCoordinatorActor:
     def offer_image(self, image) -> None:
         """A newer image is kept; one that names a newer leader epoch for this
         partition than the one its failed load read from starts the load again."""
-        self.serving.offer_image(image)
-        try:
-            _, leader_epoch = self.serving.image.leader_endpoint(OFFSETS_TOPIC, self.partition)
-        except KafkaError:
-            return
-        if self._load.load_again_for(leader_epoch):
-            logger.warning("coordinator %d: %s-%d has a new leader (epoch %d): loading again after the failed load",
-                           self.partition, OFFSETS_TOPIC, self.partition, leader_epoch)
-            self._loader = None
-            self._start_loading()
-
-
-def _broker_label() -> str | None:
-    """The broker id of the node this coordinator runs on: the broker whose node
-    clients reach it through (core.cluster_image.broker_view)."""
-    return ray.get_runtime_context().get_node_labels().get(BROKER_ID_LABEL)
+        self.log.offer_image(image)

@@ -1,6 +1,10 @@
-"""A group coordinator's load of its `__consumer_offsets` partition: read from the
-partition's leader, from the log start to the end that leader answered, and
-replay every record. No Ray import: the actor hands in how to find the leader and
+"""A coordinator's load of its internal partition (a group coordinator's
+`__consumer_offsets`, a transaction coordinator's `__transaction_state`): read
+from the partition's leader, from the log start to the end that leader answered,
+and replay every record, decoded by the topic's schema (`decode(key, value)`).
+Control batches (transaction markers: a transaction's offsets in
+`__consumer_offsets` end with one) are not records of the schema and are
+skipped. No Ray import: the actor hands in how to find the leader and
 what else a retry may clear (Ray's errors), so tests drive a load on a fake leader.
 
 Rules (Kafka's CoordinatorLoaderImpl and CoordinatorRuntime):
@@ -18,8 +22,10 @@ Rules (Kafka's CoordinatorLoaderImpl and CoordinatorRuntime):
     runtime moves such a partition to FAILED, and its requests get NOT_COORDINATOR,
     until the partition is loaded again at its next leader election:
     `load_again_for(leader_epoch)` says when that is due here.
-Caller: actors.coordinator (the actor), which answers COORDINATOR_LOAD_IN_PROGRESS
-while `loaded` is False and `failure` None, and NOT_COORDINATOR once `failure` is set.
+`leader_epoch`: the epoch of the leader the completed load read from.
+Caller: actors.internal_partition (for both coordinator actors), which answers
+COORDINATOR_LOAD_IN_PROGRESS while `loaded` is False and `failure` None, and
+NOT_COORDINATOR once `failure` is set.
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ import math
 from collections.abc import Awaitable, Callable
 
 from rafka.core.errors import CorruptRecord, KafkaError
-from rafka.core.offsets_schema import decode_key, decode_value
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.protocol import fetching
 from rafka.protocol.range_reads import RangeRead, read_range_async
@@ -42,15 +47,17 @@ logger = logging.getLogger(__name__)
 
 # ((host, port) of the partition's leader, its leader epoch)
 LeaderLookup = Callable[[], Awaitable[tuple[tuple[str, int], int]]]
+# a record's (key, value) bytes -> its decoded (key, value); CorruptRecord if it breaks the schema
+Decode = Callable[[bytes | None, bytes | None], tuple]
 
 
 class PartitionLoad:
-    def __init__(self, *, topic: str, partition: int, leader: LeaderLookup, nodes, replay: Callable,
-                 ask_timeout_s: float, retry_backoff_s: float,
+    def __init__(self, *, topic: str, partition: int, leader: LeaderLookup, nodes, decode: Decode,
+                 replay: Callable, ask_timeout_s: float, retry_backoff_s: float,
                  may_retry_also: Callable[[BaseException], bool] = lambda error: False,
                  on_retry: Callable[[BaseException], None] = lambda error: None, sleep=asyncio.sleep) -> None:
         self.topic, self.partition = topic, partition
-        self._leader, self._nodes, self._replay = leader, nodes, replay
+        self._leader, self._nodes, self._decode, self._replay = leader, nodes, decode, replay
         self.ask_timeout_s = ask_timeout_s   # a paused leader must not stall the load past its replacement
         self.retry_backoff_s = retry_backoff_s
         self._may_retry_also, self._on_retry, self._sleep = may_retry_also, on_retry, sleep
@@ -58,7 +65,11 @@ class PartitionLoad:
         self.position = -1                  # how far the load got, and why it last failed (ping shows both)
         self.error: str | None = None
         self.failure: BaseException | None = None   # set when the load stopped for good
-        self._leader_epoch = -1             # of the attempt in progress, or the one that failed
+        self._leader_epoch = -1             # of the attempt in progress, or the one that failed or completed
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._leader_epoch
 
     def may_retry(self, error: BaseException) -> bool:
         cause = kafka_cause(error)
@@ -115,10 +126,9 @@ class PartitionLoad:
                            max_bytes=LOAD_FETCH_MAX_BYTES)
         self.position = cursor.position
         async for chunk in read_range_async(ask, cursor):
-            for record in chunk.in_range():
+            for record in chunk.in_range(skip_control=True):
                 try:
-                    key = decode_key(record.key)
-                    value = decode_value(key, record.value)
+                    key, value = self._decode(record.key, record.value)
                 except CorruptRecord as error:
                     raise type(error)(f"{topic}-{partition} at offset {record.offset}: {error.message}") from error
                 try:

@@ -13,7 +13,7 @@ Invariants:
     counted there; the actor registers its own sources), copied into Ray's metrics
     by the exporter the server's start starts (actors.metrics_export).
 
-Callers: the replica, coordinator, controller and broker actors. The controller learns each endpoint from the actor's ping answer and
+Callers: the replica, coordinator (group and transaction), controller and broker actors. The controller learns each endpoint from the actor's ping answer and
 registers it (core.metadata.handle_register_node), then pushes images to actors
 whose ping shows an older image version. The controller runs its node on a
 `NodeThread`: an event loop of its own.
@@ -32,9 +32,10 @@ from rafka.actors.cluster_credential import listener_tls
 from rafka.actors.metrics_export import RayMetricsExporter
 from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
-from rafka.core.errors import KafkaError, RequestTimedOut
+from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, RequestTimedOut
 from rafka.core.kafka_metrics import register_requests
 from rafka.core.metrics import MetricsRegistry
+from rafka.core.producer_ids import ProducerIdBlock
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.framing import tune_malloc
 from rafka.protocol.node_table import node_table
@@ -58,6 +59,18 @@ async def allocate_producer_id_from_controller() -> int:
     return await (await controller()).allocate_producer_id.remote()
 
 
+async def allocate_producer_ids_from_controller() -> ProducerIdBlock:
+    """A transaction coordinator's next block of producer ids (core.producer_ids),
+    from the same controller counter as `allocate_producer_id_from_controller`'s.
+    A controller that is gone or restarting: COORDINATOR_LOAD_IN_PROGRESS
+    (retriable), what Kafka answers while its coordinator waits for a block."""
+    try:
+        first, count = await (await controller()).allocate_producer_ids.remote()
+    except (ValueError, ray.exceptions.RayError) as error:
+        raise CoordinatorLoadInProgress(f"no block of producer ids from the controller: {error}") from None
+    return ProducerIdBlock(first, count)
+
+
 async def alter_topic_config_on_controller(name: str, ops: list, validate_only: bool = False,
                                            replace: bool = False) -> dict:
     """IncrementalAlterConfigs / AlterConfigs on a replica or coordinator node:
@@ -79,14 +92,14 @@ async def alter_topic_config_on_controller(name: str, ops: list, validate_only: 
 
 class NodeServing:
     def __init__(self, name: str, *, allocate_producer_id: Callable[[], Awaitable[int]], partitions=None,
-                 groups=None, topic_admin_host=None, list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
+                 groups=None, transactions=None, topic_admin_host=None, list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
                  alter_topic_config: Callable[..., Awaitable[dict]] | None = None, listener_port: int = 0,
                  image_source: Callable[[], ClusterImage] | None = None,
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
                  view: Callable[[ClusterImage], ClusterImage] | None = None,
                  dispatcher_factory: Callable[..., Dispatcher] = Dispatcher, reuse_port: bool = False) -> None:
         """The hosts are what this actor answers for (protocol.node_table): its
-        partition, its groups, topic administration; `alter_topic_config`: how a
+        partition, its groups, its transactional ids, topic administration; `alter_topic_config`: how a
         node that is not the controller reaches it (alter_topic_config_on_controller);
         `image_source`: where Metadata answers come from, by default the newest
         image offered (the controller passes its own, always current);
@@ -98,6 +111,7 @@ class NodeServing:
         tune_malloc()
         self.name = name
         self._table_options = dict(allocate_producer_id=allocate_producer_id, partitions=partitions, groups=groups,
+                                   transactions=transactions,
                                    topic_admin_host=topic_admin_host, list_groups=list_groups,
                                    alter_topic_config=alter_topic_config)
         self._image_source = image_source

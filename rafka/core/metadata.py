@@ -395,8 +395,9 @@ class ClusterMetadata:
         return [_partition_record(topic, partition, new)], new
 
     def handle_allocate_producer_id(self) -> tuple[list[Record], int]:
-        """A producer id never handed out before (idempotent producers)."""
-        return [{"type": "producer_ids", "next": self.next_producer_id + 1}], self.next_producer_id
+        """A producer id never handed out before (idempotent producers): a block of one."""
+        records, (first, _) = self.handle_allocate_producer_ids(1)
+        return records, first
 
     def handle_allocate_producer_ids(self, count: int = 1000) -> tuple[list[Record], tuple[int, int]]:
         """A block of `count` producer ids never handed out before, (first id, count)

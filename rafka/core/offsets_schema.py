@@ -153,6 +153,12 @@ def decode_key(data: bytes | None) -> OffsetKey | GroupKey:
     return key
 
 
+def decode_record(key: bytes | None, value: bytes | None) -> tuple[OffsetKey | GroupKey, OffsetValue | GroupValue | None]:
+    """A record of the partition as its coordinator replays it (actors.coordinator_load)."""
+    decoded = decode_key(key)
+    return decoded, decode_value(decoded, value)
+
+
 def decode_value(key: OffsetKey | GroupKey, data: bytes | None) -> OffsetValue | GroupValue | None:
     """The value for `key`'s kind; None for a tombstone."""
     if data is None:

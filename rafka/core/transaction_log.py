@@ -198,6 +198,13 @@ def decode_key(data: bytes | None) -> TxnKey | UnknownTxnKey:
     return key
 
 
+def decode_record(key: bytes | None, value: bytes | None) -> tuple[TxnKey | UnknownTxnKey, TxnLogValue | None]:
+    """A record of the partition as its coordinator replays it (actors.coordinator_load);
+    a key of an unknown version comes with no value (loading skips it)."""
+    decoded = decode_key(key)
+    return decoded, None if isinstance(decoded, UnknownTxnKey) else decode_value(value)
+
+
 def _state(state_id: int) -> TxnState:
     state = STATES_BY_ID.get(state_id)
     if state is None:

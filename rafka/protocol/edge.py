@@ -5,7 +5,8 @@ keep their own nodes as the internal listener (core.cluster_image).
 
 Routes, by API:
   * answered here from the broker view of the cluster image: ApiVersions,
-    Metadata, FindCoordinator, DescribeConfigs, InitProducerId, DescribeAcls, SASL;
+    Metadata, FindCoordinator, DescribeConfigs, InitProducerId without a transactional
+    id, DescribeAcls, SASL;
   * partition APIs (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch): each
     partition goes to its leader replica's actor when that replica runs on this
     broker; any other partition is answered here as Kafka's broker answers one it
@@ -13,6 +14,12 @@ Routes, by API:
     partition exists);
   * group APIs: to the group's coordinator actor when it runs on this broker,
     else NOT_COORDINATOR from here; ListGroups asks every coordinator here;
+  * transaction APIs, as the group APIs: InitProducerId with a transactional
+    id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and DescribeTransactions to
+    the coordinator of each id's `__transaction_state` partition when it runs on
+    this broker, else NOT_COORDINATOR from here; ListTransactions asks every
+    transaction coordinator here. InitProducerId without one is answered here
+    (an idempotent producer's id, from the controller);
   * topic, config and ACL administration: to the controller's node, from any broker
     (Kafka's brokers forward it to the controller, KIP-590); tried again once on
     a new connection if the first is lost, then answered REQUEST_TIMED_OUT
@@ -86,6 +93,7 @@ from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NetworkException, RequestTimedOut
 from rafka.core.offsets_schema import partition_for_group
 from rafka.protocol.authorization import check_of, config_acl_resource, decide, gate
+from rafka.core.transaction_log import partition_for as partition_for_transaction
 from rafka.protocol.connection import Connection, SaslLogin
 from rafka.protocol.dispatch import (ANONYMOUS_SESSION, DispatchTable, Dispatcher, ParsedRequest, Session,
                                     encode_response)
@@ -125,6 +133,18 @@ OFFSET_FETCH_KEY = 9       # group_id (v0-7) or groups[].group_id (v8+)
 # APIs about several groups: request list field (of names or of entries), answer list field
 GROUP_LIST_APIS = {9: ("groups", "groups"), 15: ("groups", "groups"), 42: ("groups_names", "results")}
 LIST_GROUPS_KEY = 16
+INIT_PRODUCER_ID_KEY = 22
+ADD_PARTITIONS_TO_TXN_KEY = 24
+FIRST_BATCHED_ADD_PARTITIONS_VERSION = 4   # a batch of transactions (KIP-890) instead of one
+# APIs about one transactional id: the request field naming it. InitProducerId,
+# AddPartitionsToTxn (v0-3), AddOffsetsToTxn, EndTxn
+SINGLE_TRANSACTION_APIS = {22: "transactional_id", 24: "v3_and_below_transactional_id", 25: "transactional_id",
+                           26: "transactional_id"}
+# APIs about several transactional ids: request list field (of ids or of entries), answer list field.
+# AddPartitionsToTxn v4+, DescribeTransactions
+TRANSACTION_LIST_APIS = {24: ("transactions", "results_by_transaction"), 65: ("transactional_ids", "transaction_states")}
+LIST_TRANSACTIONS_KEY = 66
+TRANSACTION_APIS = frozenset(SINGLE_TRANSACTION_APIS) | frozenset(TRANSACTION_LIST_APIS) | {LIST_TRANSACTIONS_KEY}
 # Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls
 CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31})
 
@@ -183,7 +203,7 @@ class EdgeDispatcher(Dispatcher):
     async def dispatch(self, frame, *, connection_id: str = "", session: Session = ANONYMOUS_SESSION) -> bytes | None:
         api_key, _ = peek_api_key_and_version(frame)
         if api_key in PARTITION_APIS or api_key in SINGLE_GROUP_APIS or api_key in GROUP_LIST_APIS \
-                or api_key in CONTROLLER_APIS or api_key == LIST_GROUPS_KEY:
+                or api_key in CONTROLLER_APIS or api_key == LIST_GROUPS_KEY or api_key in TRANSACTION_APIS:
             started_s = self._clock_s()
             parsed = self.parse(frame, connection_id=connection_id, session=session)
             if not parsed.is_unsupported_api_versions:
@@ -209,6 +229,10 @@ class EdgeDispatcher(Dispatcher):
             targets = self._partition_targets(api_key, body, decision.refused_names(ResourceType.TOPIC))
         elif api_key == LIST_GROUPS_KEY:
             targets = {endpoint: body for endpoint in self._coordinators_here()} or {None: body}
+        elif api_key == LIST_TRANSACTIONS_KEY:
+            targets = {endpoint: body for endpoint in self._coordinators_here(transactions=True)} or {None: body}
+        elif api_key in TRANSACTION_APIS:
+            targets = self._transaction_targets(api_key, body, parsed.context.api_version)
         else:
             targets = self._group_targets(api_key, body, parsed.context.api_version,
                                           decision.refused_names(ResourceType.GROUP))
@@ -308,24 +332,37 @@ class EdgeDispatcher(Dispatcher):
             return None
         return node.host, node.port
 
-    def _coordinator_here(self, group_id: str) -> Endpoint | None:
+    def _coordinator_here(self, key: str, *, transactions: bool = False) -> Endpoint | None:
+        """The endpoint of the coordinator of group `key` (of transactional id `key`
+        with `transactions`) if it runs on this broker, else None."""
         image = self._image()
-        if not image.coordinator_nodes:
+        nodes = image.transaction_coordinator_nodes if transactions else image.coordinator_nodes
+        if not nodes:
             return None
-        partition = partition_for_group(group_id, len(image.coordinator_nodes))
-        node = image.nodes.get(image.coordinator_nodes[partition])
-        if image.coordinator_broker(partition) != self.broker_id or node is None:
+        partition = (partition_for_transaction if transactions else partition_for_group)(key, len(nodes))
+        node = image.nodes.get(nodes[partition])
+        if image.coordinator_broker(partition, nodes=nodes) != self.broker_id or node is None:
             return None
         return node.host, node.port
 
-    def _coordinators_here(self) -> list[Endpoint]:
+    def _coordinators_here(self, *, transactions: bool = False) -> list[Endpoint]:
         image = self._image()
+        nodes = image.transaction_coordinator_nodes if transactions else image.coordinator_nodes
         found = []
-        for partition, node_id in enumerate(image.coordinator_nodes):
+        for partition, node_id in enumerate(nodes):
             node = image.nodes.get(node_id)
-            if node is not None and image.coordinator_broker(partition) == self.broker_id:
+            if node is not None and image.coordinator_broker(partition, nodes=nodes) == self.broker_id:
                 found.append((node.host, node.port))
         return sorted(set(found))
+
+    def _transaction_targets(self, api_key: int, body, version: int) -> dict[Endpoint | None, Any]:
+        if api_key == INIT_PRODUCER_ID_KEY and body.transactional_id is None:
+            return {None: body}   # an idempotent producer's id: answered here
+        if api_key in SINGLE_TRANSACTION_APIS and not (
+                api_key == ADD_PARTITIONS_TO_TXN_KEY and version >= FIRST_BATCHED_ADD_PARTITIONS_VERSION):
+            return {self._coordinator_here(getattr(body, SINGLE_TRANSACTION_APIS[api_key]), transactions=True): body}
+        field, _ = TRANSACTION_LIST_APIS[api_key]
+        return self._split_by_coordinator(body, field, transactions=True)
 
     def _group_targets(self, api_key: int, body, version: int, refused: frozenset[str] = frozenset()
                        ) -> dict[Endpoint | None, Any]:
@@ -334,10 +371,18 @@ class EdgeDispatcher(Dispatcher):
         if api_key in SINGLE_GROUP_APIS or (api_key == OFFSET_FETCH_KEY and version < 8):
             return {None if body.group_id in refused else self._coordinator_here(body.group_id): body}
         field, _ = GROUP_LIST_APIS[api_key]
+        return self._split_by_coordinator(body, field, refused=refused)
+
+    def _split_by_coordinator(self, body, field: str, *, transactions: bool = False,
+                              refused: frozenset[str] = frozenset()) -> dict[Endpoint | None, Any]:
+        """The request's list `field` (of names, or of entries naming a group or a
+        transactional id) split by the coordinator each goes to (None: answered
+        here, among them every `refused` one)."""
         split: dict[Endpoint | None, list] = {}
         for item in getattr(body, field):
-            group_id = item if isinstance(item, str) else item.group_id
-            split.setdefault(None if group_id in refused else self._coordinator_here(group_id), []).append(item)
+            key = item if isinstance(item, str) else item.transactional_id if transactions else item.group_id
+            split.setdefault(None if key in refused else self._coordinator_here(key, transactions=transactions),
+                             []).append(item)
         return {endpoint: dataclasses.replace(body, **{field: tuple(items)}) for endpoint, items in split.items()} \
             or {None: body}
 
@@ -535,9 +580,15 @@ def _merge(api_key: int, version: int, answers: list):
                 merged[key] = topic
         changes[api.answer_topics] = tuple(merged.values())
     else:
-        field = ("groups" if api_key == LIST_GROUPS_KEY else ITEM_APIS[api_key].answer_items if api_key in ITEM_APIS
-                 else GROUP_LIST_APIS[api_key][1])
+        field = (ITEM_APIS[api_key].answer_items if api_key in ITEM_APIS else _ANSWER_LISTS.get(api_key)
+                 or GROUP_LIST_APIS.get(api_key, TRANSACTION_LIST_APIS.get(api_key))[1])
         changes[field] = tuple(item for answer in answers for item in getattr(answer, field))
-        if api_key == LIST_GROUPS_KEY:
+        if api_key in (LIST_GROUPS_KEY, LIST_TRANSACTIONS_KEY, ADD_PARTITIONS_TO_TXN_KEY):   # a top-level code
             changes["error_code"] = next((a.error_code for a in answers if a.error_code != 0), first.error_code)
+        if api_key == LIST_TRANSACTIONS_KEY:
+            changes["unknown_state_filters"] = tuple(sorted({f for a in answers for f in a.unknown_state_filters}))
     return dataclasses.replace(first, **changes)
+
+
+# the answer's list field of the APIs asked of every coordinator here
+_ANSWER_LISTS = {LIST_GROUPS_KEY: "groups", LIST_TRANSACTIONS_KEY: "transaction_states"}

@@ -46,9 +46,12 @@ class Chunk:
     end_offset: int | None
     high_watermark: int
 
-    def in_range(self) -> Iterator[Record]:
-        """The decoded records at from_offset .. end - 1."""
-        for _, records in decode_batches(self.records):
+    def in_range(self, *, skip_control: bool = False) -> Iterator[Record]:
+        """The decoded records at from_offset .. end - 1; `skip_control`: without
+        the records of control batches (transaction markers)."""
+        for header, records in decode_batches(self.records):
+            if skip_control and header.is_control:
+                continue
             for record in records:
                 if record.offset >= self.from_offset and (self.end_offset is None or record.offset < self.end_offset):
                     yield record

@@ -15,9 +15,11 @@ from tests.core.protocol_node import ProtocolNode
 pytestmark = pytest.mark.compat
 
 
-@pytest.fixture
-def node(tmp_path):
-    with ProtocolNode(tmp_path, {"orders": 2}) as node:
+@pytest.fixture(params=["actor node", "broker edge"])
+def node(tmp_path, request):
+    """Clients at the actors' node, or at a broker's node in front of it (protocol.edge
+    routes the transaction APIs to the transaction coordinator's node)."""
+    with ProtocolNode(tmp_path, {"orders": 2}, edge=request.param == "broker edge") as node:
         yield node
 
 

@@ -206,7 +206,7 @@ class ProtocolNode:
         # One server (port) per actor, as in a cluster, all answering from one table:
         # librdkafka 2.0 mixes up node ids that share an address.
         actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), "0" if self.with_edge else None),
-                  (transaction_coordinator_actor_name(0), None)] + [
+                  (transaction_coordinator_actor_name(0), "0" if self.with_edge else None)] + [
             (replica_actor_name(name, p, 0), str(self.metadata.topics[name].partitions[p].brokers[0]))
             for name, count in self.topics.items() for p in range(count)]
         self.servers = []

@@ -30,8 +30,8 @@ from rafka.core.cluster_image import ClusterImage, PartitionImage, TopicImage
 from rafka.core.errors import (CorruptCoordinatorRecord, NetworkException, NotLeaderOrFollower, OffsetNotAvailable,
                                OffsetOutOfRange, RequestTimedOut)
 from rafka.core.metadata import NodeEndpoint
-from rafka.core.offsets_schema import OffsetKey, OffsetValue, encode_key, encode_value
-from rafka.core.records import RecordInput, encode_batch
+from rafka.core.offsets_schema import OffsetKey, OffsetValue, decode_record, encode_key, encode_value
+from rafka.core.records import RecordInput, encode_batch, encode_end_txn_marker
 from rafka.core.replica import LATEST_TIMESTAMP
 from rafka.protocol.range_reads import RangeRead, read_range, read_range_async
 from rafka.protocol.retry import (PinnedLeader, ask_leader, ask_leader_once_async, is_retriable, retry_until,
@@ -377,7 +377,7 @@ def partition_load(events: list, leader: FakeLeader, replayed: list, *, epochs=(
         epoch = epochs.pop(0) if len(epochs) > 1 else epochs[0]
         events.append(("leader", epoch))
         return A, epoch
-    return PartitionLoad(topic=TOPIC, partition=0, leader=lookup, nodes=leader,
+    return PartitionLoad(topic=TOPIC, partition=0, leader=lookup, nodes=leader, decode=decode_record,
                          replay=lambda key, value: replayed.append((key, value)), ask_timeout_s=1.0,
                          retry_backoff_s=0.25, may_retry_also=may_retry_also,
                          on_retry=lambda error: events.append(("forget leader", type(error).__name__)),
@@ -395,6 +395,21 @@ def test_coordinator_load__a_leader_gone_then_back__retried_from_a_leader_looked
     assert [(key.partition, value.offset) for key, value in replayed] == [(0, 5), (1, 9)]
     assert [e for e in events if e[0] in ("leader", "forget leader", "sleep")] == [
         ("leader", 1), ("forget leader", "NotLeaderOrFollower"), ("sleep", 0.25), ("leader", 2)]
+
+
+def test_coordinator_load__a_transaction_marker_in_the_log__skipped_not_a_corrupt_record():
+    """A transaction's offsets in __consumer_offsets end with a COMMIT or ABORT
+    control batch (WriteTxnMarkers): not a record of the offsets schema."""
+    events: list = []
+    marker = encode_end_txn_marker(producer_id=7, producer_epoch=0, coordinator_epoch=1, commit=False,
+                                   timestamp_ms=1_001, base_offset=1)
+    log = [offsets_batch(0, [commit("billing", 0, 5)]), marker, offsets_batch(2, [commit("billing", 1, 9)])]
+    leader = FakeLeader(events, log, high_watermark=3, addresses=(A,))
+    replayed: list = []
+    load = partition_load(events, leader, replayed, epochs=(3,))
+    asyncio.run(load.run())
+    assert load.loaded and load.failure is None and load.leader_epoch == 3
+    assert [(key.partition, value.offset) for key, value in replayed] == [(0, 5), (1, 9)]
 
 
 def test_coordinator_load__a_record_that_does_not_decode__fails_once_loudly_no_retry(caplog):
@@ -433,7 +448,8 @@ def test_coordinator_load__replay_refuses_a_record_or_a_value_error__final_not_r
 
     def refuse(key, value):
         raise KeyError("topics")
-    load = PartitionLoad(topic=TOPIC, partition=0, leader=lambda: _answer((A, 1)), nodes=leader, replay=refuse,
+    load = PartitionLoad(topic=TOPIC, partition=0, leader=lambda: _answer((A, 1)), nodes=leader, decode=decode_record,
+                         replay=refuse,
                          ask_timeout_s=1.0, retry_backoff_s=0.25, sleep=pytest.fail)
     asyncio.run(load.run())
     assert isinstance(load.failure, RuntimeError) and "orders-0 at offset 0" in load.error and "KeyError" in load.error
@@ -445,7 +461,8 @@ def test_coordinator_load__replay_refuses_a_record_or_a_value_error__final_not_r
     async def lookup():
         raise lookups.pop(0)
     clock = FakeClock(events)
-    widened = PartitionLoad(topic=TOPIC, partition=0, leader=lookup, nodes=leader, replay=lambda k, v: None,
+    widened = PartitionLoad(topic=TOPIC, partition=0, leader=lookup, nodes=leader, decode=decode_record,
+                            replay=lambda k, v: None,
                             ask_timeout_s=1.0, retry_backoff_s=0.25, sleep=clock.async_sleep,
                             may_retry_also=lambda error: isinstance(error, RayStyleError))
     asyncio.run(widened.run())

@@ -279,3 +279,41 @@ def test_acl_changes__relayed_to_the_controller__refused_here_when_the_clients_p
     (refused,) = exchange(node, _create_acls("User:ANONYMOUS"))
     assert [r.error_code for r in refused.results] == [ErrorCode.cluster_authorization_failed]
     assert len(node.metadata.acl_bindings) == 1 and node.edge.relayed_requests == 1
+
+
+def test_transaction_apis__routed_to_the_coordinator_here__not_coordinator_when_it_runs_elsewhere(node):
+    """InitProducerId without a transactional id is answered here; with one, and
+    AddPartitionsToTxn, EndTxn and DescribeTransactions, go to the transaction
+    coordinator's node when it runs on this broker; ListTransactions asks every one
+    here. Moved to broker 1 (no broker node of this one): NOT_COORDINATOR from
+    here, and ListTransactions lists nothing."""
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+    from kio.static.primitive import i64
+
+    from rafka.core.actor_names import transaction_coordinator_actor_name
+
+    def init(transactional_id):
+        return InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout=i32Timedelta.parse(
+            datetime.timedelta(seconds=30)), producer_id=i64(-1), producer_epoch=i16(-1))
+    listing = ListTransactionsRequest(state_filters=("Empty", "Bogus"), producer_id_filters=(),
+                                      duration_filter=i64(-1))
+    # (an Empty transaction's start time is -1, which kio's reader refuses: "nobody" is described)
+    idempotent, transactional, described, listed = exchange(
+        node, init(None), init("routed"), DescribeTransactionsRequest(transactional_ids=("nobody",)), listing)
+    assert (idempotent.error_code, transactional.error_code) == (ErrorCode.none, ErrorCode.none)
+    assert int(transactional.producer_id) == node.transactions.shard.metadata["routed"].producer_id
+    assert [s.error_code for s in described.transaction_states] == [ErrorCode.transactional_id_not_found]
+    assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [("routed", "Empty")]
+    assert listed.unknown_state_filters == ("Bogus",)
+
+    actor = transaction_coordinator_actor_name(0)
+    endpoint = node.metadata.nodes[actor]
+    node._apply(node.metadata.handle_register_node(actor, endpoint.host, endpoint.port, "1")[0])
+    node._rebuild_image()
+    transactional, described, listed = exchange(
+        node, init("routed"), DescribeTransactionsRequest(transactional_ids=("routed",)), listing)
+    assert transactional.error_code == ErrorCode.not_coordinator
+    assert [s.error_code for s in described.transaction_states] == [ErrorCode.not_coordinator]
+    assert (listed.error_code, listed.transaction_states) == (ErrorCode.none, ())

@@ -1,0 +1,215 @@
+"""Transactions on the cluster: confluent-kafka's (librdkafka's) transactional
+producer through the brokers' nodes, the transaction coordinator actor of
+`__transaction_state` (R3, min ISR 2) behind them, its markers written to the
+partition leaders over the wire, and read_committed / read_uncommitted
+consumers; zombie fencing; the coordinator actor killed mid-transaction and a
+new one finishing it."""
+
+import asyncio
+import time
+
+import pytest
+import ray
+
+from rafka.actors.replica import NAMESPACE
+from rafka.core.actor_names import transaction_coordinator_actor_name
+from tests.harness import wait_until
+
+pytestmark = pytest.mark.cluster
+
+TOPIC = "txn-orders"
+
+
+@pytest.fixture(scope="module")
+def coordinator(cluster):
+    cluster.admin().create_topic(TOPIC, partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    handle = ray.get_actor(transaction_coordinator_actor_name(0), namespace=NAMESPACE)
+    wait_until(lambda: ray.get(handle.ping.remote(), timeout=5)["loaded"], what="the transaction coordinator loaded")
+    return handle
+
+
+def transactional_producer(cluster, transactional_id):
+    from confluent_kafka import Producer
+    return Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": transactional_id,
+                     "transaction.timeout.ms": 30_000})
+
+
+def state_of(coordinator, transactional_id):
+    return ray.get(coordinator.describe_transaction.remote(transactional_id), timeout=5)
+
+
+def settle(coordinator, transactional_id, state):
+    """The coordinator's state for the id once it is `state` (its markers written)."""
+    return wait_until(lambda: (found := state_of(coordinator, transactional_id)).state == state and found,
+                      what=f"{transactional_id} reaching {state}")
+
+
+def read_values(cluster, isolation_level, topic=TOPIC):
+    """Every value a confluent-kafka consumer at `isolation_level` reads from the
+    start of both partitions, by partition, up to where the partition ends for it
+    (the LSO read_committed, the HW read_uncommitted)."""
+    from confluent_kafka import Consumer, TopicPartition as CTopicPartition
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"read-{isolation_level}",
+                         "isolation.level": isolation_level, "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        consumer.assign([CTopicPartition(topic, p, 0) for p in (0, 1)])
+        values, at_end = {0: [], 1: []}, set()
+        deadline = time.monotonic() + 60
+        while len(at_end) < 2 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                at_end.add(message.partition())
+                continue
+            values[message.partition()].append(message.value())
+        assert at_end == {0, 1}, f"the consumer did not reach the end of both partitions: {values}"
+        return values
+    finally:
+        consumer.close()
+
+
+def committed_and_all(cluster, prefix):
+    """(read_committed values, read_uncommitted values) of the records whose value starts with `prefix`."""
+    def mine(values):
+        return {p: [v for v in vs if v.startswith(prefix)] for p, vs in values.items()}
+    return mine(read_values(cluster, "read_committed")), mine(read_values(cluster, "read_uncommitted"))
+
+
+def test_confluent_kafka__init_commit_abort_commit__read_committed_reads_the_committed_only(cluster, coordinator):
+    producer = transactional_producer(cluster, "ck-txn")
+    producer.init_transactions(60)
+    first = state_of(coordinator, "ck-txn")
+    assert (first.state, first.producer_epoch) == ("Empty", 0)
+
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(TOPIC, value=b"ck-c%d" % i, partition=i % 2)
+    producer.commit_transaction(60)
+    settle(coordinator, "ck-txn", "CompleteCommit")
+
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"ck-a0", partition=0)
+    producer.produce(TOPIC, value=b"ck-a1", partition=1)
+    producer.flush(60)
+    producer.abort_transaction(60)
+    settle(coordinator, "ck-txn", "CompleteAbort")
+
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"ck-c3", partition=1)
+    producer.commit_transaction(60)
+    last = settle(coordinator, "ck-txn", "CompleteCommit")
+    assert (last.producer_id, last.producer_epoch) == (first.producer_id, 0)
+
+    committed, everything = committed_and_all(cluster, b"ck-")
+    assert committed == {0: [b"ck-c0", b"ck-c2"], 1: [b"ck-c1", b"ck-c3"]}
+    assert everything == {0: [b"ck-c0", b"ck-c2", b"ck-a0"], 1: [b"ck-c1", b"ck-a1", b"ck-c3"]}
+
+
+def test_list_and_describe_transactions__through_the_brokers__the_coordinators_broker_answers(cluster, coordinator):
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.errors import ErrorCode
+    from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+    from kio.static.primitive import i64
+
+    from rafka.protocol.connection import Connection
+    producer = transactional_producer(cluster, "listed")
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"listed-0", partition=0)
+    producer.commit_transaction(60)
+    settle(coordinator, "listed", "CompleteCommit")
+
+    async def ask(address, request):
+        host, port = address.rsplit(":", 1)
+        connection = await Connection.open(host, int(port))
+        try:
+            return await connection.request(request)
+        finally:
+            await connection.close()
+    listing = ListTransactionsRequest(state_filters=("CompleteCommit",), producer_id_filters=(),
+                                      duration_filter=i64(-1))
+    answers = {address: (asyncio.run(ask(address, listing)),
+                         asyncio.run(ask(address, DescribeTransactionsRequest(transactional_ids=("listed",)))))
+               for address in cluster.bootstrap_servers.split(",")}
+    listed = [(t.transactional_id, t.transaction_state) for listed, _ in answers.values()
+              for t in listed.transaction_states]
+    assert ("listed", "CompleteCommit") in listed and len(listed) == len(set(listed))   # from one broker only
+    described = sorted(described.transaction_states[0].error_code for _, described in answers.values())
+    assert described == sorted([ErrorCode.none] + [ErrorCode.not_coordinator] * (len(answers) - 1))
+
+
+def test_second_producer_with_the_same_id__fences_the_first__nothing_it_wrote_is_visible(cluster, coordinator):
+    from confluent_kafka import KafkaError, KafkaException
+    first = transactional_producer(cluster, "zombie")
+    first.init_transactions(60)
+    first.begin_transaction()
+    first.produce(TOPIC, value=b"zombie-z0", partition=0)
+    first.flush(60)
+    second = transactional_producer(cluster, "zombie")
+    second.init_transactions(60)   # aborts the first's open transaction, then bumps the epoch
+    assert state_of(coordinator, "zombie").producer_epoch == 2
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(60)
+    assert raised.value.args[0].code() == KafkaError._FENCED and raised.value.args[0].fatal()
+    second.begin_transaction()
+    second.produce(TOPIC, value=b"zombie-s0", partition=1)
+    second.commit_transaction(60)
+    settle(coordinator, "zombie", "CompleteCommit")
+    committed, everything = committed_and_all(cluster, b"zombie-")
+    assert committed == {0: [], 1: [b"zombie-s0"]}
+    assert everything == {0: [b"zombie-z0"], 1: [b"zombie-s0"]}
+
+
+def restart(coordinator):
+    """The coordinator actor killed (Ray restarts it); its successor once loaded."""
+    before = ray.get(coordinator.ping.remote(), timeout=5)
+    ray.kill(coordinator, no_restart=False)
+    return wait_until(lambda: (p := ray.get(coordinator.ping.remote(), timeout=5))["pid"] != before["pid"]
+                      and p["loaded"] and p, what="the restarted transaction coordinator loading")
+
+
+def test_coordinator_killed_mid_transaction__the_new_one_loads_it_and_the_commit_completes(cluster, coordinator):
+    producer = transactional_producer(cluster, "failover")
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"failover-0", partition=0)
+    producer.produce(TOPIC, value=b"failover-1", partition=1)
+    producer.flush(60)
+    open_before = state_of(coordinator, "failover")
+    restart(coordinator)
+    loaded = state_of(coordinator, "failover")
+    assert (loaded.state, loaded.producer_id, loaded.producer_epoch, loaded.topic_partitions) == (
+        "Ongoing", open_before.producer_id, open_before.producer_epoch, frozenset({(TOPIC, 0), (TOPIC, 1)}))
+    producer.commit_transaction(60)   # librdkafka finds the coordinator again and ends the transaction
+    settle(coordinator, "failover", "CompleteCommit")
+    committed, _ = committed_and_all(cluster, b"failover-")
+    assert committed == {0: [b"failover-0"], 1: [b"failover-1"]}
+
+
+def test_coordinator_killed_after_prepare_commit__the_new_one_writes_the_markers(cluster, coordinator):
+    """Killed as soon as EndTxn is answered (PrepareCommit written; its markers
+    in flight or not sent): the new coordinator completes the commit on every
+    partition (Kafka's failover), and a new producer of the id fences the old one."""
+    from confluent_kafka import KafkaError, KafkaException
+    producer = transactional_producer(cluster, "prepared")
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"prepared-0", partition=0)
+    producer.produce(TOPIC, value=b"prepared-1", partition=1)
+    producer.commit_transaction(60)
+    restarted = restart(coordinator)
+    done = settle(coordinator, "prepared", "CompleteCommit")
+    assert restarted["coordinator_epoch"] >= 0
+    committed, _ = committed_and_all(cluster, b"prepared-")
+    assert committed == {0: [b"prepared-0"], 1: [b"prepared-1"]}
+
+    successor = transactional_producer(cluster, "prepared")
+    successor.init_transactions(60)
+    assert state_of(coordinator, "prepared").producer_epoch == done.producer_epoch + 1
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"prepared-zombie", partition=0)
+    with pytest.raises(KafkaException) as raised:
+        producer.commit_transaction(60)
+    assert raised.value.args[0].code() == KafkaError._FENCED
