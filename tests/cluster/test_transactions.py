@@ -6,13 +6,13 @@ consumers; zombie fencing; the coordinator actor killed mid-transaction and a
 new one finishing it."""
 
 import asyncio
-import time
 
 import pytest
 import ray
 
 from rafka.actors.replica import NAMESPACE
 from rafka.core.actor_names import transaction_coordinator_actor_name
+from tests.compat.confluent_reads import read_values
 from tests.harness import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -34,6 +34,16 @@ def transactional_producer(cluster, transactional_id):
                      "transaction.timeout.ms": 30_000})
 
 
+def open_transaction(cluster, transactional_id):
+    """A producer of the id in a transaction with `<id>-0` sent to partition 0 and `<id>-1` to 1."""
+    producer = transactional_producer(cluster, transactional_id)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for p in (0, 1):
+        producer.produce(TOPIC, value=b"%s-%d" % (transactional_id.encode(), p), partition=p)
+    return producer
+
+
 def state_of(coordinator, transactional_id):
     return ray.get(coordinator.describe_transaction.remote(transactional_id), timeout=5)
 
@@ -44,37 +54,11 @@ def settle(coordinator, transactional_id, state):
                       what=f"{transactional_id} reaching {state}")
 
 
-def read_values(cluster, isolation_level, topic=TOPIC):
-    """Every value a confluent-kafka consumer at `isolation_level` reads from the
-    start of both partitions, by partition, up to where the partition ends for it
-    (the LSO read_committed, the HW read_uncommitted)."""
-    from confluent_kafka import Consumer, TopicPartition as CTopicPartition
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"read-{isolation_level}",
-                         "isolation.level": isolation_level, "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    try:
-        consumer.assign([CTopicPartition(topic, p, 0) for p in (0, 1)])
-        values, at_end = {0: [], 1: []}, set()
-        deadline = time.monotonic() + 60
-        while len(at_end) < 2 and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                at_end.add(message.partition())
-                continue
-            values[message.partition()].append(message.value())
-        assert at_end == {0, 1}, f"the consumer did not reach the end of both partitions: {values}"
-        return values
-    finally:
-        consumer.close()
-
-
 def committed_and_all(cluster, prefix):
     """(read_committed values, read_uncommitted values) of the records whose value starts with `prefix`."""
     def mine(values):
         return {p: [v for v in vs if v.startswith(prefix)] for p, vs in values.items()}
-    return mine(read_values(cluster, "read_committed")), mine(read_values(cluster, "read_uncommitted"))
+    return tuple(mine(read_values(cluster.bootstrap_servers, TOPIC, level)) for level in ("read_committed", "read_uncommitted"))
 
 
 def test_confluent_kafka__init_commit_abort_commit__read_committed_reads_the_committed_only(cluster, coordinator):
@@ -114,11 +98,7 @@ def test_list_and_describe_transactions__through_the_brokers__the_coordinators_b
     from kio.static.primitive import i64
 
     from rafka.protocol.connection import Connection
-    producer = transactional_producer(cluster, "listed")
-    producer.init_transactions(60)
-    producer.begin_transaction()
-    producer.produce(TOPIC, value=b"listed-0", partition=0)
-    producer.commit_transaction(60)
+    open_transaction(cluster, "listed").commit_transaction(60)
     settle(coordinator, "listed", "CompleteCommit")
 
     async def ask(address, request):
@@ -142,10 +122,7 @@ def test_list_and_describe_transactions__through_the_brokers__the_coordinators_b
 
 def test_second_producer_with_the_same_id__fences_the_first__nothing_it_wrote_is_visible(cluster, coordinator):
     from confluent_kafka import KafkaError, KafkaException
-    first = transactional_producer(cluster, "zombie")
-    first.init_transactions(60)
-    first.begin_transaction()
-    first.produce(TOPIC, value=b"zombie-z0", partition=0)
+    first = open_transaction(cluster, "zombie")
     first.flush(60)
     second = transactional_producer(cluster, "zombie")
     second.init_transactions(60)   # aborts the first's open transaction, then bumps the epoch
@@ -159,7 +136,7 @@ def test_second_producer_with_the_same_id__fences_the_first__nothing_it_wrote_is
     settle(coordinator, "zombie", "CompleteCommit")
     committed, everything = committed_and_all(cluster, b"zombie-")
     assert committed == {0: [], 1: [b"zombie-s0"]}
-    assert everything == {0: [b"zombie-z0"], 1: [b"zombie-s0"]}
+    assert everything == {0: [b"zombie-0"], 1: [b"zombie-1", b"zombie-s0"]}
 
 
 def restart(coordinator):
@@ -171,11 +148,7 @@ def restart(coordinator):
 
 
 def test_coordinator_killed_mid_transaction__the_new_one_loads_it_and_the_commit_completes(cluster, coordinator):
-    producer = transactional_producer(cluster, "failover")
-    producer.init_transactions(60)
-    producer.begin_transaction()
-    producer.produce(TOPIC, value=b"failover-0", partition=0)
-    producer.produce(TOPIC, value=b"failover-1", partition=1)
+    producer = open_transaction(cluster, "failover")
     producer.flush(60)
     open_before = state_of(coordinator, "failover")
     restart(coordinator)
@@ -193,11 +166,7 @@ def test_coordinator_killed_after_prepare_commit__the_new_one_writes_the_markers
     in flight or not sent): the new coordinator completes the commit on every
     partition (Kafka's failover), and a new producer of the id fences the old one."""
     from confluent_kafka import KafkaError, KafkaException
-    producer = transactional_producer(cluster, "prepared")
-    producer.init_transactions(60)
-    producer.begin_transaction()
-    producer.produce(TOPIC, value=b"prepared-0", partition=0)
-    producer.produce(TOPIC, value=b"prepared-1", partition=1)
+    producer = open_transaction(cluster, "prepared")
     producer.commit_transaction(60)
     restarted = restart(coordinator)
     done = settle(coordinator, "prepared", "CompleteCommit")

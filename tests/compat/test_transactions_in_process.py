@@ -10,6 +10,7 @@ import time
 import pytest
 
 from rafka.core.transaction_log import decode_key, decode_value
+from tests.compat import confluent_reads
 from tests.core.protocol_node import ProtocolNode
 
 pytestmark = pytest.mark.compat
@@ -74,29 +75,7 @@ def test_confluent_kafka__transactional_producer__commit_then_abort_then_commit(
 
 
 def read_values(node, isolation_level):
-    """Every record value a confluent-kafka consumer at `isolation_level` reads from
-    the start of both partitions, by partition (librdkafka skips control batches and,
-    read_committed, the aborted transactions the Fetch answer names)."""
-    from confluent_kafka import Consumer, TopicPartition as CTopicPartition
-    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": f"read-{isolation_level}",
-                         "isolation.level": isolation_level, "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    try:
-        consumer.assign([CTopicPartition("orders", p, 0) for p in (0, 1)])
-        values, at_end = {0: [], 1: []}, set()
-        deadline = time.monotonic() + 30
-        while len(at_end) < 2 and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                at_end.add(message.partition())
-                continue
-            values[message.partition()].append(message.value())
-        assert at_end == {0, 1}
-        return values
-    finally:
-        consumer.close()
+    return confluent_reads.read_values(node.bootstrap, "orders", isolation_level, timeout_s=30)
 
 
 def test_confluent_kafka__send_offsets_to_transaction__offsets_partition_joins(node):
