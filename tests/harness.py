@@ -185,18 +185,21 @@ def read_back(cluster, topic, partition=0):
 
 def wait_until_serving(cluster, timeout_s: float = 120.0) -> float:
     """Every partition of every topic has a leader that answers as leader at the
-    controller's epoch, and every group coordinator has loaded; returns the
-    seconds it took."""
-    from rafka.actors.coordinator import coordinator_actor_name
+    controller's epoch, and every group and transaction coordinator has loaded;
+    returns the seconds it took."""
+    from rafka.core.actor_names import (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, coordinator_actor_name,
+                                        transaction_coordinator_actor_name)
     started_s = time.monotonic()
     snapshot = ray.get(cluster.controller.metadata_snapshot.remote())["topics"]
     for name, topic in snapshot.items():
         for p in topic["partitions"]:
             wait_for_leader(cluster, name, p["partition"], timeout_s=timeout_s)
-    for p in range(len(snapshot.get("__consumer_offsets", {}).get("partitions", []))):
-        coordinator = ray.get_actor(coordinator_actor_name(p), namespace=NAMESPACE)
-        wait_until(lambda: ray.get(coordinator.ping.remote(), timeout=5)["loaded"], timeout_s=timeout_s,
-                   what=f"coordinator {p} loaded")
+    for topic, name_of in ((OFFSETS_TOPIC, coordinator_actor_name),
+                           (TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name)):
+        for p in range(len(snapshot.get(topic, {}).get("partitions", []))):
+            coordinator = ray.get_actor(name_of(p), namespace=NAMESPACE)
+            wait_until(lambda: ray.get(coordinator.ping.remote(), timeout=5)["loaded"], timeout_s=timeout_s,
+                       what=f"{name_of(p)} loaded")
     return time.monotonic() - started_s
 
 

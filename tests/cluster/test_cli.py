@@ -237,7 +237,7 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
     code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir), "--sasl", "--listener-port", "0")
     assert code == 0 and "2 broker node(s)" in out and "controller epoch 1" in out
     assert "listeners require SASL/SCRAM" in out
-    assert "group coordinators: 1" in out
+    assert "group coordinators: 1" in out and "transaction coordinators: 1" in out
 
     code, out, _ = rafka(ray_address, "topics", "--create", "--topic", "clicks", "--partitions", "2",
                          "--replication-factor", "2", "--config", "min.insync.replicas=2")
@@ -249,7 +249,7 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
                          "--replication-factor", "3")
     assert code == 1 and "larger than available brokers: 2" in err
 
-    assert rafka(ray_address, "topics", "--list")[1] == "__consumer_offsets\nclicks\n"
+    assert rafka(ray_address, "topics", "--list")[1] == "__consumer_offsets\n__transaction_state\nclicks\n"
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == "clicks\n"
     code, out, _ = rafka(ray_address, "topics", "--describe", "--topic", "clicks")
     lines = out.splitlines()
@@ -259,7 +259,7 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
     assert all("LeaderEpoch: 0\tHighWatermark: 0" in line for line in lines[1:])
 
     code, out, _ = rafka(ray_address, "status")
-    assert code == 0 and "brokers:           2" in out and "topics:            2 (3 partitions" in out
+    assert code == 0 and "brokers:           2" in out and "topics:            3 (4 partitions" in out
 
     check_group_commands(ray_address)
     check_lag(ray_address)
@@ -269,7 +269,8 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""
     code, out, _ = rafka(ray_address, "down")
-    # the controller, 2 replicas of __consumer_offsets, 1 coordinator, 2 brokers' nodes
-    assert code == 0 and "rafka is down: 6 actor(s) stopped" in out
-    assert "replicas shut down cleanly: 2 of 2" in out
+    # the controller, 2 replicas of __consumer_offsets and 2 of __transaction_state, a group and a
+    # transaction coordinator, 2 brokers' nodes
+    assert code == 0 and "rafka is down: 9 actor(s) stopped" in out
+    assert "replicas shut down cleanly: 4 of 4" in out
     assert rafka(ray_address, "status")[0] == 1

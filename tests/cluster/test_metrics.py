@@ -166,7 +166,8 @@ def test_metrics__produce_consume_commit__traffic_requests_log_groups_and_lag(cl
     # the controller
     assert scrape.values("kafka_controller_kafkacontroller_activecontrollercount") == [1]
     assert scrape.values("kafka_controller_kafkacontroller_offlinepartitionscount") == [0]
-    assert scrape.values("kafka_controller_kafkacontroller_globalpartitioncount") == [3]   # with __consumer_offsets
+    # with __consumer_offsets and __transaction_state
+    assert scrape.values("kafka_controller_kafkacontroller_globalpartitioncount") == [4]
 
     # the group's coordinator: commits, a rebalance, the group, and its lag
     assert scrape.total("kafka_server_group_coordinator_metrics_offset_commit_total") >= 2
