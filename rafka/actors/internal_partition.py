@@ -53,10 +53,13 @@ class InternalPartition:
     def __init__(self, *, topic: str, partition: int, serving: NodeServing, client_id: str, clock,
                  write_timeout_ms: int, write_timeout_name: str, retry_backoff_ms: int,
                  decode: Decode, replay: Callable, tick: Callable[[], Awaitable[None]], tick_s: float,
-                 on_loaded: Callable[[], None] = lambda: None) -> None:
+                 on_loaded: Callable[[], None] = lambda: None,
+                 on_leader_epoch: Callable[[int], None] = lambda leader_epoch: None) -> None:
         """`write_timeout_name`: the setting `write_timeout_ms` is, for the timeout's
         message (offsets.commit.timeout.ms, request.timeout.ms); `on_loaded()`: at
-        the end of every load that completes (before `tick` runs for it)."""
+        the end of every load that completes (before `tick` runs for it);
+        `on_leader_epoch(epoch)`: the partition's leader epoch in every image taken
+        (pushed or asked for)."""
         self.topic, self.partition = topic, partition
         self.serving = serving
         self.clock = clock
@@ -67,6 +70,7 @@ class InternalPartition:
         self._tick_once = tick
         self.tick_s = tick_s
         self._on_loaded = on_loaded
+        self._on_leader_epoch = on_leader_epoch
         self._image_stale = True     # ask the controller for the image before the first lookup
         self.nodes = NodeConnections(client_id=client_id, request_timeout_ms=write_timeout_ms, sasl=cluster_login,
                                      tls=cluster_client_context())
@@ -123,21 +127,20 @@ class InternalPartition:
         if not self.load.loaded:
             raise CoordinatorLoadInProgress(f"the coordinator of {self.topic}-{self.partition} is loading it")
 
-    def offer_image(self, image) -> int | None:
+    def offer_image(self, image) -> None:
         """A newer image is kept; one that names a newer leader epoch for the
-        partition than the one its failed load read from starts the load again.
-        The partition's leader epoch in the newest image (None: no leader)."""
+        partition than the one its failed load read from starts the load again."""
         self.serving.offer_image(image)
         try:
             _, leader_epoch = self.serving.image.leader_endpoint(self.topic, self.partition)
         except KafkaError:
-            return None
+            return
         if self.load.load_again_for(leader_epoch):
             logger.warning("coordinator of %s-%d: a new leader (epoch %d): loading again after the failed load",
                            self.topic, self.partition, leader_epoch)
             self._loader = None
             self.start()
-        return leader_epoch
+        self._on_leader_epoch(leader_epoch)
 
     # --- the leader ---------------------------------------------------------------------
 
@@ -162,7 +165,7 @@ class InternalPartition:
             found = await controller()
         except ValueError as error:   # Ray's "no such actor": not registered (yet), retriable as a lost connection
             raise NetworkException(f"the controller is not registered: {error}") from error
-        self.serving.offer_image(await found.cluster_image.remote())
+        self.offer_image(await found.cluster_image.remote())
 
     # --- writes -------------------------------------------------------------------------
 

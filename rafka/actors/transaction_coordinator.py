@@ -33,6 +33,7 @@ answers the transaction APIs for its ids (NOT_COORDINATOR for the others).
 
 from __future__ import annotations
 
+import logging
 import os
 
 import ray
@@ -50,6 +51,8 @@ from rafka.core.transaction_state import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRA
 from rafka.protocol.txn_markers import WireMarkerSender
 
 REQUEST_TIMEOUT_MS_DEFAULT = 30_000   # Kafka's request.timeout.ms
+
+logger = logging.getLogger(__name__)
 
 
 class TransactionCoordinatorActor:
@@ -81,7 +84,8 @@ class TransactionCoordinatorActor:
                                      clock=self.clock, write_timeout_ms=request_timeout_ms,
                                      write_timeout_name="request.timeout.ms", retry_backoff_ms=retry_backoff_ms,
                                      decode=decode_record, replay=self.shard.replay,
-                                     tick=lambda: self.shard.tick(), tick_s=self.TICK_S, on_loaded=self._loaded)
+                                     tick=lambda: self.shard.tick(), tick_s=self.TICK_S, on_loaded=self._loaded,
+                                     on_leader_epoch=self._resign_before)
         self.markers = WireMarkerSender(self.log.nodes, image=lambda: self.serving.image,
                                         refresh=self.log.refresh_image, request_timeout_ms=request_timeout_ms)
         # as the group coordinator's: loading starts from a call to ourselves, retried
@@ -180,11 +184,17 @@ class TransactionCoordinatorActor:
         self.offer_image(image)
 
     def offer_image(self, image) -> None:
-        """A newer image is kept. One that names a newer leader epoch for the
-        partition than the loaded shard's: the shard resigns and a new one loads."""
-        leader_epoch = self.log.offer_image(image)
-        if leader_epoch is None or self.shard.loading or leader_epoch <= self.shard.coordinator_epoch:
+        self.log.offer_image(image)
+
+    def _resign_before(self, leader_epoch: int) -> None:
+        """An image (pushed, or asked for by a write) names `leader_epoch` for the
+        partition: newer than the loaded shard's, the shard resigns and a new one
+        loads."""
+        if self.shard.loading or leader_epoch <= self.shard.coordinator_epoch:
             return
+        logger.info("transaction coordinator %d: %s-%d has a new leader (epoch %d, loaded at %d): loading again",
+                    self.partition, TRANSACTION_STATE_TOPIC, self.partition, leader_epoch,
+                    self.shard.coordinator_epoch)
         self.shard.close()
         self.shard = self._new_shard()
         self.log.load_again(self.shard.replay)

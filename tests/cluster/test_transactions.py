@@ -11,9 +11,9 @@ import pytest
 import ray
 
 from rafka.actors.replica import NAMESPACE
-from rafka.core.actor_names import transaction_coordinator_actor_name
+from rafka.core.actor_names import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
 from tests.compat.confluent_reads import read_values
-from tests.harness import wait_until
+from tests.harness import replica, wait_for_leader, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -182,3 +182,23 @@ def test_coordinator_killed_after_prepare_commit__the_new_one_writes_the_markers
     with pytest.raises(KafkaException) as raised:
         producer.commit_transaction(60)
     assert raised.value.args[0].code() == KafkaError._FENCED
+
+
+def test_transaction_state_leader_killed__the_coordinator_loads_again_at_the_new_epoch_and_the_commit_completes(
+        cluster, coordinator):
+    """A leader election of __transaction_state-0: the coordinator's shard resigns
+    and a new one loads the partition at the new leader epoch (its coordinator
+    epoch, which its markers carry); the open transaction survives and commits."""
+    producer = open_transaction(cluster, "reelected")
+    producer.flush(60)
+    before = wait_for_leader(cluster, TRANSACTION_STATE_TOPIC, 0)
+    ray.kill(replica(TRANSACTION_STATE_TOPIC, 0, before["leader"]), no_restart=False)
+    after = wait_for_leader(cluster, TRANSACTION_STATE_TOPIC, 0, newer_than_epoch=before["leader_epoch"])
+    wait_until(lambda: (p := ray.get(coordinator.ping.remote(), timeout=5))["loaded"]
+               and p["coordinator_epoch"] >= after["leader_epoch"],
+               what="the coordinator loaded again at the new leader epoch")
+    assert state_of(coordinator, "reelected").state == "Ongoing"
+    producer.commit_transaction(60)
+    settle(coordinator, "reelected", "CompleteCommit")
+    committed, _ = committed_and_all(cluster, b"reelected-")
+    assert committed == {0: [b"reelected-0"], 1: [b"reelected-1"]}
