@@ -8,12 +8,15 @@ import ray
 
 from rafka.actors.replica import NAMESPACE, ReplicaActor, replica_actor_name
 from rafka.core.broker_identity import BROKER_ID_LABEL
+from rafka.core.cluster_image import EMPTY_IMAGE
 from rafka.core.errors import NotEnoughReplicas, NotLeaderOrFollower
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
 from tests.harness import produce_to, fetch_from
 
 pytestmark = pytest.mark.ray
+
+OPEN_IMAGE = dataclasses.replace(EMPTY_IMAGE, version=0)
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +27,20 @@ def ray_node():
     ray.shutdown()
 
 
-def start_replicas(tmp_path, topic, count, config=None):
-    """One data dir per replica: on one Ray node (broker 0) they stand in for
-    separate brokers' disks."""
-    actor = ray.remote(ReplicaActor)
-    return [actor.options(name=replica_actor_name(topic, 0, i), num_cpus=0).remote(
-        topic=topic, partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config=config or {},
-        topic_id=f"{topic}-id", cluster_id="cluster-id", fetch_max_wait_ms=200) for i in range(count)]
+def start_replica(tmp_path, topic, replica_id, config=None, **options):
+    """One replica with its own data dir: on one Ray node (broker 0) they stand in for
+    separate brokers' disks. No controller here: the image it would push (an open
+    cluster, no SASL) is given by hand, else a node before its first image asks every
+    client for a login."""
+    replica = ray.remote(ReplicaActor).options(name=replica_actor_name(topic, 0, replica_id), num_cpus=0).remote(
+        topic=topic, partition=0, replica_id=replica_id, data_dir=str(tmp_path / f"node-{replica_id}"),
+        config=config or {}, topic_id=f"{topic}-id", cluster_id="cluster-id", **{"fetch_max_wait_ms": 200, **options})
+    ray.get(replica.update_image.remote(OPEN_IMAGE))
+    return replica
+
+
+def start_replicas(tmp_path, topic, count, config=None, **options):
+    return [start_replica(tmp_path, topic, i, config, **options) for i in range(count)]
 
 
 def test_acks_all__completes_once_followers_replicated_and_logs_match(ray_node, tmp_path):
@@ -72,11 +82,8 @@ def test_deposed_leader__parked_acks_all_produce_fails_not_leader(ray_node, tmp_
 def test_compacted_topic__every_replica_cleans_its_own_log_on_a_timer(ray_node, tmp_path):
     from tests.harness import wait_until
     config = {"cleanup.policy": "compact", "segment.bytes": "300", "min.insync.replicas": "2"}
-    actor = ray.remote(ReplicaActor)
-    leader, follower = [actor.options(name=replica_actor_name("compacted", 0, i), num_cpus=0).remote(
-        topic="compacted", partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config=config,
-        topic_id="compacted-id", cluster_id="cluster-id", fetch_max_wait_ms=100, log_cleaner_backoff_ms=100)
-        for i in range(2)]
+    leader, follower = start_replicas(tmp_path, "compacted", 2, config, fetch_max_wait_ms=100,
+                                      log_cleaner_backoff_ms=100)
     endpoint = ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
     ray.get(follower.become_follower.remote(0, 0, endpoint))
     for i in range(60):
@@ -114,15 +121,11 @@ def test_follower_told_to_follow_a_leader_not_started_yet__keeps_trying_and_catc
     exists (or while it restarts); its fetch loop must not die of it (it did: the
     replica stayed a follower at offset 0 for good, found by `rafka verify`). With
     no endpoint given, it fetches from the one the controller's next image names."""
-    from rafka.core.cluster_image import EMPTY_IMAGE
     from rafka.core.metadata import NodeEndpoint
     from tests.harness import wait_until
-    actor = ray.remote(ReplicaActor)
 
     def start(i):
-        return actor.options(name=replica_actor_name("late", 0, i), num_cpus=0).remote(
-            topic="late", partition=0, replica_id=i, data_dir=str(tmp_path / f"node-{i}"), config={},
-            topic_id="late-id", cluster_id="cluster-id", fetch_max_wait_ms=100)
+        return start_replica(tmp_path, "late", i, fetch_max_wait_ms=100)
     follower = start(1)
     ray.get(follower.become_follower.remote(0, 0, None))      # replica 0 does not exist yet
     leader = start(0)
