@@ -557,7 +557,7 @@ def test_brokers__no_client_sees_a_refused_connection__topics_churn_and_a_replic
 
     from confluent_kafka import Producer as CProducer
 
-    from rafka.core.actor_names import broker_actor_name, coordinator_actor_name, replica_actor_name
+    from rafka.core.actor_names import broker_actor_name, coordinator_actor_name
     from tests.harness import MetadataProbe
     brokers = {(h, int(p)) for h, p in (b.rsplit(":", 1) for b in bootstrap.split(","))}
     create(cluster, "steady")
@@ -596,7 +596,8 @@ def test_brokers__no_client_sees_a_refused_connection__topics_churn_and_a_replic
             cluster.admin().delete_topic("churn")
         create(cluster, "churn")
         leader = cluster.admin().describe_topics(["churn"])["churn"]["partitions"][0]["leader"]
-        for name in (replica_actor_name("churn", 0, leader), coordinator_actor_name(0), broker_actor_name(1, 0)):
+        leader_actor = ray.get(cluster.controller.replica_actor.remote("churn", 0, leader))
+        for name in (leader_actor, coordinator_actor_name(0), broker_actor_name(1, 0)):
             kill(name)
             write(20)
         wait_until(lambda: wire_ready(cluster, "churn"), timeout_s=60, what="churn's leaders back")
