@@ -375,6 +375,7 @@ def main() -> None:
                 rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
                              bare_cpu, create_s, nodes, threads, acked_read, connections))
                 admin.delete_topic(f"scale-create-{count}")
+            wait_for_full_pool(cluster)   # the pool refills after the last creation: not during the rate
             *rates, samplers = aggregate_rates(cluster, topic, count, args.rate_s, librdkafka=not args.no_librdkafka,
                                                profile=args.profile)
             rate_rows.append((count, *rates))

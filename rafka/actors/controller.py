@@ -195,6 +195,7 @@ class ControllerActor:
         self._pool = ReplicaPool(size_per_broker=replica_pool_size, controller_epoch=self.metadata.controller_epoch)
         self._pool_filler: asyncio.Task | None = None
         self._pool_adopted = False   # idle shells of an earlier controller looked for
+        self._shells_made: dict[str, asyncio.Future] = {}   # shells being made: name -> its handle, once made
         # A metadata log of before shells names no actor for its replicas: each gets
         # a shell's name now (created by the watch loop, told its replica by `assign`,
         # it reopens the replica's log on its broker).
@@ -477,17 +478,16 @@ class ControllerActor:
         state = self.metadata.partition(topic, partition)
         topic_id = self.metadata.topic(topic).topic_id
         self._creating_by_topic[topic] += 1
-        try:
+        try:   # assign sent before a deletion may send delete_log (an actor runs them in order)
             replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state)
                                               for r in state.replicas))
+            assigned = [self._assign(topic, partition, r, handle) for r, handle in zip(state.replicas, replicas)]
         finally:
             self._creating_by_topic[topic] -= 1
             async with self._creations_done:
                 self._creations_done.notify_all()
         try:   # a shell of the pool takes it at once; a new one is a process to start: seconds
-            answers = await asyncio.wait_for(asyncio.gather(*(self._assign(topic, partition, r, handle)
-                                                              for r, handle in zip(state.replicas, replicas))),
-                                             timeout=self.replica_start_timeout_ms / 1000)
+            answers = await asyncio.wait_for(asyncio.gather(*assigned), timeout=self.replica_start_timeout_ms / 1000)
         except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
             logger.warning("%s-%d: replicas not all started in %d ms (the watch loop takes over): %s", topic,
                            partition, self.replica_start_timeout_ms, error)
@@ -513,9 +513,20 @@ class ControllerActor:
         except ValueError:
             pass
         name = self._replica_actor(topic, partition, replica_id)
-        logger.info("%s-%d: starting replica %d on broker %d (%s)", topic, partition, replica_id,
-                    state.broker_of(replica_id), name)
-        handle = self._handles[name] = await asyncio.to_thread(self._create_shell, name, state.broker_of(replica_id))
+        if name not in self._shells_made:
+            logger.info("%s-%d: starting replica %d on broker %d (%s)", topic, partition, replica_id,
+                        state.broker_of(replica_id), name)
+        return await self._make_shell(name, state.broker_of(replica_id))
+
+    async def _make_shell(self, name: str, broker_id: int):
+        """The shell's handle, once made (with its group); made once however many
+        ask at a time (the pool making it while a replica takes it)."""
+        made = self._shells_made.get(name)
+        if made is None:
+            made = self._shells_made[name] = asyncio.ensure_future(asyncio.to_thread(self._create_shell, name,
+                                                                                     broker_id))
+            made.add_done_callback(lambda _: self._shells_made.pop(name, None))
+        handle = self._handles[name] = await asyncio.shield(made)
         return handle
 
     def _create_shell(self, name: str, broker_id: int):
@@ -561,7 +572,7 @@ class ControllerActor:
                 name = self._pool.new_name(broker_id)
                 self._pool.starting(name)
                 try:
-                    handle = self._handles[name] = await asyncio.to_thread(self._create_shell, name, broker_id)
+                    handle = await self._make_shell(name, broker_id)
                     answer = await asyncio.wait_for(handle.ping.remote(), self.replica_start_timeout_ms / 1000)
                 except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
                     logger.warning("replica pool: %s on broker %d did not start: %s", name, broker_id, error)
