@@ -1242,6 +1242,10 @@ class ControllerActor:
         self._stopping = True
         if self._watcher is not None:
             self._watcher.cancel()
+        # shells being made for the pool exist before this answers (`rafka down`
+        # then kills every named actor: none may appear after)
+        await asyncio.gather(*(asyncio.shield(made) for made in list(self._shells_made.values())),
+                             return_exceptions=True)
         replicas = []
         for name, topic in list(self.metadata.topics.items()):
             for partition, state in enumerate(topic.partitions):
