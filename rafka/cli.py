@@ -140,6 +140,10 @@ def cmd_status(args) -> int:
         print(f"  {broker_id}  {broker['address']}  node {broker['node_id']}")
     print(f"topics:            {len(snapshot['topics'])} ({len(partitions)} partitions, "
           f"{under} under-replicated, {offline} offline)")
+    pool = ray.get(cluster.controller.replica_pool.remote())
+    ready = ", ".join(f"{b}: {len(names)}" for b, names in sorted(pool["ready"].items()))
+    print(f"replica pool:      {pool['size_per_broker']} idle replica actors per broker; ready by broker: "
+          f"{ready or 'none'}")
     return 0
 
 
