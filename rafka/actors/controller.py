@@ -565,10 +565,10 @@ class ControllerActor:
             await self._adopt_idle_shells()
         bound = asyncio.Semaphore(POOL_FILL_CONCURRENCY)
 
-        async def make(broker_id: int) -> None:
+        async def make(broker_id: int) -> bool:
             async with bound:
                 if self._stopping:
-                    return
+                    return False
                 name = self._pool.new_name(broker_id)
                 self._pool.starting(name)
                 try:
@@ -578,16 +578,23 @@ class ControllerActor:
                     logger.warning("replica pool: %s on broker %d did not start: %s", name, broker_id, error)
                     self._pool.drop(name)
                     if name not in self.metadata.actor_replicas:   # taken meanwhile: the watch loop has it
-                        await self._kill(name, self._handles.get(name) or handle, remove_group=True)
-                    return
+                        handle = self._handles.get(name)
+                        if handle is not None:
+                            await self._kill(name, handle, remove_group=True)
+                    return False
                 if answer["role"] != UNASSIGNED:
                     logger.warning("replica pool: %s answered %s", name, answer["role"])
                 self._pool.ready(name)
+                return True
+        # Again while shells were taken meanwhile; not after a failure (a broker that
+        # cannot place one): the next creation or a broker joining tries again.
         while not self._stopping:
-            missing = self._pool.missing(self._live_brokers or await self._read_live_brokers())
+            missing = self._pool.missing(await self._read_live_brokers())
             if not missing:
                 return
-            await asyncio.gather(*(make(b) for b, count in missing.items() for _ in range(count)))
+            made = await asyncio.gather(*(make(b) for b, count in missing.items() for _ in range(count)))
+            if not all(made):
+                return
 
     async def _adopt_idle_shells(self) -> None:
         """Shells an earlier controller made (running, named, holding no replica in
@@ -596,23 +603,26 @@ class ControllerActor:
         names = await asyncio.to_thread(lambda: [
             a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
             if a["namespace"] == NAMESPACE and a["name"].startswith(REPLICA_SHELL_PREFIX)])
-        for name in names:
-            if name in self.metadata.actor_replicas or broker_of_shell(name) is None:
-                continue
-            try:
+
+        async def one(name: str) -> None:
+            try:   # one still starting answers once started
                 handle = await self._handle(name)
-                answer = await asyncio.wait_for(handle.ping.remote(), self.leader_ping_timeout_ms / 1000)
+                answer = await asyncio.wait_for(handle.ping.remote(), self.replica_start_timeout_ms / 1000)
             except (ValueError, asyncio.TimeoutError, ray.exceptions.RayError):
-                continue   # gone, or its broker is down: not taken now
+                return   # gone, or its broker is down: not taken now
+            if name in self.metadata.actor_replicas:
+                return
             if answer["role"] == UNASSIGNED:
                 self._pool.adopt(name)
-                continue
+                return
             logger.warning("%s holds a replica of no topic (%s): deleted", name, answer.get("topic_id"))
             try:
                 await asyncio.wait_for(handle.delete_log.remote(), self.leader_ping_timeout_ms / 1000)
             except (asyncio.TimeoutError, ray.exceptions.RayError):
                 pass
             await self._kill(name, handle, remove_group=True)
+        await asyncio.gather(*(one(name) for name in names
+                               if name not in self.metadata.actor_replicas and broker_of_shell(name) is not None))
 
     async def replica_pool(self) -> dict:
         """The pool as it is now, per live broker: {"size_per_broker", "idle": {broker
