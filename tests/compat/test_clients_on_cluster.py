@@ -167,7 +167,7 @@ def test_produce_to_a_follower__not_leader_or_follower_and_nothing_written(clust
     described = cluster.admin().describe_topics(["to-follower"])["to-follower"]["partitions"][0]
     nodes = ray.get(cluster.controller.node_endpoints.remote())
     follower = next(r for r in described["replicas"] if r != described["leader"])
-    host, port = nodes[f"replica:to-follower:0:{follower}"]
+    host, port = nodes[described["actors"][follower]]
     request = produce_v9.ProduceRequest(
         transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
         topic_data=(produce_v9.TopicProduceData(name="to-follower", partition_data=(
