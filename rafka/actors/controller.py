@@ -621,8 +621,10 @@ class ControllerActor:
             except (asyncio.TimeoutError, ray.exceptions.RayError):
                 pass
             await self._kill(name, handle, remove_group=True)
+        # a shell of a broker that is down would keep the pool waiting for its answer
+        live = set(await self._read_live_brokers())
         await asyncio.gather(*(one(name) for name in names
-                               if name not in self.metadata.actor_replicas and broker_of_shell(name) is not None))
+                               if name not in self.metadata.actor_replicas and broker_of_shell(name) in live))
 
     async def replica_pool(self) -> dict:
         """The pool as it is now, per live broker: {"size_per_broker", "idle": {broker
