@@ -477,9 +477,10 @@ class ControllerActor:
         ends it quietly: the deletion stops what was started."""
         state = self.metadata.partition(topic, partition)
         topic_id = self.metadata.topic(topic).topic_id
+        actors = self._actors_of(topic, partition, state.replicas)   # read now: a deletion meanwhile drops them
         self._creating_by_topic[topic] += 1
         try:   # assign sent before a deletion may send delete_log (an actor runs them in order)
-            replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state)
+            replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state, actors[r])
                                               for r in state.replicas))
             assigned = [self._assign(topic, partition, r, handle) for r, handle in zip(state.replicas, replicas)]
         finally:
@@ -492,7 +493,9 @@ class ControllerActor:
             logger.warning("%s-%d: replicas not all started in %d ms (the watch loop takes over): %s", topic,
                            partition, self.replica_start_timeout_ms, error)
         else:   # their endpoints now, not at the next watch round: brokers route to them at once
-            await self._sync_nodes([(handle, self._replica_actor(topic, partition, replica_id), answer)
+            if topic not in self.metadata.topics or self.metadata.topic(topic).topic_id != topic_id:
+                return   # deleted meanwhile: its replicas are retired, their endpoints never named
+            await self._sync_nodes([(handle, actors[replica_id], answer)
                                     for replica_id, handle, answer in zip(state.replicas, replicas, answers)])
         if topic not in self.metadata.topics or self.metadata.topic(topic).topic_id != topic_id:
             return
@@ -501,18 +504,23 @@ class ControllerActor:
         except ValueError as error:   # a replica killed meanwhile: the watch loop takes over
             logger.info("%s-%d: not announced: %s", topic, partition, error)
 
-    async def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState):
+    async def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState,
+                              name: str | None = None):
         """The actor the metadata names for the replica: a shell taken from the pool,
         or one created now (with its placement group on its broker) if it does not
         exist (the pool had none; a whole-cluster restart). A replica whose broker
         is down is created all the same: Ray starts it when the broker's node comes
         back. It is not told its replica here (`_assign`): a recreated one reopens
-        it from its assignment file."""
+        it from its assignment file. `name`: the actor, as read before an await
+        (a deletion meanwhile drops it from the metadata; the deletion then kills
+        what was made); ValueError if the replica has none."""
+        name = name or self._replica_actor(topic, partition, replica_id)
+        if name is None:
+            raise ValueError(f"{topic}-{partition} replica {replica_id} has no actor")
         try:
-            return await self._replica(topic, partition, replica_id)
+            return await self._handle(name)
         except ValueError:
             pass
-        name = self._replica_actor(topic, partition, replica_id)
         if name not in self._shells_made:
             logger.info("%s-%d: starting replica %d on broker %d (%s)", topic, partition, replica_id,
                         state.broker_of(replica_id), name)
@@ -831,8 +839,9 @@ class ControllerActor:
         """Start replicas the metadata names (the ones being added are given their
         replica), announce the new epoch, then stop the removed ones ({replica id:
         actor}): their logs are deleted where their broker is up."""
+        actors = self._actors_of(topic, partition, state.replicas)
         for replica_id in state.replicas:
-            handle = await self._ensure_replica(topic, partition, replica_id, state)
+            handle = await self._ensure_replica(topic, partition, replica_id, state, actors.get(replica_id))
             if replica_id in state.adding:
                 try:
                     answer = await asyncio.wait_for(self._assign(topic, partition, replica_id, handle),
@@ -841,7 +850,8 @@ class ControllerActor:
                     logger.info("%s-%d: replica %d not started yet (the watch loop takes over): %s", topic,
                                 partition, replica_id, error)
                 else:
-                    await self._sync_node(handle, self._replica_actor(topic, partition, replica_id), answer)
+                    if self._replica_actor(topic, partition, replica_id) == actors[replica_id]:   # still there
+                        await self._sync_node(handle, actors[replica_id], answer)
         await self._announce(topic, partition, state)
         await asyncio.gather(*(self._retire_replica(topic, partition, r, actor) for r, actor in removed.items()))
         self._fill_pool()

@@ -444,6 +444,8 @@ class ClusterMetadata:
         records, nodes = [], []
         next_node_id = self.next_node_id
         for actor, host, port, rack in endpoints:
+            if not isinstance(actor, str) or not actor:   # a bug: the log would name a node of no actor
+                raise ValueError(f"a node's actor must be named, not {actor!r}")
             known = self.nodes.get(actor)
             node_id = self.node_ids.get(actor)
             if node_id is None:

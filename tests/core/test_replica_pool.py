@@ -179,3 +179,12 @@ def test_assignment_file__written_once__read_back__another_replica_refused__remo
     remove_assignment(tmp_path, shell)
     remove_assignment(tmp_path, shell)
     assert read_assignment(tmp_path, shell) is None
+
+
+def test_register_nodes__a_node_of_no_actor__refused_before_any_record():
+    """A replica's actor read after its topic was deleted is None: registering it
+    would write a node of no actor into the metadata log (every image after it
+    failed to build)."""
+    state = _with_topic(partitions=1)
+    with pytest.raises(ValueError, match="must be named"):
+        state.handle_register_nodes([("replica:b0:1-1", "h", 2, "0"), (None, "h", 3, "1")])
