@@ -102,7 +102,7 @@ def _where_the_time_goes(cluster, samples: int) -> list[tuple[str, float]]:
     import ray
 
     from rafka.actors.coordinator import coordinator_actor_name
-    from rafka.actors.replica import NAMESPACE, replica_actor_name
+    from rafka.actors.replica import NAMESPACE
     from rafka.actors.cluster_credential import cluster_login
     from rafka.client.admin import admin_network
     from rafka.core.offsets_schema import partition_for_group
@@ -113,7 +113,7 @@ def _where_the_time_goes(cluster, samples: int) -> list[tuple[str, float]]:
     admin = cluster.admin()
     admin.create_topic("bench-probe", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
     leader_index = admin.describe_topics(["bench-probe"])["bench-probe"]["partitions"][0]["leader"]
-    leader = ray.get_actor(replica_actor_name("bench-probe", 0, leader_index), namespace=NAMESPACE)
+    leader = cluster.replica("bench-probe", 0, leader_index)
     coordinator = ray.get_actor(coordinator_actor_name(partition_for_group("bench", 1)), namespace=NAMESPACE)
     address = tuple(ray.get(leader.ping.remote())["endpoint"])
     batch = encode_batch([RecordInput(b"x" * 40, b"commit-sized")])

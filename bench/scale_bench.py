@@ -16,7 +16,10 @@ left at rest, then, in the same run,
     replica) over `--idle-s` at rest, in % of one core, beside as many bare
     actors over the same time;
   * create 12: the time for a 12-partition RF3 topic to have a leader in every
-    partition (CreateTopics through the controller, which waits for leaders);
+    partition (CreateTopics through the controller, which waits for leaders),
+    with the controller's pool of idle replica actors full (`--pool`, per broker:
+    12 by default, what a 12-partition RF3 topic takes on 3 brokers; the idle
+    shells are rafka actors, counted in idle CPU and beside bare actors);
   * Kafka nodes named by a Metadata answer, and TCP connections between the rafka
     actor processes (one end listening in another rafka process);
   * librdkafka threads: one confluent-kafka producer after it sent one record to
@@ -60,17 +63,32 @@ def _pid_of(handle) -> int:
     return ray.get(handle.__ray_call__.remote(lambda _self: os.getpid()))
 
 
-def rafka_actor_pids(topic: str | None = None) -> dict[str, int]:
-    """name -> pid of every named rafka actor (of one topic's replicas, if given)."""
+def rafka_actor_pids(cluster=None, topic: str | None = None) -> dict[str, int]:
+    """name -> pid of every named rafka actor (the pool's idle replica actors too),
+    or of one topic's replicas (their actors as the controller's metadata names them)."""
     import ray
 
     from rafka.core.actor_names import NAMESPACE
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]
     if topic is not None:
-        names = [n for n in names if n.startswith(f"replica:{topic}:")]
+        partitions = cluster.admin().describe_topics([topic])[topic]["partitions"]
+        names = [actor for p in partitions for actor in p["actors"].values()]
     handles = {n: ray.get_actor(n, namespace=NAMESPACE) for n in names}
     refs = {n: h.__ray_call__.remote(lambda _self: os.getpid()) for n, h in handles.items()}
     return {n: ray.get(ref) for n, ref in refs.items()}
+
+
+def wait_for_full_pool(cluster, timeout_s: float = 300.0) -> None:
+    """Until every broker's pool of idle replica actors is full and answered (the
+    measures at rest and the creation time are of a cluster whose pool is made)."""
+    import ray
+    deadline_s = time.monotonic() + timeout_s
+    while time.monotonic() < deadline_s:
+        pool = ray.get(cluster.controller.replica_pool.remote())
+        if all(len(ready) >= pool["size_per_broker"] for ready in pool["ready"].values()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the replica pool was not full in {timeout_s}s: {pool}")
 
 
 def memory_mib(pids) -> tuple[float, float]:
@@ -224,10 +242,9 @@ def wait_until_at_rest(cluster, topic: str, quiet_s: float, timeout_s: float = 6
 
 
 def leader_and_follower_pids(cluster, topic: str) -> tuple[list[int], list[int]]:
-    from rafka.core.actor_names import replica_actor_name
-    pids = rafka_actor_pids(topic)
+    pids = rafka_actor_pids(cluster, topic)
     partitions = cluster.admin().describe_topics([topic])[topic]["partitions"]
-    leaders = {replica_actor_name(topic, p["partition"], p["leader"]) for p in partitions}
+    leaders = {p["actors"][p["leader"]] for p in partitions}
     return [pid for n, pid in pids.items() if n in leaders], [pid for n, pid in pids.items() if n not in leaders]
 
 
@@ -295,6 +312,8 @@ def main() -> None:
     only.add_argument("--rate-only", action="store_true", help="the aggregate rate only (no idle, no creation)")
     parser.add_argument("--controller", nargs="*", default=[], metavar="OPTION=MS",
                         help="controller options, e.g. watch_interval_ms=1000")
+    parser.add_argument("--pool", type=int, default=12,
+                        help="idle replica actors per broker (the controller's replica_pool_size)")
     args = parser.parse_args()
 
     import ray
@@ -302,7 +321,8 @@ def main() -> None:
     import rafka
 
     rows, rate_rows, profiles = [], [], []
-    controller_options = {k: int(v) for k, v in (o.split("=", 1) for o in args.controller)}
+    controller_options = {"replica_pool_size": args.pool,
+                          **{k: int(v) for k, v in (o.split("=", 1) for o in args.controller)}}
     with rafka.local_cluster(nodes=3, log_to_driver=False, **controller_options) as cluster:
         admin = cluster.admin()
         for count in args.partitions:
@@ -310,6 +330,7 @@ def main() -> None:
             if not args.rate_only:
                 # Ray's floor first, as many bare actors as rafka will run, then gone:
                 # both at once would not fit in memory at 64 partitions (~400 processes).
+                wait_for_full_pool(cluster)   # as many as every rafka actor, the pool's idle ones too
                 bare, bare_pids = start_bare(len(rafka_actor_pids()) + 3 * count)
                 time.sleep(args.settle_s)
                 bare_uss, bare_rss = memory_mib(bare_pids[:3 * count])
@@ -319,11 +340,13 @@ def main() -> None:
                     ray.kill(handle)
             admin.create_topic(topic, partitions=count, replication_factor=3, config={"min.insync.replicas": "2"})
             if not args.rate_only:
+                # the pool refills after the creation (new processes: not at rest), then
                 # the creation's churn ends (endpoints registered, images pushed, first
                 # fetches), then the idle followers' long polls lengthen
+                wait_for_full_pool(cluster)
                 wait_until_at_rest(cluster, topic, quiet_s=args.settle_s)
                 time.sleep(args.settle_s)
-                replicas = rafka_actor_pids(topic)
+                replicas = rafka_actor_pids(cluster, topic)
                 every = rafka_actor_pids()
                 uss, rss = memory_mib(replicas.values())
                 cpu_by_actor = dict(zip(every, idle_cpu_percent(every.values(), args.idle_s)))
@@ -345,12 +368,14 @@ def main() -> None:
                 if not args.no_librdkafka:
                     threads, acked = producer_threads(cluster.bootstrap_servers, topic, count)
                     acked_read = (acked, read_back_by_group(cluster.bootstrap_servers, topic, acked))
+                wait_for_full_pool(cluster)
                 started_s = time.monotonic()
                 admin.create_topic(f"scale-create-{count}", partitions=12, replication_factor=3)
                 create_s = time.monotonic() - started_s
                 rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
                              bare_cpu, create_s, nodes, threads, acked_read, connections))
                 admin.delete_topic(f"scale-create-{count}")
+            wait_for_full_pool(cluster)   # the pool refills after the last creation: not during the rate
             *rates, samplers = aggregate_rates(cluster, topic, count, args.rate_s, librdkafka=not args.no_librdkafka,
                                                profile=args.profile)
             rate_rows.append((count, *rates))
@@ -358,6 +383,7 @@ def main() -> None:
             admin.delete_topic(topic)
 
     if rows:
+        print(f"\nreplica pool: {controller_options['replica_pool_size']} idle replica actors per broker")
         print_idle(rows)
     if rate_rows:
         print_rates(rate_rows, args.rate_s)

@@ -196,12 +196,12 @@ def sampled(enabled: bool, cluster, topic: str, client: str):
     if not enabled:
         yield []
         return
-    from rafka.core.actor_names import replica_actor_name
     from rafka.actors.replica import NAMESPACE
     described = cluster.admin().describe_topics([topic])[topic]["partitions"][0]
     follower = next(r for r in described["replicas"] if r != described["leader"])
-    targets = [(actor_pid(replica_actor_name(topic, 0, described["leader"]), NAMESPACE), f"{client} publish: leader"),
-               (actor_pid(replica_actor_name(topic, 0, follower), NAMESPACE), f"{client} publish: follower")]
+    actors = described["actors"]
+    targets = [(actor_pid(actors[described["leader"]], NAMESPACE), f"{client} publish: leader"),
+               (actor_pid(actors[follower], NAMESPACE), f"{client} publish: follower")]
     if client == "rafka":
         targets.append((os.getpid(), "rafka publish: the producing driver"))
     samplers = [Sampler(pid, label) for pid, label in targets]

@@ -50,7 +50,8 @@ def cmd_up(args) -> int:
                                  ("num_partitions", args.num_partitions),
                                  ("default_replication_factor", args.default_replication_factor),
                                  ("network_processes", args.network_processes),
-                                 ("super_users", args.super_users)) if v is not None}
+                                 ("super_users", args.super_users),
+                                 ("replica_pool_size", args.replica_pool_size)) if v is not None}
     controller = start_controller(args.data_dir, listener_port=args.listener_port, sasl=args.sasl, **options)
     brokers = _wait_for_brokers(controller, args.wait_for_brokers)
     snapshot = ray.get(controller.metadata_snapshot.remote())
@@ -143,6 +144,10 @@ def cmd_status(args) -> int:
         print(f"  {broker_id}  {broker['address']}  node {broker['node_id']}")
     print(f"topics:            {len(snapshot['topics'])} ({len(partitions)} partitions, "
           f"{under} under-replicated, {offline} offline)")
+    pool = ray.get(cluster.controller.replica_pool.remote())
+    ready = ", ".join(f"{b}: {len(names)}" for b, names in sorted(pool["ready"].items()))
+    print(f"replica pool:      {pool['size_per_broker']} idle replica actors per broker; ready by broker: "
+          f"{ready or 'none'}")
     return 0
 
 
@@ -303,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(0: a free port per broker)")
     up.add_argument("--network-processes", type=int, metavar="N",
                     help="processes serving each broker's port (Kafka's num.network.threads; default 1)")
+    up.add_argument("--replica-pool-size", type=int, metavar="N",
+                    help="idle replica actors kept on each broker, so that new replicas start without "
+                         "starting processes (default 4; each idle one is a process of ~60-70 MB)")
     up.add_argument("--num-partitions", type=int, metavar="N",
                     help="Kafka's num.partitions: a topic created with -1 partitions gets N (default 1)")
     up.add_argument("--default-replication-factor", type=int, metavar="N",

@@ -26,7 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rafka.actors.cluster_credential import cluster_client_options
 from rafka.actors.controller import CONTROLLER_NAME, ControllerActor, cluster_bootstrap_servers
 from rafka.actors.controller_calls import ControllerCalls
-from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.actors.replica import NAMESPACE
 from rafka.client.admin import Admin
 from rafka.client.consumer import Consumer
 from rafka.client.producer import Producer
@@ -43,6 +43,11 @@ HEAD_CPUS = 1  # the head runs the controller (0 CPUs) and tasks the driver star
 # cluster passes objects up to 4 MiB inline in the gRPC call. For `ray up`, the
 # same setting goes on `ray start --head --system-config` (see cluster.yaml).
 RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 4 << 20}
+# Idle replica actors per simulated broker (the controller's replica_pool_size):
+# one, so that every test module meets the pool (a one-partition RF3 topic takes
+# pool shells, a larger one shells made on the spot too) and pays for three idle
+# processes only; `rafka up` keeps more (actors.controller), benchmarks choose.
+LOCAL_REPLICA_POOL_SIZE = 1
 
 
 class Cluster:
@@ -145,7 +150,12 @@ class Cluster:
         return handles
 
     def replica(self, topic: str, partition: int, replica_id: int):
-        return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
+        """The handle of the actor holding the replica (the controller's metadata
+        says which); ValueError if it has none."""
+        name = ray.get(self.controller.replica_actor.remote(topic, partition, replica_id))
+        if name is None:
+            raise ValueError(f"Failed to look up actor: {topic}-{partition} replica {replica_id} has none")
+        return ray.get_actor(name, namespace=NAMESPACE)
 
     def add_node(self, broker_id: int | None = None) -> str:
         """Embedded only: a broker node (a new broker id unless given: then that
@@ -217,11 +227,13 @@ class Cluster:
 def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_num_partitions: int = 1,
                   offsets_topic_segment_bytes: int = 104_857_600, coordinator_options: dict | None = None,
                   transaction_state_num_partitions: int = 1, transaction_coordinator_options: dict | None = None,
-                  log_to_driver: bool = True, **controller_options) -> Cluster:
+                  log_to_driver: bool = True, replica_pool_size: int = LOCAL_REPLICA_POOL_SIZE,
+                  **controller_options) -> Cluster:
     """An embedded rafka on `nodes` simulated broker nodes of this machine (plus a
     head node), with `__consumer_offsets` and its group coordinators started, and
     `__transaction_state` and its transaction coordinators.
-    `log_to_driver=False`: the actors' output stays in Ray's session logs (rafka.quiet)."""
+    `log_to_driver=False`: the actors' output stays in Ray's session logs (rafka.quiet).
+    `replica_pool_size`: idle replica actors kept per broker (the controller's option)."""
     from ray.cluster_utils import Cluster as RayCluster
 
     if nodes < 1:
@@ -234,7 +246,7 @@ def local_cluster(nodes: int = 3, data_dir: str | None = None, *, offsets_topic_
         _add_broker_node(ray_cluster, data_dir, broker_id)
     ray_cluster.wait_for_nodes()
     ray.init(address=ray_cluster.address, namespace=NAMESPACE, log_to_driver=log_to_driver)
-    controller = start_controller(data_dir, **controller_options)
+    controller = start_controller(data_dir, replica_pool_size=replica_pool_size, **controller_options)
     cluster = Cluster(controller=controller, data_dir=data_dir, ray_cluster=ray_cluster, owns_data_dir=owns)
     cluster.start_group_coordinators(offsets_topic_num_partitions=offsets_topic_num_partitions,
                                      offsets_topic_replication_factor=min(3, nodes),

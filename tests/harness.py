@@ -15,7 +15,8 @@ from contextlib import contextmanager
 
 import ray
 
-from rafka.actors.replica import NAMESPACE, replica_actor_name
+from rafka.actors.replica import NAMESPACE
+from rafka.core.actor_names import CONTROLLER_NAME
 # member actors' handlers in tests record what they handle as the demo's do
 from rafka.demo import read_recorded as handled_records, recording_handler  # noqa: F401 (re-exported)
 from rafka.core.records import decode_records
@@ -64,7 +65,12 @@ def wait_until(condition, timeout_s: float = 60.0, interval_s: float = 0.05, wha
 
 
 def replica(topic: str, partition: int, replica_id: int):
-    return ray.get_actor(replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE)
+    """The actor holding the replica, as the controller's metadata names it."""
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    name = ray.get(controller.replica_actor.remote(topic, partition, replica_id))
+    if name is None:
+        raise ValueError(f"Failed to look up actor: {topic}-{partition} replica {replica_id} has none")
+    return ray.get_actor(name, namespace=NAMESPACE)
 
 
 def describe_replica(topic: str, partition: int, replica_id: int, timeout_s: float = 5.0) -> dict:

@@ -16,6 +16,15 @@ dead, unresponsive within `leader_ping_timeout_ms` or restarted is replaced by a
 ISR member (core.metadata decides which). So every partition comes back online
 whenever an ISR member's broker is up, with that broker's log.
 
+Replica actors are shells (core.replica_pool): the controller keeps
+`replica_pool_size` idle ones per live broker, made in the background, each in
+its placement group on its broker; a new replica (topic creation, new partitions,
+a reassignment) takes one and is given its replica by `assign`, recorded in the
+metadata first (`replica_actor`: which shell holds which replica), so a restarted
+controller knows; an empty pool makes a shell on the spot. A shell whose replica
+goes (topic deleted, replica moved away) is killed, never reused. Idle shells
+that an earlier controller left are adopted at start.
+
 Brokers: a broker that is down keeps its replicas (they restart with its disk when
 it comes back); one gone longer than `broker_replacement_timeout_ms` has its
 replicas reassigned to live brokers (Kafka's partition reassignment: the new
@@ -33,6 +42,7 @@ Named `controller` in namespace `rafka`, detached, pinned to the head node.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -48,17 +58,18 @@ from rafka.actors.broker import BrokerActor
 from rafka.actors.cluster_credential import ray_token_auth_enabled, read_or_make_secret
 from rafka.actors.serving import NodeServing, NodeThread
 from rafka.core.acl import parse_super_users
-from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_actor_name,
-                                    broker_of_actor_name, coordinator_actor_name, replica_actor_partition,
+from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, REPLICA_SHELL_PREFIX, TRANSACTION_STATE_TOPIC,
+                                    broker_actor_name, broker_of_actor_name, broker_of_shell, coordinator_actor_name,
                                     transaction_coordinator_actor_name)
 from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, build_image
-from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, ReplicaActor, replica_actor_name
+from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, UNASSIGNED, ReplicaActor
 from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
 from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential
 from rafka.protocol.connection import SaslLogin
-from rafka.core.metadata import ClusterMetadata, PartitionState
+from rafka.core.metadata import ClusterMetadata, PartitionState, TopicMetadata
+from rafka.core.replica_pool import ReplicaPool
 from rafka.placement.brokers import broker_nodes, live_broker_ids
 from rafka.placement.groups import (existing_replica_group, in_bundle, remove_placement_group,
                                    replica_placement_group)
@@ -68,6 +79,15 @@ PRODUCER_ID_BLOCK_SIZE = 1_000   # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SI
 logger = logging.getLogger(__name__)
 
 RESTARTED = ("follower", -1)  # a replica actor that came back and was not told its role yet
+# Idle replica actors per broker (core.replica_pool) under `rafka up`: a topic of up
+# to 4 x brokers / RF partitions (and the __consumer_offsets partition at the
+# start) comes online without starting processes; each idle one costs a process
+# (~60-70 MB USS, and Ray's idle work of ~0.3% of a core). local_cluster keeps 1.
+REPLICA_POOL_SIZE_DEFAULT = 4
+# Shells made at once while filling the pool: making one is ~0.6 CPU-s of a new
+# process; the pool fills in the background and must leave the cores to the
+# replicas that serve.
+POOL_FILL_CONCURRENCY = 2
 # A replica that answered in the role it should have is pinged again only after this
 # many watch rounds, leaders too (issue 27: the ping woke every idle replica every
 # second; the leaders' pings were most of what an idle cluster's controller did).
@@ -114,13 +134,17 @@ class ControllerActor:
                  broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 1_000,
                  listener_port: int = 0, sasl: bool = False, num_partitions: int = 1,
                  default_replication_factor: int = 1, network_processes: int = 1,
-                 super_users: str | tuple[str, ...] = ()) -> None:
+                 super_users: str | tuple[str, ...] = (),
+                 replica_pool_size: int = REPLICA_POOL_SIZE_DEFAULT) -> None:
         """`listener_port`: every broker's Kafka port (Kafka's 9092 under `rafka up`;
         0: a free port per broker, chosen once, for brokers sharing a host as
         local_cluster's do); `network_processes`: processes serving each broker's
         port (Kafka's num.network.threads); `super_users`: Kafka's super.users
         ("User:admin;User:ops"), carried in every image beside rafka's own user
-        (a setting of the controller's start, as super.users is of a broker's)."""
+        (a setting of the controller's start, as super.users is of a broker's);
+        `replica_pool_size`: idle replica actors kept per broker
+        (core.replica_pool), what a topic takes to come online without starting
+        processes."""
         self.super_users = parse_super_users(super_users)
         if network_processes < 1:
             raise ValueError(f"network_processes must be at least 1, not {network_processes}")
@@ -170,6 +194,18 @@ class ControllerActor:
         self._loop: asyncio.AbstractEventLoop | None = None   # the actor's, known at its first call
         self._load()
         self._commit(self.metadata.handle_start())
+        self._pool = ReplicaPool(size_per_broker=replica_pool_size, controller_epoch=self.metadata.controller_epoch)
+        self._pool_filler: asyncio.Task | None = None
+        self._pool_adopted = False   # idle shells of an earlier controller looked for
+        self._shells_made: dict[str, asyncio.Future] = {}   # shells being made: name -> its handle, once made
+        # A metadata log of before shells names no actor for its replicas: each gets
+        # a shell's name now (created by the watch loop, told its replica by `assign`,
+        # it reopens the replica's log on its broker).
+        self._commit([record for name, topic in list(self.metadata.topics.items())
+                      for record in self.metadata.handle_assign_replica_actors(topic, {
+                          (p, r): self._pool.new_name(state.broker_of(r))
+                          for p, state in enumerate(topic.partitions) for r in state.replicas
+                          if self.metadata.replica_actor(name, p, r) is None})])
         # The cluster credential (actors/cluster_credential.py); `sasl` (rafka up --sasl)
         # or Ray's token authentication make every listener require a login.
         password = read_or_make_secret(directory)
@@ -303,6 +339,25 @@ class ControllerActor:
         if answer.get("image_version", image.version) < image.version:
             handle.update_image.remote(image)
 
+    async def _sync_nodes(self, answers: list[tuple]) -> None:
+        """`_sync_node` for several actors' answers [(handle, actor, answer)], their
+        endpoints registered in one commit (a new topic's replicas: one metadata
+        write and one image, not one per replica)."""
+        endpoints = [(actor, *answer["endpoint"], answer.get("rack")) for _, actor, answer in answers
+                     if answer.get("endpoint") is not None]
+        async with self._lock:
+            records, _ = self.metadata.handle_register_nodes(endpoints)
+            self._commit(records)
+        for record in records:
+            logger.info("%s is Kafka node %d at %s:%d", record["actor"], record["node_id"], record["host"],
+                        record["port"])
+        image = self.cluster_image()
+        behind = [handle for handle, _, answer in answers if answer.get("image_version", image.version) < image.version]
+        if behind:
+            image_ref = ray.put(image)   # one copy for all of them
+            for handle in behind:
+                handle.update_image.remote(image_ref)
+
     def _endpoint_of(self, actor: str) -> tuple[str, int] | None:
         """An actor's registered Kafka endpoint (None: not registered yet)."""
         node = self.metadata.nodes.get(actor)
@@ -341,16 +396,17 @@ class ControllerActor:
             self._handles[name] = handle
         return handle
 
-    async def _kill(self, name: str, handle, group_of: tuple[str, int, int] | None) -> None:
-        """Kill the actor for good (no restart) and remove its placement group."""
+    async def _kill(self, name: str, handle, *, remove_group: bool) -> None:
+        """Kill the actor for good (no restart) and, for a replica actor, remove its
+        placement group."""
         self._handles.pop(name, None)
         await asyncio.to_thread(ray.kill, handle, no_restart=True)
-        if group_of is not None:
-            await self._remove_replica_group(*group_of)
+        if remove_group:
+            await self._remove_replica_group(name)
 
     @staticmethod
-    async def _remove_replica_group(topic: str, partition: int, replica_id: int) -> None:
-        group = await asyncio.to_thread(existing_replica_group, topic, partition, replica_id)
+    async def _remove_replica_group(shell: str) -> None:
+        group = await asyncio.to_thread(existing_replica_group, shell)
         if group is not None:
             await asyncio.to_thread(remove_placement_group, group)
 
@@ -380,21 +436,34 @@ class ControllerActor:
             if validate_only:
                 return {"name": name, "topic_id": None, "config": topic.config,
                         "partitions": [{"replicas": list(state.replicas)} for state in topic.partitions]}
-            self._commit(records)
+            self._commit(records + self._take_shells(topic, range(partitions)))
             self._starting.update((name, p) for p in range(partitions))
         await self._start_partitions(name, range(partitions), wait_for_leaders)
         self._ensure_watcher()
         await self.brokers_current()   # every broker's Metadata knows it before the answer
         return self._describe_topic(name)
 
+    def _take_shells(self, topic: TopicMetadata, partitions, replica_ids=None) -> list[dict]:
+        """The records giving each new replica (of `partitions`; of `replica_ids`
+        only, if given) a shell of its broker's pool, or a new shell's name when
+        the pool has none there (made by `_ensure_replica`)."""
+        actors = {}
+        for p in partitions:
+            state = topic.partitions[p]
+            for r in state.replicas if replica_ids is None else replica_ids:
+                broker_id = state.broker_of(r)
+                actors[p, r] = self._pool.take(broker_id) or self._pool.new_name(broker_id)
+        return self.metadata.handle_assign_replica_actors(topic, actors)
+
     async def _start_partitions(self, topic: str, partitions: range, wait: bool) -> None:
         """Start the new partitions' replicas (all at once); with `wait`, until each
-        leader serves, else in the background."""
+        leader serves, else in the background. The pool is refilled after."""
         async def start() -> None:
             try:
                 await asyncio.gather(*(self._start_partition(topic, p) for p in partitions))
             finally:
                 self._starting.difference_update((topic, p) for p in partitions)
+                self._fill_pool()
         if wait:
             await start()
             return
@@ -410,23 +479,26 @@ class ControllerActor:
         ends it quietly: the deletion stops what was started."""
         state = self.metadata.partition(topic, partition)
         topic_id = self.metadata.topic(topic).topic_id
+        actors = self._actors_of(topic, partition, state.replicas)   # read now: a deletion meanwhile drops them
         self._creating_by_topic[topic] += 1
-        try:
-            replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state)
+        try:   # assign sent before a deletion may send delete_log (an actor runs them in order)
+            replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state, actors[r])
                                               for r in state.replicas))
+            assigned = [self._assign(topic, partition, r, handle) for r, handle in zip(state.replicas, replicas)]
         finally:
             self._creating_by_topic[topic] -= 1
             async with self._creations_done:
                 self._creations_done.notify_all()
-        try:   # placing and starting a worker process each: seconds on a busy machine
-            answers = await asyncio.wait_for(asyncio.gather(*(r.ping.remote() for r in replicas)),
-                                             timeout=self.replica_start_timeout_ms / 1000)
+        try:   # a shell of the pool takes it at once; a new one is a process to start: seconds
+            answers = await asyncio.wait_for(asyncio.gather(*assigned), timeout=self.replica_start_timeout_ms / 1000)
         except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
             logger.warning("%s-%d: replicas not all started in %d ms (the watch loop takes over): %s", topic,
                            partition, self.replica_start_timeout_ms, error)
         else:   # their endpoints now, not at the next watch round: brokers route to them at once
-            for replica_id, handle, answer in zip(state.replicas, replicas, answers):
-                await self._sync_node(handle, replica_actor_name(topic, partition, replica_id), answer)
+            if topic not in self.metadata.topics or self.metadata.topic(topic).topic_id != topic_id:
+                return   # deleted meanwhile: its replicas are retired, their endpoints never named
+            await self._sync_nodes([(handle, actors[replica_id], answer)
+                                    for replica_id, handle, answer in zip(state.replicas, replicas, answers)])
         if topic not in self.metadata.topics or self.metadata.topic(topic).topic_id != topic_id:
             return
         try:
@@ -434,37 +506,145 @@ class ControllerActor:
         except ValueError as error:   # a replica killed meanwhile: the watch loop takes over
             logger.info("%s-%d: not announced: %s", topic, partition, error)
 
-    async def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState):
-        """The replica's actor, created (with its placement group on its broker) if it
-        does not exist. A replica whose broker is down is created all the same: Ray
-        starts it when the broker's node comes back."""
+    async def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState,
+                              name: str | None = None):
+        """The actor the metadata names for the replica: a shell taken from the pool,
+        or one created now (with its placement group on its broker) if it does not
+        exist (the pool had none; a whole-cluster restart). A replica whose broker
+        is down is created all the same: Ray starts it when the broker's node comes
+        back. It is not told its replica here (`_assign`): a recreated one reopens
+        it from its assignment file. `name`: the actor, as read before an await
+        (a deletion meanwhile drops it from the metadata; the deletion then kills
+        what was made); ValueError if the replica has none."""
+        name = name or self._replica_actor(topic, partition, replica_id)
+        if name is None:
+            raise ValueError(f"{topic}-{partition} replica {replica_id} has no actor")
         try:
-            return await self._replica(topic, partition, replica_id)
+            return await self._handle(name)
         except ValueError:
             pass
-        name = replica_actor_name(topic, partition, replica_id)
-        logger.info("%s-%d: starting replica %d on broker %d", topic, partition, replica_id,
-                    state.broker_of(replica_id))
-        handle = await asyncio.to_thread(self._create_replica, topic, partition, replica_id,
-                                         state.broker_of(replica_id))
-        self._handles[name] = handle
+        if name not in self._shells_made:
+            logger.info("%s-%d: starting replica %d on broker %d (%s)", topic, partition, replica_id,
+                        state.broker_of(replica_id), name)
+        return await self._make_shell(name, state.broker_of(replica_id))
+
+    async def _make_shell(self, name: str, broker_id: int):
+        """The shell's handle, once made (with its group); made once however many
+        ask at a time (the pool making it while a replica takes it)."""
+        made = self._shells_made.get(name)
+        if made is None:
+            made = self._shells_made[name] = asyncio.ensure_future(asyncio.to_thread(self._create_shell, name,
+                                                                                     broker_id))
+            made.add_done_callback(lambda _: self._shells_made.pop(name, None))
+        handle = self._handles[name] = await asyncio.shield(made)
         return handle
 
-    def _create_replica(self, topic: str, partition: int, replica_id: int, broker_id: int):
-        """Blocking (GCS calls): run off the loop."""
-        group = replica_placement_group(topic, partition, replica_id, broker_id)
-        topic_metadata = self.metadata.topic(topic)
+    def _create_shell(self, name: str, broker_id: int):
+        """A replica actor holding no replica yet, in its own placement group on
+        broker `broker_id`. Blocking (GCS calls): run off the loop."""
+        group = replica_placement_group(name, broker_id)
         return _REPLICA_ACTOR.options(
-            name=replica_actor_name(topic, partition, replica_id), namespace=NAMESPACE, get_if_exists=True,
+            name=name, namespace=NAMESPACE, get_if_exists=True,
             lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
             scheduling_strategy=in_bundle(group, 0)).remote(
-            topic=topic, partition=partition, replica_id=replica_id, data_dir=self.data_dir,
-            topic_id=topic_metadata.topic_id, cluster_id=self.metadata.cluster_id,
-            config=topic_metadata.config, replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            name=name, data_dir=self.data_dir, cluster_id=self.metadata.cluster_id,
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             fetch_max_wait_ms=self.fetch_max_wait_ms, idle_fetch_max_wait_ms=self.idle_fetch_max_wait_ms,
             log_retention_check_interval_ms=self.log_retention_check_interval_ms,
             log_cleaner_backoff_ms=self.log_cleaner_backoff_ms,
             replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms)
+
+    def _assign(self, topic: str, partition: int, replica_id: int, handle):
+        """Tell the replica's actor which replica it holds (it answers as `ping`)."""
+        topic_metadata = self.metadata.topic(topic)
+        return handle.assign.remote(topic=topic, partition=partition, replica_id=replica_id,
+                                    topic_id=topic_metadata.topic_id, config=topic_metadata.config)
+
+    # --- the pool of idle replica actors (core.replica_pool) -----------------------
+
+    def _fill_pool(self) -> None:
+        """Make the pool full again, in the background (one filler at a time)."""
+        if self._stopping or self._loop is None:
+            return
+        if self._pool_filler is None or self._pool_filler.done():
+            self._pool_filler = self._loop.create_task(self._fill_pool_now())
+
+    async def _fill_pool_now(self) -> None:
+        if not self._pool_adopted:
+            self._pool_adopted = True
+            await self._adopt_idle_shells()
+        bound = asyncio.Semaphore(POOL_FILL_CONCURRENCY)
+
+        async def make(broker_id: int) -> bool:
+            async with bound:
+                if self._stopping:
+                    return False
+                name = self._pool.new_name(broker_id)
+                self._pool.starting(name)
+                try:
+                    handle = await self._make_shell(name, broker_id)
+                    answer = await asyncio.wait_for(handle.ping.remote(), self.replica_start_timeout_ms / 1000)
+                except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
+                    logger.warning("replica pool: %s on broker %d did not start: %s", name, broker_id, error)
+                    self._pool.drop(name)
+                    if name not in self.metadata.actor_replicas:   # taken meanwhile: the watch loop has it
+                        handle = self._handles.get(name)
+                        if handle is not None:
+                            await self._kill(name, handle, remove_group=True)
+                    return False
+                if answer["role"] != UNASSIGNED:
+                    logger.warning("replica pool: %s answered %s", name, answer["role"])
+                self._pool.ready(name)
+                return True
+        # Again while shells were taken meanwhile; not after a failure (a broker that
+        # cannot place one): the next creation or a broker joining tries again.
+        while not self._stopping:
+            missing = self._pool.missing(await self._read_live_brokers())
+            if not missing:
+                return
+            made = await asyncio.gather(*(make(b) for b, count in missing.items() for _ in range(count)))
+            if not all(made):
+                return
+
+    async def _adopt_idle_shells(self) -> None:
+        """Shells an earlier controller made (running, named, holding no replica in
+        the metadata) join the pool; one that holds a replica the metadata no longer
+        has (its topic's deletion was cut short) is deleted and killed."""
+        names = await asyncio.to_thread(lambda: [
+            a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == NAMESPACE and a["name"].startswith(REPLICA_SHELL_PREFIX)])
+
+        async def one(name: str) -> None:
+            try:   # one still starting answers once started
+                handle = await self._handle(name)
+                answer = await asyncio.wait_for(handle.ping.remote(), self.replica_start_timeout_ms / 1000)
+            except (ValueError, asyncio.TimeoutError, ray.exceptions.RayError):
+                return   # gone, or its broker is down: not taken now
+            if name in self.metadata.actor_replicas:
+                return
+            if answer["role"] == UNASSIGNED:
+                self._pool.adopt(name)
+                return
+            logger.warning("%s holds a replica of no topic (%s): deleted", name, answer.get("topic_id"))
+            try:
+                await asyncio.wait_for(handle.delete_log.remote(), self.leader_ping_timeout_ms / 1000)
+            except (asyncio.TimeoutError, ray.exceptions.RayError):
+                pass
+            await self._kill(name, handle, remove_group=True)
+        # a shell of a broker that is down would keep the pool waiting for its answer
+        live = set(await self._read_live_brokers())
+        await asyncio.gather(*(one(name) for name in names
+                               if name not in self.metadata.actor_replicas and broker_of_shell(name) in live))
+
+    async def replica_pool(self) -> dict:
+        """The pool as it is now, per live broker: {"size_per_broker", "idle": {broker
+        id: [shell names, ready ones first]}, "ready": {broker id: [the idle shells
+        whose process answered]}, "missing": {broker id: shells not yet being made}}."""
+        brokers = sorted(self._live_brokers)
+        return {"size_per_broker": self._pool.size_per_broker,
+                "idle": {b: self._pool.idle(b) for b in brokers},
+                "ready": {b: self._pool.ready_names(b) for b in brokers},
+                "missing": self._pool.missing(self._live_brokers)}
 
     async def _announce(self, topic: str, partition: int, state: PartitionState) -> None:
         """Tell the leader, then the followers, their roles at the current epoch. A
@@ -488,8 +668,15 @@ class ControllerActor:
             if isinstance(result, Exception):
                 logger.info("%s-%d: a follower did not take its role yet: %s", topic, partition, result)
 
+    def _replica_actor(self, topic: str, partition: int, replica_id: int) -> str | None:
+        return self.metadata.replica_actor(topic, partition, replica_id)
+
     async def _replica(self, topic: str, partition: int, replica_id: int):
-        return await self._handle(replica_actor_name(topic, partition, replica_id))
+        """The handle of the replica's actor; ValueError if it has none (yet)."""
+        name = self._replica_actor(topic, partition, replica_id)
+        if name is None:
+            raise ValueError(f"{topic}-{partition} replica {replica_id} has no actor")
+        return await self._handle(name)
 
     async def allocate_producer_id(self) -> int:
         """An idempotent producer's id (InitProducerId without a transactional id,
@@ -561,34 +748,33 @@ class ControllerActor:
         created again under this name never reopens it."""
         async with self._lock:
             topic = self.metadata.topic(name)
+            actors = {(partition, replica_id): self._replica_actor(name, partition, replica_id)
+                      for partition, state in enumerate(topic.partitions) for replica_id in state.replicas}
             self._commit(self.metadata.handle_delete_topic(name) + [
-                record for partition, state in enumerate(topic.partitions) for replica_id in state.replicas
-                for record in self.metadata.handle_node_down(replica_actor_name(name, partition, replica_id))])
+                record for actor in actors.values() if actor is not None
+                for record in self.metadata.handle_node_down(actor)])
             self._deleting[name] = asyncio.Event()
         await self._push_image()   # no node names the replicas' endpoints before they close
         async with self._creations_done:   # a creation answered before its replicas exist
             await self._creations_done.wait_for(lambda: self._creating_by_topic[name] <= 0)
         self._creating_by_topic.pop(name, None)
         try:
-            await self._tear_down(name, topic)
+            await asyncio.gather(*(self._retire_replica(name, partition, replica_id, actor)
+                                   for (partition, replica_id), actor in actors.items() if actor is not None))
         finally:
             self._deleting.pop(name).set()
 
-    async def _tear_down(self, name: str, topic) -> None:
-        await asyncio.gather(*(self._retire_replica(name, partition, replica_id)
-                               for partition, state in enumerate(topic.partitions) for replica_id in state.replicas))
-
-    async def _retire_replica(self, topic: str, partition: int, replica_id: int) -> None:
+    async def _retire_replica(self, topic: str, partition: int, replica_id: int, name: str) -> None:
         """A replica leaves for good (its topic deleted, or moved off its broker):
         its log is deleted if its broker is up (else it stays, and partition.metadata
-        keeps it from ever being reopened as another topic's), then its actor and
-        placement group go. Its endpoint is named nowhere before it closes."""
-        name = replica_actor_name(topic, partition, replica_id)
+        keeps it from ever being reopened as another topic's), then its actor (the
+        shell `name`: never reused) and placement group go. Its endpoint is named
+        nowhere before it closes."""
         if name in self.metadata.nodes:
             await self._node_down(name, "retired")
             await self._push_image()
         try:
-            handle = await self._replica(topic, partition, replica_id)
+            handle = await self._handle(name)
         except ValueError:
             handle = None
         if handle is not None:
@@ -597,9 +783,9 @@ class ControllerActor:
             except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
                 logger.info("%s-%d: replica %d kept its log (its broker down?): %s", topic, partition,
                             replica_id, error)
-            await self._kill(name, handle, (topic, partition, replica_id))
+            await self._kill(name, handle, remove_group=True)
         else:
-            await self._remove_replica_group(topic, partition, replica_id)
+            await self._remove_replica_group(name)
 
     async def add_partitions(self, name: str, count: int, validate_only: bool = False, *,
                              wait_for_leaders: bool = True) -> dict:
@@ -607,10 +793,10 @@ class ControllerActor:
         live brokers and started as at creation (`wait_for_leaders` as there)."""
         async with self._lock:
             before = len(self.metadata.topic(name).partitions)
-            records, _ = self.metadata.handle_add_partitions(name, count, await self._read_live_brokers())
+            records, grown = self.metadata.handle_add_partitions(name, count, await self._read_live_brokers())
             if validate_only:
                 return {"name": name}
-            self._commit(records)
+            self._commit(records + self._take_shells(grown, range(before, count)))
             self._starting.update((name, p) for p in range(before, count))
         await self._start_partitions(name, range(before, count), wait_for_leaders)
         await self.brokers_current()
@@ -623,28 +809,33 @@ class ControllerActor:
         async with self._lock:
             records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
                                                                      await self._read_live_brokers())
+            if records:   # the new replicas' shells, on their brokers
+                staged = self.metadata.topic(topic)
+                staged = dataclasses.replace(staged, partitions=staged.partitions[:partition] + (state,)
+                                             + staged.partitions[partition + 1:])
+                records += self._take_shells(staged, [partition], state.adding)
             self._commit(records)
         if records:
             logger.info("%s-%d: reassigning to brokers %s (adding replicas %s, removing %s)", topic, partition,
                         brokers, list(state.adding), list(state.removing))
-            await self._after_replica_change(topic, partition, state, removed=[])
+            await self._after_replica_change(topic, partition, state, removed={})
         return self._describe_topic(topic)["partitions"][partition]
 
     async def cancel_reassignment(self, topic: str, partition: int) -> dict:
         """kafka-reassign-partitions --cancel: drop the replicas being added."""
         async with self._lock:
-            adding = list(self.metadata.partition(topic, partition).adding)
+            adding = self._actors_of(topic, partition, self.metadata.partition(topic, partition).adding)
             records, state = self.metadata.handle_cancel_reassignment(topic, partition)
             self._commit(records)
         if records:
-            logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, adding)
+            logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, list(adding))
             await self._after_replica_change(topic, partition, state, removed=adding)
         return self._describe_topic(topic)["partitions"][partition]
 
     async def _complete_reassignment(self, topic: str, partition: int) -> bool:
         """True if the reassignment completed now (every staying replica in the ISR)."""
         async with self._lock:
-            removing = list(self.metadata.partition(topic, partition).removing)
+            removing = self._actors_of(topic, partition, self.metadata.partition(topic, partition).removing)
             records, state = self.metadata.handle_complete_reassignment(topic, partition)
             self._commit(records)
         if records:
@@ -653,19 +844,39 @@ class ControllerActor:
             await self._after_replica_change(topic, partition, state, removed=removing)
         return bool(records)
 
+    def _actors_of(self, topic: str, partition: int, replica_ids) -> dict[int, str]:
+        """{replica id: its actor}, read before a record that drops the replicas."""
+        return {r: a for r in replica_ids if (a := self._replica_actor(topic, partition, r)) is not None}
+
     async def _after_replica_change(self, topic: str, partition: int, state: PartitionState,
-                                    removed: list[int]) -> None:
-        """Start replicas the metadata names, announce the new epoch, then stop the
-        removed ones: their logs are deleted where their broker is up."""
+                                    removed: dict[int, str]) -> None:
+        """Start replicas the metadata names (the ones being added are given their
+        replica), announce the new epoch, then stop the removed ones ({replica id:
+        actor}): their logs are deleted where their broker is up."""
+        actors = self._actors_of(topic, partition, state.replicas)
         for replica_id in state.replicas:
-            await self._ensure_replica(topic, partition, replica_id, state)
+            handle = await self._ensure_replica(topic, partition, replica_id, state, actors.get(replica_id))
+            if replica_id in state.adding:
+                try:
+                    answer = await asyncio.wait_for(self._assign(topic, partition, replica_id, handle),
+                                                    self.replica_start_timeout_ms / 1000)
+                except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
+                    logger.info("%s-%d: replica %d not started yet (the watch loop takes over): %s", topic,
+                                partition, replica_id, error)
+                else:
+                    if self._replica_actor(topic, partition, replica_id) == actors[replica_id]:   # still there
+                        await self._sync_node(handle, actors[replica_id], answer)
         await self._announce(topic, partition, state)
-        await asyncio.gather(*(self._retire_replica(topic, partition, r) for r in removed))
+        await asyncio.gather(*(self._retire_replica(topic, partition, r, actor) for r, actor in removed.items()))
+        self._fill_pool()
 
     async def _read_live_brokers(self) -> list[int]:
         """Ray's node table, off the loop; remembered for the brokers' nodes."""
         live = await asyncio.to_thread(live_broker_ids)
+        joined = set(live) - self._live_brokers
         self._live_brokers = set(live)
+        if joined:
+            self._fill_pool()   # a broker that joined gets its pool
         return live
 
     async def _replace_lost_brokers(self) -> None:
@@ -750,6 +961,12 @@ class ControllerActor:
         of the live Ray nodes that offer the rafka broker resource."""
         return await asyncio.to_thread(broker_nodes)
 
+    async def replica_actor(self, topic: str, partition: int, replica_id: int) -> str | None:
+        """The name of the actor holding the replica (None: none), for operators'
+        tools and tests that reach a replica's actor (`ray.get_actor(name,
+        namespace="rafka")`)."""
+        return self._replica_actor(topic, partition, replica_id)
+
     async def list_topics(self) -> list[str]:
         return sorted(self.metadata.topics)
 
@@ -773,6 +990,7 @@ class ControllerActor:
                                 "partition_epoch": s.partition_epoch, "replicas": list(s.replicas),
                                 "isr": list(s.isr), "brokers": list(s.brokers),
                                 "adding": list(s.adding), "removing": list(s.removing),
+                                "actors": {r: self._replica_actor(name, p, r) for r in s.replicas},
                                 "leader_kafka_node": leader_endpoint(p)[0],
                                 "leader_endpoint": leader_endpoint(p)[1]}
                                for p, s in enumerate(topic.partitions)]}
@@ -870,8 +1088,8 @@ class ControllerActor:
             if (replica_id != state.leader and role is not None and role[0] != OFFLINE
                     and role != ("follower", state.leader_epoch)):
                 await self._bounded((await self._replica(topic, partition, replica_id)).become_follower.remote(
-                    state.leader, state.leader_epoch, self._endpoint_of(replica_actor_name(topic, partition,
-                                                                                           state.leader))),
+                    state.leader, state.leader_epoch,
+                    self._endpoint_of(self._replica_actor(topic, partition, state.leader))),
                     f"{topic}-{partition} replica {replica_id}: become_follower")
 
     async def _check_coordinators(self) -> None:
@@ -974,7 +1192,7 @@ class ControllerActor:
         """`_role_of`, except for a replica that answered in the role it should have
         within the last PING_SETTLED_EVERY_ROUNDS rounds and was not reported since:
         its answer stands."""
-        name = replica_actor_name(topic, partition, replica_id)
+        name = self._replica_actor(topic, partition, replica_id)
         topic_id = self.metadata.topic(topic).topic_id
         expected = ("leader" if replica_id == state.leader else "follower", state.leader_epoch)
         settled = self._settled.get(name)
@@ -993,14 +1211,14 @@ class ControllerActor:
         state = self.metadata.partition(topic, partition) if topic in self.metadata.topics else None
         if state is not None:
             for replica_id in state.replicas:
-                self._settled.pop(replica_actor_name(topic, partition, replica_id), None)
+                self._settled.pop(self._replica_actor(topic, partition, replica_id), None)
 
-    async def replica_restarted(self, name: str) -> None:
-        """A replica actor that Ray restarted says so from its constructor: its
-        partition's replicas are pinged at the next watch round (it is given its
-        role; a leader it followed may have died with it, on one node)."""
+    async def replica_restarted(self, name: str, topic: str, partition: int) -> None:
+        """A replica actor that Ray restarted says so from its constructor, with the
+        partition it reopened: the partition's replicas are pinged at the next
+        watch round (it is given its role; a leader it followed may have died with
+        it, on one node)."""
         self._settled.pop(name, None)
-        topic, partition = replica_actor_partition(name)
         self._unsettle(topic, partition)
 
     async def leader_suspected(self, topic: str, partition: int, leader_epoch: int, why: str) -> None:
@@ -1018,11 +1236,11 @@ class ControllerActor:
     async def _role_of(self, topic: str, partition: int, replica_id: int, state: PartitionState):
         """(role, leader epoch) as the replica answers, or None if it does not in time.
         A replica with no actor is created (reconciliation) and counts as None."""
-        name = replica_actor_name(topic, partition, replica_id)
+        name = self._replica_actor(topic, partition, replica_id)
         try:
             replica = await self._replica(topic, partition, replica_id)
         except ValueError:
-            if not self._stopping:
+            if not self._stopping and name is not None:
                 await self._ensure_replica(topic, partition, replica_id, state)
             return None
         try:
@@ -1042,9 +1260,14 @@ class ControllerActor:
             logger.warning("%s-%d: replica %d (topic id %s, %s) replaced", topic, partition, replica_id,
                            answer.get("topic_id"), answer["role"])
             await self._node_down(name, "replaced")
-            await self._kill(name, replica, (topic, partition, replica_id))
+            await self._kill(name, replica, remove_group=True)
             return None
-        await self._sync_node(replica, replica_actor_name(topic, partition, replica_id), answer)
+        if answer["role"] == UNASSIGNED:   # recreated without its assignment file: told again
+            if not self._stopping:
+                await self._bounded(self._assign(topic, partition, replica_id, replica),
+                                    f"{topic}-{partition} replica {replica_id}: assign")
+            return None
+        await self._sync_node(replica, name, answer)
         return answer["role"], answer["leader_epoch"]
 
     async def shutdown_replicas(self) -> dict:
@@ -1056,6 +1279,10 @@ class ControllerActor:
         self._stopping = True
         if self._watcher is not None:
             self._watcher.cancel()
+        # shells being made for the pool exist before this answers (`rafka down`
+        # then kills every named actor: none may appear after)
+        await asyncio.gather(*(asyncio.shield(made) for made in list(self._shells_made.values())),
+                             return_exceptions=True)
         replicas = []
         for name, topic in list(self.metadata.topics.items()):
             for partition, state in enumerate(topic.partitions):
@@ -1075,11 +1302,14 @@ class ControllerActor:
         processes, which reopen their logs."""
         self._stopping = False
         self._ensure_watcher()
+        self._fill_pool()
         return self.metadata.controller_epoch
 
     async def ping(self) -> int:
         self._loop = asyncio.get_running_loop()
         self._ensure_watcher()
+        if not self._pool_adopted:
+            self._fill_pool()
         if self.serving.server is None:
             await self._register_node(CONTROLLER_NAME, await self._node_thread.start(self.serving), None)
         return self.metadata.controller_epoch

@@ -18,7 +18,8 @@ from typing import Any
 import ray
 
 from rafka.actors.cluster_credential import cluster_login
-from rafka.core.actor_names import NAMESPACE, replica_actor_name
+from rafka.actors.replica import UNASSIGNED
+from rafka.core.actor_names import NAMESPACE
 
 
 class ControllerCalls:
@@ -38,14 +39,18 @@ class ControllerCalls:
         refs = {key: getattr(self.controller, method).remote(*args) for key, args in args_by_key.items()}
         return {key: ray.get(ref) for key, ref in refs.items()}
 
-    def describe_replicas(self, replicas: list[tuple[str, int, int]], *, timeout_s: float) -> dict:
-        """{(topic, partition, replica id): the replica actor's `describe()`, or None
-        where it is not registered (being re-created), dead, restarting or did not
-        answer within `timeout_s`}: every replica asked at once, one wait for all."""
+    def describe_replicas(self, replicas: dict[tuple[str, int, int], str | None], *, timeout_s: float) -> dict:
+        """{(topic, partition, replica id): the `describe()` of its actor (`replicas`
+        names it, as the metadata snapshot's partitions do), or None where it has
+        none, is not registered (being re-created), dead, restarting, holds no
+        replica yet, or did not answer within `timeout_s`}: every replica asked at
+        once, one wait for all."""
         asked = {}
-        for key in replicas:
+        for key, actor in replicas.items():
+            if actor is None:
+                continue
             try:
-                asked[key] = ray.get_actor(replica_actor_name(*key), namespace=NAMESPACE).describe.remote()
+                asked[key] = ray.get_actor(actor, namespace=NAMESPACE).describe.remote()
             except ValueError:  # not registered (being re-created)
                 pass
         ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=timeout_s)
@@ -55,5 +60,7 @@ class ControllerCalls:
             try:
                 answers[key] = ray.get(ref) if ref in ready else None
             except Exception:  # dead or restarting: reported as unknown
+                answers[key] = None
+            if answers[key] is not None and answers[key]["role"] == UNASSIGNED:   # recreated, not told yet
                 answers[key] = None
         return answers

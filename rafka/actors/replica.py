@@ -37,7 +37,10 @@ another broker or cluster (meta.properties), or a node without the label, leaves
 the replica offline: it answers every request with that typed error and the
 controller never elects it; nothing on the disk is touched.
 
-Named `replica:<topic>:<partition>:<replica index>` in namespace `rafka`.
+Named `replica:b<broker id>:<controller epoch>-<n>` in namespace `rafka` (a shell's
+name, core.actor_names: made before its replica was known); which replica it holds
+is in the controller's metadata, and in its assignment file on the broker's disk
+(core.replica_assignment), which a restarted actor reopens.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ import ray
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
                                   alter_topic_config_on_controller)
 from rafka.actors.serving import controller as serving_controller
-from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE, replica_actor_name
+from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE, broker_of_shell
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
                                         ensure_identity)
 from rafka.core.clock import SystemClock
@@ -63,6 +66,8 @@ from rafka.core.kafka_metrics import register_partition
 from rafka.core.metadata import uuid_as_id
 from rafka.core.records import iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica, Role
+from rafka.core.replica_assignment import (ReplicaAssignment, read_assignment, remove_assignment,
+                                           write_assignment)
 from rafka.core.replication import follower_fetch_wait_ms
 from rafka.actors.cluster_credential import cluster_login
 from rafka.protocol.network import NodeConnections
@@ -79,6 +84,7 @@ LEADER_SILENCE_MS = 2_000
 SUSPICION_INTERVAL_S = 1.0   # a follower reports its leader at most this often
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
 STOPPED = "stopped"     # ... and once shut down: its log is closed, only a new process serves it
+UNASSIGNED = "unassigned"   # ... and while it holds no replica (a shell of the pool)
 logger = logging.getLogger(__name__)
 
 
@@ -93,12 +99,12 @@ def node_broker_id() -> int | None:
     return int(label) if label is not None and label.isdigit() else None
 
 
-def _tell_controller_restarted(name: str) -> None:
+def _tell_controller_restarted(name: str, topic: str, partition: int) -> None:
     """The controller pings a settled replica only every few rounds: a restarted
     one says so, to be given its role at the next round (from the constructor:
     no loop runs yet; not awaited)."""
     try:
-        ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).replica_restarted.remote(name)
+        ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).replica_restarted.remote(name, topic, partition)
     except ValueError:   # no controller: the one that starts pings every replica
         pass
 
@@ -135,44 +141,38 @@ class _ServedPartition:
             raise actor.storage_error
         if actor._stopped:
             raise NotLeaderOrFollower(f"{actor.name} is shut down")
+        if actor.replica is None:
+            raise NotLeaderOrFollower(f"{actor.name} holds no replica yet")
         return actor.replica
 
 
 class ReplicaActor:
-    def __init__(self, *, topic: str, partition: int, replica_id: int, data_dir: str, topic_id: str,
-                 cluster_id: str, config: dict, replica_lag_time_max_ms: int = 30_000,
+    """Made as a "shell" holding no replica (core.replica_pool: a broker's pool of
+    processes made ahead of time), given its replica by `assign`, which it holds
+    until it is killed. Ray restarts it with the arguments it was made with: the
+    constructor then reopens the replica its assignment file names
+    (core.replica_assignment), as the replica's own constructor did before shells."""
+
+    def __init__(self, *, name: str, data_dir: str, cluster_id: str, replica_lag_time_max_ms: int = 30_000,
                  replica_fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
-                 idle_fetch_max_wait_ms: int = 5_000, log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
+                 idle_fetch_max_wait_ms: int = 5_000, log_retention_check_interval_ms: int = 300_000,
+                 log_cleaner_backoff_ms: int = 15_000,
                  replica_high_watermark_checkpoint_interval_ms: int = 5_000) -> None:
+        """`name`: this actor's own name (`replica:b<broker>:<epoch>-<n>`), its
+        Kafka node's identity on the internal listener."""
+        self.actor_name = name
         self.node_id = ray.get_runtime_context().get_node_id()
         self.broker_id = node_broker_id()
-        self.name = f"{topic}-{partition} replica {replica_id}"
-        self._partition = (topic, partition)
-        self.topic_id = topic_id
-        self._config_overrides = dict(config)   # what the replica runs with (see _follow_topic_config)
+        self.data_dir = data_dir
+        self.cluster_id = cluster_id
+        self.name = name   # in logs: the replica it holds, once assigned
+        self._partition: tuple[str, int] | None = None   # (topic, partition) once assigned
+        self.topic_id: str | None = None
+        self._config_overrides: dict = {}   # what the replica runs with (see _follow_topic_config)
         self.replica: PartitionReplica | None = None
         self.storage_error: KafkaError | None = None
-        try:
-            if self.broker_id is None:
-                raise InconsistentBrokerId(f"node {self.node_id} has no {BROKER_ID_LABEL} label: "
-                                           f"it cannot hold replicas")
-            log_dir = broker_log_dir(data_dir, self.broker_id)
-            ensure_identity(log_dir, broker_id=self.broker_id, cluster_id=cluster_id)
-            directory = replica_directory(log_dir, topic, partition)
-            stray = claim_partition_directory(directory, topic_id)
-            if stray is not None:
-                logger.warning("%s: a log of an earlier topic %r was moved aside to %s", self.name, topic, stray)
-            self.replica = PartitionReplica(
-                topic=topic, partition=partition, replica_id=replica_id, directory=directory,
-                config=TopicConfig.from_dict(config), clock=SystemClock(),
-                replica_lag_time_max_ms=replica_lag_time_max_ms)
-        except KafkaError as error:   # offline: answer every request with it, never lead
-            logger.error("%s: log dir unusable, replica offline: %s", self.name, error)
-            self.storage_error = error
-        # What the log held when this process opened it, before any fetch: a
-        # restarted replica reopened its own log if this is its LEO before the restart.
-        self.opened_log_end_offset = self.replica.log.log_end_offset if self.replica else -1
-        self.opened_after_clean_shutdown = self.replica.log.opened_after_clean_shutdown if self.replica else False
+        self.opened_log_end_offset = -1
+        self.opened_after_clean_shutdown = False
         self.fetched_bytes = 0    # appended from the leader since this process started
         self.replica_fetch_max_bytes = replica_fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -180,6 +180,7 @@ class ReplicaActor:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.served = _ServedPartition(self)   # what each request calls (PartitionHost)
         self.hosted = HostedPartition(self.served.usable)   # the partition calls, with their waiting
+        self.serving: NodeServing | None = None   # its Kafka node, once assigned
         self._fetcher: asyncio.Task | None = None
         self._fetcher_stop = asyncio.Event()   # set to stop the fetch loop (see _stop_fetcher)
         self._leader_endpoint: tuple[str, int] | None = None   # given with the follower role
@@ -194,20 +195,89 @@ class ReplicaActor:
         self._compaction_lock = asyncio.Lock()   # one pass at a time (the timer, or a call to compact)
         self._role_lock = asyncio.Lock()
         self._stopped = False
-        self.serving = NodeServing(replica_actor_name(topic, partition, replica_id), partitions=self.served,
+        try:
+            assignment = read_assignment(self._log_dir(), name)
+        except KafkaError as error:   # no usable log dir: offline until it is fixed
+            logger.error("%s: log dir unusable, replica offline: %s", self.name, error)
+            self.storage_error = error
+            return
+        if assignment is not None:   # restarted (by Ray, or recreated by name after a cluster restart)
+            self._open(assignment)
+            if ray.get_runtime_context().was_current_actor_reconstructed:
+                _tell_controller_restarted(name, assignment.topic, assignment.partition)
+
+    def _log_dir(self):
+        """The broker's log dir; InconsistentBrokerId on a node that is not a
+        broker or not the broker this shell was made for."""
+        if self.broker_id is None:
+            raise InconsistentBrokerId(f"node {self.node_id} has no {BROKER_ID_LABEL} label: "
+                                       f"it cannot hold replicas")
+        if broker_of_shell(self.actor_name) not in (None, self.broker_id):
+            raise InconsistentBrokerId(f"{self.actor_name} was made for broker {broker_of_shell(self.actor_name)} "
+                                       f"and runs on broker {self.broker_id}")
+        return broker_log_dir(self.data_dir, self.broker_id)
+
+    async def assign(self, *, topic: str, partition: int, replica_id: int, topic_id: str, config: dict) -> dict:
+        """Hold this replica from now on: the assignment is written to the broker's
+        disk (so a restart reopens it), the log opened (created empty if new) and
+        the Kafka node started. Answers as `ping` does. Again for the same replica:
+        nothing changes; for another one: ValueError (one shell, one replica)."""
+        assignment = ReplicaAssignment(topic=topic, partition=partition, replica_id=replica_id,
+                                       topic_id=topic_id, config=dict(config))
+        if self.storage_error is None and self._partition is None:
+            try:   # a log dir of another broker or cluster is refused before anything is written
+                log_dir = self._log_dir()
+                ensure_identity(log_dir, broker_id=self.broker_id, cluster_id=self.cluster_id)
+                write_assignment(log_dir, self.actor_name, assignment)
+            except KafkaError as error:
+                logger.error("%s: log dir unusable, replica offline: %s", self.name, error)
+                self.storage_error = error
+            else:
+                self._open(assignment)
+        elif self._partition is not None and (self._partition, self.topic_id) != ((topic, partition), topic_id):
+            raise ValueError(f"{self.actor_name} holds {self.name} (topic id {self.topic_id}): it cannot take "
+                             f"{topic}-{partition} replica {replica_id}")
+        return await self.ping()
+
+    def _open(self, assignment: ReplicaAssignment) -> None:
+        """Open the assigned replica's log on this broker and make its Kafka node."""
+        topic, partition, replica_id = assignment.topic, assignment.partition, assignment.replica_id
+        self.name = f"{topic}-{partition} replica {replica_id}"
+        self._partition = (topic, partition)
+        self.topic_id = assignment.topic_id
+        self._config_overrides = dict(assignment.config)
+        try:
+            log_dir = self._log_dir()
+            ensure_identity(log_dir, broker_id=self.broker_id, cluster_id=self.cluster_id)
+            directory = replica_directory(log_dir, topic, partition)
+            stray = claim_partition_directory(directory, assignment.topic_id)
+            if stray is not None:
+                logger.warning("%s: a log of an earlier topic %r was moved aside to %s", self.name, topic, stray)
+            self.replica = PartitionReplica(
+                topic=topic, partition=partition, replica_id=replica_id, directory=directory,
+                config=TopicConfig.from_dict(assignment.config), clock=SystemClock(),
+                replica_lag_time_max_ms=self.replica_lag_time_max_ms)
+        except KafkaError as error:   # offline: answer every request with it, never lead
+            logger.error("%s: log dir unusable, replica offline: %s", self.name, error)
+            self.storage_error = error
+        # What the log held when this process opened it, before any fetch: a
+        # restarted replica reopened its own log if this is its LEO before the restart.
+        self.opened_log_end_offset = self.replica.log.log_end_offset if self.replica else -1
+        self.opened_after_clean_shutdown = self.replica.log.opened_after_clean_shutdown if self.replica else False
+        self.serving = NodeServing(self.actor_name, partitions=self.served,
                                    allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller)
         register_partition(self.serving.metrics, topic=topic, partition=partition, traffic=self.hosted,
                            replica=lambda: None if self.storage_error or self._stopped else self.replica,
                            replication_bytes_in=lambda: self.fetched_bytes)   # its metrics (core.kafka_metrics)
-        if ray.get_runtime_context().was_current_actor_reconstructed:
-            _tell_controller_restarted(replica_actor_name(topic, partition, replica_id))
 
     # --- the Kafka protocol -------------------------------------------------------
 
     async def update_image(self, image) -> None:
         """The controller's newest cluster image (Metadata answers, partition lookups,
         the topic's config)."""
+        if self.serving is None:   # a shell holding no replica serves nothing
+            return
         self.serving.offer_image(image)
         self._follow_topic_config()
         self._notify()   # a fetcher may be waiting for its leader's endpoint; a parked
@@ -545,7 +615,8 @@ class ReplicaActor:
         if self._leader_endpoint is not None:
             return self._leader_endpoint
         image = self.serving.image
-        node = image.nodes.get(image.node_of_actor(replica_actor_name(*self._partition, replica_id)))
+        actor = image.replica_actor(*self._partition, replica_id)
+        node = image.nodes.get(image.node_of_actor(actor)) if actor is not None else None
         return None if node is None else (node.host, node.port)
 
     async def delete_log(self) -> None:
@@ -555,16 +626,19 @@ class ReplicaActor:
         self.replica.become_follower(leader_id=-1, leader_epoch=max(self.replica.leader_epoch, 0) + 1)
         self._notify()
         self.replica.log.delete()
+        remove_assignment(self._log_dir(), self.actor_name)   # the shell is killed next, never reused
 
     # --- introspection ------------------------------------------------------------
 
     async def describe(self) -> dict:
         identity = {"node_id": self.node_id, "broker_id": self.broker_id, "topic_id": self.topic_id, "pid": os.getpid(),
-                    "opened_log_end_offset": self.opened_log_end_offset,
+                    "actor": self.actor_name, "opened_log_end_offset": self.opened_log_end_offset,
                     "opened_after_clean_shutdown": self.opened_after_clean_shutdown,
                     "fetched_bytes": self.fetched_bytes}
         if self.storage_error is not None:
             return {**identity, "role": OFFLINE, "leader_epoch": -1, "error": str(self.storage_error)}
+        if self.replica is None:
+            return {**identity, "role": UNASSIGNED, "leader_epoch": -1}
         if self._stopped:   # its log is closed
             return {**identity, "role": STOPPED, "leader_epoch": -1}
         log = self.replica.log
@@ -596,10 +670,10 @@ class ReplicaActor:
         """Liveness and role, for the controller's watch loop. A restarted actor
         answers with role follower and epoch -1 until it is told its role; one
         whose log dir cannot be used answers `offline`."""
-        if self.storage_error is not None or self._stopped:
-            role = OFFLINE if self.storage_error is not None else STOPPED
+        if self.storage_error is not None or self._stopped or self.replica is None:
+            role = OFFLINE if self.storage_error is not None else STOPPED if self._stopped else UNASSIGNED
             return {"node_id": self.node_id, "topic_id": self.topic_id, "role": role, "leader_epoch": -1,
-                    "endpoint": None, "image_version": self.serving.image.version}
+                    "endpoint": None, "image_version": self.serving.image.version if self.serving else -1}
         endpoint = await self.serving.start()
         if (self.replica.role is Role.FOLLOWER and self.replica.leader_id >= 0 and self._fetcher is not None
                 and self._fetcher.done() and not self._role_lock.locked()):
@@ -616,7 +690,7 @@ class ReplicaActor:
         fail parked produces, then flush, checkpoint the HW and recovery point and
         leave the clean-shutdown marker, so the next open skips the recovery scan.
         The actor answers nothing after this; the caller then kills it."""
-        if self.storage_error is not None or self._stopped:
+        if self.storage_error is not None or self._stopped or self.replica is None:
             return {"closed": False}
         self._stopped = True
         await self.serving.stop()

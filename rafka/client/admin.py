@@ -123,8 +123,8 @@ class Admin:
                 raise UnknownTopicOrPartition(f"Topic '{missing[0]}' does not exist.")
             snapshot = {n: snapshot[n] for n in names}
         answers = self._controller.describe_replicas(
-            [(name, p["partition"], r) for name, topic in snapshot.items() for p in topic["partitions"]
-             for r in p["replicas"]], timeout_s=timeout_s)
+            {(name, p["partition"], r): p["actors"].get(r) for name, topic in snapshot.items()
+             for p in topic["partitions"] for r in p["replicas"]}, timeout_s=timeout_s)
         for name, topic in snapshot.items():
             for p in topic["partitions"]:
                 states = {r: answers.get((name, p["partition"], r)) for r in p["replicas"]}

@@ -4,6 +4,14 @@ They are also the identities of Kafka nodes on the internal listener: the
 controller keeps one node id per actor name (core.metadata.NodeEndpoint), so a
 restarted actor is the same node. Clients see brokers instead (`broker:<id>:<k>`
 actors, node id = broker id: core.cluster_image.broker_view).
+
+A replica actor is made before its replica is known (a pool of idle "shells" per
+broker, core.replica_pool, so that a topic comes online without starting
+processes), so its name says where it runs and which shell it is, not which
+replica it holds: `replica:b<broker id>:<controller epoch>-<n>`, the n-th shell
+made by the controller of that epoch (never reused: epochs only grow). Which
+replica a shell holds is the controller's metadata (`replica_actor` records,
+core.metadata.ClusterMetadata.replica_actor); every lookup goes there.
 Callers: the actors (to name themselves), the controller, the cluster image, and
 operators' tools.
 """
@@ -16,14 +24,29 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
-def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
-    return f"replica:{topic}:{partition}:{replica_id}"
+REPLICA_SHELL_PREFIX = "replica:b"
 
 
-def replica_actor_partition(actor: str) -> tuple[str, int]:
-    """(topic, partition) of a replica actor's name (Kafka's topic names hold no ':')."""
-    _, topic, partition, _ = actor.rsplit(":", 3)
-    return topic, int(partition)
+def replica_shell_name(broker_id: int, controller_epoch: int, n: int) -> str:
+    """The n-th replica actor ("shell") the controller of `controller_epoch` made
+    on broker `broker_id`."""
+    return f"{REPLICA_SHELL_PREFIX}{broker_id}:{controller_epoch}-{n}"
+
+
+def broker_of_shell(actor: str) -> int | None:
+    """The broker id in a replica shell's name; None for any other actor."""
+    if not actor.startswith(REPLICA_SHELL_PREFIX):
+        return None
+    broker, _, rest = actor[len(REPLICA_SHELL_PREFIX):].partition(":")
+    return int(broker) if broker.isdigit() and rest else None
+
+
+def shell_key(actor: str) -> str:
+    """What names a shell within its broker (`<epoch>-<n>`): its assignment file's
+    name (core.replica_assignment)."""
+    if broker_of_shell(actor) is None:
+        raise ValueError(f"{actor!r} is not a replica shell's name")
+    return actor.rpartition(":")[2]
 
 
 def coordinator_actor_name(offsets_partition: int) -> str:

@@ -47,7 +47,7 @@ from typing import Any
 from rafka.core.acl import NO_ACLS, AclOperation, Acls, Resource, ResourceType, authorize, \
     authorize_by_resource_type, user_principal
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_of_actor_name,
-                                    coordinator_actor_name, replica_actor_name, transaction_coordinator_actor_name)
+                                    coordinator_actor_name, transaction_coordinator_actor_name)
 from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.metadata import NO_LEADER, ClusterMetadata, NodeEndpoint, id_as_uuid
 from rafka.core.scram import CLUSTER_USER, ScramCredential
@@ -67,6 +67,8 @@ class PartitionImage:
     replica_brokers: tuple[int, ...] = ()   # every assigned replica's broker id, in replica order
     isr_brokers: tuple[int, ...] = ()
     leader_broker: int = NO_LEADER          # the leader replica's broker, once it has an endpoint
+    # replica id -> the actor holding it (core.metadata.ClusterMetadata.replica_actor)
+    replica_actors: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +127,13 @@ class ClusterImage:
 
     def node_of_actor(self, actor: str) -> int:
         return next((n.node_id for n in self.nodes.values() if n.actor == actor), NO_LEADER)
+
+    def replica_actor(self, topic: str, partition: int, replica_id: int) -> str | None:
+        """The actor holding the replica, as the metadata had it at this version."""
+        found = self.topics.get(topic)
+        if found is None or not 0 <= partition < len(found.partitions):
+            return None
+        return found.partitions[partition].replica_actors.get(replica_id)
 
     def leader_endpoint(self, topic: str, partition: int) -> tuple[tuple[str, int], int]:
         """((host, port) of the partition's leader, its leader epoch).
@@ -193,7 +202,8 @@ def build_image(metadata: ClusterMetadata, version: int, *, super_users: frozens
     for name, topic in metadata.topics.items():
         partitions = []
         for index, state in enumerate(topic.partitions):
-            by_replica = {r: node_id(replica_actor_name(name, index, r)) for r in state.replicas}
+            actors = {r: a for r in state.replicas if (a := metadata.replica_actor(name, index, r)) is not None}
+            by_replica = {r: node_id(actors[r]) if r in actors else NO_LEADER for r in state.replicas}
             leader_node = by_replica.get(state.leader, NO_LEADER) if state.online else NO_LEADER
             brokers = state.brokers if len(state.brokers) == len(state.replicas) else ()
             broker_of = dict(zip(state.replicas, brokers))
@@ -203,7 +213,8 @@ def build_image(metadata: ClusterMetadata, version: int, *, super_users: frozens
                 isr_nodes=tuple(by_replica[r] for r in state.isr if by_replica.get(r, NO_LEADER) >= 0),
                 offline_nodes=(), leader_replica=state.leader if leader_node >= 0 else NO_LEADER,
                 replica_brokers=tuple(brokers), isr_brokers=tuple(broker_of[r] for r in state.isr if r in broker_of),
-                leader_broker=broker_of.get(state.leader, NO_LEADER) if leader_node >= 0 else NO_LEADER))
+                leader_broker=broker_of.get(state.leader, NO_LEADER) if leader_node >= 0 else NO_LEADER,
+                replica_actors=actors))
         topics[name] = TopicImage(name=name, topic_id=id_as_uuid(topic.topic_id),
                                   is_internal=name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC),
                                   partitions=tuple(partitions),

@@ -27,6 +27,12 @@ Invariants:
   UserScramCredentialRecord); user names beginning with "__" are rafka's own
   (the cluster credential, core.scram.CLUSTER_USER): `rafka users` cannot add or
   delete them
+  each replica is held by one replica actor (a "shell", core.actor_names) and a
+  shell holds at most one replica, ever: `replica_actor` records say which
+  (committed with the records that create the replica, before the shell is told);
+  the entry goes with its topic (`remove_topic`) or its replica (a `partition`
+  record that no longer lists it); a shell's name is never given to another
+  replica, so a node id never changes replicas
   once SASL is required (`require_sasl`) it stays required: no record turns it off
   ACL bindings are a set (core.acl): a binding created twice is kept once, and
   `acl_version` counts the ACL records replayed, so an image's `acls` say which
@@ -56,6 +62,7 @@ from rafka.core.errors import (FencedLeaderEpoch, InvalidConfig, InvalidPartitio
                                InvalidReplicationFactor, InvalidRequest, InvalidTopic, LeaderNotAvailable,
                                KafkaError, NotLeaderOrFollower, ReassignmentInProgress, ResourceNotFound,
                                TopicAlreadyExists, UnknownServerError, UnknownTopicOrPartition)
+from rafka.core.replica_pool import MAX_POOL_SIZE_PER_BROKER
 from rafka.core.scram import (CLUSTER_MECHANISM, CLUSTER_USER, RESERVED_USER_PREFIX, ScramCredential,
                               make_credential, matches)
 
@@ -64,10 +71,12 @@ NO_LEADER = -1
 # Every partition is RF actor processes (~80 MB each): a typo of 10000 would hang
 # the cluster placing them. Kafka has no such limit; rafka's actors need one.
 MAX_PARTITIONS_PER_TOPIC = 1024
-# A replica's placement group bundle holds 1/1000 of its broker's `rafka_broker`
-# resource, so a broker holds at most 1000 replicas; past that Ray would never place
-# the group and creation would hang. The controller checks it before writing.
-MAX_REPLICAS_PER_BROKER = 1000
+# A replica actor's placement group bundle holds 1/1000 of its broker's `rafka_broker`
+# resource, so a broker holds at most 1000 replica actors; past that Ray would never
+# place the group and creation would hang. The idle shells of the pool
+# (core.replica_pool) hold bundles too: the replicas get what the largest pool leaves.
+# The controller checks it before writing.
+MAX_REPLICAS_PER_BROKER = 1000 - MAX_POOL_SIZE_PER_BROKER
 Record = dict[str, Any]
 
 
@@ -173,6 +182,9 @@ class ClusterMetadata:
         self.next_node_id = 0
         self.scram_credentials: dict[tuple[str, str], ScramCredential] = {}   # by (user, mechanism)
         self.sasl_required = False   # every listener asks for a SASL login (protocol.sasl)
+        # (topic, partition, replica id) -> the actor (shell) holding that replica
+        self.replica_actors: dict[tuple[str, int, int], str] = {}
+        self.actor_replicas: dict[str, tuple[str, int, int]] = {}   # the inverse
         self.acl_bindings: set[AclBinding] = set()
         self.acl_version = 0         # ACL records replayed: the version of `acls()`
         self._acls: Acls = NO_ACLS   # the indexed bindings at acl_version, made when first asked for
@@ -194,6 +206,10 @@ class ClusterMetadata:
             partitions = list(topic.partitions)
             partitions[record["partition"]] = _partition(record)
             self.topics[topic.name] = dataclasses.replace(topic, partitions=tuple(partitions))
+            kept = set(partitions[record["partition"]].replicas)
+            for key in [k for k in self.replica_actors if k[:2] == (topic.name, record["partition"])
+                        and k[2] not in kept]:
+                del self.actor_replicas[self.replica_actors.pop(key)]
         elif kind == "add_partitions":
             topic = self.topics[record["topic"]]
             self.topics[topic.name] = dataclasses.replace(
@@ -203,6 +219,12 @@ class ClusterMetadata:
             self.topics[topic.name] = dataclasses.replace(topic, config=dict(record["config"]))
         elif kind == "remove_topic":
             self.topics.pop(record["name"], None)
+            for key in [k for k in self.replica_actors if k[0] == record["name"]]:
+                del self.actor_replicas[self.replica_actors.pop(key)]
+        elif kind == "replica_actor":
+            key = (record["topic"], record["partition"], record["replica_id"])
+            self.replica_actors[key] = record["actor"]
+            self.actor_replicas[record["actor"]] = key
         elif kind == "producer_ids":
             self.next_producer_id = record["next"]
         elif kind == "node":
@@ -412,13 +434,29 @@ class ClusterMetadata:
                              rack: str | None = None) -> tuple[list[Record], NodeEndpoint]:
         """An actor started serving at host:port: the node id its name already has,
         else the next one; a record only when something changed."""
-        known = self.nodes.get(actor)
-        node_id = self.node_ids.get(actor, self.next_node_id)
-        node = NodeEndpoint(node_id, actor, host, port, rack)
-        if node == known:
-            return [], node
-        return [{"type": "node", "node_id": node_id, "actor": actor, "host": host, "port": port,
-                 "rack": rack}], node
+        records, nodes = self.handle_register_nodes([(actor, host, port, rack)])
+        return records, nodes[0]
+
+    def handle_register_nodes(self, endpoints: Sequence[tuple[str, str, int, str | None]]
+                              ) -> tuple[list[Record], list[NodeEndpoint]]:
+        """`handle_register_node` for several actors (actor, host, port, rack) at
+        once (one commit for a new partition's replicas): new names get the next
+        ids in turn."""
+        records, nodes = [], []
+        next_node_id = self.next_node_id
+        for actor, host, port, rack in endpoints:
+            if not isinstance(actor, str) or not actor:   # a bug: the log would name a node of no actor
+                raise ValueError(f"a node's actor must be named, not {actor!r}")
+            known = self.nodes.get(actor)
+            node_id = self.node_ids.get(actor)
+            if node_id is None:
+                node_id, next_node_id = next_node_id, next_node_id + 1
+            node = NodeEndpoint(node_id, actor, host, port, rack)
+            nodes.append(node)
+            if node != known:
+                records.append({"type": "node", "node_id": node_id, "actor": actor, "host": host, "port": port,
+                                "rack": rack})
+        return records, nodes
 
     def handle_node_down(self, actor: str) -> list[Record]:
         """The actor stopped serving (died, restarting, retired): its endpoint is
@@ -528,6 +566,33 @@ class ClusterMetadata:
             removed.update((b, {"type": "remove_acl", **b.to_record()}) for b in new)
             results.append(matched)
         return list(removed.values()), results
+
+    def handle_assign_replica_actors(self, topic: TopicMetadata,
+                                     actors: dict[tuple[int, int], str]) -> list[Record]:
+        """Records giving each replica `(partition, replica id)` of `topic` (as it
+        is or will be once its creating records are replayed) the actor `actors`
+        names. Refused (a bug, loudly): a replica the topic does not have, one
+        already held, an actor that holds or held a replica, an actor named twice."""
+        if len(set(actors.values())) != len(actors):
+            raise ValueError(f"an actor named for two replicas: {sorted(actors.items())}")
+        records = []
+        for (partition, replica_id), actor in sorted(actors.items()):
+            if not 0 <= partition < len(topic.partitions) or replica_id not in topic.partitions[partition].replicas:
+                raise ValueError(f"{topic.name}-{partition} has no replica {replica_id}")
+            if (topic.name, partition, replica_id) in self.replica_actors:
+                raise ValueError(f"{topic.name}-{partition} replica {replica_id} is held by "
+                                 f"{self.replica_actors[topic.name, partition, replica_id]} already")
+            if actor in self.actor_replicas or actor in self.node_ids:
+                raise ValueError(f"actor {actor} held a replica before: its name is never reused")
+            records.append({"type": "replica_actor", "topic": topic.name, "partition": partition,
+                            "replica_id": replica_id, "actor": actor})
+        return records
+
+    def replica_actor(self, topic: str, partition: int, replica_id: int) -> str | None:
+        """The name of the actor holding the replica; None when none was given yet
+        (or the replica is not there). The one lookup: everything that finds a
+        replica's actor asks here, or in the image and snapshot built from here."""
+        return self.replica_actors.get((topic, partition, replica_id))
 
     def handle_delete_topic(self, name: str) -> list[Record]:
         self.topic(name)

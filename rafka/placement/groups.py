@@ -1,5 +1,7 @@
-"""Where replicas run: one placement group per replica, its one bundle pinned to
-the replica's broker by the `rafka-broker-id` node label.
+"""Where replicas run: one placement group per replica actor, its one bundle pinned
+to the actor's broker by the `rafka-broker-id` node label. The group is made with
+the actor, which may be a shell of the pool holding no replica yet
+(core.replica_pool): it is on its broker before it is given a replica there.
 
 A partition's replicas sit on different brokers because the controller assigns
 them to different broker ids (DESIGN section 4); the label pins each one there.
@@ -30,30 +32,33 @@ from rafka.placement.brokers import BROKER_RESOURCE  # noqa: F401 (re-exported)
 
 # A bundle holds no CPU: replicas wait on I/O and many share a core, and Spark
 # executors on the same nodes take whole CPUs. Its sliver of `rafka_broker` is what
-# pins it to broker nodes, and bounds a broker to 1000 replicas (metadata's
-# MAX_REPLICAS_PER_BROKER, checked before a topic is written).
+# pins it to broker nodes, and bounds a broker to 1000 replica actors (metadata's
+# MAX_REPLICAS_PER_BROKER, checked before a topic is written; the pool's idle
+# shells are bounded by core.replica_pool.MAX_POOL_SIZE_PER_BROKER).
 REPLICA_BROKER_SHARE = 0.001
 GROUP_PREFIX = "rafka:"
 
 
-def replica_group_name(topic: str, partition: int, replica_id: int) -> str:
-    return f"{GROUP_PREFIX}{topic}:{partition}:{replica_id}"
+def replica_group_name(shell: str) -> str:
+    """The group of a replica actor, by the actor's (shell's) name."""
+    return f"{GROUP_PREFIX}{shell}"
 
 
-def replica_placement_group(topic: str, partition: int, replica_id: int, broker_id: int) -> PlacementGroup:
-    """The group of one replica, on broker `broker_id` only; an existing one is reused."""
-    existing = existing_replica_group(topic, partition, replica_id)
+def replica_placement_group(shell: str, broker_id: int) -> PlacementGroup:
+    """The group of one replica actor, on broker `broker_id` only; an existing one
+    is reused. Made with the shell (core.replica_pool), before it holds a replica."""
+    existing = existing_replica_group(shell)
     if existing is not None:
         return existing
     # Detached: the group (and so its replica) outlives the controller that made it.
     return placement_group([{BROKER_RESOURCE: REPLICA_BROKER_SHARE}], strategy="STRICT_PACK",
-                           name=replica_group_name(topic, partition, replica_id), lifetime="detached",
+                           name=replica_group_name(shell), lifetime="detached",
                            bundle_label_selector=[{BROKER_ID_LABEL: str(broker_id)}])
 
 
-def existing_replica_group(topic: str, partition: int, replica_id: int) -> PlacementGroup | None:
+def existing_replica_group(shell: str) -> PlacementGroup | None:
     try:
-        return ray.util.get_placement_group(replica_group_name(topic, partition, replica_id))
+        return ray.util.get_placement_group(replica_group_name(shell))
     except ValueError:
         return None
 

@@ -29,7 +29,7 @@ import time
 import ray
 
 from rafka.core.actor_names import (CONTROLLER_NAME, NAMESPACE, OFFSETS_TOPIC, broker_actor_name,
-                                    coordinator_actor_name, replica_actor_name)
+                                    coordinator_actor_name)
 from rafka.core.history import Fault
 from rafka.placement.brokers import live_broker_ids
 
@@ -172,7 +172,11 @@ class FaultInjector:
         return topic, state["partition"], state
 
     def _replica(self, topic: str, partition: int, replica_id: int):
-        return _actor(replica_actor_name(topic, partition, replica_id))
+        """The actor holding the replica, as the controller's metadata names it."""
+        name = ray.get(self.cluster.controller.replica_actor.remote(topic, partition, replica_id), timeout=10)
+        if name is None:
+            raise ValueError(f"{topic}-{partition} replica {replica_id} has no actor")
+        return _actor(name)
 
     def _wait_for_new_leader(self, topic: str, partition: int, epoch: int, timeout_s: float = 30.0) -> None:
         deadline_s = time.monotonic() + timeout_s

@@ -234,7 +234,8 @@ def test_cli__before_up__status_says_to_run_up(ray_address):
 def test_cli__up_topics_status_down(ray_address, data_dir):
     # --sasl: every command below (console clients, groups, users) logs in as the cluster;
     # --listener-port 0: both brokers run on this one host (a port each, not 9092 for both)
-    code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir), "--sasl", "--listener-port", "0")
+    code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir), "--sasl", "--listener-port", "0",
+                         "--replica-pool-size", "2")
     assert code == 0 and "2 broker node(s)" in out and "controller epoch 1" in out
     assert "listeners require SASL/SCRAM" in out
     assert "group coordinators: 1" in out and "transaction coordinators: 1" in out
@@ -268,9 +269,14 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
 
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""
+    deadline = time.monotonic() + 120   # the pool refills in the background after each creation
+    while "ready by broker: 0: 2, 1: 2\n" not in (status := rafka(ray_address, "status")[1]):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    assert "replica pool:      2 idle replica actors per broker" in status
     code, out, _ = rafka(ray_address, "down")
     # the controller, 2 replicas of __consumer_offsets and 2 of __transaction_state, a group and a
-    # transaction coordinator, 2 brokers' nodes
-    assert code == 0 and "rafka is down: 9 actor(s) stopped" in out
+    # transaction coordinator, 2 brokers' nodes, 2 idle replica actors each
+    assert code == 0 and "rafka is down: 13 actor(s) stopped" in out
     assert "replicas shut down cleanly: 4 of 4" in out
     assert rafka(ray_address, "status")[0] == 1

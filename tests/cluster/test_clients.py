@@ -174,10 +174,11 @@ def test_admin__delete_topic__gone_from_metadata_actors_and_disk(cluster):
     admin.create_topic("doomed", partitions=1, replication_factor=3)
     with cluster.producer() as producer:
         producer.send("doomed", b"x", partition=0).result(timeout=30)
+    actors = set(admin.describe_topics(["doomed"])["doomed"]["partitions"][0]["actors"].values())
     admin.delete_topic("doomed")
     assert "doomed" not in admin.list_topics()
     names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
-    assert not any(n.startswith("replica:doomed:") for n in names)
+    assert len(actors) == 3 and not actors & names
     with pytest.raises(UnknownTopicOrPartition):
         admin.delete_topic("doomed")
     admin.create_topic("doomed", partitions=1, replication_factor=3)  # the name is free again

@@ -2,7 +2,9 @@
 
 import pytest
 import ray
+from ray.util.placement_group import placement_group_table
 
+from rafka.core.actor_names import REPLICA_SHELL_PREFIX, broker_of_shell
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
 
@@ -79,3 +81,54 @@ def test_producer__acks_all_across_a_leader_kill__every_record_once_in_order(clu
     assert after["leader_epoch"] > before["leader_epoch"]
     data = ray.get(replica("payments", 0, after["leader"]).read_below_high_watermark.remote())
     assert [r.value for r in decode_records(data)] == [b"p-%d" % i for i in range(100)]
+
+
+def full_pool(controller):
+    """The pool's idle shells by broker, once every live broker's pool is full and answered."""
+    def full():
+        pool = ray.get(controller.replica_pool.remote())
+        ready = pool["ready"]
+        return len(ready) == 3 and all(len(names) == pool["size_per_broker"] for names in ready.values()) and ready
+    return wait_until(full, what="a full replica pool")
+
+
+def shells_running():
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == "rafka" and a["name"].startswith(REPLICA_SHELL_PREFIX)}
+
+
+def test_new_topic__takes_the_pools_shells_on_its_brokers__the_pool_refills__deletion_kills_its_shells(cluster):
+    """local_cluster keeps one idle replica actor per broker: a 2-partition RF3 topic
+    takes them (one per broker) and has three made on the spot; the pool is full
+    again after; deleting the topic kills all six (never reused) and their groups."""
+    controller = cluster.controller
+    idle = full_pool(controller)
+    admin = cluster.admin()
+    admin.create_topic("pooled", partitions=2, replication_factor=3)
+    partitions = ray.get(controller.metadata_snapshot.remote())["topics"]["pooled"]["partitions"]
+    actors = {(p["partition"], r): actor for p in partitions for r, actor in p["actors"].items()}
+    assert {name for names in idle.values() for name in names} <= set(actors.values()) and len(set(actors.values())) == 6
+    for p in partitions:
+        for r, actor in p["actors"].items():
+            assert broker_of_shell(actor) == p["brokers"][p["replicas"].index(r)]
+            held = ray.get(ray.get_actor(actor, namespace="rafka").describe.remote())
+            assert (held["topic"], held["partition"], held["replica_id"], held["actor"]) == ("pooled", p["partition"], r,
+                                                                                             actor)
+    refilled = full_pool(controller)
+    assert not {name for names in refilled.values() for name in names} & set(actors.values())
+    admin.delete_topic("pooled")
+    assert not set(actors.values()) & shells_running()
+    groups = {g["name"] for g in placement_group_table().values() if g.get("state") != "REMOVED"}
+    assert not {f"rafka:{actor}" for actor in actors.values()} & groups
+    assert full_pool(controller) == refilled
+
+
+def test_controller_killed__its_successor_adopts_the_idle_shells_and_makes_none(cluster):
+    controller = cluster.controller
+    idle = full_pool(controller)
+    ray.kill(controller, no_restart=False)
+    wait_until(lambda: ray.get(controller.ping.remote(), timeout=10) > 0, what="the controller back")
+    assert full_pool(controller) == idle
+    held = {actor for topic in ray.get(controller.metadata_snapshot.remote())["topics"].values()
+            for p in topic["partitions"] for actor in p["actors"].values()}
+    assert shells_running() == held | {name for names in idle.values() for name in names}

@@ -167,7 +167,7 @@ def test_produce_to_a_follower__not_leader_or_follower_and_nothing_written(clust
     described = cluster.admin().describe_topics(["to-follower"])["to-follower"]["partitions"][0]
     nodes = ray.get(cluster.controller.node_endpoints.remote())
     follower = next(r for r in described["replicas"] if r != described["leader"])
-    host, port = nodes[f"replica:to-follower:0:{follower}"]
+    host, port = nodes[described["actors"][follower]]
     request = produce_v9.ProduceRequest(
         transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
         topic_data=(produce_v9.TopicProduceData(name="to-follower", partition_data=(
@@ -557,7 +557,7 @@ def test_brokers__no_client_sees_a_refused_connection__topics_churn_and_a_replic
 
     from confluent_kafka import Producer as CProducer
 
-    from rafka.core.actor_names import broker_actor_name, coordinator_actor_name, replica_actor_name
+    from rafka.core.actor_names import broker_actor_name, coordinator_actor_name
     from tests.harness import MetadataProbe
     brokers = {(h, int(p)) for h, p in (b.rsplit(":", 1) for b in bootstrap.split(","))}
     create(cluster, "steady")
@@ -596,7 +596,8 @@ def test_brokers__no_client_sees_a_refused_connection__topics_churn_and_a_replic
             cluster.admin().delete_topic("churn")
         create(cluster, "churn")
         leader = cluster.admin().describe_topics(["churn"])["churn"]["partitions"][0]["leader"]
-        for name in (replica_actor_name("churn", 0, leader), coordinator_actor_name(0), broker_actor_name(1, 0)):
+        leader_actor = ray.get(cluster.controller.replica_actor.remote("churn", 0, leader))
+        for name in (leader_actor, coordinator_actor_name(0), broker_actor_name(1, 0)):
             kill(name)
             write(20)
         wait_until(lambda: wire_ready(cluster, "churn"), timeout_s=60, what="churn's leaders back")

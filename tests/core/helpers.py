@@ -11,3 +11,22 @@ def batch(*values: bytes, key: bytes | None = b"k", timestamp_ms: int = 1_000) -
 
 def keyed_batch(pairs, timestamp_ms: int = 1_000) -> bytes:
     return encode_batch([RecordInput(v, k, timestamp_ms) for k, v in pairs])
+
+
+def assign_shells(metadata, topic: str) -> list[dict]:
+    """Records giving each replica of `topic` that has no actor a shell of its
+    broker (`replica:b<broker>:1-<n>`, as a controller of epoch 1 names them),
+    replayed into `metadata`, as the controller commits them with the topic."""
+    from rafka.core.actor_names import replica_shell_name
+    found = metadata.topic(topic)
+    made = len(metadata.actor_replicas)
+    actors = {}
+    for p, state in enumerate(found.partitions):
+        for r in state.replicas:
+            if metadata.replica_actor(topic, p, r) is None:
+                made += 1
+                actors[p, r] = replica_shell_name(state.broker_of(r), 1, made)
+    records = metadata.handle_assign_replica_actors(found, actors)
+    for record in records:
+        metadata.replay(record)
+    return records

@@ -29,13 +29,14 @@ import random
 import threading
 
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_actor_name,
-                                    coordinator_actor_name, replica_actor_name, transaction_coordinator_actor_name)
+                                    coordinator_actor_name, transaction_coordinator_actor_name)
 from rafka.core.clock import SystemClock
 from rafka.core.cluster_image import broker_view, build_image
 from rafka.core.config import TopicConfig
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.group_manager import GroupManager
 from rafka.core.metadata import ClusterMetadata
+from tests.core.helpers import assign_shells
 from rafka.core.errors import KafkaError
 from rafka.core.offset_store import OffsetStore
 from rafka.core.producer_ids import ProducerIdAllocator, ProducerIdBlock
@@ -183,6 +184,7 @@ class ProtocolNode:
             records, _ = self.metadata.handle_create_topic(name, count, 1, config, self.broker_ids,
                                                            rng=random.Random(0))
             apply(records)
+            assign_shells(self.metadata, name)
             for p in range(count):
                 replica = PartitionReplica(topic=name, partition=p, replica_id=0,
                                            directory=self.directory / f"{name}-{p}",
@@ -207,7 +209,7 @@ class ProtocolNode:
         # librdkafka 2.0 mixes up node ids that share an address.
         actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), "0" if self.with_edge else None),
                   (transaction_coordinator_actor_name(0), "0" if self.with_edge else None)] + [
-            (replica_actor_name(name, p, 0), str(self.metadata.topics[name].partitions[p].brokers[0]))
+            (self.metadata.replica_actor(name, p, 0), str(self.metadata.topics[name].partitions[p].brokers[0]))
             for name, count in self.topics.items() for p in range(count)]
         self.servers = []
         # Behind an edge, the actors' listeners take the cluster user's login (the

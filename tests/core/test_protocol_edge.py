@@ -17,7 +17,7 @@ from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from rafka.core.acl import CLUSTER_NAME, AclOperation, ResourceType
-from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
+from rafka.core.actor_names import CONTROLLER_NAME
 from rafka.core.cluster_image import broker_view, build_image
 from rafka.protocol.connection import Connection
 from tests.core.protocol_node import ProtocolNode
@@ -127,7 +127,7 @@ def test_actor_unreachable__retriable_error_and_the_client_connection_stays(node
     """A replica whose node is gone (restarting): the edge answers
     NOT_LEADER_OR_FOLLOWER for its partition, as for any partition not led here,
     and keeps serving the connection."""
-    replica_node = node.image().nodes[node.image().node_of_actor(replica_actor_name("orders", 0, 0))]
+    replica_node = node.image().nodes[node.image().node_of_actor(node.image().replica_actor("orders", 0, 0))]
     server = next(s for s in node.servers if s._server is not None and s.port == replica_node.port)
     node.call(server.stop())
 
@@ -204,7 +204,7 @@ def test_produce__the_next_request_reaches_the_actor_while_the_first_waits_for_i
     leader's node holds what it gets for a moment: both Produce requests of one
     client connection arrive in it before the first is answered."""
     image = node.image()
-    name = replica_actor_name("orders", 0, 0)
+    name = image.replica_actor("orders", 0, 0)
     leader = image.nodes[image.node_of_actor(name)]
     held: list[bytes] = []
 

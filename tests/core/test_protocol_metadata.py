@@ -9,10 +9,11 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from rafka.core.actor_names import CONTROLLER_NAME, replica_actor_name
+from rafka.core.actor_names import CONTROLLER_NAME
 from rafka.core.cluster_image import build_image
 from rafka.core.metadata import ClusterMetadata, id_as_uuid
 from rafka.protocol.dispatch import DispatchTable, Dispatcher
+from tests.core.helpers import assign_shells
 from rafka.protocol.handlers import api_versions, metadata
 from tests.core.test_protocol_dispatch import read_response, request_frame
 
@@ -36,18 +37,19 @@ def state():
     apply(state, state.handle_start())
     records, _ = state.handle_create_topic("orders", 2, 3, None, [0, 1, 2], rng=random.Random(1))
     apply(state, records)
+    assign_shells(state, "orders")
     register(state, CONTROLLER_NAME, 9092)
     for p in range(2):
         for r in range(3):
             if (p, r) != (1, 2):    # replica 2 of partition 1 has not started serving yet
-                register(state, replica_actor_name("orders", p, r), 10_000 + 10 * p + r,
+                register(state, state.replica_actor("orders", p, r), 10_000 + 10 * p + r,
                          rack=str(state.topic("orders").partitions[p].broker_of(r)))
     return state
 
 
 def test_register_node__an_actor_keeps_its_node_id_across_restarts_and_new_actors_get_new_ids(state):
-    before = state.nodes[replica_actor_name("orders", 0, 1)]
-    again = register(state, replica_actor_name("orders", 0, 1), 20_000, rack=before.rack)
+    before = state.nodes[state.replica_actor("orders", 0, 1)]
+    again = register(state, state.replica_actor("orders", 0, 1), 20_000, rack=before.rack)
     assert again.node_id == before.node_id and again.port == 20_000
     assert state.handle_register_node(again.actor, again.host, again.port, again.rack)[0] == []  # no change
     fresh = register(state, "coordinator:0", 30_000)
@@ -67,7 +69,7 @@ def test_build_image__leaders_replicas_and_isr_as_node_ids(state):
     assert orders.topic_id == id_as_uuid(state.topic("orders").topic_id) and not orders.is_internal
     for p, partition in enumerate(orders.partitions):
         meta = state.topic("orders").partitions[p]
-        leader_actor = replica_actor_name("orders", p, meta.leader)
+        leader_actor = state.replica_actor("orders", p, meta.leader)
         assert partition.leader_node == state.nodes[leader_actor].node_id
         assert partition.leader_epoch == meta.leader_epoch
     missing = state.topic("orders").partitions[1]
@@ -79,7 +81,7 @@ def test_build_image__leaders_replicas_and_isr_as_node_ids(state):
 
 def test_build_image__a_leader_without_an_endpoint_is_no_leader(state):
     leader = state.topic("orders").partitions[0].leader
-    del state.nodes[replica_actor_name("orders", 0, leader)]
+    del state.nodes[state.replica_actor("orders", 0, leader)]
     image = build_image(state, version=8)
     assert image.topics["orders"].partitions[0].leader_node == -1
 
@@ -124,7 +126,7 @@ def test_metadata__unknown_and_illegal_names_and_ids_get_kafkas_codes_and_nothin
 
 def test_metadata__a_leaderless_partition_is_leader_not_available(state):
     leader = state.topic("orders").partitions[0].leader
-    del state.nodes[replica_actor_name("orders", 0, leader)]
+    del state.nodes[state.replica_actor("orders", 0, leader)]
     (orders,) = ask(build_image(state, version=2), 11, ["orders"]).topics
     assert (orders.partitions[0].leader_id, orders.partitions[0].error_code) == (-1, ErrorCode.leader_not_available)
     assert orders.partitions[1].error_code == ErrorCode.none

@@ -1,12 +1,15 @@
 """Replica actors on one Ray node: long-poll replication and acks=all, driven by hand
-(the controller comes next)."""
+(the controller comes next); shells given their replica by `assign`, and reopening
+it when Ray restarts them."""
 
 import dataclasses
+import itertools
 
 import pytest
 import ray
 
-from rafka.actors.replica import NAMESPACE, ReplicaActor, replica_actor_name
+from rafka.actors.replica import NAMESPACE, UNASSIGNED, ReplicaActor
+from rafka.core.actor_names import replica_shell_name
 from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.cluster_image import EMPTY_IMAGE
 from rafka.core.errors import NotEnoughReplicas, NotLeaderOrFollower
@@ -27,19 +30,31 @@ def ray_node():
     ray.shutdown()
 
 
+_shells = itertools.count()
+
+
+def start_shell(data_dir, **options):
+    """A replica actor holding no replica (as the controller's pool makes them), on
+    broker 0; (its name, its handle)."""
+    name = replica_shell_name(0, 1, next(_shells))
+    return name, ray.remote(ReplicaActor).options(name=name, num_cpus=0, max_restarts=-1).remote(
+        name=name, data_dir=str(data_dir), cluster_id="cluster-id", **options)
+
+
 def start_replica(tmp_path, topic, replica_id, config=None, **options):
-    """One replica with its own data dir: on one Ray node (broker 0) they stand in for
-    separate brokers' disks. No controller here: the image it would push (an open
-    cluster, no SASL) is given by hand, else a node before its first image asks every
-    client for a login."""
-    replica = ray.remote(ReplicaActor).options(name=replica_actor_name(topic, 0, replica_id), num_cpus=0).remote(
-        topic=topic, partition=0, replica_id=replica_id, data_dir=str(tmp_path / f"node-{replica_id}"),
-        config=config or {}, topic_id=f"{topic}-id", cluster_id="cluster-id", **{"fetch_max_wait_ms": 200, **options})
-    ray.get(replica.update_image.remote(OPEN_IMAGE))
-    return replica
+    """A shell given replica `replica_id` of partition 0 (its data dir of its own)."""
+    _, handle = start_shell(tmp_path / f"node-{replica_id}", **{"fetch_max_wait_ms": 200, **options})
+    ray.get(handle.assign.remote(topic=topic, partition=0, replica_id=replica_id, topic_id=f"{topic}-id",
+                                 config=config or {}))
+    # no controller here: the image it would push (an open cluster, no SASL) is given by
+    # hand, else a node before its first image asks every client for a login
+    ray.get(handle.update_image.remote(OPEN_IMAGE))
+    return handle
 
 
 def start_replicas(tmp_path, topic, count, config=None, **options):
+    """One data dir per replica: on one Ray node (broker 0) they stand in for
+    separate brokers' disks."""
     return [start_replica(tmp_path, topic, i, config, **options) for i in range(count)]
 
 
@@ -121,17 +136,21 @@ def test_follower_told_to_follow_a_leader_not_started_yet__keeps_trying_and_catc
     exists (or while it restarts); its fetch loop must not die of it (it did: the
     replica stayed a follower at offset 0 for good, found by `rafka verify`). With
     no endpoint given, it fetches from the one the controller's next image names."""
+    import uuid
+
+    from rafka.core.cluster_image import PartitionImage, TopicImage
     from rafka.core.metadata import NodeEndpoint
     from tests.harness import wait_until
-
-    def start(i):
-        return start_replica(tmp_path, "late", i, fetch_max_wait_ms=100)
-    follower = start(1)
+    follower = start_replica(tmp_path, "late", 1, fetch_max_wait_ms=100)
     ray.get(follower.become_follower.remote(0, 0, None))      # replica 0 does not exist yet
-    leader = start(0)
+    leader = start_replica(tmp_path, "late", 0, fetch_max_wait_ms=100)
     host, port = ray.get(leader.become_leader.remote(0, [0, 1], [0, 1], 0))
+    leader_actor = ray.get(leader.describe.remote())["actor"]
+    partition = PartitionImage(partition=0, leader_node=7, leader_epoch=0, replica_nodes=(7,), isr_nodes=(7,),
+                               offline_nodes=(), leader_replica=0, replica_actors={0: leader_actor})
     ray.get(follower.update_image.remote(dataclasses.replace(EMPTY_IMAGE, version=1, nodes={
-        7: NodeEndpoint(node_id=7, actor=replica_actor_name("late", 0, 0), host=host, port=port)})))
+        7: NodeEndpoint(node_id=7, actor=leader_actor, host=host, port=port)}, topics={
+        "late": TopicImage(name="late", topic_id=uuid.uuid4(), is_internal=False, partitions=(partition,))})))
     for i in range(5):
         produce_to(leader, encode_batch([RecordInput(b"late-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
     wait_until(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 5, timeout_s=30,
@@ -153,3 +172,45 @@ def test_stale_become_follower__refused_and_the_current_fetcher_keeps_running(ra
         produce_to(leader, encode_batch([RecordInput(b"stale-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
     wait_until(lambda: ray.get(follower.describe.remote())["log_end_offset"] == 5, timeout_s=30,
                what="the follower still fetching at epoch 1")
+
+
+def test_shell__holds_nothing_until_assigned__then_serves_and_a_restart_reopens_its_replica(ray_node, tmp_path):
+    """A pool's shell: no log, no listener, until `assign`; then the replica's actor
+    for good: Ray restarts it with the arguments it was made with (no replica in
+    them), and it reopens the replica its assignment file names, with its log."""
+    from rafka.core.broker_identity import broker_log_dir
+    from rafka.core.replica_assignment import assignment_path
+    from tests.harness import wait_until
+    data_dir = tmp_path / "node-shell"
+    name, shell = start_shell(data_dir)
+    idle = ray.get(shell.ping.remote())
+    assert (idle["role"], idle["endpoint"], idle["topic_id"]) == (UNASSIGNED, None, None)
+    answer = ray.get(shell.assign.remote(topic="held", partition=3, replica_id=1, topic_id="held-id",
+                                         config={"min.insync.replicas": "1"}))
+    assert (answer["role"], answer["leader_epoch"], answer["topic_id"]) == ("follower", -1, "held-id")
+    assert answer["endpoint"] is not None
+    assert assignment_path(broker_log_dir(data_dir, 0), name).exists()
+    ray.get(shell.become_leader.remote(0, [1], [1], 0))
+    for i in range(3):
+        produce_to(shell, encode_batch([RecordInput(b"kept-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
+    pid = ray.get(shell.describe.remote())["pid"]
+    ray.kill(shell, no_restart=False)
+    restarted = wait_until(lambda: (d := ray.get(shell.describe.remote(), timeout=5))["pid"] != pid and d,
+                           timeout_s=60, what="the shell restarted")
+    assert (restarted["topic"], restarted["partition"], restarted["replica_id"]) == ("held", 3, 1)
+    assert (restarted["role"], restarted["leader_epoch"]) == ("follower", -1)   # told its role by the controller
+    assert restarted["opened_log_end_offset"] == 3 and restarted["actor"] == name
+
+
+def test_shell__one_replica_for_life__another_assignment_refused_and_deletion_forgets_it(ray_node, tmp_path):
+    from rafka.core.broker_identity import broker_log_dir
+    from rafka.core.replica_assignment import assignment_path
+    data_dir = tmp_path / "node-once"
+    name, shell = start_shell(data_dir)
+    first = dict(topic="once", partition=0, replica_id=0, topic_id="once-id", config={})
+    ray.get(shell.assign.remote(**first))
+    assert ray.get(shell.assign.remote(**first))["topic_id"] == "once-id"   # the same again: nothing changes
+    with pytest.raises(ValueError, match="cannot take"):
+        ray.get(shell.assign.remote(**{**first, "partition": 1}))
+    ray.get(shell.delete_log.remote())
+    assert not assignment_path(broker_log_dir(data_dir, 0), name).exists()
