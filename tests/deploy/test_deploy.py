@@ -142,6 +142,9 @@ class Deployment:
         stdin), and the Kafka clients' login as that user."""
         password = secrets.token_urlsafe(16)
         self.on_head(f"printf '%s\\n' {password} | rafka users --add {user}")
+        # SASL required: a user may do only what ACLs allow (Kafka's default deny), so the
+        # operator grants this application's user its topics and groups
+        self.on_head(f"rafka acls --add --allow-principal User:{user} --operation All --topic '*' --group '*'")
         self.kafka_client_options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
                                      "sasl_plain_username": user, "sasl_plain_password": password}
 
