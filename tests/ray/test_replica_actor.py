@@ -190,6 +190,7 @@ def test_shell__holds_nothing_until_assigned__then_serves_and_a_restart_reopens_
     assert (answer["role"], answer["leader_epoch"], answer["topic_id"]) == ("follower", -1, "held-id")
     assert answer["endpoint"] is not None
     assert assignment_path(broker_log_dir(data_dir, 0), name).exists()
+    ray.get(shell.update_image.remote(OPEN_IMAGE))
     ray.get(shell.become_leader.remote(0, [1], [1], 0))
     for i in range(3):
         produce_to(shell, encode_batch([RecordInput(b"kept-%d" % i)]), ACKS_ALL, 10_000).result(timeout=60)
