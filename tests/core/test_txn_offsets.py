@@ -146,7 +146,8 @@ def test_shard__txn_commit__pending_unstable_then_committed_by_its_marker__reloa
         answer = await shard.commit_transactional_offsets(G, {T0: (5, -1, ""), ("nope", 0): (1, -1, "")},
                                                           producer_id=7, producer_epoch=2)
         assert answer[T0] is None and answer[("nope", 0)].kafka_name == "UNKNOWN_TOPIC_OR_PARTITION"
-        assert partition.log == [(TransactionalBatch(7, 2), [(OffsetKey(G, *T0), OffsetValue(5, -1, "", clock.now_ms()))])]
+        written = OffsetValue(5, -1, "", clock.now_ms())
+        assert partition.log == [(TransactionalBatch(7, 2), [(OffsetKey(G, *T0), written)])]
         assert shard.fetch_offsets(G, [T0]) == {T0: None}
         unstable = shard.fetch_offsets(G, [T0, T1], require_stable=True)
         assert isinstance(unstable[T0], UnstableOffsetCommit) and unstable[T1] is None
