@@ -26,6 +26,14 @@ A write that cannot complete within `offsets_commit_timeout_ms` (the ISR below
 min.insync.replicas, no leader) fails with REQUEST_TIMED_OUT, a retriable error,
 and changes nothing in the cache.
 
+Transactions: TxnOffsetCommit records go out as the producer's transactional
+batch (`_append` with a TransactionalBatch), pending in the shard until the
+transaction's marker; the transaction coordinator's WriteTxnMarkers for this
+partition come to this actor's node (handlers.write_txn_markers), and the shard
+queues the marker behind its writes, which `_append` sends to the leader as
+WriteTxnMarkers (InternalPartition.append_marker). Loading replays the markers
+in the log (`replay_marker`).
+
 Named `coordinator:<offsets partition>` in namespace `rafka`, detached,
 restartable, spread over the broker nodes. The partition's leader lookup, the
 acks=all writes, the load and the ticker are actors.internal_partition's, shared
@@ -55,6 +63,7 @@ from rafka.core.group_manager import GroupManager
 from rafka.core.kafka_metrics import register_consumer_lag, register_coordinator
 from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import decode_record, encode_key, encode_value, partition_for_group
+from rafka.core.write_queue import TransactionalBatch, TxnMarkerWrite, WriteKind
 from rafka.protocol.pipelining import admit_next
 
 # A member's commits are batched into one append only as far as they are started
@@ -94,7 +103,7 @@ class GroupCoordinatorActor:
                                      write_timeout_ms=offsets_commit_timeout_ms,
                                      write_timeout_name="offsets.commit.timeout.ms", retry_backoff_ms=retry_backoff_ms,
                                      decode=decode_record, replay=self.shard.replay, tick=self.shard.tick,
-                                     tick_s=self.TICK_S)
+                                     tick_s=self.TICK_S, replay_marker=self.shard.replay_marker)
         register_coordinator(self.serving.metrics, self.shard, lambda: self.log.load.loaded)
         self.lag = ConsumerLag(self.log.nodes, image=lambda: self.serving.image, loaded=lambda: self.log.load.loaded,
                                committed=lambda: self.shard.offsets.offsets_by_group, clock=self.clock)
@@ -122,10 +131,20 @@ class GroupCoordinatorActor:
 
     # --- writes -------------------------------------------------------------------
 
-    async def _append(self, records: list) -> None:
+    async def _append(self, records: list, kind: WriteKind = None) -> None:
         """The shard's append (actors.internal_partition): acks=all to the
-        partition's leader; returns once acknowledged (the shard replays then)."""
-        await self.log.append([(encode_key(key), encode_value(value)) for key, value in records])
+        partition's leader, a transactional batch for a TxnOffsetCommit, a
+        WriteTxnMarkers for a marker; returns once acknowledged (the shard
+        replays then)."""
+        if isinstance(kind, TxnMarkerWrite):
+            await self.log.append_marker(producer_id=kind.producer_id, producer_epoch=kind.producer_epoch,
+                                         coordinator_epoch=kind.coordinator_epoch, commit=kind.commit)
+            return
+        encoded = [(encode_key(key), encode_value(value)) for key, value in records]
+        if isinstance(kind, TransactionalBatch):
+            await self.log.append(encoded, producer_id=kind.producer_id, producer_epoch=kind.producer_epoch)
+        else:
+            await self.log.append(encoded)
 
     async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
         """Partition counts for an assignment, from the newest cluster image (asked of
@@ -147,10 +166,26 @@ class GroupCoordinatorActor:
         return await self.shard.commit_offsets(group, offsets, member_id, generation, group_instance_id,
                                                on_queued=admit_next)
 
-    async def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
-        """{(topic, partition): (offset, leader_epoch, metadata) or None}."""
+    async def fetch_offsets(self, group: str, partitions: list | None = None, *,
+                            require_stable: bool = False) -> dict:
+        """{(topic, partition): (offset, leader_epoch, metadata) or None, or
+        UNSTABLE_OFFSET_COMMIT with `require_stable` while one is pending}."""
         self._require_loaded(group)
-        return self.shard.fetch_offsets(group, partitions)
+        return self.shard.fetch_offsets(group, partitions, require_stable=require_stable)
+
+    async def commit_transactional_offsets(self, group: str, offsets: dict, **txn) -> dict:
+        """TxnOffsetCommit (CoordinatorShard.commit_transactional_offsets: producer_id,
+        producer_epoch, member_id, generation, group_instance_id)."""
+        self._require_loaded(group)
+        return await self.shard.commit_transactional_offsets(group, offsets, **txn, on_queued=admit_next)
+
+    async def complete_transaction(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                   commit: bool) -> None:
+        """A transaction's marker for this partition (WriteTxnMarkers)."""
+        self.log.start()
+        self.log.require_loaded()
+        await self.shard.complete_transaction(producer_id=producer_id, producer_epoch=producer_epoch,
+                                              coordinator_epoch=coordinator_epoch, commit=commit)
 
     async def join_group(self, group: str, member_id: str, **join) -> dict:
         """Parks until this join's generation completes (CoordinatorShard.join_group:
@@ -211,6 +246,10 @@ class GroupCoordinatorActor:
     def coordinator_for(self, group_id: str):
         """GroupHost: this actor, if it coordinates the group."""
         return self if partition_for_group(group_id, self.partition_count) == self.partition else None
+
+    def offsets_partition_coordinator(self, partition: int):
+        """GroupHost: this actor, for its own partition's transaction markers."""
+        return self if partition == self.partition else None
 
     async def update_image(self, image) -> None:
         self.offer_image(image)

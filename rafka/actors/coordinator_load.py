@@ -3,8 +3,13 @@
 from the partition's leader, from the log start to the end that leader answered,
 and replay every record, decoded by the topic's schema (`decode(key, value)`).
 Control batches (transaction markers: a transaction's offsets in
-`__consumer_offsets` end with one) are not records of the schema and are
-skipped. No Ray import: the actor hands in how to find the leader and
+`__consumer_offsets` end with one) are not records of the schema: with
+`replay_marker` (the group coordinator's) each COMMIT or ABORT marker is
+replayed as `replay_marker(producer_id, commit=)`, and each record as
+`replay(key, value, producer_id=)` (of its batch if transactional, else
+NO_PRODUCER_ID), in log order, so a transaction's pending offsets come back and
+end as they did live; without it (the transaction coordinator's topic holds no
+transactions) markers are skipped and records replayed as `replay(key, value)`. No Ray import: the actor hands in how to find the leader and
 what else a retry may clear (Ray's errors), so tests drive a load on a fake leader.
 
 Rules (Kafka's CoordinatorLoaderImpl and CoordinatorRuntime):
@@ -36,6 +41,7 @@ import math
 from collections.abc import Awaitable, Callable
 
 from rafka.core.errors import CorruptRecord, KafkaError
+from rafka.core.records import NO_PRODUCER_ID, control_record_marker
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.protocol import fetching
 from rafka.protocol.range_reads import RangeRead, read_range_async
@@ -54,10 +60,12 @@ Decode = Callable[[bytes | None, bytes | None], tuple]
 class PartitionLoad:
     def __init__(self, *, topic: str, partition: int, leader: LeaderLookup, nodes, decode: Decode,
                  replay: Callable, ask_timeout_s: float, retry_backoff_s: float,
+                 replay_marker: Callable[..., None] | None = None,
                  may_retry_also: Callable[[BaseException], bool] = lambda error: False,
                  on_retry: Callable[[BaseException], None] = lambda error: None, sleep=asyncio.sleep) -> None:
         self.topic, self.partition = topic, partition
         self._leader, self._nodes, self._decode, self._replay = leader, nodes, decode, replay
+        self._replay_marker = replay_marker
         self.ask_timeout_s = ask_timeout_s   # a paused leader must not stall the load past its replacement
         self.retry_backoff_s = retry_backoff_s
         self._may_retry_also, self._on_retry, self._sleep = may_retry_also, on_retry, sleep
@@ -126,16 +134,35 @@ class PartitionLoad:
                            max_bytes=LOAD_FETCH_MAX_BYTES)
         self.position = cursor.position
         async for chunk in read_range_async(ask, cursor):
-            for record in chunk.in_range(skip_control=True):
-                try:
-                    key, value = self._decode(record.key, record.value)
-                except CorruptRecord as error:
-                    raise type(error)(f"{topic}-{partition} at offset {record.offset}: {error.message}") from error
-                try:
-                    self._replay(key, value)
-                except Exception as error:   # final, whatever it is (Kafka wraps it the same way)
-                    raise RuntimeError(f"replaying {topic}-{partition} at offset {record.offset} ({key}) failed: "
-                                       f"{type(error).__name__}: {error}") from error
+            for header, records in chunk.batches_in_range():
+                if header.is_control:
+                    if self._replay_marker is not None:
+                        self._replay_markers(header, records)
+                    continue
+                producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+                for record in records:
+                    self._replay_record(record, producer_id)
             self.position = cursor.position
         self.loaded = True
         logger.info("coordinator %d loaded %s-%d up to offset %d", self.partition, topic, partition, end)
+
+    def _replay_record(self, record, producer_id: int) -> None:
+        topic, partition = self.topic, self.partition
+        try:
+            key, value = self._decode(record.key, record.value)
+        except CorruptRecord as error:
+            raise type(error)(f"{topic}-{partition} at offset {record.offset}: {error.message}") from error
+        try:
+            if self._replay_marker is None:
+                self._replay(key, value)
+            else:
+                self._replay(key, value, producer_id=producer_id)
+        except Exception as error:   # final, whatever it is (Kafka wraps it the same way)
+            raise RuntimeError(f"replaying {topic}-{partition} at offset {record.offset} ({key}) failed: "
+                               f"{type(error).__name__}: {error}") from error
+
+    def _replay_markers(self, header, records) -> None:
+        for record in records:
+            marker = control_record_marker(record.key, record.value, offset=record.offset)
+            if marker is not None:
+                self._replay_marker(header.producer_id, commit=marker.commit)

@@ -14,6 +14,9 @@ core shard.
     the HW (invariant 8). A write started for a load that was replaced
     (`load_again`) is not retried: its shard is gone, and a late record must not
     land after the new shard's;
+  * transaction markers (`append_marker`, the group coordinator's only): a
+    WriteTxnMarkers of one marker to the leader, with the same retries and
+    timeout; the leader checks the epochs and answers once replicated;
   * loading (actors.coordinator_load): started by the actor's first call (an
     actor cannot start tasks in __init__), COORDINATOR_LOAD_IN_PROGRESS until
     done (`require_loaded`), NOT_COORDINATOR after a failed load until an image
@@ -36,9 +39,11 @@ from rafka.actors.coordinator_load import Decode, PartitionLoad
 from rafka.actors.serving import NodeServing, controller
 from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, NetworkException, NotCoordinator, RequestTimedOut
-from rafka.core.records import RecordInput, encode_batch
+from rafka.core.records import ATTR_TRANSACTIONAL, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL
+from rafka.core.transaction_shard import TxnMarker
 from rafka.protocol import producing
+from rafka.protocol.txn_markers import write_txn_markers_answers, write_txn_markers_request
 from rafka.protocol.network import NodeConnections
 from rafka.protocol.retry import is_retriable, kafka_cause
 from rafka.protocol.tls import cluster_client_context
@@ -53,13 +58,15 @@ class InternalPartition:
     def __init__(self, *, topic: str, partition: int, serving: NodeServing, client_id: str, clock,
                  write_timeout_ms: int, write_timeout_name: str, retry_backoff_ms: int,
                  decode: Decode, replay: Callable, tick: Callable[[], Awaitable[None]], tick_s: float,
+                 replay_marker: Callable[..., None] | None = None,
                  on_loaded: Callable[[], None] = lambda: None,
                  on_leader_epoch: Callable[[int], None] = lambda leader_epoch: None) -> None:
         """`write_timeout_name`: the setting `write_timeout_ms` is, for the timeout's
         message (offsets.commit.timeout.ms, request.timeout.ms); `on_loaded()`: at
         the end of every load that completes (before `tick` runs for it);
         `on_leader_epoch(epoch)`: the partition's leader epoch in every image taken
-        (pushed or asked for)."""
+        (pushed or asked for); `replay_marker`: the load replays transaction
+        markers into it (actors.coordinator_load)."""
         self.topic, self.partition = topic, partition
         self.serving = serving
         self.clock = clock
@@ -74,6 +81,7 @@ class InternalPartition:
         self._image_stale = True     # ask the controller for the image before the first lookup
         self.nodes = NodeConnections(client_id=client_id, request_timeout_ms=write_timeout_ms, sasl=cluster_login,
                                      tls=cluster_client_context())
+        self._replay_marker = replay_marker
         self.load = self._new_load(replay)
         self._loader: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
@@ -81,7 +89,8 @@ class InternalPartition:
     def _new_load(self, replay: Callable) -> PartitionLoad:
         # `leader` may ask the controller over Ray: Ray's errors are retried too
         return PartitionLoad(topic=self.topic, partition=self.partition, leader=self.leader, nodes=self.nodes,
-                             decode=self._decode, replay=replay, ask_timeout_s=self.write_timeout_ms / 1000,
+                             decode=self._decode, replay=replay, replay_marker=self._replay_marker,
+                             ask_timeout_s=self.write_timeout_ms / 1000,
                              retry_backoff_s=self.retry_backoff_s,
                              may_retry_also=lambda error: isinstance(error, ray.exceptions.RayError),
                              on_retry=lambda _error: self.forget_leader())
@@ -169,11 +178,41 @@ class InternalPartition:
 
     # --- writes -------------------------------------------------------------------------
 
-    async def append(self, records: list[EncodedRecord]) -> None:
+    async def append(self, records: list[EncodedRecord], *, producer_id: int = NO_PRODUCER_ID,
+                     producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
         """acks=all to the partition's leader, retried on retriable errors until
-        the write timeout; returns once acknowledged."""
+        the write timeout; returns once acknowledged. With a `producer_id`, one
+        transactional batch of that producer (a TxnOffsetCommit's), without a
+        sequence (core.producer_state: a coordinator's write)."""
+        batch = encode_batch([RecordInput(value, key, self.clock.now_ms()) for key, value in records],
+                             producer_id=producer_id, producer_epoch=producer_epoch,
+                             attributes=ATTR_TRANSACTIONAL if producer_id != NO_PRODUCER_ID else 0)
+
+        async def produce(address, remaining_ms: int) -> None:
+            producing.produce_answer(await self.nodes.request(address, producing.produce_request(
+                topic=self.topic, partition=self.partition, records=batch, acks=ACKS_ALL,
+                timeout_ms=remaining_ms)), topic=self.topic, partition=self.partition)
+        await self._write(produce)
+
+    async def append_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                            commit: bool) -> None:
+        """A transaction's COMMIT or ABORT marker, written by the leader
+        (WriteTxnMarkers) and replicated; retried as `append`. The leader's
+        INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED raises."""
+        markers = [TxnMarker(self.topic, self.partition, producer_id, producer_epoch, coordinator_epoch, commit)]
+
+        async def write(address, remaining_ms: int) -> None:
+            answer = write_txn_markers_answers(await self.nodes.request(
+                address, write_txn_markers_request(markers), timeout_ms=remaining_ms), markers)
+            error = answer[(self.topic, self.partition)]
+            if error is not None:
+                raise error
+        await self._write(write)
+
+    async def _write(self, send: Callable[[tuple[str, int], int], Awaitable[None]]) -> None:
+        """`send(leader address, remaining ms)` until it succeeds, retried on
+        retriable errors until the write timeout."""
         load = self.load
-        batch = encode_batch([RecordInput(value, key, self.clock.now_ms()) for key, value in records])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.write_timeout_ms / 1000
         while True:
@@ -185,9 +224,7 @@ class InternalPartition:
                 raise NotCoordinator(f"{self.topic}-{self.partition} is being loaded again: the write is dropped")
             try:
                 address, _ = await self.leader()
-                producing.produce_answer(await self.nodes.request(address, producing.produce_request(
-                    topic=self.topic, partition=self.partition, records=batch, acks=ACKS_ALL,
-                    timeout_ms=remaining_ms)), topic=self.topic, partition=self.partition)
+                await send(address, remaining_ms)
                 return
             except Exception as error:
                 # protocol.retry's rule, and the controller dead or restarting (`leader`

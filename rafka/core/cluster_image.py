@@ -48,7 +48,7 @@ from rafka.core.acl import NO_ACLS, AclOperation, Acls, Resource, ResourceType, 
     authorize_by_resource_type, user_principal
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_of_actor_name,
                                     coordinator_actor_name, transaction_coordinator_actor_name)
-from rafka.core.errors import LeaderNotAvailable, UnknownTopicOrPartition
+from rafka.core.errors import CoordinatorNotAvailable, LeaderNotAvailable, UnknownTopicOrPartition
 from rafka.core.metadata import NO_LEADER, ClusterMetadata, NodeEndpoint, id_as_uuid
 from rafka.core.scram import CLUSTER_USER, ScramCredential
 
@@ -124,6 +124,16 @@ class ClusterImage:
         node = self.nodes.get(nodes[offsets_partition]) if 0 <= offsets_partition < len(nodes) else None
         broker = _broker_id(node.rack) if node is not None else None
         return broker if broker in self.brokers else NO_LEADER
+
+    def coordinator_endpoint(self, offsets_partition: int) -> tuple[str, int]:
+        """(host, port) of the group coordinator of `offsets_partition` (its own
+        node); CoordinatorNotAvailable (retriable) while it has none."""
+        nodes = self.coordinator_nodes
+        node = self.nodes.get(nodes[offsets_partition]) if 0 <= offsets_partition < len(nodes) else None
+        if node is None:
+            raise CoordinatorNotAvailable(f"the coordinator of __consumer_offsets-{offsets_partition} has no "
+                                          f"Kafka endpoint yet")
+        return node.host, node.port
 
     def node_of_actor(self, actor: str) -> int:
         return next((n.node_id for n in self.nodes.values() if n.actor == actor), NO_LEADER)

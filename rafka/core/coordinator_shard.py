@@ -47,6 +47,15 @@ Invariants:
   a group's lock is held only in validation, queueing, append and replay, never
   by a parked join; at most `max_queued_requests_per_group` requests wait for it,
   more are refused COORDINATOR_NOT_AVAILABLE (retriable)
+Transactions (KIP-98, KIP-447): a TxnOffsetCommit is decided like a commit
+(membership checked as Kafka checks a transactional one) and written as its own
+transactional batch with the producer's id and epoch, so the partition's leader
+fences a zombie's (older epoch) and the transaction's marker closes it; its
+offsets stay pending (core.offset_store) until the marker. The marker comes here
+(`complete_transaction`: Kafka's coordinator writes the __consumer_offsets
+markers itself, KafkaApis.handleWriteTxnMarkersRequest), is queued behind the
+writes before it and replayed once acked; loading replays the markers in the
+log the same way (`replay_marker`).
 Pure logic over asyncio; the clock, the append and the topic metadata are passed
 in. Caller: the group coordinator actor (rafka/actors/coordinator.py), which loads
 its partition through `replay` before it serves a request.
@@ -60,12 +69,14 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 
 from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotFound, GroupSubscribedToTopic,
-                               NonEmptyGroup, RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition)
+                               IllegalGeneration, NonEmptyGroup, RebalanceInProgress, UnknownMemberId,
+                               UnknownTopicOrPartition, UnstableOffsetCommit)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore, Record
 from rafka.core.offsets_schema import GroupKey, OffsetKey
-from rafka.core.write_queue import Append, WriteQueue
+from rafka.core.records import NO_PRODUCER_ID
+from rafka.core.write_queue import Append, TransactionalBatch, TxnMarkerWrite, WriteKind, WriteQueue
 
 # {topic: partition count} of the given topics that exist
 PartitionsPerTopic = Callable[[set[str]], Awaitable[dict[str, int]]]
@@ -121,16 +132,29 @@ class CoordinatorShard:
         self._next_retention_check_ms = 0
         self.join_poll_interval_ms = join_poll_interval_ms
         self.locks = GroupLocks(max_queued_requests_per_group=max_queued_requests_per_group)
-        self._writes = WriteQueue(append, self.replay)
+        self._writes = WriteQueue(append, self._replay_write)
         self._changed = asyncio.Event()
         self.offset_commits = 0   # partitions' offsets committed and acked (Kafka's offset-commit-count)
 
     # --- the one way the cache changes ----------------------------------------------
 
-    def replay(self, key, value) -> None:
-        """One record of the partition: when loading, and once an append is acked."""
-        self.offsets.replay(key, value)
+    def replay(self, key, value, *, producer_id: int = NO_PRODUCER_ID) -> None:
+        """One record of the partition: when loading, and once an append is acked.
+        `producer_id`: of its batch if that is transactional."""
+        self.offsets.replay(key, value, producer_id=producer_id)
         self.groups.replay(key, value, self.clock.now_ms())
+
+    def replay_marker(self, producer_id: int, *, commit: bool) -> None:
+        """A transaction marker of the partition: when loading, and once written."""
+        self.offsets.replay_marker(producer_id, commit=commit)
+
+    def _replay_write(self, records: list[Record], kind: WriteKind) -> None:
+        if isinstance(kind, TxnMarkerWrite):
+            self.replay_marker(kind.producer_id, commit=kind.commit)
+            return
+        producer_id = kind.producer_id if isinstance(kind, TransactionalBatch) else NO_PRODUCER_ID
+        for key, value in records:
+            self.replay(key, value, producer_id=producer_id)
 
     async def _write(self, records: list[Record]) -> None:
         """Append, then replay (in the write queue's order). The caller holds the lock
@@ -192,10 +216,63 @@ class CoordinatorShard:
             self.offset_commits += len(result.records)
         return {**result.response, **unknown}
 
-    def fetch_offsets(self, group: str, partitions: list | None = None) -> dict:
-        """{(topic, partition): (offset, leader_epoch, metadata) or None}."""
+    async def commit_transactional_offsets(self, group: str, offsets: dict, *, producer_id: int,
+                                           producer_epoch: int, member_id: str = "", generation: int = -1,
+                                           group_instance_id: str | None = None,
+                                           on_queued: Callable[[], None] | None = None) -> dict:
+        """Kafka's TxnOffsetCommit: offsets as commit_offsets', written as one
+        transactional batch of the producer (its epoch fenced by the partition's
+        leader: INVALID_PRODUCER_EPOCH) and pending until the transaction's marker.
+        A group unknown here takes a commit naming no generation (a simple
+        group's), else ILLEGAL_GENERATION (Kafka's validateTransactionalOffsetCommit);
+        a known one checks membership as Kafka's transactional commit does (no
+        state rule for a commit naming no member, none while completing a rebalance).
+        {(topic, partition): None or the partition's error}, once written."""
+        counts = await self._partitions_per_topic({topic for topic, _ in offsets})
+        unknown = {tp: UnknownTopicOrPartition(f"{tp[0]}-{tp[1]}: this topic or partition does not exist")
+                   for tp in offsets if not 0 <= tp[1] < counts.get(tp[0], 0)}
+        offsets = {tp: value for tp, value in offsets.items() if tp not in unknown}
+        if not offsets:
+            if on_queued is not None:
+                on_queued()
+            return unknown
+        async with self.locks.hold(group):
+            known = self.groups.groups.get(group)
+            if known is None and generation >= 0:
+                raise IllegalGeneration(f"group {group} is unknown here: generation {generation} is not its")
+            validate_offset_commit(state=known.state if known else GroupState.EMPTY,
+                                   generation=known.generation if known else -1,
+                                   members=set(known.members) if known else set(),
+                                   member_id=member_id, commit_generation=generation,
+                                   group_instance_id=group_instance_id,
+                                   static_members=known.static_members if known else {}, transactional=True)
+            commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
+            result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
+            written = self._writes.submit(result.records, TransactionalBatch(producer_id, producer_epoch)) \
+                if result.records else None
+        if on_queued is not None:
+            on_queued()
+        if written is not None:
+            await written
+        return {**result.response, **unknown}
+
+    async def complete_transaction(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                   commit: bool) -> None:
+        """Writes a transaction's marker to the partition (the transaction
+        coordinator's WriteTxnMarkers for it), behind every write queued before,
+        and replays it once acked: the producer's pending offsets become visible
+        (COMMIT) or are dropped (ABORT). The partition's leader checks the epochs
+        (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)."""
+        await self._writes.submit([], TxnMarkerWrite(producer_id, producer_epoch, coordinator_epoch, commit))
+
+    def fetch_offsets(self, group: str, partitions: list | None = None, *, require_stable: bool = False) -> dict:
+        """{(topic, partition): (offset, leader_epoch, metadata) or None}; with
+        `require_stable` (KIP-447), a partition whose transactional offset is
+        pending gets UNSTABLE_OFFSET_COMMIT (retriable) instead."""
         fetched = self.offsets.fetch(group, partitions)
-        return {tp: (v.offset, v.leader_epoch, v.metadata) if v is not None else None
+        pending = self.offsets.pending_partitions(group) if require_stable else set()
+        return {tp: UnstableOffsetCommit(f"{tp[0]}-{tp[1]}: group {group} has a transactional offset pending")
+                if tp in pending else (v.offset, v.leader_epoch, v.metadata) if v is not None else None
                 for tp, v in fetched.items()}
 
     # --- membership -------------------------------------------------------------------
@@ -334,8 +411,9 @@ class CoordinatorShard:
                 raise GroupIdNotFound(f"Group '{group}' does not exist.")
             if state is not None and state.members:
                 raise NonEmptyGroup(f"The group '{group}' is not empty (state {state.state.value}).")
-            records: list[Record] = [(OffsetKey(group, topic, partition), None)
-                                     for topic, partition in sorted(offsets)]
+            # pending transactional offsets get theirs too (Kafka's deleteAllOffsets)
+            records: list[Record] = [(OffsetKey(group, topic, partition), None) for topic, partition
+                                     in sorted(set(offsets) | self.offsets.pending_partitions(group))]
             if state is not None:
                 records.append((GroupKey(group), None))
             await self._write(records)
@@ -360,7 +438,7 @@ class CoordinatorShard:
                         f"group {group} has members subscribed to {topic}")
                     continue
                 answer[(topic, partition)] = None
-                if (topic, partition) in offsets:
+                if (topic, partition) in offsets or (topic, partition) in self.offsets.pending_partitions(group):
                     records.append((OffsetKey(group, topic, partition), None))
             await self._write(records)
         return answer
@@ -404,6 +482,7 @@ class CoordinatorShard:
         expiring = {(key.topic, key.partition) for key, _ in records}
         since_ms = empty_since_ms.get(group)
         if (since_ms is not None and not set(self.offsets.fetch(group)) - expiring
+                and not self.offsets.has_open_transactions(group)
                 and now_ms - since_ms >= self.offsets.offsets_retention_ms):
             records.append((GroupKey(group), None))
         return records

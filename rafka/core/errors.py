@@ -156,6 +156,9 @@ GroupMaxSizeReached = _error("GroupMaxSizeReached", 81, "GROUP_MAX_SIZE_REACHED"
                              "The group already has group.max.size members.")
 GroupSubscribedToTopic = _error("GroupSubscribedToTopic", 86, "GROUP_SUBSCRIBED_TO_TOPIC", False,
                                 "The group has members subscribed to the topic: its offsets stay.")
+UnstableOffsetCommit = _error("UnstableOffsetCommit", 88, "UNSTABLE_OFFSET_COMMIT", True,
+                              "A transaction's offset commit for the partition is pending (KIP-447): "
+                              "ask again once it completes.")
 
 
 class InvalidRecord(KafkaError):

@@ -88,13 +88,16 @@ def validate_member(*, members: Collection[str], static_members: Mapping[str, st
 
 def validate_offset_commit(*, state: GroupState, generation: int, members: Collection[str],
                            member_id: str, commit_generation: int, group_instance_id: str | None = None,
-                           static_members: Mapping[str, str] | None = None) -> None:
+                           static_members: Mapping[str, str] | None = None, transactional: bool = False) -> None:
     """Kafka's ClassicGroup.validateOffsetCommit. Generation -1 on an Empty group:
     a commit from outside the group protocol (assign mode, admin tools), accepted.
     A commit naming a member (id, instance id or generation) must come from a
     current member (a replaced static member: FENCED_INSTANCE_ID) at the group's
     generation, and not while the group waits for its assignment. A commit naming
-    nothing is refused while the group has members."""
+    nothing is refused while the group has members. A `transactional` one
+    (TxnOffsetCommit) naming nothing is accepted in any state (its versions before
+    KIP-447 name no member), and one naming a member also while the group
+    completes a rebalance."""
     if state is GroupState.DEAD:
         raise CoordinatorNotAvailable("the group is dead (deleted or expired): retry to find its coordinator")
     if commit_generation < 0 and state is GroupState.EMPTY:
@@ -104,7 +107,7 @@ def validate_offset_commit(*, state: GroupState, generation: int, members: Colle
                         group_instance_id=group_instance_id)
         if commit_generation != generation:
             raise IllegalGeneration(f"generation {commit_generation} is not the group's current {generation}")
-    elif state is not GroupState.EMPTY:
+    elif state is not GroupState.EMPTY and not transactional:
         raise UnknownMemberId("the group has members: a commit outside the group protocol is refused")
-    if state is GroupState.COMPLETING_REBALANCE:
+    if state is GroupState.COMPLETING_REBALANCE and not transactional:
         raise RebalanceInProgress("the group is completing a rebalance: commit after the assignment")

@@ -16,7 +16,15 @@ Invariants:
   negative (INVALID_REQUEST) writes nothing; the other partitions commit
   expiry (KIP-211): a group's offsets expire offsets.retention.ms after the group
   became Empty; offsets of a group without membership (assign mode) expire that
-  long after their commit; a group with members never loses offsets
+  long after their commit; a group with members never loses offsets, nor a
+  partition whose transactional offset is pending
+  transactional offsets (KIP-98, Kafka's pendingTransactionalOffsets): a commit
+  written in a producer's transactional batch stays pending, invisible to fetch,
+  until that producer's marker replays: COMMIT makes it the committed offset
+  unless a commit replayed after it (later in the log) already is, ABORT drops
+  it. A tombstone drops the pending offsets of its partition too. "Later in the
+  log" is the replay order (`_replayed`): the log's order, live or loading, as
+  the coordinator appends one write at a time and replays each once acked
 Pure logic, no I/O; the clock is passed in. Caller: core.coordinator_shard (for the
 group coordinator actor).
 """
@@ -28,6 +36,7 @@ from collections.abc import Mapping
 
 from rafka.core.errors import InvalidRequest, OffsetMetadataTooLarge
 from rafka.core.offsets_schema import NO_LEADER_EPOCH, GroupKey, OffsetKey, OffsetValue
+from rafka.core.records import NO_PRODUCER_ID
 
 Record = tuple[OffsetKey | GroupKey, object]   # (key, value or None for a tombstone)
 
@@ -51,6 +60,12 @@ class OffsetStore:
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.offsets_retention_ms = offsets_retention_ms
         self.offsets_by_group: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        # the replay order of each committed offset, and of each pending one
+        self._replayed = 0
+        self._committed_order: dict[tuple[str, tuple[str, int]], int] = {}
+        # producer id -> group -> partition -> (replay order, value), until its marker
+        self.pending_by_producer: dict[int, dict[str, dict[tuple[str, int], tuple[int, OffsetValue]]]] = {}
+        self.open_producers_by_group: dict[str, set[int]] = {}
 
     # --- handlers: validate, return records and the response -----------------------
 
@@ -90,33 +105,82 @@ class OffsetStore:
         else:
             groups = [(only_group, self.offsets_by_group[only_group])] if only_group in self.offsets_by_group else []
         for group, offsets in groups:
+            pending = self.pending_partitions(group)   # Kafka keeps them until the marker
             if group in empty_since_ms_by_group:
                 empty_since_ms = empty_since_ms_by_group[group]
                 if empty_since_ms is None or now_ms - empty_since_ms < self.offsets_retention_ms:
                     continue
-                expired = sorted(offsets)
+                expired = sorted(tp for tp in offsets if tp not in pending)
             else:
                 expired = sorted(tp for tp, value in offsets.items()
-                                 if now_ms - value.commit_timestamp_ms >= self.offsets_retention_ms)
+                                 if now_ms - value.commit_timestamp_ms >= self.offsets_retention_ms
+                                 and tp not in pending)
             records += [(OffsetKey(group, topic, partition), None) for topic, partition in expired]
         return CoordinatorResult(records, len(records))
 
     # --- replay: the one way the cache changes ----------------------------------------
 
-    def replay(self, key, value) -> None:
+    def replay(self, key, value, *, producer_id: int = NO_PRODUCER_ID) -> None:
+        """One record; `producer_id`: of its batch when that batch is transactional
+        (a TxnOffsetCommit's), else NO_PRODUCER_ID."""
         if not isinstance(key, OffsetKey):
             return  # group metadata records belong to the group manager
         tp = (key.topic, key.partition)
+        self._replayed += 1
         if value is None:
             offsets = self.offsets_by_group.get(key.group)
             if offsets is not None:
                 offsets.pop(tp, None)
+                self._committed_order.pop((key.group, tp), None)
                 if not offsets:
                     del self.offsets_by_group[key.group]
+            for producer_id_open in list(self.open_producers_by_group.get(key.group, ())):
+                self._drop_pending(producer_id_open, key.group, tp)
             return
         if value.offset < 0:
             raise ValueError(f"replayed a negative offset for {key}")  # an invariant, not input
-        self.offsets_by_group.setdefault(key.group, {})[tp] = value
+        if producer_id == NO_PRODUCER_ID:
+            self.offsets_by_group.setdefault(key.group, {})[tp] = value
+            self._committed_order[(key.group, tp)] = self._replayed
+            return
+        self.pending_by_producer.setdefault(producer_id, {}).setdefault(key.group, {})[tp] = (self._replayed, value)
+        self.open_producers_by_group.setdefault(key.group, set()).add(producer_id)
+
+    def replay_marker(self, producer_id: int, *, commit: bool) -> None:
+        """A COMMIT or ABORT marker of `producer_id`'s transaction (Kafka's
+        replayEndTransactionMarker); a producer without pending offsets: nothing."""
+        self._replayed += 1
+        pending = self.pending_by_producer.pop(producer_id, None)
+        if pending is None:
+            return
+        for group, offsets in pending.items():
+            self._close(producer_id, group)
+            if not commit:
+                continue
+            for tp, (order, value) in offsets.items():
+                existing = self._committed_order.get((group, tp))
+                if existing is None or order > existing:   # a later plain commit wins
+                    self.offsets_by_group.setdefault(group, {})[tp] = value
+                    self._committed_order[(group, tp)] = order
+
+    def _drop_pending(self, producer_id: int, group: str, tp: tuple[str, int]) -> None:
+        by_group = self.pending_by_producer.get(producer_id)
+        offsets = by_group.get(group) if by_group is not None else None
+        if offsets is None:
+            return
+        offsets.pop(tp, None)
+        if not offsets:
+            del by_group[group]
+            self._close(producer_id, group)
+            if not by_group:
+                del self.pending_by_producer[producer_id]
+
+    def _close(self, producer_id: int, group: str) -> None:
+        producers = self.open_producers_by_group.get(group)
+        if producers is not None:
+            producers.discard(producer_id)
+            if not producers:
+                del self.open_producers_by_group[group]
 
     # --- reads ------------------------------------------------------------------------
 
@@ -127,3 +191,12 @@ class OffsetStore:
         if partitions is None:
             return dict(offsets)
         return {tuple(tp): offsets.get(tuple(tp)) for tp in partitions}
+
+    def pending_partitions(self, group: str) -> set[tuple[str, int]]:
+        """The partitions of `group` with a transactional offset pending (KIP-447's
+        unstable offsets)."""
+        return {tp for producer_id in self.open_producers_by_group.get(group, ())
+                for tp in self.pending_by_producer[producer_id].get(group, ())}
+
+    def has_open_transactions(self, group: str) -> bool:
+        return group in self.open_producers_by_group

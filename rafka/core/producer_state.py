@@ -15,6 +15,10 @@ The leader checks each batch of an idempotent or transactional producer
     records may have gone by retention)
   - a non-transactional batch while the producer's transaction is open:
     INVALID_TXN_STATE
+  - a batch without a sequence (NO_SEQUENCE) is a group coordinator's
+    TxnOffsetCommit write to `__consumer_offsets` (Kafka appends those with
+    AppendOrigin.COORDINATOR, which skips the sequence checks): its epoch is
+    checked, its sequence not
 and each transaction marker the coordinator has it write (`check_marker`): an
 older producer epoch is INVALID_PRODUCER_EPOCH, an older coordinator epoch than
 the producer's last marker TRANSACTION_COORDINATOR_FENCED.
@@ -119,6 +123,8 @@ class ProducerStateTable:
         if entry.current_txn_first_offset != NO_OFFSET and not header.is_transactional:
             raise InvalidTxnState(f"producer {header.producer_id} sent a non-transactional batch while its "
                                   f"transaction from offset {entry.current_txn_first_offset} is open")
+        if header.base_sequence == NO_SEQUENCE:
+            return None
         if header.producer_epoch > entry.epoch:
             if header.base_sequence != 0:
                 raise OutOfOrderSequence(f"producer {header.producer_id} new epoch "

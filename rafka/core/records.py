@@ -387,21 +387,26 @@ def end_txn_marker(batch, pos: int, header: BatchHeader) -> EndTxnMarker | None:
     records = _decode_records(batch, pos, header)
     if not records:
         return None
-    key, value = records[0].key, records[0].value
+    return control_record_marker(records[0].key, records[0].value, offset=header.base_offset)
+
+
+def control_record_marker(key: bytes | None, value: bytes | None, *, offset: int) -> EndTxnMarker | None:
+    """The marker a control batch's record (at `offset`) says; None for a control
+    type other than COMMIT / ABORT; CorruptRecord if it does not parse."""
     if key is None or len(key) < _CONTROL_KEY.size:
-        raise CorruptRecord(f"control record at offset {header.base_offset} has a key of "
+        raise CorruptRecord(f"control record at offset {offset} has a key of "
                             f"{0 if key is None else len(key)} bytes, not at least 4")
     version, control_type = _CONTROL_KEY.unpack_from(key, 0)
     if version < 0:
-        raise CorruptRecord(f"control record at offset {header.base_offset} has version {version}")
+        raise CorruptRecord(f"control record at offset {offset} has version {version}")
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         return None
     if value is None or len(value) < _END_TXN_MARKER_VALUE.size:
-        raise CorruptRecord(f"end transaction marker at offset {header.base_offset} has a value of "
+        raise CorruptRecord(f"end transaction marker at offset {offset} has a value of "
                             f"{0 if value is None else len(value)} bytes, not at least 6")
     value_version, coordinator_epoch = _END_TXN_MARKER_VALUE.unpack_from(value, 0)
     if value_version < 0:
-        raise CorruptRecord(f"end transaction marker at offset {header.base_offset} has version {value_version}")
+        raise CorruptRecord(f"end transaction marker at offset {offset} has version {value_version}")
     return EndTxnMarker(control_type == CONTROL_COMMIT, coordinator_epoch)
 
 

@@ -22,6 +22,9 @@ Invariants:
   split: its records are acked together)
   `settled()` returns once every write queued before it was answered, whether or
   not its caller still waits
+  an append carries writes of one kind only: plain records, or one producer's
+  transactional records (a TxnOffsetCommit: the batch carries the producer's id
+  and epoch), or one transaction marker (alone: it is a control batch)
 
 Pure asyncio over an injected append (the actor's acks=all Produce, with its own
 retries until offsets.commit.timeout.ms). Caller: core.coordinator_shard only.
@@ -31,38 +34,63 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 from rafka.core.errors import CoordinatorNotAvailable
 from rafka.core.offset_store import Record
 
-# acks=all append of records to the partition; returns once they are below the HW,
-# raises (a KafkaError) if they could not be written
-Append = Callable[[list[Record]], Awaitable[None]]
+
+@dataclasses.dataclass(frozen=True)
+class TransactionalBatch:
+    """Records written for a producer's transaction (TxnOffsetCommit): a batch
+    of their own, transactional, with the producer's id and epoch, so the
+    transaction's marker closes them."""
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TxnMarkerWrite:
+    """A transaction's COMMIT or ABORT marker, written to the partition
+    (WriteTxnMarkers for __consumer_offsets goes through its coordinator)."""
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+
+
+# What an append writes: None for plain records.
+WriteKind = TransactionalBatch | TxnMarkerWrite | None
+# acks=all append to the partition, `append(records)` or, for another kind,
+# `append(records, kind)` (a marker: no records); returns once they are below the
+# HW, raises (a KafkaError) if they could not be written
+Append = Callable[..., Awaitable[None]]
 
 
 class WriteQueue:
-    def __init__(self, append: Append, replay: Callable[[object, object], None], *,
+    def __init__(self, append: Append, replay: Callable[[list[Record], WriteKind], None], *,
                  max_queued_writes: int = 10_000, max_batch_records: int = 128) -> None:
         self._append = append
         self._replay = replay
         self.max_queued_writes = max_queued_writes
         self.max_batch_records = max_batch_records
-        self._queued: collections.deque[tuple[list[Record], asyncio.Future]] = collections.deque()
+        self._queued: collections.deque[tuple[list[Record], WriteKind, asyncio.Future]] = collections.deque()
         self._in_flight = 0          # writes carried by the append in flight
         self._last: asyncio.Future | None = None
         self._appender: asyncio.Task | None = None
 
-    def submit(self, records: list[Record]) -> asyncio.Future:
+    def submit(self, records: list[Record], kind: WriteKind = None) -> asyncio.Future:
         """Queues `records` behind every write submitted before; the future is done
-        once they are acknowledged and replayed (or failed, with the append's
-        error). Synchronous, so callers decide and queue under one lock."""
+        once they are acknowledged and replayed (`replay(records, kind)`; or
+        failed, with the append's error). Synchronous, so callers decide and queue
+        under one lock."""
         loop = asyncio.get_running_loop()
         if len(self._queued) + self._in_flight >= self.max_queued_writes:
             raise CoordinatorNotAvailable(f"{len(self._queued) + self._in_flight} writes are queued for "
                                           f"__consumer_offsets, the most the coordinator keeps: retry")
         written = self._last = loop.create_future()
-        self._queued.append((records, written))
+        self._queued.append((records, kind, written))
         if self._appender is None:
             self._appender = loop.create_task(self._append_queued())
         # Shielded: a caller cancelled while waiting (its client went away) must not
@@ -80,24 +108,24 @@ class WriteQueue:
         try:
             while self._queued:
                 batch = [self._queued.popleft()]
-                records = list(batch[0][0])
-                while self._queued and len(records) + len(self._queued[0][0]) <= self.max_batch_records:
+                records, kind = list(batch[0][0]), batch[0][1]
+                while (self._queued and not isinstance(kind, TxnMarkerWrite) and self._queued[0][1] == kind
+                       and len(records) + len(self._queued[0][0]) <= self.max_batch_records):
                     write = self._queued.popleft()
                     batch.append(write)
                     records += write[0]
                 self._in_flight = len(batch)
                 try:
-                    await self._append(records)
+                    await (self._append(records) if kind is None else self._append(records, kind))
                 except Exception as error:   # every write it carried fails; nothing replays
-                    for _, written in batch:
+                    for _, _, written in batch:
                         if not written.done():
                             written.set_exception(error)
                     continue
                 finally:
                     self._in_flight = 0
-                for write_records, written in batch:
-                    for key, value in write_records:
-                        self._replay(key, value)
+                for write_records, _, written in batch:
+                    self._replay(write_records, kind)
                     if not written.done():
                         written.set_result(None)
         finally:

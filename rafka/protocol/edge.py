@@ -12,8 +12,9 @@ Routes, by API:
     broker; any other partition is answered here as Kafka's broker answers one it
     does not lead (NOT_LEADER_OR_FOLLOWER; UNKNOWN_TOPIC_OR_PARTITION if no such
     partition exists);
-  * group APIs: to the group's coordinator actor when it runs on this broker,
-    else NOT_COORDINATOR from here; ListGroups asks every coordinator here;
+  * group APIs (TxnOffsetCommit among them): to the group's coordinator actor
+    when it runs on this broker, else NOT_COORDINATOR from here; ListGroups asks
+    every coordinator here;
   * transaction APIs, as the group APIs: InitProducerId with a transactional
     id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and DescribeTransactions to
     the coordinator of each id's `__transaction_state` partition when it runs on
@@ -57,7 +58,7 @@ administration too, and no actor needs a second, impersonated principal.
     which answers the refusals (and, for the rest, what a broker that hosts none
     of it answers); nothing is relayed;
   * refused topics of a partition API, refused groups of DescribeGroups and
-    DeleteGroups, refused topics of an OffsetCommit or OffsetDelete, refused
+    DeleteGroups, refused topics of an (Txn)OffsetCommit or OffsetDelete, refused
     topics and config resources of topic and config administration: answered
     here (the handler refuses them), the permitted rest relayed, and the answers
     merged, as a split request's are;
@@ -128,7 +129,8 @@ PARTITION_APIS = {
 PRODUCE_KEY = 0
 FETCH_KEY = 1
 # APIs about one group, named by group_id
-SINGLE_GROUP_APIS = frozenset({8, 11, 12, 13, 14, 47})   # OffsetCommit, Join, Heartbeat, Leave, Sync, OffsetDelete
+# OffsetCommit, Join, Heartbeat, Leave, Sync, TxnOffsetCommit, OffsetDelete
+SINGLE_GROUP_APIS = frozenset({8, 11, 12, 13, 14, 28, 47})
 OFFSET_FETCH_KEY = 9       # group_id (v0-7) or groups[].group_id (v8+)
 # APIs about several groups: request list field (of names or of entries), answer list field
 GROUP_LIST_APIS = {9: ("groups", "groups"), 15: ("groups", "groups"), 42: ("groups_names", "results")}
@@ -160,6 +162,7 @@ class _ItemApi:
 # Refused items are answered here, the rest relayed (see the module's note).
 ITEM_APIS = {
     8: _ItemApi(("topics",), "topics"),                    # OffsetCommit
+    28: _ItemApi(("topics",), "topics"),                   # TxnOffsetCommit
     47: _ItemApi(("topics",), "topics"),                   # OffsetDelete
     19: _ItemApi(("topics",), "topics"),                   # CreateTopics
     20: _ItemApi(("topics", "topic_names"), "responses"),  # DeleteTopics (v6+, v1-5)

@@ -5,7 +5,8 @@ node's ApiVersions for the whole cluster (kafka-python does) work:
   * a partition not hosted here: NOT_LEADER_OR_FOLLOWER (UNKNOWN_TOPIC_OR_PARTITION
     when the image does not know it);
   * a group or transactional id not coordinated here: NOT_COORDINATOR;
-  * WriteTxnMarkers for a partition not led here: NOT_LEADER_OR_FOLLOWER;
+  * WriteTxnMarkers for a partition not led here: NOT_LEADER_OR_FOLLOWER (for a
+    `__consumer_offsets` partition whose group coordinator is here: through it);
   * topic administration anywhere but the controller: NOT_CONTROLLER (the client
     sends it to Metadata's controller_id; Kafka's brokers forward it instead,
     KIP-590, which rafka's nodes do not need to);
@@ -32,7 +33,7 @@ from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to
                                      describe_configs, describe_transactions, end_txn, fetch, find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
                                      list_transactions, metadata, offset_for_leader_epoch, produce, topic_admin,
-                                     write_txn_markers)
+                                     txn_offset_commit, write_txn_markers)
 from rafka.protocol.handlers.txn_coordinator import NoTransactions
 
 
@@ -46,6 +47,9 @@ class _NoPartitions:
 
 class _NoGroups:
     def coordinator_for(self, group_id: str):
+        return None
+
+    def offsets_partition_coordinator(self, partition: int):
         return None
 
 
@@ -82,7 +86,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         offset_for_leader_epoch.route(partitions), init_producer_id.route(allocate_producer_id, transactions),
         add_partitions_to_txn.route(transactions, image), add_offsets_to_txn.route(transactions),
         end_txn.route(transactions), describe_transactions.route(transactions), list_transactions.route(transactions),
-        write_txn_markers.route(partitions),
+        write_txn_markers.route(partitions, groups), txn_offset_commit.route(groups),
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
         *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin),
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),

@@ -33,7 +33,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Iterator
 
 from rafka.core.errors import OffsetNotAvailable
-from rafka.core.records import Record, decode_batches, iter_batches
+from rafka.core.records import BatchHeader, Record, decode_batches, iter_batches
 from rafka.protocol import fetching
 from rafka.protocol.hot_writers import WrittenBody
 
@@ -45,6 +45,15 @@ class Chunk:
     from_offset: int             # the position it was asked at
     end_offset: int | None
     high_watermark: int
+
+    def batches_in_range(self) -> Iterator[tuple[BatchHeader, list[Record]]]:
+        """Each batch's header with its decoded records at from_offset .. end - 1
+        (batches with none left out)."""
+        for header, records in decode_batches(self.records):
+            kept = [r for r in records
+                    if r.offset >= self.from_offset and (self.end_offset is None or r.offset < self.end_offset)]
+            if kept:
+                yield header, kept
 
     def in_range(self, *, skip_control: bool = False) -> Iterator[Record]:
         """The decoded records at from_offset .. end - 1; `skip_control`: without

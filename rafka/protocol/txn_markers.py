@@ -12,6 +12,11 @@ retriable ones (protocol.retry's rule: a KafkaError marked retriable); after
 any, the image is asked afresh (`refresh()`) before the next send, so a moved
 leader is found.
 
+A `__consumer_offsets` partition's marker goes to that partition's group
+coordinator instead (its own node), which writes it behind its own writes and
+applies it to the transaction's pending offsets (handlers.write_txn_markers);
+COORDINATOR_NOT_AVAILABLE while it has no endpoint, retried.
+
 Invariant: one request per leader node per call, at most `max_markers_per_request`
 markers in each (Kafka's requests hold every marker queued for a broker; a bound
 keeps one from growing past a frame). No Ray import: the actor hands in its image
@@ -26,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
+from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import KafkaError, RequestTimedOut, UnknownTopicOrPartition, error_for_code
 from rafka.core.transaction_shard import PARTITION_DELETED, TxnMarker
@@ -98,6 +104,8 @@ class WireMarkerSender:
         for marker in markers:
             try:
                 address, _ = image.leader_endpoint(marker.topic, marker.partition)
+                if marker.topic == OFFSETS_TOPIC:
+                    address = image.coordinator_endpoint(marker.partition)
             except UnknownTopicOrPartition:
                 answers[(marker.topic, marker.partition)] = PARTITION_DELETED
                 continue

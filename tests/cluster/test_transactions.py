@@ -11,7 +11,9 @@ import pytest
 import ray
 
 from rafka.actors.replica import NAMESPACE
-from rafka.core.actor_names import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
+from rafka.core.actor_names import (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, coordinator_actor_name,
+                                    transaction_coordinator_actor_name)
+from rafka.core.offsets_schema import partition_for_group
 from tests.compat.confluent_reads import read_values
 from tests.harness import replica, wait_for_leader, wait_until
 
@@ -202,3 +204,45 @@ def test_transaction_state_leader_killed__the_coordinator_loads_again_at_the_new
     settle(coordinator, "reelected", "CompleteCommit")
     committed, _ = committed_and_all(cluster, b"reelected-")
     assert committed == {0: [b"reelected-0"], 1: [b"reelected-1"]}
+
+
+def test_send_offsets_to_transaction__visible_on_commit_not_on_abort__and_after_the_group_coordinator_restarts(
+        cluster, coordinator):
+    """TxnOffsetCommit to the group's coordinator actor (a transactional batch in
+    __consumer_offsets), the transaction coordinator's markers through it to the
+    partition's leader; a restarted group coordinator loads the same offsets
+    (the markers replayed from the log), nothing of the aborted transaction."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    group = "eos-cluster"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+
+    def committed():
+        return {tp.partition: tp.offset for tp in consumer.committed(
+            [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)], timeout=30)}
+    try:
+        producer = open_transaction(cluster, "eos-offsets")
+        producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 5), TopicPartition(TOPIC, 1, 7)],
+                                             consumer.consumer_group_metadata(), 60)
+        producer.commit_transaction(60)
+        settle(coordinator, "eos-offsets", "CompleteCommit")
+        assert committed() == {0: 5, 1: 7}
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 9)], consumer.consumer_group_metadata(), 60)
+        producer.abort_transaction(60)
+        settle(coordinator, "eos-offsets", "CompleteAbort")
+        assert committed() == {0: 5, 1: 7}
+        offsets_partitions = len(cluster.admin().describe_topics([OFFSETS_TOPIC])[OFFSETS_TOPIC]["partitions"])
+        group_coordinator = ray.get_actor(coordinator_actor_name(partition_for_group(group, offsets_partitions)),
+                                          namespace=NAMESPACE)
+        loaded = restart(group_coordinator)
+        assert not loaded["load_failed"]
+
+        def committed_again():   # the restarted actor may run on another broker: NOT_COORDINATOR, looked up again
+            try:
+                return committed()
+            except KafkaException:
+                return None
+        assert wait_until(committed_again, what="the committed offsets after the restart") == {0: 5, 1: 7}
+    finally:
+        consumer.close()

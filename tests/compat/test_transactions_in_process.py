@@ -79,7 +79,7 @@ def read_values(node, isolation_level):
 
 
 def test_confluent_kafka__send_offsets_to_transaction__offsets_partition_joins(node):
-    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as CTopicPartition
     producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "ctp"})
     producer.init_transactions(30)
@@ -87,11 +87,9 @@ def test_confluent_kafka__send_offsets_to_transaction__offsets_partition_joins(n
     producer.produce("orders", value=b"out", partition=0)
     consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "ctp-group", "enable.auto.commit": False})
     try:
-        # AddOffsetsToTxn is answered; TxnOffsetCommit is not served yet (the group
-        # coordinator's slice of issue 28), so librdkafka fails the call after it
-        with pytest.raises(KafkaException):
-            producer.send_offsets_to_transaction([CTopicPartition("orders", 0, 1)],
-                                                 consumer.consumer_group_metadata(), 10)
+        # AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator
+        producer.send_offsets_to_transaction([CTopicPartition("orders", 0, 1)],
+                                             consumer.consumer_group_metadata(), 10)
     finally:
         consumer.close()
     assert ("__consumer_offsets", 0) in node.transactions.shard.metadata["ctp"].topic_partitions
@@ -158,3 +156,91 @@ def test_describe_and_list_transactions__an_open_confluent_transaction(node):
         ("listed", producer_id, "Ongoing")]
     assert filtered.transaction_states == () and filtered.unknown_state_filters == ("Bogus",)
     producer.abort_transaction(30)
+
+
+# --- offsets in transactions: TxnOffsetCommit, the markers at the group coordinator, require_stable ---
+
+def offsets_consumer(node, group, **config):
+    from confluent_kafka import Consumer
+    return Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "enable.auto.commit": False,
+                     **config})
+
+
+def committed(consumer, partitions, timeout_s=10):
+    from confluent_kafka import TopicPartition
+    return {tp.partition: tp.offset for tp in consumer.committed([TopicPartition("orders", p) for p in partitions],
+                                                                 timeout=timeout_s)}
+
+
+def send_offsets(producer, consumer, offsets):
+    from confluent_kafka import TopicPartition
+    producer.send_offsets_to_transaction([TopicPartition("orders", p, o) for p, o in offsets.items()],
+                                         consumer.consumer_group_metadata(), 30)
+
+
+def test_confluent_kafka__send_offsets_to_transaction__visible_on_commit_never_on_abort(node):
+    from confluent_kafka import OFFSET_INVALID, Producer
+    producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "ck-offsets"})
+    producer.init_transactions(30)
+    consumer = offsets_consumer(node, "eos-group")
+    try:
+        producer.begin_transaction()
+        producer.produce("orders", value=b"out-1", partition=0)
+        send_offsets(producer, consumer, {0: 5, 1: 7})
+        # written, pending until the marker: OffsetFetch does not see them
+        assert node.coordinator.shard.fetch_offsets("eos-group", [("orders", 0), ("orders", 1)]) == {
+            ("orders", 0): None, ("orders", 1): None}
+        assert node.coordinator.shard.offsets.pending_partitions("eos-group") == {("orders", 0), ("orders", 1)}
+        producer.commit_transaction(30)
+        settle(node, "ck-offsets", "CompleteCommit")
+        assert committed(consumer, [0, 1]) == {0: 5, 1: 7}
+
+        producer.begin_transaction()
+        producer.produce("orders", value=b"out-2", partition=0)
+        send_offsets(producer, consumer, {0: 9})
+        producer.abort_transaction(30)
+        settle(node, "ck-offsets", "CompleteAbort")
+        assert committed(consumer, [0, 1]) == {0: 5, 1: 7}   # the aborted 9 never shows
+        assert node.coordinator.shard.offsets.pending_partitions("eos-group") == set()
+
+        producer.begin_transaction()
+        send_offsets(producer, offsets_consumer(node, "fresh-group"), {1: 3})
+        producer.abort_transaction(30)
+        settle(node, "ck-offsets", "CompleteAbort")
+        assert committed(offsets_consumer(node, "fresh-group"), [1]) == {1: OFFSET_INVALID}
+    finally:
+        consumer.close()
+
+
+def test_confluent_kafka__read_committed_consumer__committed_waits_while_the_offset_is_pending(node):
+    """librdkafka's read_committed consumer asks OffsetFetch with require_stable:
+    UNSTABLE_OFFSET_COMMIT while the transaction is open, which it retries; it
+    gets the offset once the transaction commits."""
+    import threading
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "ck-stable"})
+    producer.init_transactions(30)
+    writer = offsets_consumer(node, "stable-group")
+    reader = offsets_consumer(node, "stable-group", **{"isolation.level": "read_committed"})
+    plain = offsets_consumer(node, "stable-group", **{"isolation.level": "read_uncommitted"})
+    try:
+        producer.begin_transaction()
+        send_offsets(producer, writer, {0: 11})
+        assert committed(plain, [0]) == {0: -1001}   # no require_stable: the last stable answer, none
+        answers = {}
+
+        def ask():
+            started = time.monotonic()
+            answers["offsets"] = committed(reader, [0], timeout_s=30)
+            answers["waited_s"] = time.monotonic() - started
+        asking = threading.Thread(target=ask)
+        asking.start()
+        time.sleep(1.5)
+        assert asking.is_alive(), f"answered while the offset was pending: {answers}"
+        producer.commit_transaction(30)
+        asking.join(30)
+        assert answers["offsets"] == {0: 11}
+        assert answers["waited_s"] >= 1.4
+    finally:
+        for consumer in (writer, reader, plain):
+            consumer.close()

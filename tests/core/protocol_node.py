@@ -12,7 +12,8 @@ stands in for the controller there: `acl_admin`), and the image rebuilt. One tra
 one __transaction_state partition, on its own node) stands in for the
 transaction coordinator actor: its writes are acked at once and kept encoded
 (`LocalTransactionCoordinator.records`), and its markers go to the hosted
-partitions' `append_marker`, as WriteTxnMarkers does.
+partitions' `append_marker`, as WriteTxnMarkers does (those of __consumer_offsets
+to the group coordinator's `complete_transaction`).
 
 Authorization is as in a cluster: the image carries the ACL bindings, rafka's
 cluster user (whose credential the metadata holds, as the controller's) and
@@ -59,7 +60,7 @@ class LocalCoordinator:
     its own (one offsets partition)."""
 
     def __init__(self, partitions_per_topic) -> None:
-        async def append(records):   # acked at once: nothing to replicate to
+        async def append(records, kind=None):   # acked at once: nothing to replicate to
             return None
         self.shard = CoordinatorShard(offsets=OffsetStore(offset_metadata_max_bytes=4096,
                                                           offsets_retention_ms=7 * 24 * 3_600_000),
@@ -81,8 +82,14 @@ class LocalCoordinator:
     async def describe_group(self, group):
         return self.shard.describe_group(group)
 
-    async def fetch_offsets(self, group, partitions=None):
-        return self.shard.fetch_offsets(group, partitions)
+    def offsets_partition_coordinator(self, partition):
+        return self if partition == 0 else None
+
+    async def fetch_offsets(self, group, partitions=None, *, require_stable=False):
+        return self.shard.fetch_offsets(group, partitions, require_stable=require_stable)
+
+    async def commit_transactional_offsets(self, group, offsets, **txn):   # as the actor's
+        return await self.shard.commit_transactional_offsets(group, offsets, **txn, on_queued=admit_next)
 
     async def commit_offsets(self, group, offsets, member_id="", generation=-1, group_instance_id=None):
         # as the actor's
@@ -277,13 +284,16 @@ class ProtocolNode:
 
     async def _send_markers(self, markers) -> dict:
         """The transaction coordinator's markers, each to its hosted partition (a
-        cluster's coordinator sends WriteTxnMarkers to the partition's leader)."""
+        cluster's coordinator sends WriteTxnMarkers to the partition's leader),
+        __consumer_offsets' to the group coordinator (as handlers.write_txn_markers)."""
         outcomes = {}
         for marker in markers:
-            hosted = self.endpoints[(marker.topic, marker.partition)]
+            hosted = self.coordinator.shard if marker.topic == OFFSETS_TOPIC else \
+                self.endpoints[(marker.topic, marker.partition)]
+            complete = hosted.complete_transaction if marker.topic == OFFSETS_TOPIC else hosted.append_marker
             try:
-                await hosted.append_marker(producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
-                                           coordinator_epoch=marker.coordinator_epoch, commit=marker.commit)
+                await complete(producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                               coordinator_epoch=marker.coordinator_epoch, commit=marker.commit)
                 outcomes[(marker.topic, marker.partition)] = None
             except KafkaError as error:
                 outcomes[(marker.topic, marker.partition)] = error

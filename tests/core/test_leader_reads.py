@@ -31,7 +31,8 @@ from rafka.core.errors import (CorruptCoordinatorRecord, NetworkException, NotLe
                                OffsetOutOfRange, RequestTimedOut)
 from rafka.core.metadata import NodeEndpoint
 from rafka.core.offsets_schema import OffsetKey, OffsetValue, decode_record, encode_key, encode_value
-from rafka.core.records import RecordInput, encode_batch, encode_end_txn_marker
+from rafka.core.offset_store import OffsetStore
+from rafka.core.records import ATTR_TRANSACTIONAL, RecordInput, encode_batch, encode_end_txn_marker
 from rafka.core.replica import LATEST_TIMESTAMP
 from rafka.protocol.range_reads import RangeRead, read_range, read_range_async
 from rafka.protocol.retry import (PinnedLeader, ask_leader, ask_leader_once_async, is_retriable, retry_until,
@@ -410,6 +411,38 @@ def test_coordinator_load__a_transaction_marker_in_the_log__skipped_not_a_corrup
     asyncio.run(load.run())
     assert load.loaded and load.failure is None and load.leader_epoch == 3
     assert [(key.partition, value.offset) for key, value in replayed] == [(0, 5), (1, 9)]
+
+
+def test_coordinator_load__transactional_offsets_and_markers__replayed_as_live_into_the_offsets():
+    """The group coordinator's load (with `replay_marker`): a transaction's
+    offsets come back pending, its COMMIT applies them unless a plain commit
+    came later in the log, its ABORT drops them, an open one stays pending."""
+    events: list = []
+
+    def txn_batch(base_offset, producer_id, records):
+        return encode_batch([RecordInput(value, key, 1_000 + base_offset + i) for i, (key, value) in
+                             enumerate(records)], base_offset=base_offset, producer_id=producer_id, producer_epoch=0,
+                            attributes=ATTR_TRANSACTIONAL)
+
+    def marker(base_offset, producer_id, commit):
+        return encode_end_txn_marker(producer_id=producer_id, producer_epoch=0, coordinator_epoch=1, commit=commit,
+                                     timestamp_ms=1_000 + base_offset, base_offset=base_offset)
+    log = [offsets_batch(0, [commit("billing", 0, 5)]),
+           txn_batch(1, 7, [commit("billing", 0, 8), commit("billing", 1, 9)]),
+           offsets_batch(3, [commit("billing", 1, 4)]),     # later than the transaction's 9: it stays
+           marker(4, 7, True),
+           txn_batch(5, 8, [commit("billing", 0, 20)]), marker(6, 8, False),
+           txn_batch(7, 9, [commit("billing", 1, 30)])]     # no marker yet
+    leader = FakeLeader(events, log, high_watermark=8, addresses=(A,))
+    store = OffsetStore()
+    load = PartitionLoad(topic=TOPIC, partition=0, leader=lambda: _answer((A, 1)), nodes=leader,
+                         decode=decode_record, replay=store.replay, replay_marker=store.replay_marker,
+                         ask_timeout_s=1.0, retry_backoff_s=0.25)
+    asyncio.run(load.run())
+    assert load.loaded and load.failure is None
+    assert {tp: v.offset for tp, v in store.fetch("billing").items()} == {("orders", 0): 8, ("orders", 1): 4}
+    assert store.pending_partitions("billing") == {("orders", 1)}
+    assert set(store.pending_by_producer) == {9}
 
 
 def test_coordinator_load__a_record_that_does_not_decode__fails_once_loudly_no_retry(caplog):

@@ -17,7 +17,11 @@ GroupCoordinator), and what these handlers do the same way:
     Kafka since KIP-211 for v5+.
   * OffsetFetch: topics null (v2+) means every committed partition of the group;
     a partition with no committed offset: offset -1, metadata "", no error.
-    v8 batches groups (KIP-709), each answered on its own.
+    v8 batches groups (KIP-709), each answered on its own. With require_stable
+    (v7+, KIP-447: a read_committed consumer sends it) a partition whose
+    transactional offset is pending answers UNSTABLE_OFFSET_COMMIT (offset -1),
+    per partition in every version, as Kafka's OffsetMetadataManager; the client
+    asks again.
   * OffsetDelete (KIP-496): GROUP_ID_NOT_FOUND for an unknown group (the
     request's error); per partition GROUP_SUBSCRIBED_TO_TOPIC while a member
     subscribes to its topic, else the offset is gone once replicated.
@@ -55,13 +59,25 @@ class GroupCoordinatorEndpoint(Protocol):
     async def commit_offsets(self, group: str, offsets: dict, member_id: str = ...,
                              generation: int = ..., group_instance_id: str | None = ...) -> dict: ...
 
-    async def fetch_offsets(self, group: str, partitions: list | None = ...) -> dict: ...
+    async def fetch_offsets(self, group: str, partitions: list | None = ..., *,
+                            require_stable: bool = ...) -> dict: ...
+
+    async def commit_transactional_offsets(self, group: str, offsets: dict, *, producer_id: int,
+                                           producer_epoch: int, member_id: str = ..., generation: int = ...,
+                                           group_instance_id: str | None = ...) -> dict: ...
+
+    async def complete_transaction(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                   commit: bool) -> None: ...
 
     async def delete_offsets(self, group: str, partitions: list) -> dict: ...
 
 
 class GroupHost(Protocol):
     def coordinator_for(self, group_id: str) -> GroupCoordinatorEndpoint | None: ...
+
+    def offsets_partition_coordinator(self, partition: int) -> GroupCoordinatorEndpoint | None:
+        """The coordinator of `__consumer_offsets` partition `partition` if it is
+        here (WriteTxnMarkers for that partition goes through it)."""
 
 
 def routes(host: GroupHost) -> list[Route]:
@@ -77,12 +93,12 @@ def routes(host: GroupHost) -> list[Route]:
             Route(DELETE_KEY, 0, 0, handle_delete)]
 
 
-async def _call(host: GroupHost, group_id: str, method: str, *args) -> tuple[ErrorCode, Any]:
+async def _call(host: GroupHost, group_id: str, method: str, *args, **kwargs) -> tuple[ErrorCode, Any]:
     coordinator = host.coordinator_for(group_id)
     if coordinator is None:
         return ErrorCode.not_coordinator, None
     try:
-        return ErrorCode.none, await getattr(coordinator, method)(group_id, *args)
+        return ErrorCode.none, await getattr(coordinator, method)(group_id, *args, **kwargs)
     except Exception as error:
         return error_code_of(error), None
 
@@ -122,20 +138,25 @@ _FETCH_GROUP = check_of(FETCH_KEY, AclOperation.DESCRIBE, ResourceType.GROUP)
 _FETCH_TOPIC = check_of(FETCH_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
 
 
-async def _fetch_group(host: GroupHost, group_id: str, topics, module, names, request_gate: Gate):
+async def _fetch_group(host: GroupHost, group_id: str, topics, module, names, request_gate: Gate,
+                       require_stable: bool = False):
     error = request_gate.refusal(_FETCH_GROUP, group_id)
     if error is not None:
         return error_code_of(error), ()
     allowed = lambda topic: request_gate.allows(_FETCH_TOPIC, topic)   # noqa: E731
     wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes
                                           if allowed(t.name)]
-    code, found = await _call(host, group_id, "fetch_offsets", wanted) if wanted != [] else (ErrorCode.none, {})
+    stable = {"require_stable": True} if require_stable else {}
+    code, found = await _call(host, group_id, "fetch_offsets", wanted, **stable) if wanted != [] \
+        else (ErrorCode.none, {})
     refused = {} if topics is None else {(t.name, int(p)): ErrorCode.topic_authorization_failed
                                          for t in topics for p in t.partition_indexes if not allowed(t.name)}
     by_topic: dict[str, list] = {}
     for (topic, partition), committed in sorted([*(found or {}).items(), *refused.items()]):
         if committed is ErrorCode.topic_authorization_failed:
             offset, epoch, metadata, partition_code = -1, -1, "", committed
+        elif isinstance(committed, Exception):   # UNSTABLE_OFFSET_COMMIT
+            offset, epoch, metadata, partition_code = -1, -1, "", error_code_of(committed)
         elif topics is None and not allowed(topic):   # all offsets: the topics it may describe only
             continue
         else:
@@ -157,12 +178,13 @@ async def fetch(host: GroupHost, request, version: int, request_gate: Gate | Non
         for group in request.groups:
             code, topics = await _fetch_group(host, group.group_id, group.topics, module,
                                               ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"),
-                                              request_gate)
+                                              request_gate, bool(request.require_stable))
             groups.append(make(module.OffsetFetchResponseGroup, group_id=group.group_id, topics=topics,
                                error_code=code))
         return make(response_type, throttle_time=_NO_THROTTLE, groups=tuple(groups))
     code, topics = await _fetch_group(host, request.group_id, request.topics, module,
-                                      ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"), request_gate)
+                                      ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"), request_gate,
+                                      bool(getattr(request, "require_stable", False)))
     if version < 2 and code != ErrorCode.none:   # v0-1 have no group error: each partition says it
         topics = tuple(make(module.OffsetFetchResponseTopic, name=t.name, partitions=tuple(
             make(module.OffsetFetchResponsePartition, partition_index=i32(p), committed_offset=i64(-1),

@@ -10,23 +10,49 @@ NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION for a partition not led
 here, the replica's typed error (e.g. INVALID_PRODUCER_EPOCH for a marker older
 than the producer's epoch, TRANSACTION_COORDINATOR_FENCED for an older
 coordinator epoch), else none. Results are grouped by producer id, as Kafka's.
-Caller: node_table, through `route(partitions)`.
+
+A `__consumer_offsets` partition's marker goes to that partition's group
+coordinator, where it runs on this node (Kafka 4's KafkaApis delegates it to
+`groupCoordinator.completeTransaction`): the coordinator writes it to the
+partition's leader behind its own writes, and applies it to the transaction's
+pending offsets once written. Its COORDINATOR_NOT_AVAILABLE,
+COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR answer NOT_LEADER_OR_FOLLOWER,
+which the transaction coordinator retries (as Kafka translates them). The
+coordinator's own WriteTxnMarkers then reach the leader's node, which hosts no
+coordinator of the partition, and append there.
+Caller: node_table, through `route(partitions, groups)`.
 """
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
+from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
+from rafka.protocol.handlers.group_offsets import GroupHost
 from rafka.protocol.handlers.partitions import PartitionHost, error_code_of, on_partition
 
 API_KEY = 27
 MIN_VERSION, MAX_VERSION = 1, 2
+_NOT_READY = frozenset({ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress,
+                        ErrorCode.not_coordinator})
 
 
-def route(partitions: PartitionHost) -> Route:
+async def _through_coordinator(coordinator, marker) -> ErrorCode:
+    try:
+        await coordinator.complete_transaction(
+            producer_id=int(marker.producer_id), producer_epoch=int(marker.producer_epoch),
+            coordinator_epoch=int(marker.coordinator_epoch), commit=bool(marker.transaction_result))
+    except Exception as error:
+        code = error_code_of(error)
+        return ErrorCode.not_leader_or_follower if code in _NOT_READY else code
+    return ErrorCode.none
+
+
+def route(partitions: PartitionHost, groups: GroupHost) -> Route:
     async def handle_write_txn_markers(request, context: RequestContext):
         response_type = load_response_schema(API_KEY, context.api_version)
         module = module_of(response_type)
@@ -36,8 +62,12 @@ def route(partitions: PartitionHost) -> Route:
             topics = by_producer.setdefault(int(marker.producer_id), {})
             for topic in marker.topics:
                 for partition in topic.partition_indexes:
+                    coordinator = groups.offsets_partition_coordinator(int(partition)) \
+                        if topic.name == OFFSETS_TOPIC else None
                     if refusal is not None:
                         code = error_code_of(refusal)
+                    elif coordinator is not None:
+                        code = await _through_coordinator(coordinator, marker)
                     else:
                         code, _ = await on_partition(
                             partitions, topic.name, int(partition), lambda endpoint, m=marker: endpoint.append_marker(
