@@ -87,10 +87,10 @@ class ConsumerMemberActor:
                 records = self.consumer.poll(timeout=self.poll_timeout_s)
                 joined = self.consumer.group_metadata()
                 self._progress.update(assignment=sorted(tuple(tp) for tp in self.consumer.assignment()),
-                                      member_id=joined["member_id"], generation=joined["generation_id"])
+                                      member_id=joined.member_id, generation=joined.generation_id)
                 if not records:
                     continue
-                _handling.generation = joined["generation_id"]
+                _handling.generation = joined.generation_id
                 try:
                     self.handler(records)
                 finally:

@@ -23,6 +23,15 @@ plus one fetch's worth. The next fetch goes out before the last answer is
 decoded (its position comes from the batch headers), so decoding overlaps the
 round trip to the leader.
 
+Isolation (`isolation_level`, Kafka's): read_uncommitted (the default) reads
+below the HW; read_committed below the last stable offset, where the leader
+names the aborted transactions of each answer and their batches are skipped
+(core.isolation); at both levels transaction markers (control batches) are
+never handed out, and a position moves past skipped batches at the end of what
+was fetched, as Kafka's does (so that a consumer at the end of a transactional
+topic reaches the end offset). end_offsets and seek_to_end / "latest" answer the
+HW, read_committed the LSO.
+
 Committed offsets: with a `group_id`, a partition without a position starts at
 the group's committed offset (else `auto_offset_reset`: earliest, latest, none,
 or KIP-1106's by_duration:<ISO-8601>); commit_sync retries retriable errors until
@@ -66,12 +75,15 @@ from rafka.client.metadata import MetadataCache
 from rafka.protocol.network import ClientNetwork, client_security
 from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause, submit_to_leader
 from rafka.core.config import INT, ConfigDef, at_least
-from rafka.core.errors import (FencedInstanceId, IllegalGeneration, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
-                               RebalanceInProgress, RequestTimedOut, UnknownMemberId, UnknownTopicOrPartition)
+from rafka.core.errors import (FencedInstanceId, IllegalGeneration, IllegalStateError, KafkaError,
+                               NoOffsetForPartitionError, OffsetOutOfRange, RebalanceInProgress, RequestTimedOut,
+                               UnknownMemberId, UnknownTopicOrPartition)
+from rafka.core.isolation import batches_to_skip, parse_isolation_level
 from rafka.core.offset_reset import parse_auto_offset_reset
 from rafka.core.records import decode_batches, iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from rafka.core.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from rafka.core.structs import (ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp,
+                                TopicPartition)
 from rafka.protocol import fetching
 
 logger = logging.getLogger(__name__)
@@ -99,13 +111,6 @@ class ConsumerRebalanceListener:
 
     def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
         self.on_partitions_revoked(lost)
-
-
-class IllegalStateError(KafkaError):
-    """Client side: the call needs a state the consumer is not in (Kafka's
-    IllegalStateException), e.g. seeking a partition that is not assigned."""
-
-    kafka_name = "ILLEGAL_STATE"
 
 
 class _RecordBuffer:
@@ -161,6 +166,7 @@ class _PartitionState:
     fetch_generation: int = 0            # bumped on seek/reset: answers to older fetches are stale,
                                          # as are answers to fetches sent for another state object
     high_watermark: int | None = None    # the leader's HW with the last fetch answer (for lag)
+    fetched_end: int = -1                # next offset after the last batch taken in (skipped ones too)
 
 
 class Consumer:
@@ -175,11 +181,12 @@ class Consumer:
                  auto_commit_interval_ms: int = 5_000, session_timeout_ms: int = 45_000,
                  heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: str | list[str] = "range", metadata_max_age_ms: int = 300_000,
-                 group_instance_id: str | None = None,
+                 group_instance_id: str | None = None, isolation_level: str = "read_uncommitted",
                  security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
                  sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
                  ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self.auto_offset_reset, self._reset_duration_ms = parse_auto_offset_reset(auto_offset_reset)
+        self.isolation_level = parse_isolation_level(isolation_level)
         self.max_poll_records = MAX_POLL_RECORDS.parse(max_poll_records)
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.max_partition_fetch_bytes = MAX_PARTITION_FETCH_BYTES.parse(max_partition_fetch_bytes)
@@ -283,11 +290,14 @@ class Consumer:
             self._membership = GroupMembership(self._coordinator, **self._membership_options)
         self._membership.request_rejoin()
 
-    def group_metadata(self) -> dict:
+    def group_metadata(self) -> ConsumerGroupMetadata:
         """Kafka's groupMetadata(): group id, generation and member id of the last
-        join (-1 and "" while not a member)."""
+        join (-1 and "" while not a member), group.instance.id; what
+        Producer.send_offsets_to_transaction takes."""
+        if self.group_id is None:
+            raise IllegalStateError("group_metadata needs a group_id")
         member_id, generation = self._membership.identity() if self._membership else ("", -1)
-        return {"group_id": self.group_id, "generation_id": generation, "member_id": member_id}
+        return ConsumerGroupMetadata(self.group_id, generation, member_id, self.group_instance_id)
 
     def subscription(self) -> set[str]:
         return set(self._subscribed_topics or ())
@@ -400,7 +410,8 @@ class Consumer:
                 for tp in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The HW of each partition: the end of what a consumer may read."""
+        """The end of what this consumer may read of each partition: the HW
+        (read_committed: the last stable offset)."""
         return {TopicPartition(*tp): self._list_offset(TopicPartition(*tp), LATEST_TIMESTAMP)[0]
                 for tp in partitions}
 
@@ -491,7 +502,8 @@ class Consumer:
                 topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
                 fetch_offset=state.fetch_position, leader_epoch=leader_epoch,
                 last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
-                max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms))
+                max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms,
+                isolation_level=self.isolation_level))
         except Exception as error:
             self._fetch_failed(tp, state, error)
             return
@@ -516,16 +528,30 @@ class Consumer:
         *_, (_, last_header) = iter_batches(result.records, verify_crc=False)
         state.fetch_position = max(state.fetch_position or 0, last_header.next_offset)
         self._send_fetch(tp, state)  # the next round trip overlaps this decode
+        skipped = batches_to_skip(result.records, isolation_level=self.isolation_level,
+                                  aborted_transactions=result.aborted_transactions)
 
         def shape_for(header):
             return ConsumerRecord, (tp.topic, tp.partition, header.timestamp_type, header.partition_leader_epoch)
-        for _, records in decode_batches(result.records, shape_for):
+        for header, records in decode_batches(result.records, shape_for):
+            if header.base_offset in skipped:   # a marker, or an aborted transaction's (read_committed)
+                continue
             if records and records[0].offset < fetch_offset:   # a batch begun below the fetch offset
                 records = [r for r in records if r.offset >= fetch_offset]
             if records and records[-1].offset >= result.high_watermark:
                 raise AssertionError(f"{tp}: leader returned offset {records[-1].offset} at or above "
                                      f"its HW {result.high_watermark}")  # invariant 4, must not happen
             state.buffer.extend(records)
+        state.fetched_end = max(state.fetched_end, last_header.next_offset)
+        self._maybe_pass_skipped(state)
+
+    @staticmethod
+    def _maybe_pass_skipped(state: _PartitionState) -> None:
+        """With nothing buffered, the position moves to the end of what was
+        fetched: past batches that were not handed out (markers, aborted
+        transactions), as Kafka's consumer moves past them."""
+        if not state.buffer and state.position is not None and state.position < state.fetched_end:
+            state.position = state.fetched_end
 
     def _fetch_failed(self, tp: TopicPartition, state: _PartitionState, error: BaseException) -> None:
         cause = kafka_cause(error)
@@ -553,6 +579,7 @@ class Consumer:
             if taken:
                 out += taken
                 state.position = taken[-1].offset + 1
+            self._maybe_pass_skipped(state)
             if len(out) >= limit:
                 break
         self._next_to_drain += 1
@@ -595,7 +622,7 @@ class Consumer:
             self._metadata, self._network, tp.topic, tp.partition,
             lambda leader_epoch: fetching.list_offset_request(
                 topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
-                leader_epoch=leader_epoch, timestamp_ms=timestamp_ms),
+                leader_epoch=leader_epoch, timestamp_ms=timestamp_ms, isolation_level=self.isolation_level),
             lambda response: fetching.list_offset_answer(response, topic=tp.topic, partition=tp.partition),
             timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s)
 
@@ -603,6 +630,7 @@ class Consumer:
     def _move(state: _PartitionState, *, position: int | None, reset_to: str | None) -> None:
         state.position, state.reset_to = position, reset_to
         state.fetch_position = None
+        state.fetched_end = -1
         state.buffer.clear()
         state.fetch_generation += 1
 

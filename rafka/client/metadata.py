@@ -1,11 +1,12 @@
 """A client's one metadata cache, filled over the Kafka protocol from any node:
 topics, each partition's leader and leader epoch, the nodes' endpoints, group
-coordinators and each topic's max.message.bytes.
+and transaction coordinators and each topic's max.message.bytes.
 
 As Kafka's client Metadata: a topic is looked up (Metadata v12) on first use and
 again after `invalidate(topic)` (NOT_LEADER_OR_FOLLOWER, a lost connection, a
 stale epoch); a group's coordinator is found with FindCoordinator and dropped by
-`invalidate_coordinator`. Every question goes to a bootstrap address first (in
+`invalidate_coordinator`, a transactional id's likewise (key type
+transaction). Every question goes to a bootstrap address first (in
 rafka, the controller's listener: its image is the newest; other nodes hold
 images it pushed, which can lag), else the node that answered last, else any
 node the cluster listed: the controller may be down and its endpoint gone while
@@ -76,6 +77,7 @@ class MetadataCache:
         self._topics: dict[str, TopicMetadata] = {}
         self._stale: set[str] = set()                  # topics to look up afresh
         self._coordinators: dict[str, Address] = {}    # group id -> its coordinator
+        self._transaction_coordinators: dict[str, Address] = {}   # transactional id -> its coordinator
         self._max_message_bytes: dict[str, int] = {}
         self._answered_last: Address | None = None
         self._bootstrap_failed = False   # a bootstrap address did not answer: discover them again
@@ -130,6 +132,18 @@ class MetadataCache:
     def invalidate_coordinator(self, group_id: str) -> None:
         """The coordinator moved, restarted or is loading: find it afresh."""
         self._coordinators.pop(group_id, None)
+
+    def transaction_coordinator_address(self, transactional_id: str) -> Address:
+        """(host, port) of the transactional id's coordinator (FindCoordinator with
+        key type transaction: the coordinator of its __transaction_state partition)."""
+        return self._cached(self._transaction_coordinators, transactional_id,
+                            lambda key: cluster_requests.find_coordinator_request(
+                                key, key_type=cluster_requests.TRANSACTION_KEY_TYPE),
+                            cluster_requests.find_coordinator_answer,
+                            what=f"the coordinator of transactional id {transactional_id!r}")
+
+    def invalidate_transaction_coordinator(self, transactional_id: str) -> None:
+        self._transaction_coordinators.pop(transactional_id, None)
 
     def node_addresses(self) -> list[Address]:
         """Every node the cluster lists, asked afresh (Kafka's admin sends ListGroups

@@ -36,9 +36,27 @@ sequences, and a batch sent before keeps the epoch and sequence it went with, so
 a retry of one that was written is recognised by the leader (or fenced), never
 written twice.
 
+Transactions (`transactional_id`; Kafka's KIP-98 producer, kafka-python's
+names): init_transactions gets the producer id and epoch from the id's
+transaction coordinator (FindCoordinator, key type transaction; InitProducerId,
+which also ends what an earlier producer with this id left open and fences it).
+Between begin_transaction and commit_transaction / abort_transaction every batch
+is transactional (the attribute bit, the producer id, epoch and sequence), and
+none goes to a partition before AddPartitionsToTxn put that partition in the
+transaction: the sender asks for the partitions its batches wait on, on a worker
+thread, and sends them once answered. send_offsets_to_transaction adds the
+group's offsets (AddOffsetsToTxn, then TxnOffsetCommit to the group's
+coordinator). commit_transaction flushes, then EndTxn; abort_transaction fails
+the batches not yet sent (TransactionAborted), waits for those in flight, then
+EndTxn. What the coordinator's and leaders' errors mean, and which call may run
+in which state, is core.producer_transaction's (retriable: retried by the one
+retry rule until the call's time runs out; abortable: only abort_transaction
+goes on; fatal, e.g. PRODUCER_FENCED: the producer is done).
+
 Bounds: the requests in flight above, `buffer_memory` bytes of unsent records
-(send blocks up to `max_block_ms`).
-Thread-safe: any thread may call send/flush.
+(send blocks up to `max_block_ms`); a transactional call blocks up to its
+`timeout` (default `max_block_ms`).
+Thread-safe: any thread may call send/flush; one thread drives the transaction.
 """
 
 from __future__ import annotations
@@ -52,17 +70,19 @@ import time
 from concurrent.futures import Future
 
 from rafka.client.metadata import MetadataCache
-from rafka.protocol.network import ClientNetwork, client_security
-from rafka.protocol.retry import is_retriable, kafka_cause
-from rafka.core.errors import (NetworkException, OutOfOrderSequence, RecordTooLarge, RequestTimedOut,
-                               SerializationError, UnknownTopicOrPartition)
+from rafka.protocol.network import ClientNetwork, client_security, coordinator_channel
+from rafka.protocol.retry import is_retriable, kafka_cause, retry_until
+from rafka.core.errors import (IllegalStateError, NetworkException, OutOfOrderSequence, RecordTooLarge,
+                               RequestTimedOut, SerializationError, TransactionAborted, UnknownTopicOrPartition)
+from rafka.core.producer_transaction import (ABANDONING_STATES, ProducerTransaction, TransactionState, TxnApi,
+                                             TxnEvent, is_retriable_for)
 from rafka.core.partitioner import StickyPartitioner, partition_for_key
 from rafka.core.producer_state import SEQUENCE_MODULUS
-from rafka.core.structs import RecordMetadata
+from rafka.core.structs import ConsumerGroupMetadata, OffsetAndMetadata, RecordMetadata
 from rafka.core.compression import parse_compression_type
-from rafka.core.records import NO_PRODUCER_ID, RecordInput, encode_batch
+from rafka.core.records import ATTR_TRANSACTIONAL, NO_PRODUCER_ID, RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, ACKS_NONE, parse_acks
-from rafka.protocol import cluster_requests, producing
+from rafka.protocol import cluster_requests, producing, txn_requests
 
 RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
@@ -175,7 +195,9 @@ class RecordFuture:
 
 class Producer:
     """`bootstrap_servers`: "host:port[,host:port]" of any of the cluster's nodes
-    (`cluster.bootstrap_servers`); options are kafka-python's, defaults Kafka's."""
+    (`cluster.bootstrap_servers`); options are kafka-python's, defaults Kafka's.
+    `transactional_id`: a transactional producer (idempotence on, acks=all), whose
+    transactions the coordinator aborts after `transaction_timeout_ms`."""
 
     def __init__(self, bootstrap_servers, *, acks="all", batch_size: int = 16_384, linger_ms: int = 5,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
@@ -183,10 +205,20 @@ class Producer:
                  max_request_size: int = 1_048_576, buffer_memory: int = 33_554_432,
                  max_block_ms: int = 60_000, compression_type: str = "none",
                  max_in_flight_requests_per_connection: int = 5,
+                 transactional_id: str | None = None, transaction_timeout_ms: int = 60_000,
                  security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
                  sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
                  ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self.acks = parse_acks(acks)
+        # As Kafka: a transactional producer is idempotent, and asking for one
+        # without idempotence is a configuration error.
+        self._txn = ProducerTransaction(transactional_id) if transactional_id is not None else None
+        if self._txn is not None:
+            if enable_idempotence is False:
+                raise ValueError("Cannot set a transactional_id without also enabling idempotence.")
+            enable_idempotence = True
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
         self.compression_codec = parse_compression_type(compression_type)
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
@@ -213,7 +245,7 @@ class Producer:
             enable_idempotence = self.acks == ACKS_ALL
         elif enable_idempotence and self.acks != ACKS_ALL:
             raise ValueError("Must set acks to all in order to use the idempotent producer.")
-        if enable_idempotence:
+        if enable_idempotence and self._txn is None:   # a transactional one's: init_transactions
             try:
                 self.producer_id, self.producer_epoch = self._new_producer_id()
             except BaseException:
@@ -250,6 +282,7 @@ class Producer:
         self._timer = None                      # the next linger or backoff due
         self._refreshing: set[str] = set()      # topics whose metadata is being fetched
         self._refresh_failures: dict[str, Exception] = {}
+        self._adding_partitions: set[tuple[str, int]] = set()   # AddPartitionsToTxn in flight for them
 
     # --- public API ---------------------------------------------------------------
 
@@ -281,6 +314,8 @@ class Producer:
         elif not 0 <= partition < partition_count:
             raise UnknownTopicOrPartition(f"Partition {topic}-{partition} does not exist.")
         with self._mutex:
+            if self._txn is not None:
+                self._txn.check_send()   # in a transaction only; raises its error after a failure
             if self._buffered_bytes + size > self.buffer_memory:
                 deadline = time.monotonic() + self.max_block_s
                 while self._buffered_bytes + size > self.buffer_memory:
@@ -302,6 +337,204 @@ class Producer:
                 self._close_batch(key_tp, partition_count)
                 self._wake()
         return future
+
+    # --- transactions -----------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """The producer id and epoch for `transactional_id`, from its coordinator,
+        which first completes or aborts what an earlier producer with the id left
+        open, and fences that producer. Once, before the first transaction. Out of
+        time: RequestTimedOut, and calling it again resumes."""
+        with self._lock:
+            self._transaction().raise_if_failed()
+            self._txn.move(TxnEvent.INIT)
+        self._init_producer_id(self._timeout_s(timeout))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: sends are allowed (only) until it is committed or aborted."""
+        with self._lock:
+            self._transaction().raise_if_failed()
+            self._txn.move(TxnEvent.BEGIN)
+
+    def send_offsets_to_transaction(self, offsets: dict, group_metadata: ConsumerGroupMetadata | str,
+                                    timeout: float | None = None) -> None:
+        """Commit `offsets` ({TopicPartition: OffsetAndMetadata or next offset to
+        read}) for the consumer's group with this transaction: visible if it
+        commits, dropped if it aborts. `group_metadata`: the consumer's
+        `group_metadata()` (the coordinator refuses a generation the group moved
+        past, KIP-447), or a group id. Out of time, the transaction can only be
+        aborted (committed without these offsets, its input would be read again)."""
+        group = _group_metadata(group_metadata)
+        committed = {}
+        for tp, value in offsets.items():
+            value = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            if not isinstance(value.offset, int) or value.offset < 0:
+                raise ValueError(f"offset for {tp[0]}-{tp[1]} must be a non-negative int, got {value.offset!r}")
+            committed[(tp[0], tp[1])] = (value.offset, value.leader_epoch, value.metadata)
+        with self._lock:
+            self._transaction().check_send_offsets()
+            needs_add = group.group_id not in self._txn.groups
+        deadline_s = time.monotonic() + self._timeout_s(timeout)
+        if needs_add:
+            self._txn_call(TxnApi.ADD_OFFSETS, lambda: txn_requests.add_offsets_request(
+                self.transactional_id, self.producer_id, self.producer_epoch, group.group_id),
+                lambda response: txn_requests.error_code_answer(response, "AddOffsetsToTxn"),
+                timeout_s=deadline_s - time.monotonic())
+            with self._lock:
+                self._txn.groups.add(group.group_id)
+        if committed:
+            self._txn_call(TxnApi.TXN_OFFSET_COMMIT, lambda: txn_requests.txn_offset_commit_request(
+                self.transactional_id, self.producer_id, self.producer_epoch, group_id=group.group_id,
+                generation_id=group.generation_id, member_id=group.member_id,
+                group_instance_id=group.group_instance_id, offsets=committed),
+                lambda response: txn_requests.txn_offset_commit_answer(response, committed),
+                timeout_s=max(0.001, deadline_s - time.monotonic()), group_id=group.group_id)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit (EndTxn): every record sent in the transaction, and
+        the offsets sent with it, become visible together. A batch that failed
+        makes the transaction abortable: this raises its error and only
+        abort_transaction goes on. Out of time: RequestTimedOut, and calling it
+        again resumes."""
+        with self._lock:
+            self._transaction().begin_commit()
+        deadline_s = time.monotonic() + self._timeout_s(timeout)
+        self.flush(timeout=self._timeout_s(timeout))
+        with self._lock:
+            self._wait_for_partitions_added(deadline_s)
+            self._txn.raise_if_failed()
+            started = self._txn.started
+        if started:
+            self._end_txn(commit=True, timeout_s=deadline_s - time.monotonic())
+        with self._lock:
+            self._txn.end()
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort: records not yet sent fail (TransactionAborted), those in flight
+        are waited for, then EndTxn; read_committed consumers never see any of
+        them. After an abortable error too. When a batch failed for good, the
+        epoch is bumped afterwards (KIP-360). Out of time: RequestTimedOut, and
+        calling it again resumes."""
+        with self._lock:
+            resuming_bump = self._transaction().state is TransactionState.INITIALIZING and self._txn.epoch_bump_required
+            if not resuming_bump:
+                self._txn.begin_abort()
+        deadline_s = time.monotonic() + self._timeout_s(timeout)
+        if not resuming_bump:
+            self._wake()   # the sender fails what it has not sent
+            self.flush(timeout=self._timeout_s(timeout))
+            with self._lock:
+                self._wait_for_partitions_added(deadline_s)
+                started = self._txn.started
+            if started:
+                self._end_txn(commit=False, timeout_s=deadline_s - time.monotonic())
+            with self._lock:
+                resuming_bump = self._txn.end()
+        if resuming_bump:
+            self._init_producer_id(max(0.001, deadline_s - time.monotonic()))
+
+    def _transaction(self) -> ProducerTransaction:
+        if self._txn is None:
+            raise IllegalStateError("Transactional method invoked on a non-transactional producer.")
+        return self._txn
+
+    def _timeout_s(self, timeout: float | None) -> float:
+        return self.max_block_s if timeout is None else timeout
+
+    def _wait_for_partitions_added(self, deadline_s: float) -> None:
+        """Under the lock: until no AddPartitionsToTxn is in flight (EndTxn must
+        come after it, or it would open the next transaction)."""
+        remaining_s = max(0.0, deadline_s - time.monotonic())
+        if not self._lock.wait_for(lambda: not self._adding_partitions, timeout=remaining_s):
+            raise RequestTimedOut("AddPartitionsToTxn still in flight at the call's timeout")
+
+    def _init_producer_id(self, timeout_s: float) -> None:
+        """InitProducerId with the transactional id; with the current id and epoch
+        when an epoch bump is due (KIP-360). Then READY, sequences from 0."""
+        with self._lock:
+            bump = self._txn.epoch_bump_required and self.producer_id != NO_PRODUCER_ID
+            current = (self.producer_id, self.producer_epoch) if bump else (NO_PRODUCER_ID, -1)
+        producer_id, epoch = self._txn_call(
+            TxnApi.INIT_PRODUCER_ID, lambda: cluster_requests.init_producer_id_request(
+                self.transactional_id, transaction_timeout_ms=self.transaction_timeout_ms,
+                producer_id=current[0], producer_epoch=current[1]),
+            cluster_requests.init_producer_id_answer, timeout_s=timeout_s)
+        with self._lock:
+            self.producer_id, self.producer_epoch = producer_id, epoch
+            self._next_sequence.clear()
+            self._txn.move(TxnEvent.INITIALIZED)
+
+    def _end_txn(self, *, commit: bool, timeout_s: float) -> None:
+        self._txn_call(TxnApi.END_TXN, lambda: txn_requests.end_txn_request(
+            self.transactional_id, self.producer_id, self.producer_epoch, commit=commit),
+            lambda response: txn_requests.error_code_answer(response, "EndTxn"), timeout_s=timeout_s)
+
+    def _txn_call(self, api: TxnApi, request_for, read, *, timeout_s: float, group_id: str | None = None):
+        """`read(answer)` of `request_for()` sent to the transaction coordinator (the
+        group's coordinator with `group_id`), by the one retry rule with the
+        request's own sense of retriable (core.producer_transaction), the
+        coordinator found afresh before each retry. What the error means is
+        recorded (abortable, fatal) and the error raised. Blocking: never on the
+        network loop."""
+        def attempt(remaining_s: float):
+            if group_id is None:
+                address = self._metadata.transaction_coordinator_address(self.transactional_id)
+            else:
+                address = self._metadata.coordinator_address(group_id)
+            return read(self._network.submit(coordinator_channel(address), request_for())
+                        .result(timeout=remaining_s))
+
+        def forget(_) -> None:
+            if group_id is None:
+                self._metadata.invalidate_transaction_coordinator(self.transactional_id)
+            else:
+                self._metadata.invalidate_coordinator(group_id)
+        try:
+            return retry_until(attempt, timeout_s=max(0.001, timeout_s), retry_backoff_s=self.retry_backoff_s,
+                               what=f"{api.value} of transactional id {self.transactional_id!r}",
+                               on_retry=forget, retriable=is_retriable_for(api))
+        except Exception as error:
+            cause = kafka_cause(error)
+            with self._lock:
+                reported = self._txn.fail(api, cause)
+            if reported is error:
+                raise
+            raise reported from error
+
+    def _add_partitions(self, partitions: set[tuple[str, int]]) -> None:
+        """The sender's: AddPartitionsToTxn for partitions its batches wait on, on a
+        worker thread (a blocking request); they are sent once it is answered, and
+        fail with the transaction's error if it fails. The pump marked them
+        in `_adding_partitions`."""
+        def ask() -> None:
+            self._txn_call(TxnApi.ADD_PARTITIONS, lambda: txn_requests.add_partitions_request(
+                self.transactional_id, self.producer_id, self.producer_epoch, partitions),
+                lambda response: txn_requests.add_partitions_answer(response, partitions),
+                timeout_s=self.delivery_timeout_s)
+
+        def added(done) -> None:
+            with self._lock:
+                self._adding_partitions -= partitions
+                if done.exception() is None:
+                    self._txn.partitions |= partitions
+                self._lock.notify_all()
+            self._wake()
+        self._loop.run_in_executor(None, ask).add_done_callback(added)
+
+    def _abandon_unsent(self) -> list[tuple[_Batch, Exception]]:
+        """Under the lock, the transaction aborting or failed: every batch not yet
+        sent leaves its queue, to be failed (Kafka's abortUndrainedBatches).
+        Batches sent before go on: their sequences are the leader's already."""
+        error = self._txn.last_error if self._txn.last_error is not None else TransactionAborted(
+            "Failing batch since transaction was aborted")
+        abandoned = [(batch, error) for batch in self._open.values()]
+        self._open.clear()
+        for queue in self._ready.values():
+            kept = [batch for batch in queue if batch.encoded is not None]
+            abandoned += [(batch, error) for batch in queue if batch.encoded is None]
+            queue.clear()
+            queue.extend(kept)
+        return abandoned
 
     def metrics(self) -> dict[str, int]:
         """Kafka's producer counters: record-send-total (first attempts),
@@ -400,10 +633,17 @@ class Producer:
             self._pump_scheduled = False
         with self._lock:
             now = time.monotonic()
+            abandoned = (self._abandon_unsent() if self._txn is not None and self._txn.state in ABANDONING_STATES
+                         else [])
             due_s = self._close_lingered(now)
-            to_send = []
+            to_send, to_add = [], set()
             for key_tp, queue in self._ready.items():
                 if not queue or key_tp[0] in self._refreshing or self._awaiting_producer_id:
+                    continue
+                if self._txn is not None and key_tp not in self._txn.partitions:   # not in the transaction yet
+                    if key_tp not in self._adding_partitions:
+                        to_add.add(key_tp)
+                        self._adding_partitions.add(key_tp)
                     continue
                 limit = 1 if key_tp in self._recovering else self._max_in_flight
                 while queue and self._sending[key_tp] < limit and queue[0].not_before_s <= now:
@@ -414,6 +654,10 @@ class Producer:
                     self._sending[key_tp] += 1
                 if queue and queue[0].not_before_s > now:   # backing off after a failure
                     due_s = min(due_s, queue[0].not_before_s - now)
+        for batch, error in abandoned:
+            self._finish(batch, -1, error, taken=False)
+        if to_add:
+            self._add_partitions(to_add)
         self._requeued = False
         for batch in to_send:
             self._send(batch)
@@ -467,7 +711,8 @@ class Producer:
             try:
                 batch.encoded = encode_batch(batch.records, producer_id=self.producer_id,
                                              producer_epoch=self.producer_epoch, base_sequence=sequence,
-                                             compression_codec=self.compression_codec)
+                                             compression_codec=self.compression_codec,
+                                             attributes=ATTR_TRANSACTIONAL if self._txn is not None else 0)
             except Exception as error:   # send checked every field; should one still not encode,
                 # this batch fails, not the sender (every later future would hang)
                 self._metrics["record-error-total"] += len(batch.records)
@@ -500,7 +745,8 @@ class Producer:
 
     def _produce_request(self, batch: _Batch):
         return producing.produce_request(topic=batch.topic, partition=batch.partition, records=batch.encoded,
-                                         acks=self.acks, timeout_ms=self.request_timeout_ms)
+                                         acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                         transactional_id=self.transactional_id)
 
     def _complete(self, answer, batch: _Batch) -> None:
         try:
@@ -538,7 +784,13 @@ class Producer:
             return
         failure = cause if isinstance(cause, Exception) else error
         self._metrics["record-error-total"] += len(batch.records)
-        if self.producer_id != NO_PRODUCER_ID and batch.encoded_for == (self.producer_id, self.producer_epoch):
+        if self._txn is not None:
+            # the transaction cannot commit (or, fenced, the producer is done); its
+            # epoch is bumped by the coordinator after the abort, not here
+            with self._lock:
+                failure = self._txn.fail(TxnApi.PRODUCE, failure)
+            self._wake()   # batches not sent yet fail too
+        elif self.producer_id != NO_PRODUCER_ID and batch.encoded_for == (self.producer_id, self.producer_epoch):
             self._bump_epoch()
         self._finish(batch, -1, failure)
 
@@ -585,7 +837,9 @@ class Producer:
                 self._loop.run_in_executor(None, self._new_producer_id).add_done_callback(answered)
         ask()
 
-    def _finish(self, batch: _Batch, base_offset: int, error: Exception | None = None) -> None:
+    def _finish(self, batch: _Batch, base_offset: int, error: Exception | None = None, *, taken: bool = True) -> None:
+        """The batch's futures resolved; `taken`: it was counted in flight (sent,
+        or taken to be sent), which it no longer is."""
         for part, first_index in [(batch, 0), *batch.absorbed]:
             if error is not None:
                 part.done.set_exception(error)
@@ -593,8 +847,22 @@ class Producer:
                 part.done.set_result(-1 if base_offset < 0 else base_offset + first_index)
         key_tp = (batch.topic, batch.partition)
         with self._lock:
-            self._sending[key_tp] -= 1
+            if taken:
+                self._sending[key_tp] -= 1
             if error is None and not self._sending[key_tp]:
                 self._recovering.discard(key_tp)   # in order again: back to full pipelining
             self._buffered_bytes -= batch.size_bytes
             self._lock.notify_all()
+
+
+def _group_metadata(group_metadata) -> ConsumerGroupMetadata:
+    """send_offsets_to_transaction's group: the consumer's group_metadata(), or a
+    group id (kafka-python takes either; a group id alone skips KIP-447's checks)."""
+    if isinstance(group_metadata, str):
+        return ConsumerGroupMetadata(group_metadata)
+    if isinstance(group_metadata, ConsumerGroupMetadata):
+        if group_metadata.generation_id > 0 and not group_metadata.member_id:
+            raise ValueError(f"Invalid group metadata: generation {group_metadata.generation_id} without a member id")
+        return group_metadata
+    raise TypeError(f"send_offsets_to_transaction takes the consumer's group_metadata() or a group id, "
+                    f"got {type(group_metadata).__name__}")

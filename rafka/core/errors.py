@@ -246,6 +246,26 @@ class SerializationError(KafkaError, TypeError):
     retriable = False
 
 
+class IllegalStateError(KafkaError):
+    """Client side: the call needs a state the client is not in (Kafka's
+    IllegalStateException), e.g. seeking a partition that is not assigned, or
+    commit_transaction with no transaction begun."""
+
+    code = -1
+    kafka_name = "ILLEGAL_STATE"
+    retriable = False
+
+
+class TransactionAborted(KafkaError):
+    """Client side: a record sent in a transaction that was aborted before the
+    record went out (Kafka's TransactionAbortedException, kafka-python's
+    TransactionAbortedError)."""
+
+    code = -1
+    kafka_name = "TRANSACTION_ABORTED"
+    retriable = False
+
+
 class SslAuthenticationFailed(KafkaError):
     """Client side: the TLS handshake failed (the listener's certificate does not
     chain to the CA trusted, names another host, or the listener does not speak

@@ -23,6 +23,18 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's place in its group (Kafka's ConsumerGroupMetadata), what
+    `Producer.send_offsets_to_transaction` takes so that the group coordinator
+    refuses offsets of a generation the group has moved past (KIP-447).
+    generation_id -1 and member_id "": not a member (assign mode)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 class ConsumerRecord(NamedTuple):
     """One record as `Consumer.poll` returns it. `value is None` is a tombstone.
     Field order puts the per-batch fields first so a decoder can bind them once.

@@ -1,7 +1,8 @@
 """What rafka's clients ask any node about the cluster, and how the answers read:
 Metadata v12 (nodes, topics, each partition's leader and leader epoch),
-FindCoordinator v4 (a group's coordinator), DescribeConfigs v4 (a topic's
-max.message.bytes) and InitProducerId v4 (an idempotent producer's id).
+FindCoordinator v4 (the coordinator of a group or a transactional id),
+DescribeConfigs v4 (a topic's max.message.bytes) and InitProducerId v4 (an
+idempotent or transactional producer's id and epoch).
 
 Pure: a builder per request (a kio request entity) and a reader per answer
 (plain values, or the typed KafkaError raised). No I/O; client.metadata owns
@@ -33,7 +34,8 @@ from kio.static.primitive import i8, i16, i32Timedelta, i64
 
 from rafka.core.errors import KafkaError, UnknownServerError, error_for_code
 
-GROUP_KEY_TYPE = 0           # FindCoordinator: a consumer group (1 is a transactional id)
+GROUP_KEY_TYPE = 0           # FindCoordinator: a consumer group
+TRANSACTION_KEY_TYPE = 1     # FindCoordinator: a transactional id
 TOPIC_RESOURCE = 2           # DescribeConfigs: a topic
 NO_PRODUCER_ID = -1
 MAX_MESSAGE_BYTES = "max.message.bytes"
@@ -90,8 +92,10 @@ def metadata_answer(response) -> MetadataAnswer:
                           topic_errors=errors)
 
 
-def find_coordinator_request(group_id: str) -> find_coordinator_v4.FindCoordinatorRequest:
-    return find_coordinator_v4.FindCoordinatorRequest(key_type=i8(GROUP_KEY_TYPE), coordinator_keys=(group_id,))
+def find_coordinator_request(key: str, *, key_type: int = GROUP_KEY_TYPE) -> find_coordinator_v4.FindCoordinatorRequest:
+    """The coordinator of a group (GROUP_KEY_TYPE) or of a transactional id
+    (TRANSACTION_KEY_TYPE)."""
+    return find_coordinator_v4.FindCoordinatorRequest(key_type=i8(key_type), coordinator_keys=(key,))
 
 
 def _the_one(entries, name: str, what: str):
@@ -106,11 +110,10 @@ def _the_one(entries, name: str, what: str):
     return entry
 
 
-def find_coordinator_answer(response, group_id: str) -> tuple[str, int]:
-    """(host, port) of the group's coordinator; its error raised
-    (COORDINATOR_NOT_AVAILABLE while it has no endpoint: retriable)."""
-    coordinator = _the_one([(c.key, c) for c in response.coordinators], group_id,
-                           f"the coordinator of group {group_id!r}")
+def find_coordinator_answer(response, key: str) -> tuple[str, int]:
+    """(host, port) of the coordinator of the group or transactional id `key`; its
+    error raised (COORDINATOR_NOT_AVAILABLE while it has no endpoint: retriable)."""
+    coordinator = _the_one([(c.key, c) for c in response.coordinators], key, f"the coordinator of {key!r}")
     return coordinator.host, int(coordinator.port)
 
 
@@ -130,11 +133,16 @@ def max_message_bytes_answer(response, topic: str) -> int:
     return int(values[0])
 
 
-def init_producer_id_request() -> init_producer_id_v4.InitProducerIdRequest:
-    """An idempotent producer's id (no transactional id: a fresh id, epoch 0)."""
+def init_producer_id_request(transactional_id: str | None = None, *, transaction_timeout_ms: int = 60_000,
+                             producer_id: int = NO_PRODUCER_ID,
+                             producer_epoch: int = -1) -> init_producer_id_v4.InitProducerIdRequest:
+    """An idempotent producer's id (no transactional id: a fresh id, epoch 0), or
+    a transactional producer's from its transaction coordinator; `producer_id`
+    and `producer_epoch`: the current ones, to have the epoch bumped (KIP-360)."""
     return init_producer_id_v4.InitProducerIdRequest(
-        transactional_id=None, transaction_timeout=i32Timedelta.parse(datetime.timedelta(minutes=1)),
-        producer_id=i64(NO_PRODUCER_ID), producer_epoch=i16(-1))
+        transactional_id=transactional_id,
+        transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=transaction_timeout_ms)),
+        producer_id=i64(producer_id), producer_epoch=i16(producer_epoch))
 
 
 def init_producer_id_answer(response) -> tuple[int, int]:

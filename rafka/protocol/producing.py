@@ -15,10 +15,12 @@ from rafka.core.errors import error_for_code
 from rafka.protocol.hot_writers import WrittenBody, produce_request_v9
 
 
-def produce_request(*, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int) -> WrittenBody:
+def produce_request(*, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int,
+                    transactional_id: str | None = None) -> WrittenBody:
     """`records`: one or more encoded record batches, as the log stores them; the
-    request is written from these values (no kio entity for it)."""
-    return produce_request_v9(transactional_id=None, acks=acks, timeout_ms=timeout_ms,
+    request is written from these values (no kio entity for it).
+    `transactional_id`: a transactional producer's (the leader authorizes it)."""
+    return produce_request_v9(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
                               topics=[(topic, [(partition, records)])])
 
 

@@ -234,7 +234,7 @@ class Workload:
                 owned.difference_update(lost)
 
             def on_partitions_assigned(self, assigned):
-                generation = consumer.group_metadata()["generation_id"]
+                generation = consumer.group_metadata().generation_id
                 history.log(Assigned(name, incarnation, GROUP, generation,
                                      tuple(sorted((tp.topic, tp.partition) for tp in assigned)), clock.now_ms()))
                 # A partition this member keeps across the rebalance goes on from its
@@ -264,7 +264,7 @@ class Workload:
         try:
             while not self.stopping.is_set() and time.monotonic() < until_s:
                 records = consumer.poll(timeout=0.5)
-                generation = consumer.group_metadata()["generation_id"]
+                generation = consumer.group_metadata().generation_id
                 for record in records:
                     history.log(Poll(name, incarnation, GROUP, generation, record.topic, record.partition,
                                      record.offset, record.value.decode(errors="replace"), clock.now_ms()))

@@ -243,8 +243,8 @@ def test_offset_commit_with_an_old_generation__illegal_generation_on_the_wire(cl
     count = len(cluster.admin().describe_topics(["__consumer_offsets"])["__consumer_offsets"]["partitions"])
     host, port = nodes[f"coordinator:{partition_for_group('fenced-on-wire', count)}"]
     request = commit_v8.OffsetCommitRequest(
-        group_id="fenced-on-wire", generation_id_or_member_epoch=i32(identity["generation_id"] - 1),
-        member_id=identity["member_id"], group_instance_id=None, topics=(commit_v8.OffsetCommitRequestTopic(
+        group_id="fenced-on-wire", generation_id_or_member_epoch=i32(identity.generation_id - 1),
+        member_id=identity.member_id, group_instance_id=None, topics=(commit_v8.OffsetCommitRequestTopic(
             name="generations", partitions=(commit_v8.OffsetCommitRequestPartition(
                 partition_index=i32(0), committed_offset=i64(1), committed_leader_epoch=i32(-1),
                 committed_metadata=""),)),))
