@@ -2,13 +2,13 @@
 in-process node's transaction coordinator (a real TransactionShard behind the
 wire handlers): commits and aborts read back by rafka's Consumer at both
 isolation levels and by confluent-kafka's read_committed consumer; zombie
-fencing; send_offsets_to_transaction as far as the node serves it."""
+fencing; send_offsets_to_transaction, its offsets committed with the transaction."""
 
 import pytest
 
 from rafka.client.consumer import Consumer
 from rafka.client.producer import Producer
-from rafka.core.errors import IllegalStateError, ProducerFenced, RequestTimedOut, TransactionAborted
+from rafka.core.errors import IllegalStateError, ProducerFenced, TransactionAborted
 from rafka.core.producer_transaction import TransactionState
 from rafka.core.structs import OffsetAndMetadata, TopicPartition
 from tests.compat import confluent_reads
@@ -153,12 +153,10 @@ def test_rafka_producer__second_producer_with_the_same_id__fences_the_first(node
     assert rafka_values(node, "read_uncommitted") == {0: [b"z0"], 1: [b"s0"]}
 
 
-def test_rafka_producer__send_offsets_to_transaction__as_far_as_the_node_serves(node):
+def test_rafka_producer__send_offsets_to_transaction__the_offsets_are_the_groups_with_the_commit(node):
     """AddOffsetsToTxn puts the group's __consumer_offsets partition in the
-    transaction. TxnOffsetCommit (the group coordinator's slice of issue 28): once
-    served, the offsets become the group's with the commit; until then the node
-    closes the connection on its key, the call runs out of time and the
-    transaction can only be aborted."""
+    transaction; TxnOffsetCommit's offsets stay pending (a read_committed
+    consumer's committed() would wait) until the commit's marker."""
     consumer = Consumer(node.bootstrap, group_id="eos-group", enable_auto_commit=False)
     producer = Producer(node.bootstrap, transactional_id="eos", linger_ms=0, max_block_ms=3_000)
     try:
@@ -166,16 +164,9 @@ def test_rafka_producer__send_offsets_to_transaction__as_far_as_the_node_serves(
         producer.begin_transaction()
         producer.send("orders", value=b"out", partition=0)
         offsets = {TopicPartition("orders", 1): OffsetAndMetadata(7, "meta")}
-        try:
-            producer.send_offsets_to_transaction(offsets, consumer.group_metadata(), timeout=3)
-        except RequestTimedOut:
-            assert ("__consumer_offsets", 0) in node.transactions.shard.metadata["eos"].topic_partitions
-            assert producer._txn.state is TransactionState.ABORTABLE_ERROR
-            with pytest.raises(RequestTimedOut):
-                producer.commit_transaction()
-            producer.abort_transaction()
-            assert consumer.committed([TopicPartition("orders", 1)]) == {TopicPartition("orders", 1): None}
-            pytest.xfail("TxnOffsetCommit is not served yet")
+        producer.send_offsets_to_transaction(offsets, consumer.group_metadata(), timeout=3)
+        assert ("__consumer_offsets", 0) in node.transactions.shard.metadata["eos"].topic_partitions
+        assert consumer.committed([TopicPartition("orders", 1)]) == {TopicPartition("orders", 1): None}
         producer.commit_transaction()
         settle(node, "eos", "CompleteCommit")
         assert consumer.committed([TopicPartition("orders", 1)])[TopicPartition("orders", 1)].offset == 7
