@@ -15,7 +15,6 @@ history. Written to `out_dir`: `history.jsonl` (every event), `report.txt` and
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 
@@ -53,20 +52,31 @@ class VerifyResult:
         return not any(self.anomalies.values())
 
 
+def fresh_run_dir(out_dir: Path) -> tuple[str, str]:
+    """(history path, member actors' log dir) under `out_dir`, with what an earlier
+    run left there removed: the actors' Poll files are merged by name pattern, and
+    an earlier run's (other offsets of the same producer-N-i values) were checked
+    as this run's: thousands of false duplicates and reads above the HW."""
+    actor_log_dir = out_dir / "actors"
+    actor_log_dir.mkdir(parents=True, exist_ok=True)
+    for stale in actor_log_dir.glob("actor-*.jsonl"):
+        stale.unlink()
+    history_path = out_dir / "history.jsonl"
+    history_path.unlink(missing_ok=True)
+    return str(history_path), str(actor_log_dir)
+
+
 def run(cluster, options: VerifyOptions | None = None, *, reopen=None) -> VerifyResult:
     """`reopen()`: a new cluster on the same data dir (an embedded one), for the
     restart-cluster fault; without it that fault is left out. The cluster the run
     ends on is `result.cluster` (after a restart, not the one passed in)."""
     options = options or VerifyOptions()
     out_dir = Path(options.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    history_path = str(out_dir / "history.jsonl")
-    if os.path.exists(history_path):
-        os.remove(history_path)
+    history_path, actor_log_dir = fresh_run_dir(out_dir)
     _create_topic(cluster, options.workload)
     clock = RunClock()
     history = History(history_path)
-    workload = Workload(cluster, history, clock, options.workload, actor_log_dir=str(out_dir / "actors"),
+    workload = Workload(cluster, history, clock, options.workload, actor_log_dir=actor_log_dir,
                         seed=options.seed)
     started_s = time.monotonic()
     workload.start()
@@ -88,7 +98,7 @@ def run(cluster, options: VerifyOptions | None = None, *, reopen=None) -> Verify
     workload.stop()
     errors = injector.errors + workload.errors + ([] if healed else ["the cluster had not healed at the end"])
     workload.final_read()
-    merge_actor_polls(str(out_dir / "actors"), history)
+    merge_actor_polls(actor_log_dir, history)
     history.close()
     events = load_history(history_path)
     anomalies = check_all(events, idempotent=options.workload.idempotence)
