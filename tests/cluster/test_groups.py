@@ -355,6 +355,27 @@ def receipts_handler(directory: str, *, poison_offset: int, pause_s: float):
     return handle
 
 
+def test_run_consumer_group__handler_output__written_by_the_member_before_the_commit(cluster, tmp_path):
+    """At least once, the same data path: what the handler returns is written by
+    the member's producer and acked before the batch's offsets are committed."""
+    from tests.compat.confluent_reads import read_values
+    fill(cluster, "refunds", 30, partitions=2)
+    cluster.admin().create_topic("refund-receipts", partitions=2, replication_factor=1)
+
+    def handle(records):
+        from rafka.core.structs import ProducerRecord
+        return [ProducerRecord("refund-receipts", value=b"receipt-" + r.value, partition=r.partition)
+                for r in records]
+    group = cluster.run_consumer_group("refunding", ["refunds"], handle, members=1, **FAST_GROUP)
+    admin = cluster.admin()
+    wait_until(lambda: sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("refunding")) == 30,
+               timeout_s=60, what="the member committed every record")
+    (final,) = group.stop()
+    assert (final["written"], final["error"], final["exactly_once"]) == (30, None, False)
+    written = read_values(cluster.bootstrap_servers, "refund-receipts", "read_uncommitted")
+    assert written == {p: [b"receipt-refunds-%d" % i for i in range(p, 30, 2)] for p in range(2)}
+
+
 def test_run_consumer_group_exactly_once__member_killed_mid_run__read_committed_output_holds_every_input_once(
         cluster, tmp_path):
     from rafka.actors.replica import NAMESPACE
