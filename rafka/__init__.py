@@ -5,7 +5,7 @@ so `rafka.core` can be imported (and tested) without Ray.
 """
 
 __version__ = "0.1.0"
-__all__ = ["local_cluster", "connect", "ConsumerRebalanceListener"]
+__all__ = ["local_cluster", "connect", "ConsumerRebalanceListener", "ProducerRecord"]
 
 
 def __getattr__(name: str):
@@ -15,4 +15,7 @@ def __getattr__(name: str):
     if name == "ConsumerRebalanceListener":
         from rafka.client.consumer import ConsumerRebalanceListener
         return ConsumerRebalanceListener
+    if name == "ProducerRecord":   # what a member actor's handler returns (run_consumer_group)
+        from rafka.core.structs import ProducerRecord
+        return ProducerRecord
     raise AttributeError(f"module 'rafka' has no attribute {name!r}")

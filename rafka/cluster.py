@@ -78,13 +78,17 @@ class Cluster:
         return Consumer(cluster_bootstrap_servers, **{**cluster_client_options(), **options})
 
     def run_consumer_group(self, group_id: str, topics: list[str], handler, *, members: int = 1,
-                           **consumer_options):
+                           exactly_once: bool = False, producer_options: dict | None = None, **consumer_options):
         """N ConsumerMember actors (rafka/actors/member.py) in `group_id`, spread over
         the broker nodes, each polling `topics`, calling `handler(records)` on every
-        batch and committing the batch after it. Returns a ConsumerGroupHandle
-        (describe, assignment, stop)."""
+        batch, writing the ProducerRecords it returns (if any) and committing the
+        batch after them. `exactly_once`: the output and the batch's offsets in one
+        transaction per batch (read_committed input, a transactional producer per
+        member), so a killed member never duplicates output. Returns a
+        ConsumerGroupHandle (describe, assignment, stop)."""
         from rafka.actors.member import run_consumer_group
-        return run_consumer_group(group_id, topics, handler, members=members, **consumer_options)
+        return run_consumer_group(group_id, topics, handler, members=members, exactly_once=exactly_once,
+                                  producer_options=producer_options, **consumer_options)
 
     def start_group_coordinators(self, *, offsets_topic_num_partitions: int = 1,
                                  offsets_topic_replication_factor: int = 3,

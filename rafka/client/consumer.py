@@ -34,7 +34,8 @@ HW, read_committed the LSO.
 
 Committed offsets: with a `group_id`, a partition without a position starts at
 the group's committed offset (else `auto_offset_reset`: earliest, latest, none,
-or KIP-1106's by_duration:<ISO-8601>); commit_sync retries retriable errors until
+or KIP-1106's by_duration:<ISO-8601>); read_committed, a stable one (KIP-447:
+while a transaction's offset is pending, the fetch waits for its end); commit_sync retries retriable errors until
 its timeout; commit_async tries once and reports to its callback from the
 consumer's own thread (in the next poll, commit or close), as Kafka's does.
 Async commits are sent at once, in call order, several in flight together on
@@ -78,7 +79,7 @@ from rafka.core.config import INT, ConfigDef, at_least
 from rafka.core.errors import (FencedInstanceId, IllegalGeneration, IllegalStateError, KafkaError,
                                NoOffsetForPartitionError, OffsetOutOfRange, RebalanceInProgress, RequestTimedOut,
                                UnknownMemberId, UnknownTopicOrPartition)
-from rafka.core.isolation import batches_to_skip, parse_isolation_level
+from rafka.core.isolation import IsolationLevel, batches_to_skip, parse_isolation_level
 from rafka.core.offset_reset import parse_auto_offset_reset
 from rafka.core.records import decode_batches, iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -643,9 +644,14 @@ class Consumer:
     # --- committed offsets ----------------------------------------------------------
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offsets (the next offset to read), None where none."""
+        """The group's committed offsets (the next offset to read), None where none.
+        read_committed: stable offsets only (KIP-447's require_stable, as Kafka's
+        consumer asks): while a transaction's offset for a partition is pending
+        this waits (retries UNSTABLE_OFFSET_COMMIT) until the transaction ends, so a
+        new owner never starts below what an open transaction may still commit."""
         tps = [TopicPartition(*tp) for tp in partitions]
-        fetched = self._group().call("fetch_offsets", [tuple(tp) for tp in tps])
+        fetched = self._group().call("fetch_offsets", [tuple(tp) for tp in tps],
+                                     require_stable=self.isolation_level is IsolationLevel.READ_COMMITTED)
         answers = {}
         for tp in tps:
             found = fetched.get(tuple(tp))   # (offset, leader epoch, metadata) or None

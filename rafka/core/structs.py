@@ -35,6 +35,19 @@ class ConsumerGroupMetadata(NamedTuple):
     group_instance_id: str | None = None
 
 
+class ProducerRecord(NamedTuple):
+    """A record to send (Kafka's ProducerRecord): what a member actor's handler
+    returns for the member to write (actors.member), the arguments of
+    `Producer.send`. partition None: by key, else sticky."""
+
+    topic: str
+    value: bytes | None = None
+    key: bytes | None = None
+    partition: int | None = None
+    timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes | None], ...] | None = None
+
+
 class ConsumerRecord(NamedTuple):
     """One record as `Consumer.poll` returns it. `value is None` is a tombstone.
     Field order puts the per-batch fields first so a decoder can bind them once.

@@ -331,3 +331,87 @@ def test_run_consumer_group__members_on_different_nodes_handle_everything_and_st
     final = group.stop()
     assert sum(d["handled"] for d in final) >= 60
     assert admin.describe_consumer_group("invoicing")["state"] == "Empty"
+
+
+def receipts_handler(directory: str, *, poison_offset: int, pause_s: float):
+    """An exactly-once member's handler: a receipt per payment, to the same
+    partition of `receipts`. Once in the whole run (the first batch to reach
+    `poison_offset` of partition 0, whichever process) it also returns a record
+    for a partition that does not exist: the send fails after the batch's other
+    receipts went into the transaction, which the member aborts and reads again."""
+    def handle(records):
+        import os
+        import time as clock
+        from rafka.core.structs import ProducerRecord
+        out = [ProducerRecord("receipts", value=b"receipt-" + r.value, partition=r.partition) for r in records]
+        if any(r.partition == 0 and r.offset >= poison_offset for r in records):
+            try:
+                os.close(os.open(os.path.join(directory, "poisoned"), os.O_CREAT | os.O_EXCL))
+                out.append(ProducerRecord("receipts", value=b"poison", partition=99))
+            except FileExistsError:
+                pass
+        clock.sleep(pause_s)   # the batch takes a while: the kill lands inside one now and then
+        return out
+    return handle
+
+
+def test_run_consumer_group__handler_output__written_by_the_member_before_the_commit(cluster, tmp_path):
+    """At least once, the same data path: what the handler returns is written by
+    the member's producer and acked before the batch's offsets are committed."""
+    from tests.compat.confluent_reads import read_values
+    fill(cluster, "refunds", 30, partitions=2)
+    cluster.admin().create_topic("refund-receipts", partitions=2, replication_factor=1)
+
+    def handle(records):
+        from rafka.core.structs import ProducerRecord
+        return [ProducerRecord("refund-receipts", value=b"receipt-" + r.value, partition=r.partition)
+                for r in records]
+    group = cluster.run_consumer_group("refunding", ["refunds"], handle, members=1, **FAST_GROUP)
+    admin = cluster.admin()
+    wait_until(lambda: sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("refunding")) == 30,
+               timeout_s=60, what="the member committed every record")
+    (final,) = group.stop()
+    assert (final["written"], final["error"], final["exactly_once"]) == (30, None, False)
+    written = read_values(cluster.bootstrap_servers, "refund-receipts", "read_uncommitted")
+    assert written == {p: [b"receipt-refunds-%d" % i for i in range(p, 30, 2)] for p in range(2)}
+
+
+def test_run_consumer_group_exactly_once__member_killed_mid_run__read_committed_output_holds_every_input_once(
+        cluster, tmp_path):
+    from rafka.actors.replica import NAMESPACE
+    from rafka.core.actor_names import transaction_coordinator_actor_name
+    from tests.compat.confluent_reads import read_values
+    total, partitions = 600, 3
+    fill(cluster, "payments", total, partitions=partitions)
+    admin = cluster.admin()
+    admin.create_topic("receipts", partitions=partitions, replication_factor=1)
+    group = cluster.run_consumer_group("paying", ["payments"], receipts_handler(str(tmp_path), poison_offset=20,
+                                                                                pause_s=0.05),
+                                       members=2, exactly_once=True, max_poll_records=25, **FAST_GROUP)
+
+    def committed_total():
+        return sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("paying"))
+    wait_until(lambda: committed_total() >= total // 4, timeout_s=60, what="a quarter committed")
+    victim = group.describe()[0]
+    assert victim["assignment"] and victim["exactly_once"]
+    ray.kill(group.members[0], no_restart=False)   # Ray restarts it; it joins again as the same static member
+    wait_until(lambda: committed_total() == total, timeout_s=120, what="the group committed every record")
+    described = group.describe()
+    assert described[0] is not None and described[0]["pid"] != victim["pid"], "member 0 restarted"
+    final = group.stop()
+    assert sum(d["aborted_batches"] for d in [victim, *final]) >= 1, "the poisoned batch was aborted"
+
+    # The restarted member's init_transactions fenced its killed predecessor: a new epoch for the same id.
+    coordinator = ray.get_actor(transaction_coordinator_actor_name(0), namespace=NAMESPACE)
+    assert ray.get(coordinator.describe_transaction.remote("member:paying:0"), timeout=10).producer_epoch >= 1
+    assert admin.list_consumer_group_offsets("paying") == {
+        TopicPartition("payments", p): total // partitions for p in range(partitions)}
+
+    inputs = {p: [b"payments-%d" % i for i in range(p, total, partitions)] for p in range(partitions)}
+    committed = read_values(cluster.bootstrap_servers, "receipts", "read_committed", partitions=range(partitions))
+    # every payment's receipt exactly once, in the payments' order
+    assert committed == {p: [b"receipt-" + v for v in values] for p, values in inputs.items()}
+    # read_uncommitted may also see the aborted and fenced attempts, never anything else
+    uncommitted = read_values(cluster.bootstrap_servers, "receipts", "read_uncommitted", partitions=range(partitions))
+    assert {v for vs in uncommitted.values() for v in vs} == {v for vs in committed.values() for v in vs}
+    assert sum(map(len, uncommitted.values())) >= total

@@ -8,7 +8,7 @@ import pytest
 
 from rafka.client.consumer import Consumer
 from rafka.client.producer import Producer
-from rafka.core.errors import IllegalStateError, ProducerFenced, TransactionAborted
+from rafka.core.errors import IllegalStateError, KafkaError, ProducerFenced, TransactionAborted
 from rafka.core.producer_transaction import TransactionState
 from rafka.core.structs import OffsetAndMetadata, TopicPartition
 from tests.compat import confluent_reads
@@ -173,3 +173,31 @@ def test_rafka_producer__send_offsets_to_transaction__the_offsets_are_the_groups
     finally:
         producer.close()
         consumer.close()
+
+
+def test_rafka_consumer__read_committed__committed_waits_for_a_pending_transaction_offset(node):
+    """KIP-447's require_stable: a read_committed consumer's committed() (and so
+    the position a new owner of the partition starts from) is not answered while
+    a transaction's offset is pending; read_uncommitted gets the last stable one
+    at once. After the commit both read the transaction's offset."""
+    stable = Consumer(node.bootstrap, group_id="eos-stable", enable_auto_commit=False,
+                      isolation_level="read_committed", default_api_timeout_ms=1_000)
+    plain = Consumer(node.bootstrap, group_id="eos-stable", enable_auto_commit=False)
+    producer = Producer(node.bootstrap, transactional_id="eos-stable", linger_ms=0, max_block_ms=3_000)
+    tp = TopicPartition("orders", 0)
+    try:
+        plain.commit_sync({tp: 3})
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp: 9}, stable.group_metadata(), timeout=3)
+        with pytest.raises(KafkaError, match="UNSTABLE_OFFSET_COMMIT|pending"):
+            stable.committed([tp])
+        assert plain.committed([tp])[tp].offset == 3
+        producer.commit_transaction()
+        settle(node, "eos-stable", "CompleteCommit")
+        assert stable.committed([tp])[tp].offset == 9
+        assert plain.committed([tp])[tp].offset == 9
+    finally:
+        producer.close()
+        plain.close()
+        stable.close()
