@@ -14,15 +14,17 @@ Invariants: the broker stores compressed batches as they came (the CRC covers th
 compressed bytes); it decompresses only to look inside (compaction, the
 coordinator loading offsets, consumers, the Spark decoder). A block that does not
 decompress, or whose output would pass MAX_DECOMPRESSED_BYTES, is CorruptRecord.
-All four codecs come from one pinned library, cramjam (Rust bindings).
+All four codecs come from one pinned library, cramjam (Rust bindings), imported
+on the first batch that needs a codec (`_codecs`), not with this module: every
+replica process imports this module and most never see a compressed batch
+(cramjam's import cost 1.5 MB of private memory per process; issue 27).
 Callers: core.records (decode and encode), rafka's Producer (compression_type).
 """
 
 from __future__ import annotations
 
+import functools
 import struct
-
-import cramjam
 
 from rafka.core.errors import CorruptRecord
 
@@ -37,6 +39,13 @@ _XERIAL_HEADER = struct.Struct(">8sii")
 _BLOCK_LENGTH = struct.Struct(">i")
 
 
+@functools.cache
+def _codecs():
+    """cramjam, imported once, at the first compress or decompress."""
+    import cramjam
+    return cramjam
+
+
 def parse_compression_type(value: str) -> int:
     codec = CODECS.get(str(value).lower())
     if codec is None:
@@ -45,6 +54,7 @@ def parse_compression_type(value: str) -> int:
 
 
 def compress(codec: int, data: bytes) -> bytes:
+    cramjam = _codecs()
     if codec == GZIP:
         return bytes(cramjam.gzip.compress(data))
     if codec == SNAPPY:
@@ -57,6 +67,7 @@ def compress(codec: int, data: bytes) -> bytes:
 
 
 def decompress(codec: int, data) -> bytes:
+    cramjam = _codecs()
     try:
         if codec == GZIP:
             out = cramjam.gzip.decompress(data)
@@ -80,11 +91,13 @@ def decompress(codec: int, data) -> bytes:
 
 def _xerial_frame(data: bytes) -> bytes:
     """xerial's stream format, one block: magic, version 1, compatible version 1."""
+    cramjam = _codecs()
     block = bytes(cramjam.snappy.compress_raw(data))
     return _XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1) + _BLOCK_LENGTH.pack(len(block)) + block
 
 
 def _snappy_decompress(data: bytes) -> bytes:
+    cramjam = _codecs()
     if not data.startswith(XERIAL_MAGIC):
         return bytes(cramjam.snappy.decompress_raw(data))
     out, position = [], _XERIAL_HEADER.size

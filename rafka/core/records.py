@@ -46,6 +46,7 @@ from crc32c import crc32c
 
 from rafka.core import compression
 from rafka.core.errors import CorruptRecord
+from rafka.core.schema_primitives import VarintTable
 
 MAGIC = 2
 HEADER_SIZE = 61
@@ -155,14 +156,11 @@ def _zigzag_varint_uncached(n: int) -> bytes:
     return bytes(out)
 
 
-_VARINT_CACHE_LOW, _VARINT_CACHE_HIGH = -1, 1 << 14
-_VARINT_CACHE = [_zigzag_varint_uncached(n) for n in range(_VARINT_CACHE_LOW, _VARINT_CACHE_HIGH)]
+_VARINT_CACHE = VarintTable(_zigzag_varint_uncached, low=-1, high=1 << 14)   # filled as used
 
 
 def zigzag_varint(n: int) -> bytes:
-    if _VARINT_CACHE_LOW <= n < _VARINT_CACHE_HIGH:
-        return _VARINT_CACHE[n - _VARINT_CACHE_LOW]
-    return _zigzag_varint_uncached(n)
+    return _VARINT_CACHE[n]
 
 
 def read_zigzag_varint(buf, pos: int, end: int) -> tuple[int, int]:

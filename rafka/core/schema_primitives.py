@@ -54,14 +54,32 @@ def _uvarint_uncached(value: int) -> bytes:
     return bytes(out)
 
 
-_UVARINT_CACHE_SIZE = 1 << 14   # every value of one or two bytes
-_UVARINT_CACHE = tuple(_uvarint_uncached(value) for value in range(_UVARINT_CACHE_SIZE))
+class VarintTable(dict):
+    """value -> its encoding, for values in [low, high): each written once, at its
+    first use, then looked up (a dict subscript: faster than the range check and
+    index of a prebuilt table, 42 vs 48 ns). Built eagerly, the two tables
+    (this module's and core.records') held 1.4 MB in every process that imports
+    them, each replica's included (issue 27), where a process uses a few
+    hundred values. Bounded: at most high - low entries."""
+
+    __slots__ = ("_encode", "_low", "_high")
+
+    def __init__(self, encode: Callable[[int], bytes], *, low: int, high: int) -> None:
+        super().__init__()
+        self._encode, self._low, self._high = encode, low, high
+
+    def __missing__(self, value: int) -> bytes:
+        data = self._encode(value)
+        if self._low <= value < self._high:
+            self[value] = data
+        return data
+
+
+_UVARINT_CACHE = VarintTable(_uvarint_uncached, low=0, high=1 << 14)   # every value of one or two bytes
 
 
 def uvarint(value: int) -> bytes:
-    if 0 <= value < _UVARINT_CACHE_SIZE:
-        return _UVARINT_CACHE[value]
-    return _uvarint_uncached(value)
+    return _UVARINT_CACHE[value]
 
 
 def _utf8(text: str) -> bytes:

@@ -70,3 +70,21 @@ def test_parse_compression_type__names_and_bad_values():
     assert compression.parse_compression_type("LZ4") == compression.LZ4
     with pytest.raises(ValueError):
         compression.parse_compression_type("brotli")
+
+
+def test_import__no_codec_library_until_a_batch_needs_one():
+    """A replica process imports core.records; cramjam comes with the first
+    compressed batch only (issue 27: memory per replica)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import rafka
+    checkout = str(Path(rafka.__file__).resolve().parents[1])   # this rafka, not an installed one
+    probe = ("import sys; from rafka.core import records; "
+             "assert 'cramjam' not in sys.modules, 'imported eagerly'; "
+             "from rafka.core.compression import ZSTD, compress, decompress; "
+             "assert decompress(ZSTD, compress(ZSTD, b'x' * 100)) == b'x' * 100; "
+             "assert 'cramjam' in sys.modules")
+    subprocess.run([sys.executable, "-c", probe], check=True, env={**os.environ, "PYTHONPATH": checkout})

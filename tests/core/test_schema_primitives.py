@@ -134,3 +134,15 @@ def test_any_bytes__a_value_or_the_callers_error(data):
             read(_reader(data))
         except Broken:
             pass
+
+
+def test_varint_tables__same_bytes_as_computed__filled_only_in_range():
+    from rafka.core import records, schema_primitives
+    for n in (-1, 0, 1, 63, 64, 127, 128, 8191, 8192, 16383, 16384, 1 << 31, -(1 << 31)):
+        assert records.zigzag_varint(n) == records._zigzag_varint_uncached(n)
+        if n >= 0:
+            assert schema_primitives.uvarint(n) == schema_primitives._uvarint_uncached(n)
+    assert 16384 not in schema_primitives._UVARINT_CACHE and 1 << 31 not in records._VARINT_CACHE
+    assert 16383 in schema_primitives._UVARINT_CACHE and -1 in records._VARINT_CACHE
+    with pytest.raises(ValueError):
+        schema_primitives.uvarint(-1)
