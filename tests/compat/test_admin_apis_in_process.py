@@ -1,0 +1,168 @@
+"""DescribeCluster, DescribeLogDirs and DeleteRecords through admin clients
+nobody here wrote, on the in-process node (no Ray), at the actors' nodes and
+through a broker's node (protocol.edge routes DeleteRecords to each partition's
+leader and answers the other two itself): confluent-kafka's AdminClient
+describe_cluster and delete_records, kafka-python's describe_cluster and
+describe_log_dirs, each as against Kafka; consumers then start at the new log
+start; and what ACLs refuse."""
+
+import pytest
+
+from rafka.core.acl import (AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType,
+                            user_principal)
+from rafka.core.errors import ClusterAuthorizationFailed, InvalidTopic
+from rafka.core.records import RecordInput, encode_batch
+from tests.core.protocol_node import ProtocolNode
+
+pytestmark = pytest.mark.compat
+TIMEOUT_S = 20
+
+
+@pytest.fixture(params=[False, True], ids=["actor-nodes", "broker-edge"])
+def node(tmp_path, request):
+    with ProtocolNode(tmp_path, {"orders": 2, "facts": 1}, edge=request.param,
+                      configs={"facts": {"cleanup.policy": "compact"}}) as node:
+        yield node
+
+
+def produce(node, topic, partition, values):
+    hosted = node.endpoint(topic, partition)
+    node.call(hosted.produce(encode_batch([RecordInput(v, b"k") for v in values]), acks=-1))
+
+
+def test_confluent_kafka_admin__describe_cluster(node):
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    cluster = admin.describe_cluster(request_timeout=TIMEOUT_S, include_authorized_operations=True).result(TIMEOUT_S)
+    image = node.view if node.with_edge else node.image()
+    assert cluster.cluster_id == image.cluster_id
+    assert cluster.controller.id == image.controller_node
+    assert sorted((n.id, n.host, n.port) for n in cluster.nodes) == sorted(
+        (n.node_id, n.host, n.port) for n in image.nodes.values())
+    assert {op.name for op in cluster.authorized_operations} == {
+        "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"}
+
+
+def test_confluent_kafka_admin__delete_records__consumers_start_at_new_log_start(node):
+    from confluent_kafka import Consumer, TopicPartition as CTopicPartition
+    from confluent_kafka.admin import AdminClient
+    produce(node, "orders", 0, [b"0", b"1", b"2", b"3", b"4"])
+    produce(node, "orders", 1, [b"a", b"b"])
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    futures = admin.delete_records([CTopicPartition("orders", 0, 3), CTopicPartition("orders", 1, -1)],
+                                   request_timeout=TIMEOUT_S, operation_timeout=TIMEOUT_S)
+    low = {(tp.topic, tp.partition): f.result(TIMEOUT_S).low_watermark for tp, f in futures.items()}
+    assert low == {("orders", 0): 3, ("orders", 1): 2}
+    assert node.endpoint("orders", 0).replica.log.log_start_offset == 3
+
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "after-delete",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([CTopicPartition("orders", 0)])
+        assert consumer.get_watermark_offsets(CTopicPartition("orders", 0), timeout=TIMEOUT_S) == (3, 5)
+        values = []
+        while len(values) < 2:
+            message = consumer.poll(TIMEOUT_S)
+            assert message is not None and message.error() is None
+            values.append((message.offset(), message.value()))
+        assert values == [(3, b"3"), (4, b"4")]
+    finally:
+        consumer.close()
+
+
+def test_confluent_kafka_admin__delete_records__refusals_as_kafka(node):
+    from confluent_kafka import KafkaError as CKafkaError, KafkaException, TopicPartition as CTopicPartition
+    from confluent_kafka.admin import AdminClient
+    produce(node, "orders", 0, [b"0", b"1"])
+    produce(node, "facts", 0, [b"x"])
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    cases = {CTopicPartition("orders", 0, 3): CKafkaError.OFFSET_OUT_OF_RANGE,       # above the HW
+             CTopicPartition("facts", 0, 1): CKafkaError.POLICY_VIOLATION}          # compact only
+    for wanted, code in cases.items():
+        (future,) = admin.delete_records([wanted], request_timeout=TIMEOUT_S,
+                                         operation_timeout=TIMEOUT_S).values()
+        with pytest.raises(KafkaException) as raised:
+            future.result(TIMEOUT_S)
+        assert raised.value.args[0].code() == code, wanted
+    assert node.endpoint("orders", 0).replica.log.log_start_offset == 0
+
+
+def test_delete_records__internal_topic__invalid_topic_and_rafka_admin_reads_it(node):
+    from rafka.protocol import admin_requests
+    from rafka.protocol.connection import Connection
+
+    async def ask():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            return await connection.request(admin_requests.delete_records_request(
+                topic="__consumer_offsets", partition=0, offset=0, timeout_ms=1000))
+        finally:
+            await connection.close()
+    with pytest.raises(InvalidTopic):
+        admin_requests.delete_records_answer(node.call(ask()), topic="__consumer_offsets", partition=0)
+
+
+def test_kafka_python_admin__describe_log_dirs_and_cluster(node):
+    from kafka.admin import KafkaAdminClient
+    produce(node, "orders", 1, [b"a" * 100])
+    admin = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        cluster = admin.describe_cluster()
+        assert cluster["cluster_id"] == node.image().cluster_id
+        answers = admin.describe_log_dirs()
+        log_dirs = [d for answer in answers for d in answer["log_dirs"]]
+        # the edge: one broker, one log dir; the actors' nodes here share one table and so one log dir
+        assert {d["log_dir"] for d in log_dirs} == {str(node.directory.absolute())}
+        assert len(log_dirs) == (1 if node.with_edge else len(node.servers))
+        log_dir = log_dirs[0]
+        sizes = {(t["name"], p["partition_index"]): p["partition_size"]
+                 for t in log_dir["topics"] for p in t["partitions"]}
+        assert sizes[("orders", 1)] == node.endpoint("orders", 1).replica.log.size_bytes > 100
+        assert sizes[("orders", 0)] == 0
+        assert log_dir["error_code"] == 0 and log_dir["total_bytes"] >= log_dir["usable_bytes"] > 0
+        narrowed = admin.describe_log_dirs({"orders": [1]})
+        assert {(t["name"], tuple(p["partition_index"] for p in t["partitions"]))
+                for answer in narrowed for d in answer["log_dirs"] for t in d["topics"]} == {("orders", (1,))}
+    finally:
+        admin.close()
+
+
+def test_acls__delete_records_needs_delete_on_topic__log_dirs_describe_on_cluster(tmp_path):
+    from confluent_kafka import KafkaError as CKafkaError, KafkaException, TopicPartition as CTopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+    from rafka.protocol import admin_requests
+    from rafka.protocol.connection import Connection
+    with ProtocolNode(tmp_path, {"orders": 1}, edge=True) as node:
+        produce(node, "orders", 0, [b"0", b"1"])
+        anonymous, alice = user_principal("ANONYMOUS"), user_principal("alice")
+        # bindings on the topic and the cluster: what they do not allow is refused (Kafka's rule)
+        node.call(node.create_acls([
+            AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, anonymous, "*", AclOperation.DESCRIBE,
+                       AclPermissionType.ALLOW),
+            AclBinding(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, alice, "*",
+                       AclOperation.DESCRIBE, AclPermissionType.ALLOW)]))
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        (future,) = admin.delete_records([CTopicPartition("orders", 0, 1)], request_timeout=TIMEOUT_S).values()
+        with pytest.raises(KafkaException) as raised:
+            future.result(TIMEOUT_S)
+        assert raised.value.args[0].code() == CKafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert node.endpoint("orders", 0).replica.log.log_start_offset == 0
+
+        cluster = admin.describe_cluster(request_timeout=TIMEOUT_S,
+                                         include_authorized_operations=True).result(TIMEOUT_S)
+        assert not cluster.authorized_operations   # no DESCRIBE on the cluster: the bitfield 0
+        client = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=TIMEOUT_S * 1000)
+        try:
+            assert [answer["log_dirs"] for answer in client.describe_log_dirs()] == [[]]
+        finally:
+            client.close()
+
+        async def ask():
+            connection = await Connection.open("127.0.0.1", node.port)
+            try:
+                return await connection.request(admin_requests.describe_log_dirs_request())
+            finally:
+                await connection.close()
+        with pytest.raises(ClusterAuthorizationFailed):
+            admin_requests.describe_log_dirs_answer(node.call(ask()))
