@@ -166,3 +166,73 @@ def test_acls__delete_records_needs_delete_on_topic__log_dirs_describe_on_cluste
                 await connection.close()
         with pytest.raises(ClusterAuthorizationFailed):
             admin_requests.describe_log_dirs_answer(node.call(ask()))
+
+
+class _NoControlPlane:
+    """rafka's Admin with only its wire half (these commands use no Ray call)."""
+    login = None
+
+
+def test_rafka_admin_and_cli__delete_records_and_log_dirs_as_kafka_tools(tmp_path):
+    import argparse
+    import json
+    from rafka import cli_records
+    from rafka.client.admin import Admin
+    with ProtocolNode(tmp_path / "node", {"orders": 2}, edge=True) as node:
+        produce(node, "orders", 0, [b"0", b"1", b"2"])
+        admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=TIMEOUT_S * 1000)
+        cluster = admin.describe_cluster(include_authorized_operations=True)
+        assert [b["node_id"] for b in cluster["brokers"]] == [0] and cluster["cluster_id"] == node.view.cluster_id
+        offsets = tmp_path / "offsets.json"
+        offsets.write_text(json.dumps({"partitions": [{"topic": "orders", "partition": 0, "offset": 2},
+                                                      {"topic": "orders", "partition": 1, "offset": 5}],
+                                       "version": 1}))
+        printed = []
+        assert cli_records.cmd_delete_records(admin, argparse.Namespace(offset_json_file=str(offsets)),
+                                              out=printed.append) == 0
+        assert printed[:2] == ["Executing records delete operation", "Records delete operation completed:"]
+        assert printed[2] == "partition: orders-0\tlow_watermark: 2"
+        assert printed[3].startswith("partition: orders-1\terror: OFFSET_OUT_OF_RANGE")
+        assert admin.beginning_offsets([("orders", 0)]) == {("orders", 0): 2}
+
+        printed = []
+        assert cli_records.cmd_log_dirs(admin, argparse.Namespace(topic_list="orders", broker_list=""),
+                                        out=printed.append) == 0
+        assert printed[:2] == ["Querying brokers for log directories information",
+                               "Received log directory information from brokers 0"]
+        (broker,) = json.loads(printed[2])["brokers"]
+        (log_dir,) = broker["logDirs"]
+        assert log_dir["logDir"] == str((tmp_path / "node").absolute()) and log_dir["error"] is None
+        assert {p["partition"] for p in log_dir["partitions"]} == {"orders-0", "orders-1"}
+
+
+def test_cli_records__offset_json_file_refused_as_kafka():
+    from rafka import cli_records
+    from rafka.cluster_errors import UsageError
+    with pytest.raises(UsageError, match="Offset json file contains duplicate topic partitions: t-0"):
+        cli_records.parse_offset_json('{"partitions": [{"topic": "t", "partition": 0, "offset": 1},'
+                                      ' {"topic": "t", "partition": 0, "offset": 2}], "version": 1}')
+    with pytest.raises(UsageError, match="Not supported version field value 2"):
+        cli_records.parse_offset_json('{"partitions": [], "version": 2}')
+
+
+def test_describe_cluster__controllers_endpoint_type__mismatched(node):
+    from kio.schema.describe_cluster.v2 import request as describe_cluster_v2
+    from kio.static.primitive import i8
+    from rafka.core.errors import KafkaError
+    from rafka.protocol import admin_requests
+    from rafka.protocol.connection import Connection
+
+    async def ask(endpoint_type):
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            return await connection.request(describe_cluster_v2.DescribeClusterRequest(
+                include_cluster_authorized_operations=False, endpoint_type=i8(endpoint_type),
+                include_fenced_brokers=False))
+        finally:
+            await connection.close()
+    for endpoint_type, kafka_name in ((2, "MISMATCHED_ENDPOINT_TYPE"), (7, "UNSUPPORTED_ENDPOINT_TYPE")):
+        answer = node.call(ask(endpoint_type))
+        assert answer.error_code.name.upper() == kafka_name and answer.brokers == ()
+        with pytest.raises(KafkaError):
+            admin_requests.describe_cluster_answer(answer)

@@ -49,10 +49,10 @@ def describe_cluster(image: ClusterImage, request, context: RequestContext):
     endpoint_type = int(getattr(request, "endpoint_type", BROKER_ENDPOINTS))
     if endpoint_type != BROKER_ENDPOINTS:
         mismatched = endpoint_type == CONTROLLER_ENDPOINTS
-        return make(response_type, throttle_time=_NO_THROTTLE,
-                    error_code=ErrorCode.mismatched_endpoint_type if mismatched else ErrorCode.unsupported_endpoint_type,
-                    error_message=(f"The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
-                                   f"of type CONTROLLER" if mismatched else
+        code = ErrorCode.mismatched_endpoint_type if mismatched else ErrorCode.unsupported_endpoint_type
+        return make(response_type, throttle_time=_NO_THROTTLE, error_code=code,
+                    error_message=("The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
+                                   "of type CONTROLLER" if mismatched else
                                    f"Unsupported endpoint type {endpoint_type}"),
                     endpoint_type=i8(endpoint_type), cluster_id=image.cluster_id or "", brokers=())
     operations = AUTHORIZED_OPERATIONS_NOT_REQUESTED
