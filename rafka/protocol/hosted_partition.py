@@ -31,7 +31,7 @@ Invariants: the core replica is touched only on the event loop, between awaits;
 `replica()` is asked again on every call and raises the host's typed error when
 the replica cannot serve (offline log dir, shut down), so nothing here runs on a
 replica that is gone; the parked counts (`parked_produces`,
-`parked_follower_fetches`, `parked_consumer_fetches`) are the purgatory sizes a
+`parked_follower_fetches`, `parked_consumer_fetches`, `parked_deletes`) are the purgatory sizes a
 host reports; the traffic counters (Kafka's BrokerTopicMetrics: `messages_in`,
 `bytes_in` at a leader's append, `bytes_out` and `messages_out` of consumers'
 fetches, `replication_bytes_out` of followers') only grow, and are counted per
