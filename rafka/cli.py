@@ -2,8 +2,9 @@
 
 `up`, `down` and `status` act on a running Ray cluster (`--address`, else
 RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh; `consumer-groups`,
-`lag`, `dump-offsets` and the console clients are in cli_groups.py, `acls` in cli_acls.py. Errors print as
-Kafka's tools print them ("Error while executing topic command : ...") and exit 1.
+`lag`, `dump-offsets` and the console clients are in cli_groups.py, `acls` in cli_acls.py,
+`delete-records` and `log-dirs` in cli_records.py. Errors print as Kafka's tools
+print them ("Error while executing topic command : ...") and exit 1.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import os
 import sys
 
-from rafka import cli_acls, cli_groups
+from rafka import cli_acls, cli_groups, cli_records
 from rafka.quiet import own_stderr, quiet_logs
 from rafka.cluster_errors import NotRunning, UsageError
 from rafka.core.errors import KafkaError
@@ -351,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     users.add_argument("--iterations", type=int, default=4096, help="with --add (at least 4096)")
     cli_groups.add_parsers(sub)
     cli_acls.add_parser(sub)
+    cli_records.add_parsers(sub)
     verify = sub.add_parser("verify", help="a verifiable producer and consumers under faults, checked "
                                            "for lost, duplicated or reordered records (exit 1 on any)")
     verify.add_argument("--duration-s", type=float, default=60.0)
@@ -412,7 +414,9 @@ COMMANDS = {"up": cmd_up, "users": cmd_users, "down": cmd_down, "status": cmd_st
             "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),
             "console-producer": lambda args: cli_groups.cmd_console_producer(_connect(args), args),
             "console-consumer": lambda args: cli_groups.cmd_console_consumer(_connect(args), args),
-            "acls": lambda args: cli_acls.cmd_acls(_connect(args).admin(), args)}
+            "acls": lambda args: cli_acls.cmd_acls(_connect(args).admin(), args),
+            "delete-records": lambda args: cli_records.cmd_delete_records(_connect(args).admin(), args),
+            "log-dirs": lambda args: cli_records.cmd_log_dirs(_connect(args).admin(), args)}
 
 
 # An address with no Ray cluster behind it: Ray 2.60 retries its GCS connection 20

@@ -29,6 +29,8 @@ from rafka.protocol.tls import cluster_client_context
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
                                   alter_topic_config_on_controller)
 from rafka.core.actor_names import broker_actor_name
+from rafka.core.broker_identity import broker_log_dir
+from rafka.core.log_dirs import describe_log_dir
 from rafka.core.cluster_image import broker_view
 from rafka.protocol.connection import SaslLogin
 from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
@@ -37,19 +39,32 @@ logger = logging.getLogger(__name__)
 
 
 class BrokerActor:
-    def __init__(self, *, broker_id: int, process: int = 0, listener_port: int, shared_port: bool = False) -> None:
+    def __init__(self, *, broker_id: int, process: int = 0, listener_port: int, shared_port: bool = False,
+                 data_dir: str | None = None) -> None:
         """`shared_port`: the broker runs several processes on its port (SO_REUSEPORT);
         with one, a port another process holds (two brokers of one host given the
         same port) fails this one's start with EADDRINUSE instead of splitting the
-        port's connections between two brokers."""
+        port's connections between two brokers. `data_dir`: the cluster's, under
+        which this broker's log dir is (DescribeLogDirs); None: none described."""
         self.broker_id = broker_id
+        self.data_dir = data_dir
         self.name = broker_actor_name(broker_id, process)
         self._edge: EdgeDispatcher | None = None
         self.serving = NodeServing(self.name, allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller,
                                    topic_admin_host=ControllerUnreachable(lambda: self.serving.current_image()),
                                    listener_port=listener_port, view=broker_view,
-                                   dispatcher_factory=self._dispatcher, reuse_port=shared_port)
+                                   dispatcher_factory=self._dispatcher, reuse_port=shared_port,
+                                   log_dirs=self._log_dirs if data_dir is not None else None)
+
+    def _log_dirs(self) -> list:
+        """This broker's log dir, with the partitions the image assigns a replica
+        of to this broker (protocol.handlers.describe_log_dirs)."""
+        log_dir = broker_log_dir(self.data_dir, self.broker_id)
+        image = self.serving.image
+        hosted = [(name, p.partition) for name, topic in sorted(image.topics.items()) for p in topic.partitions
+                  if self.broker_id in p.replica_brokers]
+        return [(str(log_dir.absolute()), lambda: describe_log_dir(log_dir, hosted))]
 
     def _dispatcher(self, table, **options) -> EdgeDispatcher:
         self._edge = EdgeDispatcher(table, broker_id=self.broker_id, image=lambda: self.serving.image,

@@ -1162,7 +1162,8 @@ class ControllerActor:
             name=broker_actor_name(broker_id, process), namespace=NAMESPACE, lifetime="detached",
             max_restarts=-1, num_cpus=0, get_if_exists=True,
             label_selector={BROKER_ID_LABEL: str(broker_id)}).remote(
-            broker_id=broker_id, process=process, listener_port=port, shared_port=self.network_processes > 1)
+            broker_id=broker_id, process=process, listener_port=port, shared_port=self.network_processes > 1,
+            data_dir=self.data_dir)
 
     def _lost(self, name: str, error: Exception) -> None:
         """A call found the actor gone for good (killed without restart): its

@@ -97,7 +97,8 @@ class NodeServing:
                  image_source: Callable[[], ClusterImage] | None = None,
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
                  view: Callable[[ClusterImage], ClusterImage] | None = None,
-                 dispatcher_factory: Callable[..., Dispatcher] = Dispatcher, reuse_port: bool = False) -> None:
+                 dispatcher_factory: Callable[..., Dispatcher] = Dispatcher, reuse_port: bool = False,
+                 log_dirs=None) -> None:
         """The hosts are what this actor answers for (protocol.node_table): its
         partition, its groups, its transactional ids, topic administration; `alter_topic_config`: how a
         node that is not the controller reaches it (alter_topic_config_on_controller);
@@ -107,13 +108,14 @@ class NodeServing:
         unanswered requests; `view`: what the node answers from, made of each image
         offered (a broker answers the broker view); `dispatcher_factory(table,
         **options)`: the dispatcher (a broker's routes requests to actors);
-        `reuse_port`: several processes listen on the port (a broker's)."""
+        `reuse_port`: several processes listen on the port (a broker's);
+        `log_dirs`: what DescribeLogDirs describes here (a broker's log dir)."""
         tune_malloc()
         self.name = name
         self._table_options = dict(allocate_producer_id=allocate_producer_id, partitions=partitions, groups=groups,
                                    transactions=transactions,
                                    topic_admin_host=topic_admin_host, list_groups=list_groups,
-                                   alter_topic_config=alter_topic_config)
+                                   alter_topic_config=alter_topic_config, log_dirs=log_dirs)
         self._image_source = image_source
         self.listener_port = listener_port
         self.max_pipelined_requests = max_pipelined_requests

@@ -30,7 +30,7 @@ from rafka.core.errors import KafkaError, NonEmptyGroup, OffsetOutOfRange
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
-from rafka.protocol import acl_requests, fetching, group_requests
+from rafka.protocol import acl_requests, admin_requests, fetching, group_requests
 from rafka.protocol.tls import cluster_client_context, node_tls_settings
 
 INACTIVE_GROUP_STATES = ("Empty", "Dead")
@@ -224,6 +224,45 @@ class Admin:
 
     def topic_partitions(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in range(self._metadata.partition_count(topic))]
+
+    # --- cluster, log dirs, records (kafka-log-dirs.sh, kafka-delete-records.sh) ----------
+
+    def describe_cluster(self, *, include_authorized_operations: bool = False) -> dict:
+        """{cluster_id, controller_id, brokers: [{node_id, host, port, rack}],
+        authorized_operations} (DescribeCluster, from any node's image)."""
+        return self._metadata.ask_any_node(
+            admin_requests.describe_cluster_request(include_authorized_operations=include_authorized_operations),
+            admin_requests.describe_cluster_answer, what="describe the cluster")
+
+    def describe_log_dirs(self, partitions: dict[str, list[int]] | None = None,
+                          brokers: list[int] | None = None) -> dict[int, list[dict]]:
+        """Per broker (all, or those named), its log dirs with the size and offset
+        lag of each partition there (DescribeLogDirs to each broker, as Kafka's
+        AdminClient); `partitions` {topic: [partition]} narrows it (None: all)."""
+        nodes = {b["node_id"]: (b["host"], b["port"]) for b in self.describe_cluster()["brokers"]}
+        asked = {node_id: self._network.submit(address, admin_requests.describe_log_dirs_request(partitions))
+                 for node_id, address in sorted(nodes.items()) if brokers is None or node_id in brokers}
+        return {node_id: admin_requests.describe_log_dirs_answer(answer.result(timeout=self.default_api_timeout_s))
+                for node_id, answer in asked.items()}
+
+    def delete_records(self, offsets: dict, *, timeout_ms: int = 30_000) -> dict[TopicPartition, int | KafkaError]:
+        """{tp: offset} (-1: the HW): each partition's log start moved there on its
+        leader, answered once the ISR has it (DeleteRecords). Per partition the new
+        low watermark, or the error that refused it (retriable ones retried)."""
+        done: dict[TopicPartition, int | KafkaError] = {}
+        for tp, offset in offsets.items():
+            tp = TopicPartition(*tp)
+            try:
+                done[tp] = ask_leader(
+                    self._metadata, self._network, tp.topic, tp.partition,
+                    lambda leader_epoch, tp=tp, offset=offset: admin_requests.delete_records_request(
+                        topic=tp.topic, partition=tp.partition, offset=offset, timeout_ms=timeout_ms),
+                    lambda response, tp=tp: admin_requests.delete_records_answer(
+                        response, topic=tp.topic, partition=tp.partition),
+                    timeout_s=max(self.default_api_timeout_s, timeout_ms / 1000), retry_backoff_s=self.retry_backoff_s)
+            except KafkaError as error:
+                done[tp] = error
+        return done
 
     # --- ACLs (kafka-acls.sh), over the wire -----------------------------------------------
 

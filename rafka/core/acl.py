@@ -403,3 +403,32 @@ def _code(enum_type: type[enum.IntEnum], value: int):
         return enum_type(int(value))
     except ValueError:
         return enum_type(0)   # UNKNOWN
+
+
+def supported_operations(resource_type: ResourceType) -> frozenset[AclOperation]:
+    """The operations a resource of this type can be authorized for (Kafka's
+    AclEntry.supportedOperations): what authorized-operations answers list."""
+    return _SUPPORTED_OPERATIONS[resource_type]
+
+
+def operations_bitfield(operations) -> int:
+    """Kafka's authorized-operations int32: bit `code` set for each operation
+    (Utils.to32BitField)."""
+    bits = 0
+    for operation in operations:
+        bits |= 1 << int(operation)
+    return bits - (1 << 32) if bits >= 1 << 31 else bits
+
+
+_SUPPORTED_OPERATIONS = {
+    ResourceType.TOPIC: frozenset({AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+                                   AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+                                   AclOperation.ALTER_CONFIGS}),
+    ResourceType.GROUP: frozenset({AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+                                   AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}),
+    ResourceType.CLUSTER: frozenset({AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                                     AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                                     AclOperation.DESCRIBE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({AclOperation.DESCRIBE, AclOperation.WRITE}),
+    ResourceType.DELEGATION_TOKEN: frozenset({AclOperation.DESCRIBE}),
+}

@@ -206,6 +206,8 @@ IllegalSaslState = _error("IllegalSaslState", 34, "ILLEGAL_SASL_STATE", False,
                           "A SASL request came when the connection's authentication did not expect it.")
 SaslAuthenticationFailed = _error("SaslAuthenticationFailed", 58, "SASL_AUTHENTICATION_FAILED", False,
                                   "The SASL credentials were refused (unknown user or wrong password).")
+PolicyViolation = _error("PolicyViolation", 44, "POLICY_VIOLATION", False,
+                         "The request breaks a policy of the topic (DeleteRecords on a compact-only topic).")
 ResourceNotFound = _error("ResourceNotFound", 91, "RESOURCE_NOT_FOUND", False,
                           "The resource (a user's credential) does not exist.")
 

@@ -174,8 +174,11 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """What a read_committed consumer may read below (Kafka's LSO)."""
-        return self.producers.last_stable_offset(self.high_watermark)
+        """What a read_committed consumer may read below (Kafka's LSO), never below
+        the log start offset: a transaction open across it (its first records
+        deleted by DeleteRecords or retention) holds the LSO at the log start,
+        as Kafka's maybeIncrementFirstUnstableOffset does."""
+        return max(self.log_start_offset, self.producers.last_stable_offset(self.high_watermark))
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions whose data overlaps [fetch_offset,
@@ -559,6 +562,43 @@ class PartitionLog:
 
     # --- retention ----------------------------------------------------------------
 
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to `offset` (Kafka's UnifiedLog
+        .maybeIncrementLogStartOffset): DeleteRecords on the leader, and on a
+        follower the leader's log start from its Fetch answers. Records below it
+        are no longer read, listed or counted; every segment wholly below it goes
+        at once (Kafka's deleteLogStartOffsetBreachedSegments, a retention pass
+        later there); the active segment always stays. OffsetOutOfRange above the
+        HW (records not yet committed cannot be deleted). True if it moved."""
+        if offset > self.high_watermark:
+            raise OffsetOutOfRange(f"cannot move the log start offset to {offset}: it is above the "
+                                   f"high watermark {self.high_watermark}")
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.epochs.truncate_from_start(offset)
+        holding = bisect.bisect_right(self._bases, offset) - 1   # the segment holding `offset`: kept
+        if holding > 0:
+            self._delete_first_segments(holding)
+        else:
+            self._write_checkpoint()
+        return True
+
+    def _delete_first_segments(self, count: int) -> None:
+        """Delete the `count` oldest segments (never the active one) and the
+        producer snapshots below what is left; the checkpoint records the log start."""
+        if not 0 < count < len(self._segments):
+            raise RuntimeError(f"cannot delete {count} of {len(self._segments)} segments")
+        for segment in self._segments[:count]:
+            segment.delete()
+        del self._segments[:count], self._bases[:count]
+        self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self._write_checkpoint()
+        for snapshot in snapshot_offsets(self.directory):   # those of the deleted segments (Kafka's, too)
+            if snapshot < self._bases[0]:
+                snapshot_path(self.directory, snapshot).unlink(missing_ok=True)
+
     def enforce_retention(self) -> int:
         """Delete whole non-active segments wholly below the HW that are past
         `retention.ms` (by their max timestamp) or beyond `retention.bytes`; move the
@@ -581,15 +621,7 @@ class PartitionLog:
             deletable += 1
         if deletable == 0:
             return 0
-        for segment in self._segments[:deletable]:
-            segment.delete()
-        del self._segments[:deletable], self._bases[:deletable]
-        self.log_start_offset = max(self.log_start_offset, self._bases[0])
-        self.epochs.truncate_from_start(self.log_start_offset)
-        self._write_checkpoint()
-        for snapshot in snapshot_offsets(self.directory):   # those of the deleted segments (Kafka's, too)
-            if snapshot < self._bases[0]:
-                snapshot_path(self.directory, snapshot).unlink(missing_ok=True)
+        self._delete_first_segments(deletable)
         return deletable
 
     # --- compaction ---------------------------------------------------------------

@@ -36,7 +36,8 @@ from rafka.core.config import TopicConfig
 from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidRecord, InvalidRequest, InvalidRequiredAcks,
                                NotEnoughReplicas,
                                NotEnoughReplicasAfterAppend,
-                               NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange, UnknownLeaderEpoch)
+                               NotLeaderOrFollower, OffsetNotAvailable, OffsetOutOfRange, PolicyViolation,
+                               UnknownLeaderEpoch)
 from rafka.core.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from rafka.core.log import PartitionLog
 from rafka.core.producer_state import ProducerStateTable
@@ -45,6 +46,7 @@ from rafka.core.replication import LeaderState, PendingIsrChange, follower_high_
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1   # Fetch's and ListOffsets' isolation_level
+DELETE_TO_HIGH_WATERMARK = -1   # DeleteRecords' offset -1 (Kafka's DeleteRecordsRequest.HIGH_WATERMARK)
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest.EARLIEST/LATEST_TIMESTAMP).
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 
@@ -259,7 +261,8 @@ class PartitionReplica:
     # --- fetch (leader) -----------------------------------------------------------
 
     def fetch_for_follower(self, *, follower_id: int, fetch_offset: int, leader_epoch: int,
-                           max_bytes: int, last_fetched_epoch: int = UNDEFINED_EPOCH) -> FetchResult:
+                           max_bytes: int, last_fetched_epoch: int = UNDEFINED_EPOCH,
+                           log_start_offset: int = -1) -> FetchResult:
         """A follower's fetch. With `last_fetched_epoch` (the epoch of the follower's
         last batch; -1: none, an empty log), the leader first checks that the
         follower's log matches its own up to fetch_offset (KIP-320, Kafka's
@@ -267,7 +270,9 @@ class PartitionReplica:
         fetch_offset, or the leader's largest epoch up to it is an older one, the
         answer is that (epoch, end offset) as `diverging_epoch`, no records, and
         the fetch does not count as the follower's progress. An epoch the leader
-        has no end for (its log starts later) is OFFSET_OUT_OF_RANGE."""
+        has no end for (its log starts later) is OFFSET_OUT_OF_RANGE.
+        `log_start_offset`: the follower's (-1 not said), which the low watermark
+        of DeleteRecords waits for."""
         self._require_leader(leader_epoch)
         if last_fetched_epoch != UNDEFINED_EPOCH:
             epoch, end_offset = self.log.end_offset_for_epoch(last_fetched_epoch)
@@ -279,7 +284,7 @@ class PartitionReplica:
         if fetch_offset > self.log.log_end_offset or fetch_offset < self.log.log_start_offset:
             raise OffsetOutOfRange(f"{self.name}: follower fetch at {fetch_offset} outside "
                                    f"[{self.log.log_start_offset}, {self.log.log_end_offset}]")
-        self.leader.on_follower_fetch(follower_id, fetch_offset, self.clock.monotonic_ms())
+        self.leader.on_follower_fetch(follower_id, fetch_offset, self.clock.monotonic_ms(), log_start_offset)
         return self._fetch_result(self.log.read(fetch_offset, max_bytes))
 
     def fetch_for_consumer(self, *, fetch_offset: int, max_bytes: int, leader_epoch: int | None = None,
@@ -344,6 +349,31 @@ class PartitionReplica:
                                                else last_stable_offset),
                            aborted_transactions=aborted_transactions)
 
+    # --- delete records (leader) ---------------------------------------------------
+
+    def delete_records(self, offset: int) -> tuple[int, int]:
+        """DeleteRecords on the leader (Kafka's Partition.deleteRecordsOnLeader):
+        move the log start offset to `offset` (DELETE_TO_HIGH_WATERMARK: the HW).
+        (the offset asked for, the low watermark now); the request is complete
+        once `low_watermark` reaches that offset, as the followers take the new
+        log start from their fetches. POLICY_VIOLATION on a topic whose
+        cleanup.policy has no delete; OFFSET_OUT_OF_RANGE below zero or above the HW."""
+        self._require_leader(self.leader_epoch)
+        if not self.config.deletes_by_retention:
+            raise PolicyViolation(f"Records of partition {self.name} can not be deleted due to the "
+                                  f"configured policy")
+        requested = self.log.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset
+        if requested < 0:
+            raise OffsetOutOfRange(f"The offset {requested} for partition {self.name} is not valid")
+        self.log.maybe_increment_log_start_offset(requested)
+        return requested, self.leader.low_watermark
+
+    @property
+    def low_watermark(self) -> int:
+        """The ISR's lowest log start offset (leader only)."""
+        self._require_leader(self.leader_epoch)
+        return self.leader.low_watermark
+
     def end_offset_for_epoch(self, *, requested_epoch: int, leader_epoch: int | None) -> tuple[int, int]:
         """OffsetsForLeaderEpoch, answered by the leader (KIP-101); leader_epoch None:
         a client that does not know the current epoch (no fencing)."""
@@ -392,6 +422,10 @@ class PartitionReplica:
         if result.records:
             self.log.append_as_follower(result.records)   # producer state and aborted transactions too
         self.log.update_high_watermark(follower_high_watermark(result.high_watermark, self.log.log_end_offset))
+        if result.log_start_offset > self.log.log_start_offset:
+            # the leader's log start (DeleteRecords, retention), never past our own
+            # HW: the leader's is at most its HW, ours just became min(its HW, our LEO)
+            self.log.maybe_increment_log_start_offset(min(result.log_start_offset, self.log.high_watermark))
 
     def restart_from(self, leader_log_start_offset: int) -> None:
         """Our fetch offset fell below the leader's log start: start empty there."""

@@ -46,6 +46,7 @@ class FollowerProgress:
     last_fetch_ms: int = 0
     leader_end_offset_at_last_fetch: int = 0
     fetched: bool = False         # has fetched from this leader
+    log_start_offset: int = -1    # as its last fetch said; -1 unknown (Kafka's UnknownOffset)
 
 
 def follower_high_watermark(leader_high_watermark: int, own_log_end_offset: int) -> int:
@@ -163,9 +164,13 @@ class LeaderState:
     def partition_epoch(self) -> int:
         return self.isr_state.partition_epoch
 
-    def on_follower_fetch(self, follower_id: int, fetch_offset: int, now_ms: int) -> bool:
-        """A follower fetched from `fetch_offset` (its LEO). Returns True if the HW moved."""
+    def on_follower_fetch(self, follower_id: int, fetch_offset: int, now_ms: int,
+                          log_start_offset: int = -1) -> bool:
+        """A follower fetched from `fetch_offset` (its LEO), its log starting at
+        `log_start_offset` (-1: not said). Returns True if the HW moved."""
         progress = self.followers[follower_id]
+        if log_start_offset >= 0:
+            progress.log_start_offset = log_start_offset
         leader_end_offset = self.log.log_end_offset
         if fetch_offset >= leader_end_offset:
             progress.last_caught_up_ms = max(progress.last_caught_up_ms, now_ms)
@@ -186,6 +191,20 @@ class LeaderState:
         if candidate <= self.log.high_watermark:
             return False
         return self.log.update_high_watermark(candidate)
+
+    @property
+    def low_watermark(self) -> int:
+        """The lowest log start offset of the ISR (a follower not heard from since
+        this leadership began counts as -1): a DeleteRecords is complete once it
+        reaches the requested offset (Kafka's Partition.lowWatermarkIfLeader, over
+        the replicas of live brokers there; the ISR here, since the leader knows
+        no broker liveness, and a follower outside the ISR takes the log start
+        with its next fetch anyway)."""
+        low = self.log.log_start_offset
+        for r in self.isr:
+            if r != self.replica_id:
+                low = min(low, self.followers[r].log_start_offset)
+        return low
 
     def lagging_isr_members(self, now_ms: int) -> set[int]:
         """ISR followers not caught up for longer than replica.lag.time.max.ms."""

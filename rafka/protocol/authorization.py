@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from rafka.core.acl import CLUSTER_NAME, AclOperation, Resource, ResourceType
+from rafka.core.acl import (CLUSTER_NAME, AclOperation, Resource, ResourceType, operations_bitfield,
+                            supported_operations)
 from rafka.core.api_authorization import KAFKA_API_AUTHORIZATION, Check, Scope, permits
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import KafkaError
@@ -90,6 +91,13 @@ class Gate:
         error = self.refusal(check, name)
         if error is not None:
             raise error
+
+    def authorized_operations(self, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
+        """Kafka's authorized-operations bitfield of the resource for this caller
+        (AuthHelper.authorizedOperations): each supported operation it may do."""
+        return operations_bitfield(
+            operation for operation in supported_operations(resource_type)
+            if self.everything or self._allowed(operation, resource_type, name))
 
     def _allowed(self, operation: AclOperation, resource_type: ResourceType, name: str | None) -> bool:
         if name is None:   # a by-resource-type check (core.api_authorization.Check.by_resource_type)

@@ -6,8 +6,9 @@ keep their own nodes as the internal listener (core.cluster_image).
 Routes, by API:
   * answered here from the broker view of the cluster image: ApiVersions,
     Metadata, FindCoordinator, DescribeConfigs, InitProducerId without a transactional
-    id, DescribeAcls, SASL;
-  * partition APIs (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch): each
+    id, DescribeAcls, DescribeCluster, SASL; DescribeLogDirs from this broker's disk;
+  * partition APIs (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
+    DeleteRecords): each
     partition goes to its leader replica's actor when that replica runs on this
     broker; any other partition is answered here as Kafka's broker answers one it
     does not lead (NOT_LEADER_OR_FOLLOWER; UNKNOWN_TOPIC_OR_PARTITION if no such
@@ -125,6 +126,7 @@ PARTITION_APIS = {
     1: _PartitionApi("topics", "partitions", "partition", "responses", "partitions"),
     2: _PartitionApi("topics", "partitions", "partition_index", "topics", "partitions"),
     23: _PartitionApi("topics", "partitions", "partition", "topics", "partitions"),
+    21: _PartitionApi("topics", "partitions", "partition_index", "topics", "partitions"),   # DeleteRecords
 }
 PRODUCE_KEY = 0
 FETCH_KEY = 1

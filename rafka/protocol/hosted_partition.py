@@ -11,7 +11,14 @@ What waits, and until when (Kafka's DelayedProduce and DelayedFetch purgatories)
     moves (a diverging answer returns at once);
   * a consumer's fetch with nothing below the HW (read_committed: the LSO), up
     to max_wait_ms;
-  * a transaction marker (WriteTxnMarkers), like an acks=all produce.
+  * a transaction marker (WriteTxnMarkers), like an acks=all produce;
+  * a DeleteRecords, until the low watermark (the ISR's lowest log start offset)
+    reaches the offset asked for (Kafka's DelayedDeleteRecords), at most its
+    timeout_ms: then REQUEST_TIMED_OUT; NOT_LEADER_OR_FOLLOWER if leadership is
+    lost first. While one waits, every follower fetch wakes it (a follower tells
+    its log start with each fetch); a follower fetch whose log start is behind the
+    leader's returns at once, so the followers learn of a deletion without
+    waiting out their long poll.
 Every waiter is woken by `notify()`, which the host calls after any change of
 role, ISR or log. Here, an append wakes the followers' fetches (the LEO moved)
 and, only if it moved the HW too (an ISR of the leader alone), everyone; a
@@ -24,7 +31,7 @@ Invariants: the core replica is touched only on the event loop, between awaits;
 `replica()` is asked again on every call and raises the host's typed error when
 the replica cannot serve (offline log dir, shut down), so nothing here runs on a
 replica that is gone; the parked counts (`parked_produces`,
-`parked_follower_fetches`, `parked_consumer_fetches`) are the purgatory sizes a
+`parked_follower_fetches`, `parked_consumer_fetches`, `parked_deletes`) are the purgatory sizes a
 host reports; the traffic counters (Kafka's BrokerTopicMetrics: `messages_in`,
 `bytes_in` at a leader's append, `bytes_out` and `messages_out` of consumers'
 fetches, `replication_bytes_out` of followers') only grow, and are counted per
@@ -64,6 +71,15 @@ class Appended:
     leader_epoch: int     # the leadership it was appended under
 
 
+@dataclasses.dataclass(frozen=True)
+class DeletedRecords:
+    """A DeleteRecords' outcome on the leader: the low watermark reached, and
+    whether the ISR did not reach the offset in time (REQUEST_TIMED_OUT, with the
+    low watermark as it stood, as Kafka's DelayedDeleteRecords answers)."""
+    low_watermark: int
+    timed_out: bool = False
+
+
 class HostedPartition:
     def __init__(self, replica: Callable[[], PartitionReplica]) -> None:
         self._replica = replica
@@ -72,6 +88,7 @@ class HostedPartition:
         self.parked_produces = 0
         self.parked_follower_fetches = 0
         self.parked_consumer_fetches = 0
+        self.parked_deletes = 0
         self.messages_in = 0
         self.bytes_in = 0
         self.messages_out = 0
@@ -173,19 +190,22 @@ class HostedPartition:
         return result
 
     async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int, max_bytes: int,
-                    max_wait_ms: int, last_fetched_epoch: int = -1) -> FetchResult:
-        """A follower's fetch (replica Fetch on the wire)."""
+                    max_wait_ms: int, last_fetched_epoch: int = -1, log_start_offset: int = -1) -> FetchResult:
+        """A follower's fetch (replica Fetch on the wire); `log_start_offset`: the
+        follower's (-1 not said)."""
         deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
         while True:
             replica = self._replica()
             high_watermark = replica.log.high_watermark
             result = replica.fetch_for_follower(follower_id=follower_id, fetch_offset=fetch_offset,
                                                 leader_epoch=leader_epoch, max_bytes=max_bytes,
-                                                last_fetched_epoch=last_fetched_epoch)
-            if replica.log.high_watermark != high_watermark:
-                self._wake_all(followers=False, others=True)   # acks=all produces, consumers' fetches
+                                                last_fetched_epoch=last_fetched_epoch,
+                                                log_start_offset=log_start_offset)
+            if replica.log.high_watermark != high_watermark or self.parked_deletes:
+                self._wake_all(followers=False, others=True)   # acks=all produces, consumers' fetches, deletes
             remaining = deadline - asyncio.get_running_loop().time()
-            if result.records or result.diverging_epoch is not None or remaining <= 0:
+            behind_log_start = 0 <= log_start_offset < result.log_start_offset
+            if result.records or result.diverging_epoch is not None or behind_log_start or remaining <= 0:
                 self.replication_bytes_out += len(result.records)
                 return result
             self.parked_follower_fetches += 1
@@ -215,6 +235,30 @@ class HostedPartition:
                 await self.wait_for_change(remaining)
             finally:
                 self.parked_consumer_fetches -= 1
+
+    async def delete_records(self, offset: int, timeout_ms: int) -> DeletedRecords:
+        """DeleteRecords for this partition: the log start moved (core.replica
+        .delete_records raises what refuses it), then the wait for the ISR."""
+        replica = self._replica()
+        requested, low_watermark = replica.delete_records(offset)
+        leader_epoch = replica.leader_epoch
+        self._wake_all(followers=True, others=False)   # parked follower fetches answer the new log start
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        while low_watermark < requested:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return DeletedRecords(low_watermark, timed_out=True)
+            self.parked_deletes += 1
+            try:
+                await self.wait_for_change(remaining)
+            finally:
+                self.parked_deletes -= 1
+            replica = self._replica()
+            if replica.role is not Role.LEADER or replica.leader_epoch != leader_epoch:
+                raise NotLeaderOrFollower(f"{replica.name} lost leadership before the deletion below "
+                                          f"{requested} reached the ISR")
+            low_watermark = replica.low_watermark
+        return DeletedRecords(low_watermark)
 
     async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = None,
                           isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int] | None:

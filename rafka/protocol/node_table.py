@@ -7,6 +7,8 @@ node's ApiVersions for the whole cluster (kafka-python does) work:
   * a group or transactional id not coordinated here: NOT_COORDINATOR;
   * WriteTxnMarkers for a partition not led here: NOT_LEADER_OR_FOLLOWER (for a
     `__consumer_offsets` partition whose group coordinator is here: through it);
+  * DescribeCluster on every node from its image; DescribeLogDirs with the
+    node's log dirs (a broker's edge: its broker's; any other node: none);
   * topic administration anywhere but the controller: NOT_CONTROLLER (the client
     sends it to Metadata's controller_id; Kafka's brokers forward it instead,
     KIP-590, which rafka's nodes do not need to);
@@ -30,7 +32,8 @@ from rafka.core.errors import NotController
 from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
 from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions,
-                                     describe_configs, describe_transactions, end_txn, fetch, find_coordinator,
+                                     delete_records, describe_cluster, describe_configs, describe_log_dirs,
+                                     describe_transactions, end_txn, fetch, find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
                                      list_transactions, metadata, offset_for_leader_epoch, produce, topic_admin,
                                      txn_offset_commit, write_txn_markers)
@@ -67,14 +70,16 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                partitions=None, groups=None, topic_admin_host=None, transactions=None,
                list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
                alter_topic_config: alter_configs.AlterTopicConfig | None = None,
-               acl_admin: acls.AclAdmin | None = None) -> DispatchTable:
+               acl_admin: acls.AclAdmin | None = None,
+               log_dirs: describe_log_dirs.LogDirs | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `transactions`: a TransactionHost
     (handlers.txn_coordinator) with the transaction coordinators hosted here
     (none: NOT_COORDINATOR); `topic_admin_host`: the controller;
     `alter_topic_config`: how a node that is not the controller reaches it (none:
     NOT_CONTROLLER, the controller's node uses its topic_admin_host);
-    `acl_admin`: where CreateAcls / DeleteAcls go (default: topic_admin_host)."""
+    `acl_admin`: where CreateAcls / DeleteAcls go (default: topic_admin_host);
+    `log_dirs`: the node's log dirs for DescribeLogDirs (a broker's; none: no log dir)."""
     partitions = partitions or _NoPartitions(image)
     groups = groups or _NoGroups()
     transactions = transactions or NoTransactions()
@@ -83,7 +88,8 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     return DispatchTable([
         api_versions.ROUTE, metadata.route(image), find_coordinator.route(image), describe_configs.route(image),
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
-        offset_for_leader_epoch.route(partitions), init_producer_id.route(allocate_producer_id, transactions),
+        offset_for_leader_epoch.route(partitions), delete_records.route(partitions),
+        describe_cluster.route(image), describe_log_dirs.route(log_dirs), init_producer_id.route(allocate_producer_id, transactions),
         add_partitions_to_txn.route(transactions, image), add_offsets_to_txn.route(transactions),
         end_txn.route(transactions), describe_transactions.route(transactions), list_transactions.route(transactions),
         write_txn_markers.route(partitions, groups), txn_offset_commit.route(groups),

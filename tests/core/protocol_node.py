@@ -36,6 +36,7 @@ from rafka.core.cluster_image import broker_view, build_image
 from rafka.core.config import TopicConfig
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.group_manager import GroupManager
+from rafka.core.log_dirs import describe_log_dir
 from rafka.core.metadata import ClusterMetadata
 from tests.core.helpers import assign_shells
 from rafka.core.errors import KafkaError
@@ -211,7 +212,8 @@ class ProtocolNode:
         dispatcher = Dispatcher(node_table(image=self.image, allocate_producer_id=self._allocate_producer_id,
                                            partitions=self, groups=self.coordinator,
                                            list_groups=self.coordinator.list_groups, acl_admin=self,
-                                           transactions=self.transactions))
+                                           transactions=self.transactions,
+                                           log_dirs=None if self.with_edge else self._log_dirs))
         # One server (port) per actor, as in a cluster, all answering from one table:
         # librdkafka 2.0 mixes up node ids that share an address.
         actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), "0" if self.with_edge else None),
@@ -233,13 +235,20 @@ class ProtocolNode:
         if self.with_edge:
             self.edge = EdgeDispatcher(
                 node_table(image=lambda: self.view, allocate_producer_id=self._allocate_producer_id,
-                           topic_admin_host=ControllerUnreachable(lambda: self.view)),   # as actors.broker
+                           topic_admin_host=ControllerUnreachable(lambda: self.view),   # as actors.broker
+                           log_dirs=self._log_dirs),
                 broker_id=0, image=self.image, view=lambda: self.view, upstream_login=self._cluster_login)
             server = ProtocolServer(self.edge, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
             self.servers.insert(0, server)
             apply(self.metadata.handle_register_node(broker_actor_name(0), "127.0.0.1", await server.start())[0])
         self._rebuild_image()
         return self.servers[0].port
+
+    def _log_dirs(self):
+        """Broker 0's log dir (the node's directory), as actors.broker describes
+        its own: every partition here is one of its replicas."""
+        hosted = [(name, p) for name, count in self.topics.items() for p in range(count)]
+        return [(str(self.directory.absolute()), lambda: describe_log_dir(self.directory, hosted))]
 
     async def _cluster_login(self):
         return self.cluster_login

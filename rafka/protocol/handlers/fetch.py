@@ -85,7 +85,8 @@ async def fetch(host: PartitionHost, request, version: int, decision: Decision =
         epoch = int(getattr(wanted, "current_leader_epoch", -1))
         if replica_fetch:
             return await endpoint.fetch(int(request.replica_id), int(wanted.fetch_offset), epoch, max_bytes,
-                                        max_wait_ms, int(getattr(wanted, "last_fetched_epoch", -1)))
+                                        max_wait_ms, int(getattr(wanted, "last_fetched_epoch", -1)),
+                                        int(getattr(wanted, "log_start_offset", -1)))
         return await endpoint.consumer_fetch(int(wanted.fetch_offset), max_bytes, max_wait_ms,
                                              leader_epoch_or_none(epoch), isolation_level)
 

@@ -19,13 +19,17 @@ What Kafka answers (KafkaApis.handleTopicMetadataRequest, KRaftMetadataCache
   * authorization: a topic the caller may not DESCRIBE is left out of an
     all-topics answer; named (or given by an id that exists), it answers
     TOPIC_AUTHORIZATION_FAILED with no partitions and the zero id, whether or not
-    it exists (its existence is not told). Authorized operations are not
-    computed: Kafka's "not requested" value, INT32_MIN, whatever was asked.
+    it exists (its existence is not told).
+  * authorized operations (v8+), Kafka's bitfields, only when asked (else INT32_MIN,
+    "not requested"): the cluster's (v8-10; librdkafka's describe_cluster reads
+    them here) if the caller may DESCRIBE the cluster, else 0; each topic
+    answered without error, its own.
 Caller: dispatch, through `route(current_image)`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Callable
@@ -56,6 +60,9 @@ def route(current_image: Callable[[], ClusterImage]) -> Route:
 
 
 _DESCRIBE = check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
+# Kafka checks DESCRIBE on the cluster for the cluster's authorized operations
+# (as DescribeCluster's, whose table row names it)
+_DESCRIBE_CLUSTER = check_of(60, AclOperation.DESCRIBE, ResourceType.CLUSTER)
 
 
 def metadata_response(image: ClusterImage, request, version: int, request_gate: Gate | None = None):
@@ -76,9 +83,17 @@ def metadata_response(image: ClusterImage, request, version: int, request_gate: 
     brokers = tuple(make(types.module.MetadataResponseBroker, node_id=i32(n.node_id), host=n.host,
                          port=i32(n.port), rack=None)
                     for n in image.nodes.values())
+    cluster_operations = AUTHORIZED_OPERATIONS_NOT_REQUESTED
+    if 8 <= version <= 10 and getattr(request, "include_cluster_authorized_operations", False):
+        cluster_operations = i32(request_gate.authorized_operations(ResourceType.CLUSTER)
+                                 if request_gate.allows(_DESCRIBE_CLUSTER) else 0)
+    if version >= 8 and getattr(request, "include_topic_authorized_operations", False):
+        topics = [dataclasses.replace(t, topic_authorized_operations=i32(
+            request_gate.authorized_operations(ResourceType.TOPIC, t.name))) if t.error_code == ErrorCode.none else t
+            for t in topics]
     return make(types.response, throttle_time=_NO_THROTTLE, brokers=brokers, cluster_id=image.cluster_id,
                 controller_id=i32(image.controller_node), topics=tuple(topics),
-                cluster_authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
+                cluster_authorized_operations=cluster_operations)
 
 
 def _requested_topic(image: ClusterImage, wanted, version: int, types: _Types, request_gate: Gate):
