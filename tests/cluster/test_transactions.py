@@ -3,9 +3,12 @@ producer through the brokers' nodes, the transaction coordinator actor of
 `__transaction_state` (R3, min ISR 2) behind them, its markers written to the
 partition leaders over the wire, and read_committed / read_uncommitted
 consumers; zombie fencing; the coordinator actor killed mid-transaction and a
-new one finishing it."""
+new one finishing it; a producer killed inside a transaction (aborted at its
+timeout) and a partition leader killed inside one."""
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 import ray
@@ -15,11 +18,20 @@ from rafka.core.actor_names import (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, coor
                                     transaction_coordinator_actor_name)
 from rafka.core.offsets_schema import partition_for_group
 from tests.compat.confluent_reads import read_values
-from tests.harness import replica, wait_for_leader, wait_until
+from tests.harness import embedded_cluster, replica, wait_for_leader, wait_until
 
 pytestmark = pytest.mark.cluster
 
 TOPIC = "txn-orders"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The module's cluster, its transaction coordinators looking for timed-out
+    transactions every 500 ms (Kafka's transaction.abort.timed.out.transaction.
+    cleanup.interval.ms is 10 s)."""
+    with embedded_cluster(transaction_coordinator_options={"abort_timed_out_transactions_interval_ms": 500}) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
@@ -246,3 +258,61 @@ def test_send_offsets_to_transaction__visible_on_commit_not_on_abort__and_after_
         assert wait_until(committed_again, what="the committed offsets after the restart") == {0: 5, 1: 7}
     finally:
         consumer.close()
+
+
+# A transactional producer in a process of its own, killed (SIGKILL) inside its
+# transaction: it wrote to both partitions and never ends it.
+KILLED_PRODUCER = """
+import sys
+from confluent_kafka import Producer
+producer = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": "killed", "transaction.timeout.ms": 5000})
+producer.init_transactions(60)
+producer.begin_transaction()
+for partition in (0, 1):
+    producer.produce(sys.argv[2], value=b"killed-%d" % partition, partition=partition)
+producer.flush(60)
+print("open", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_producer_killed_inside_a_transaction__aborted_at_its_timeout__later_commits_readable_its_records_never(
+        cluster, coordinator):
+    """Kafka's transaction.timeout.ms: the coordinator aborts (epoch bumped, so the
+    dead producer is fenced too) and its ABORT markers move every partition's LSO
+    past the dead transaction; a transaction committed after it, held behind that
+    LSO until then, is read read_committed."""
+    process = subprocess.Popen([sys.executable, "-c", KILLED_PRODUCER, cluster.bootstrap_servers, TOPIC],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "open"
+    finally:
+        process.kill()
+        process.wait()
+    opened = state_of(coordinator, "killed")
+    assert (opened.state, opened.topic_partitions) == ("Ongoing", frozenset({(TOPIC, 0), (TOPIC, 1)}))
+    later = transactional_producer(cluster, "killed-later")
+    later.init_transactions(60)
+    later.begin_transaction()
+    for p in (0, 1):
+        later.produce(TOPIC, value=b"killed-later-%d" % p, partition=p)
+    later.commit_transaction(60)
+    aborted = settle(coordinator, "killed", "CompleteAbort")
+    assert aborted.producer_epoch > opened.producer_epoch
+    committed, everything = committed_and_all(cluster, b"killed-")
+    assert committed == {0: [b"killed-later-0"], 1: [b"killed-later-1"]}
+    assert everything == {0: [b"killed-0", b"killed-later-0"], 1: [b"killed-1", b"killed-later-1"]}
+
+
+def test_partition_leader_killed_inside_a_transaction__the_commit_completes_on_every_partition(cluster, coordinator):
+    """The markers go to the partition's new leader (the records it holds were
+    replicated with acks=all), so no reader sees a torn transaction."""
+    producer = open_transaction(cluster, "leader-lost")
+    producer.flush(60)
+    before = wait_for_leader(cluster, TOPIC, 0)
+    ray.kill(replica(TOPIC, 0, before["leader"]), no_restart=False)
+    wait_for_leader(cluster, TOPIC, 0, newer_than_epoch=before["leader_epoch"])
+    producer.commit_transaction(60)
+    settle(coordinator, "leader-lost", "CompleteCommit")
+    committed, everything = committed_and_all(cluster, b"leader-lost-")
+    assert committed == everything == {0: [b"leader-lost-0"], 1: [b"leader-lost-1"]}
