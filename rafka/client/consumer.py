@@ -78,7 +78,7 @@ from rafka.core.config import INT, ConfigDef, at_least
 from rafka.core.errors import (FencedInstanceId, IllegalGeneration, IllegalStateError, KafkaError,
                                NoOffsetForPartitionError, OffsetOutOfRange, RebalanceInProgress, RequestTimedOut,
                                UnknownMemberId, UnknownTopicOrPartition)
-from rafka.core.isolation import batches_to_skip, parse_isolation_level
+from rafka.core.isolation import IsolationLevel, batches_to_skip, parse_isolation_level
 from rafka.core.offset_reset import parse_auto_offset_reset
 from rafka.core.records import decode_batches, iter_batches
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -643,9 +643,16 @@ class Consumer:
     # --- committed offsets ----------------------------------------------------------
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offsets (the next offset to read), None where none."""
+        """The group's committed offsets (the next offset to read), None where none.
+        read_committed, as librdkafka's consumer: with require_stable, so an offset
+        a transaction holds pending (sent with send_offsets_to_transaction, its
+        marker not yet written) is waited for, never answered with the one before
+        it: an exactly-once application that rewinds after an abort, or a member
+        that takes over partitions, would otherwise read again input whose output
+        a commit already holds."""
         tps = [TopicPartition(*tp) for tp in partitions]
-        fetched = self._group().call("fetch_offsets", [tuple(tp) for tp in tps])
+        stable = self.isolation_level is IsolationLevel.READ_COMMITTED
+        fetched = self._group().call("fetch_offsets", [tuple(tp) for tp in tps], require_stable=stable)
         answers = {}
         for tp in tps:
             found = fetched.get(tuple(tp))   # (offset, leader epoch, metadata) or None

@@ -198,14 +198,17 @@ def commit_answer(response) -> dict[tuple[str, int], KafkaError | None]:
     return answer
 
 
-def offset_fetch_request(group_id: str,
-                         partitions: Iterable[tuple[str, int]] | None = None) -> offset_fetch_v8.OffsetFetchRequest:
-    """OffsetFetch v8 for one group: `partitions`, or None for every committed one."""
+def offset_fetch_request(group_id: str, partitions: Iterable[tuple[str, int]] | None = None, *,
+                         require_stable: bool = False) -> offset_fetch_v8.OffsetFetchRequest:
+    """OffsetFetch v8 for one group: `partitions`, or None for every committed one.
+    `require_stable` (KIP-447): a partition whose offset a transaction holds
+    pending is answered UNSTABLE_OFFSET_COMMIT (retriable), not its last stable one."""
     topics = None if partitions is None else tuple(
         offset_fetch_v8.OffsetFetchRequestTopics(name=t, partition_indexes=tuple(i32(p) for p in ps))
         for t, ps in _by_topic(partitions).items())
     return offset_fetch_v8.OffsetFetchRequest(
-        groups=(offset_fetch_v8.OffsetFetchRequestGroup(group_id=group_id, topics=topics),), require_stable=False)
+        groups=(offset_fetch_v8.OffsetFetchRequestGroup(group_id=group_id, topics=topics),),
+        require_stable=require_stable)
 
 
 def offset_fetch_answer(response, group_id: str) -> dict[tuple[str, int], tuple[int, int, str] | None]:

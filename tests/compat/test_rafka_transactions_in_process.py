@@ -173,3 +173,32 @@ def test_rafka_producer__send_offsets_to_transaction__the_offsets_are_the_groups
     finally:
         producer.close()
         consumer.close()
+
+
+def test_rafka_consumer__read_committed__committed_waits_while_a_transaction_holds_the_offset(node):
+    """A read_committed Consumer asks OffsetFetch with require_stable (KIP-447, as
+    librdkafka's): while a transaction holds the group's offset pending it gets
+    UNSTABLE_OFFSET_COMMIT, retries, and times out rather than answer the offset
+    before it; a read_uncommitted one gets the last stable offset at once."""
+    from rafka.core.errors import RequestTimedOut
+    tp = TopicPartition("orders", 0)
+    writer = Consumer(node.bootstrap, group_id="stable-group", enable_auto_commit=False)
+    reader = Consumer(node.bootstrap, group_id="stable-group", enable_auto_commit=False,
+                      isolation_level="read_committed", default_api_timeout_ms=1_000, retry_backoff_ms=50)
+    plain = Consumer(node.bootstrap, group_id="stable-group", enable_auto_commit=False)
+    producer = Producer(node.bootstrap, transactional_id="stable", linger_ms=0)
+    try:
+        writer.commit_sync({tp: 4})
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp: 11}, writer.group_metadata())
+        assert plain.committed([tp])[tp].offset == 4
+        with pytest.raises(RequestTimedOut, match="UNSTABLE_OFFSET_COMMIT"):
+            reader.committed([tp])
+        producer.commit_transaction()
+        settle(node, "stable", "CompleteCommit")
+        assert reader.committed([tp])[tp].offset == 11
+    finally:
+        producer.close()
+        for consumer in (writer, reader, plain):
+            consumer.close()
