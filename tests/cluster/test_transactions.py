@@ -4,11 +4,14 @@ producer through the brokers' nodes, the transaction coordinator actor of
 partition leaders over the wire, and read_committed / read_uncommitted
 consumers; zombie fencing; the coordinator actor killed mid-transaction and a
 new one finishing it; a producer killed inside a transaction (aborted at its
-timeout) and a partition leader killed inside one."""
+timeout) and a partition leader killed inside one; consume-transform-produce
+exactly once, on confluent-kafka and on rafka's own clients, with aborted
+transactions re-processed."""
 
 import asyncio
 import subprocess
 import sys
+import time
 
 import pytest
 import ray
@@ -316,3 +319,222 @@ def test_partition_leader_killed_inside_a_transaction__the_commit_completes_on_e
     settle(coordinator, "leader-lost", "CompleteCommit")
     committed, everything = committed_and_all(cluster, b"leader-lost-")
     assert committed == everything == {0: [b"leader-lost-0"], 1: [b"leader-lost-1"]}
+
+
+# --- consume-transform-produce, exactly once (issue 28's must-show) ------------------
+#
+# One loop, two clients: an application reads a batch of the input as a group
+# member at read_committed, writes each record transformed to the same partition
+# of the output in a transaction, and commits the consumed offsets with it
+# (send_offsets_to_transaction); every `abort_every`-th transaction it aborts
+# instead and rewinds to the group's committed offsets, as a Kafka EOS
+# application does. The clients differ only in their adapter (ConfluentApp,
+# RafkaApp): poll, begin, produce, commit, abort, committed, seek, end_offsets,
+# read_output.
+
+CTP_PARTITIONS = 3
+CTP_RECORDS_PER_PARTITION = 12
+CTP_BATCH_RECORDS = 4
+
+
+def transformed(value: bytes) -> bytes:
+    return b"out:" + value
+
+
+def create_ctp_topics(cluster, name):
+    """Input and output of 3 partitions at R3 (min ISR 2); the input holds
+    CTP_RECORDS_PER_PARTITION plain records per partition, written by an
+    idempotent producer (no transaction, so its end offsets are its record counts)."""
+    from confluent_kafka import Producer
+    admin = cluster.admin()
+    for topic in (f"{name}-in", f"{name}-out"):
+        admin.create_topic(topic, partitions=CTP_PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True})
+    for p in range(CTP_PARTITIONS):
+        for i in range(CTP_RECORDS_PER_PARTITION):
+            producer.produce(f"{name}-in", value=b"%s-%d-%d" % (name.encode(), p, i), partition=p)
+    assert producer.flush(60) == 0
+    return f"{name}-in", f"{name}-out"
+
+
+class ConfluentApp:
+    """The application on confluent-kafka (librdkafka)."""
+
+    def __init__(self, cluster, name):
+        from confluent_kafka import Consumer, Producer
+        self.bootstrap_servers = cluster.bootstrap_servers
+        self.input, self.output = create_ctp_topics(cluster, name)
+        self.consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": name,
+                                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest"})
+        self.consumer.subscribe([self.input])
+        self.producer = Producer({"bootstrap.servers": self.bootstrap_servers, "transactional.id": name,
+                                  "transaction.timeout.ms": 30_000, "linger.ms": 5})
+        self.producer.init_transactions(60)
+
+    def _partitions(self, offsets=None):
+        from confluent_kafka import TopicPartition
+        if offsets is None:
+            return [TopicPartition(self.input, p) for p in range(CTP_PARTITIONS)]
+        return [TopicPartition(self.input, p, o) for p, o in offsets.items()]
+
+    def poll(self):
+        messages = self.consumer.consume(CTP_BATCH_RECORDS, 0.5)
+        for m in messages:
+            assert not m.error(), m.error()
+        return [(m.partition(), m.offset(), m.value()) for m in messages]
+
+    def begin(self):
+        self.producer.begin_transaction()
+
+    def produce(self, partition, value):
+        self.producer.produce(self.output, value=value, partition=partition)
+
+    def commit(self, offsets):
+        self.producer.send_offsets_to_transaction(self._partitions(offsets), self.consumer.consumer_group_metadata(),
+                                                  60)
+        self.producer.commit_transaction(60)
+
+    def abort(self):
+        self.producer.flush(60)   # the records on the log, so that read_uncommitted shows them
+        self.producer.abort_transaction(60)
+
+    def committed(self):
+        return {tp.partition: tp.offset if tp.offset >= 0 else None
+                for tp in self.consumer.committed(self._partitions(), timeout=60)}
+
+    def seek(self, offsets):
+        for tp in self._partitions(offsets):
+            self.consumer.seek(tp)
+
+    def end_offsets(self):
+        return {tp.partition: self.consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in self._partitions()}
+
+    def read_output(self, isolation_level):
+        return read_values(self.bootstrap_servers, self.output, isolation_level, partitions=range(CTP_PARTITIONS))
+
+    def close(self):
+        self.consumer.close()
+
+
+class RafkaApp:
+    """The application on rafka's own Producer and Consumer (rafka.client)."""
+
+    def __init__(self, cluster, name):
+        from rafka.core.structs import TopicPartition
+        self.cluster = cluster
+        self.input, self.output = create_ctp_topics(cluster, name)
+        self.tps = [TopicPartition(self.input, p) for p in range(CTP_PARTITIONS)]
+        self.consumer = cluster.consumer(group_id=name, isolation_level="read_committed", enable_auto_commit=False,
+                                         auto_offset_reset="earliest", fetch_max_wait_ms=100)
+        self.consumer.subscribe([self.input])
+        self.producer = cluster.producer(transactional_id=name, transaction_timeout_ms=30_000, linger_ms=5)
+        self.producer.init_transactions(60)
+
+    def poll(self):
+        records = self.consumer.poll(timeout=0.5, max_records=CTP_BATCH_RECORDS)
+        return [(r.partition, r.offset, r.value) for r in records]
+
+    def begin(self):
+        self.producer.begin_transaction()
+
+    def produce(self, partition, value):
+        self.producer.send(self.output, value=value, partition=partition)
+
+    def commit(self, offsets):
+        self.producer.send_offsets_to_transaction({self.tps[p]: o for p, o in offsets.items()},
+                                                  self.consumer.group_metadata(), 60)
+        self.producer.commit_transaction(60)
+
+    def abort(self):
+        self.producer.flush(60)   # the records on the log, so that read_uncommitted shows them
+        self.producer.abort_transaction(60)
+
+    def committed(self):
+        return {tp.partition: None if found is None else found.offset
+                for tp, found in self.consumer.committed(self.tps).items()}
+
+    def seek(self, offsets):
+        for p, offset in offsets.items():
+            self.consumer.seek(self.tps[p], offset)
+
+    def end_offsets(self):
+        return {tp.partition: offset for tp, offset in self.consumer.end_offsets(self.tps).items()}
+
+    def read_output(self, isolation_level):
+        """Every value of the output, by partition, read from the start by rafka's
+        Consumer at `isolation_level` up to the end offset it is given."""
+        from rafka.core.structs import TopicPartition
+        tps = [TopicPartition(self.output, p) for p in range(CTP_PARTITIONS)]
+        with self.cluster.consumer(isolation_level=isolation_level, auto_offset_reset="earliest",
+                                   fetch_max_wait_ms=50) as reader:
+            reader.assign(tps)
+            ends = reader.end_offsets(tps)
+            values = {tp.partition: [] for tp in tps}
+            deadline_s = time.monotonic() + 60
+            while not all(reader.position(tp) >= ends[tp] for tp in tps):
+                assert time.monotonic() < deadline_s, f"the output not read to {ends} {isolation_level}: {values}"
+                for record in reader.poll(timeout=0.2):
+                    values[record.partition].append(record.value)
+            return values
+
+    def close(self):
+        self.producer.close()
+        self.consumer.close()
+
+
+def consume_transform_produce(app, *, abort_every=3, timeout_s=120.0):
+    """Runs the application over the whole input; returns (the transformed values
+    written in aborted transactions by partition, transactions). Checks as it goes
+    that the input is read in order from where the application stands (nothing
+    skipped, nothing twice) and that an abort leaves the group's committed offsets
+    where the last commit put them."""
+    ends = app.end_offsets()
+    committed = {p: None for p in ends}        # the group's offsets, as this application committed them
+    position = {}                              # the next input offset to read, of the partitions read so far
+    aborted = {p: [] for p in ends}
+    transactions = 0
+    deadline_s = time.monotonic() + timeout_s
+    while any(committed[p] != end for p, end in ends.items()):
+        assert time.monotonic() < deadline_s, f"not done in {timeout_s}s: committed {committed}, ends {ends}"
+        records = app.poll()
+        if not records:
+            continue
+        transactions += 1
+        app.begin()
+        for partition, offset, value in records:
+            assert offset == position.get(partition, 0), (partition, offset, position)
+            position[partition] = offset + 1
+            app.produce(partition, transformed(value))
+        if transactions % abort_every:
+            app.commit(position)
+            committed.update(position)
+            continue
+        app.abort()
+        for partition, _, value in records:
+            aborted[partition].append(transformed(value))
+        assert app.committed() == committed   # the aborted offsets were dropped
+        position = {p: offset for p, offset in committed.items() if offset is not None}
+        app.seek({p: position.get(p, 0) for p in ends})
+    return aborted, transactions
+
+
+@pytest.mark.parametrize("client", [ConfluentApp, RafkaApp], ids=["confluent-kafka", "rafka"])
+def test_consume_transform_produce__aborts_reprocessed__output_holds_every_input_exactly_once(
+        cluster, coordinator, client):
+    name = f"ctp-{client.__name__.lower()}"
+    app = client(cluster, name)
+    try:
+        aborted, transactions = consume_transform_produce(app)
+        ends = app.end_offsets()
+        assert ends == {p: CTP_RECORDS_PER_PARTITION for p in range(CTP_PARTITIONS)}
+        assert app.committed() == ends
+        expected = {p: [transformed(b"%s-%d-%d" % (name.encode(), p, i)) for i in range(CTP_RECORDS_PER_PARTITION)]
+                    for p in range(CTP_PARTITIONS)}
+        assert sum(map(len, aborted.values())) > 0 and transactions > CTP_PARTITIONS
+        assert app.read_output("read_committed") == expected
+        everything = app.read_output("read_uncommitted")
+        assert {p: sorted(vs) for p, vs in everything.items()} == {
+            p: sorted(expected[p] + aborted[p]) for p in expected}
+    finally:
+        app.close()
