@@ -382,12 +382,12 @@ def test_run_consumer_group_exactly_once__member_killed_mid_run__read_committed_
     from rafka.core.actor_names import transaction_coordinator_actor_name
     from tests.compat.confluent_reads import read_values
     total, partitions = 600, 3
-    fill(cluster, "payments", total, partitions=partitions)
+    fill(cluster, "eos-payments", total, partitions=partitions)
     admin = cluster.admin()
     admin.create_topic("receipts", partitions=partitions, replication_factor=1)
-    group = cluster.run_consumer_group("paying", ["payments"], receipts_handler(str(tmp_path), poison_offset=20,
-                                                                                pause_s=0.05),
-                                       members=2, exactly_once=True, max_poll_records=25, **FAST_GROUP)
+    handler = receipts_handler(str(tmp_path), poison_offset=20, pause_s=0.05)
+    group = cluster.run_consumer_group("paying", ["eos-payments"], handler, members=2, exactly_once=True,
+                                       max_poll_records=25, **FAST_GROUP)
 
     def committed_total():
         return sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("paying"))
@@ -405,9 +405,9 @@ def test_run_consumer_group_exactly_once__member_killed_mid_run__read_committed_
     coordinator = ray.get_actor(transaction_coordinator_actor_name(0), namespace=NAMESPACE)
     assert ray.get(coordinator.describe_transaction.remote("member:paying:0"), timeout=10).producer_epoch >= 1
     assert admin.list_consumer_group_offsets("paying") == {
-        TopicPartition("payments", p): total // partitions for p in range(partitions)}
+        TopicPartition("eos-payments", p): total // partitions for p in range(partitions)}
 
-    inputs = {p: [b"payments-%d" % i for i in range(p, total, partitions)] for p in range(partitions)}
+    inputs = {p: [b"eos-payments-%d" % i for i in range(p, total, partitions)] for p in range(partitions)}
     committed = read_values(cluster.bootstrap_servers, "receipts", "read_committed", partitions=range(partitions))
     # every payment's receipt exactly once, in the payments' order
     assert committed == {p: [b"receipt-" + v for v in values] for p, values in inputs.items()}
