@@ -64,6 +64,16 @@ def wait_until(condition, timeout_s: float = 60.0, interval_s: float = 0.05, wha
     raise AssertionError(f"{what} not met in {timeout_s}s (last actor error: {last_error})")
 
 
+def wait_for_controller_epoch_after(controller, epoch: int, timeout_s: float = 60.0) -> int:
+    """The controller epoch of the controller once a new one answers (a restart
+    bumps it). Not the first answer: ray.kill returns before the process dies,
+    and the old controller may answer meanwhile."""
+    def newer():
+        answered = ray.get(controller.ping.remote(), timeout=10)
+        return answered if answered > epoch else None
+    return wait_until(newer, timeout_s=timeout_s, what=f"a controller after epoch {epoch}")
+
+
 def replica(topic: str, partition: int, replica_id: int):
     """The actor holding the replica, as the controller's metadata names it."""
     controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)

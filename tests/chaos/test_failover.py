@@ -18,7 +18,8 @@ from rafka.core.records import RecordInput, encode_batch
 from rafka.core.replica import ACKS_ALL, ACKS_LEADER
 from tests.harness import (produce_to, replica_wire, StreamingProducer, assert_acked_once_in_order,
                            assert_replicas_identical_below_high_watermark, describe_replica,
-                           partition_state, paused, read_back, replica, wait_for_leader, wait_until)
+                           partition_state, paused, read_back, replica, wait_for_controller_epoch_after, wait_for_leader,
+                           wait_until)
 
 pytestmark = pytest.mark.chaos
 
@@ -146,7 +147,7 @@ def test_controller_killed_during_produce__acked_writes_survive_and_metadata_ret
     snapshot = ray.get(controller.metadata_snapshot.remote())
     stream = StreamingProducer(cluster, "headless")
     acked = stream.run(lambda: ray.kill(controller, no_restart=False))
-    assert wait_until(lambda: ray.get(controller.ping.remote(), timeout=5)) == epoch + 1
+    assert wait_for_controller_epoch_after(controller, epoch) == epoch + 1
     restored = ray.get(controller.metadata_snapshot.remote())
     assert restored["cluster_id"] == snapshot["cluster_id"]
     assert restored["topics"]["headless"]["topic_id"] == snapshot["topics"]["headless"]["topic_id"]

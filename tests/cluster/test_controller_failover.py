@@ -8,7 +8,7 @@ from rafka.core.actor_names import REPLICA_SHELL_PREFIX, broker_of_shell
 from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import ACKS_ALL
 
-from tests.harness import replica, wait_until, produce_to
+from tests.harness import produce_to, replica, wait_for_controller_epoch_after, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -126,8 +126,9 @@ def test_new_topic__takes_the_pools_shells_on_its_brokers__the_pool_refills__del
 def test_controller_killed__its_successor_adopts_the_idle_shells_and_makes_none(cluster):
     controller = cluster.controller
     idle = full_pool(controller)
+    epoch = ray.get(controller.ping.remote())
     ray.kill(controller, no_restart=False)
-    wait_until(lambda: ray.get(controller.ping.remote(), timeout=10) > 0, what="the controller back")
+    wait_for_controller_epoch_after(controller, epoch)
     assert full_pool(controller) == idle
     held = {actor for topic in ray.get(controller.metadata_snapshot.remote())["topics"].values()
             for p in topic["partitions"] for actor in p["actors"].values()}
