@@ -189,10 +189,8 @@ class CoordinatorShard:
         nothing else is checked (KafkaApis.handleOffsetCommitRequest drops them
         before the coordinator sees the request). A commit accepted from a member
         refreshes its session, as a heartbeat would (GroupManager.commit_keeps_session)."""
-        offsets, unknown = await self._split_unknown(offsets)
+        offsets, unknown = await self._split_unknown(offsets, on_queued)
         if not offsets:
-            if on_queued is not None:
-                on_queued()
             return unknown
         async with self.locks.hold(group):
             known = self.groups.groups.get(group)
@@ -213,13 +211,18 @@ class CoordinatorShard:
             self.offset_commits += len(result.records)
         return {**result.response, **unknown}
 
-    async def _split_unknown(self, offsets: dict) -> tuple[dict, dict]:
+    async def _split_unknown(self, offsets: dict,
+                             on_queued: Callable[[], None] | None) -> tuple[dict, dict]:
         """(the offsets of partitions that exist, {(topic, partition):
-        UNKNOWN_TOPIC_OR_PARTITION} for the rest): a commit writes only the first."""
+        UNKNOWN_TOPIC_OR_PARTITION} for the rest): a commit writes only the first.
+        With none known, nothing will be queued: `on_queued()` runs here."""
         counts = await self._partitions_per_topic({topic for topic, _ in offsets})
         unknown = {tp: UnknownTopicOrPartition(f"{tp[0]}-{tp[1]}: this topic or partition does not exist")
                    for tp in offsets if not 0 <= tp[1] < counts.get(tp[0], 0)}
-        return {tp: value for tp, value in offsets.items() if tp not in unknown}, unknown
+        known = {tp: value for tp, value in offsets.items() if tp not in unknown}
+        if not known and on_queued is not None:
+            on_queued()
+        return known, unknown
 
     async def commit_transactional_offsets(self, group: str, offsets: dict, *, producer_id: int,
                                            producer_epoch: int, member_id: str = "", generation: int = -1,
@@ -233,10 +236,8 @@ class CoordinatorShard:
         a known one checks membership as Kafka's transactional commit does (no
         state rule for a commit naming no member, none while completing a rebalance).
         {(topic, partition): None or the partition's error}, once written."""
-        offsets, unknown = await self._split_unknown(offsets)
+        offsets, unknown = await self._split_unknown(offsets, on_queued)
         if not offsets:
-            if on_queued is not None:
-                on_queued()
             return unknown
         async with self.locks.hold(group):
             known = self.groups.groups.get(group)

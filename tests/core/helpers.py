@@ -30,3 +30,16 @@ def assign_shells(metadata, topic: str) -> list[dict]:
     for record in records:
         metadata.replay(record)
     return records
+
+
+def orders_image():
+    """The image of a one-broker cluster holding `orders` (2 partitions, RF 1),
+    for fake hosts that answer `image()`."""
+    import random
+    from rafka.core.cluster_image import build_image
+    from rafka.core.metadata import ClusterMetadata
+    state = ClusterMetadata()
+    for record in state.handle_start() + state.handle_create_topic("orders", 2, 1, None, [0],
+                                                                  rng=random.Random(0))[0]:
+        state.replay(record)
+    return build_image(state, version=1)

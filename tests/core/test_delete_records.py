@@ -7,33 +7,16 @@ from rafka.core.clock import FakeClock
 from rafka.core.config import TopicConfig
 from rafka.core.errors import NotLeaderOrFollower, OffsetOutOfRange, PolicyViolation
 from rafka.core.log import PartitionLog
-from rafka.core.records import RecordInput, decode_records, encode_batch
-from rafka.core.replica import ACKS_ALL, DELETE_TO_HIGH_WATERMARK, EARLIEST_TIMESTAMP, PartitionReplica
+from rafka.core.records import decode_records
+from rafka.core.replica import ACKS_ALL, DELETE_TO_HIGH_WATERMARK, EARLIEST_TIMESTAMP
+
+from tests.core.test_replica import fetch, records, replicas
 
 pytestmark = pytest.mark.core
 
 
-def replicas(tmp_path, count=3, **config):
-    clock = FakeClock()
-    topic_config = TopicConfig.from_dict(config)
-    return [PartitionReplica(topic="orders", partition=0, replica_id=i, directory=tmp_path / f"r{i}",
-                             config=topic_config, clock=clock, replica_lag_time_max_ms=30_000)
-            for i in range(count)]
-
-
-def records(*values):
-    return encode_batch([RecordInput(v, b"k") for v in values])
-
-
-def fetch(leader, follower):
-    result = leader.fetch_for_follower(follower_id=follower.replica_id, fetch_offset=follower.log.log_end_offset,
-                                       leader_epoch=follower.leader_epoch, max_bytes=1 << 20,
-                                       log_start_offset=follower.log.log_start_offset)
-    follower.apply_fetched(result)
-
-
 def three_replicas_with(tmp_path, batches, **config):
-    a, b, c = replicas(tmp_path, **config)
+    _, (a, b, c) = replicas(tmp_path, **config)
     a.become_leader(leader_epoch=0, replicas=[0, 1, 2], isr=[0, 1, 2], partition_epoch=0)
     for follower in (b, c):
         follower.become_follower(leader_id=0, leader_epoch=0)

@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import random
 
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from rafka.core.clock import FakeClock
-from rafka.core.cluster_image import build_image
 from rafka.core.errors import InvalidProducerEpoch
-from rafka.core.metadata import ClusterMetadata
 from rafka.core.producer_ids import ProducerIdAllocator, ProducerIdBlock
 from rafka.core.transaction_shard import TransactionShard
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.entities import load_request_schema, module_of
 from rafka.protocol.node_table import node_table
+from tests.core.helpers import orders_image
 from tests.core.test_protocol_dispatch import read_response, request_frame
 
 pytestmark = pytest.mark.core
@@ -37,11 +35,7 @@ class Host:
         self.markers: list[tuple] = []
         self.hosted = set(hosted)
         self.marker_error: Exception | None = None
-        state = ClusterMetadata()
-        for record in state.handle_start() + state.handle_create_topic("orders", 2, 1, None, [0],
-                                                                      rng=random.Random(0))[0]:
-            state.replay(record)
-        self._image = build_image(state, version=1)
+        self._image = orders_image()
 
     def image(self):
         return self._image

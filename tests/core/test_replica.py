@@ -26,7 +26,8 @@ def records(*values):
 
 def fetch(leader, follower):
     result = leader.fetch_for_follower(follower_id=follower.replica_id, fetch_offset=follower.log.log_end_offset,
-                                       leader_epoch=follower.leader_epoch, max_bytes=1 << 20)
+                                       leader_epoch=follower.leader_epoch, max_bytes=1 << 20,
+                                       log_start_offset=follower.log.log_start_offset)
     follower.apply_fetched(result)
 
 

@@ -8,19 +8,16 @@ WriteTxnMarkers for __consumer_offsets reaching the group coordinator."""
 from __future__ import annotations
 
 import asyncio
-import random
 
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
 from rafka.core.clock import FakeClock
-from rafka.core.cluster_image import build_image
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.errors import (CoordinatorLoadInProgress, IllegalGeneration, InvalidProducerEpoch, RequestTimedOut,
                                UnstableOffsetCommit)
 from rafka.core.group_manager import GroupManager
-from rafka.core.metadata import ClusterMetadata
 from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import OffsetKey, OffsetValue
 from rafka.core.records import NO_PRODUCER_ID
@@ -28,6 +25,7 @@ from rafka.core.write_queue import TransactionalBatch, TxnMarkerWrite
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.entities import load_request_schema, module_of
 from rafka.protocol.node_table import node_table
+from tests.core.helpers import orders_image
 from tests.core.test_protocol_dispatch import read_response, request_frame
 
 pytestmark = pytest.mark.core
@@ -224,11 +222,7 @@ class Coordinator:
         self.partition = TxnOffsetsPartition()
         self.shard = shard_on(self.partition, FakeClock())
         self.loading = False
-        state = ClusterMetadata()
-        for record in state.handle_start() + state.handle_create_topic("orders", 2, 1, None, [0],
-                                                                      rng=random.Random(0))[0]:
-            state.replay(record)
-        self._image = build_image(state, version=1)
+        self._image = orders_image()
 
     def image(self):
         return self._image
