@@ -67,6 +67,7 @@ import itertools
 import operator
 import threading
 import time
+import logging
 from concurrent.futures import Future
 
 from rafka.client.metadata import MetadataCache
@@ -88,6 +89,8 @@ RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
 BYTES_LIKE = (bytes, bytearray, memoryview)
 MAX_TIMESTAMP_MS = 1 << 63
+
+logger = logging.getLogger(__name__)
 
 
 def record_fields(value, key, partition, timestamp_ms, headers):
@@ -158,6 +161,7 @@ class _Batch:
     size_bytes: int = 0
     encoded: bytes | None = None
     encoded_for: tuple[int, int] = (-1, -1)   # the (producer id, epoch) `encoded` carries
+    base_sequence: int = -1                   # the sequence `encoded` carries (-1: none)
     order: int = 0                            # close order on its partition: the send order
     absorbed: list = dataclasses.field(default_factory=list)   # (batch, index of its first record here)
     attempts: int = 0
@@ -721,6 +725,7 @@ class Producer:
             if sequence >= 0:
                 self._next_sequence[key_tp] = (sequence + len(batch.records)) % SEQUENCE_MODULUS
             batch.encoded_for = (self.producer_id, self.producer_epoch)
+            batch.base_sequence = sequence
             if not batch.first_send_s:
                 batch.first_send_s = time.monotonic()
         batch.attempts += 1
@@ -783,6 +788,10 @@ class Producer:
             self._refresh(batch.topic)   # during the backoff
             return
         failure = cause if isinstance(cause, Exception) else error
+        if isinstance(cause, OutOfOrderSequence):   # as Kafka's Sender logs it: the leader lost track of us
+            logger.error("%s-%d: the leader answered %s for producer id %d, epoch %d, sequence %d (attempt %d; "
+                         "no earlier batch outstanding)", batch.topic, batch.partition, type(cause).__name__,
+                         *batch.encoded_for, batch.base_sequence, batch.attempts)
         self._metrics["record-error-total"] += len(batch.records)
         if self._txn is not None:
             # the transaction cannot commit (or, fenced, the producer is done); its

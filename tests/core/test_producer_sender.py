@@ -94,3 +94,31 @@ def test_a_new_producer_epoch__a_batch_sent_before_keeps_its_epoch_and_is_never_
             producer.close(timeout=10)
         log = node.endpoint("orders", 0).replica.log
         assert log.log_end_offset == 2 and z.offset == 1
+
+
+def test_out_of_order_sequence_with_nothing_earlier_outstanding__fails_the_batch_and_logs_its_sequence(tmp_path,
+                                                                                                       caplog):
+    """A leader that answers OUT_OF_ORDER_SEQUENCE_NUMBER to a batch with no earlier
+    batch of its partition outstanding has lost track of the producer: the batch
+    fails (not retried), and the producer logs the id, epoch and sequence it sent,
+    as Kafka's Sender does (a CI run saw one on a fresh topic and nothing else)."""
+    from rafka.core.errors import OutOfOrderSequence
+    with ProtocolNode(tmp_path, {"orders": 1}) as node:
+        producer = Producer(node.bootstrap, acks="all", linger_ms=0)
+        real_request = producer._network.nodes.request
+
+        async def request(address, body, **options):
+            if body.__api_key__ == 0:   # a Produce
+                raise OutOfOrderSequence("the leader expected another sequence")
+            return await real_request(address, body, **options)
+        producer._network.nodes.request = request
+        try:
+            with caplog.at_level("ERROR", logger="rafka.client.producer"):
+                failed = producer.send("orders", b"x", partition=0)
+                with pytest.raises(OutOfOrderSequence):
+                    failed.result(timeout=10)
+            logged = [r.getMessage() for r in caplog.records if r.name == "rafka.client.producer"]
+            assert len(logged) == 1 and f"producer id {producer.producer_id}" in logged[0]
+            assert "epoch 0, sequence 0 (attempt 1" in logged[0]
+        finally:
+            producer.close(timeout=10)
