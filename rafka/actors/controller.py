@@ -44,9 +44,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import json
 import logging
 import os
+import random
 import socket
 import time
 from collections import Counter
@@ -109,8 +111,38 @@ _BROKER_ACTOR = ray.remote(BrokerActor)
 BROKERS_LISTEN_WAIT_S = 60.0
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
+# Brokers sharing a host (local_cluster) get ports picked here, below the range the
+# kernel hands out to bind(0) and to outgoing connections (ip_local_port_range):
+# a port picked by bind(0) was free when probed, then a replica's listener or a
+# connection took it before the broker bound it, and that broker never listened
+# (EADDRINUSE at every restart: its port is kept), holding every client's bootstrap
+# for 60 s (CI: "no node answered ... last error: None" in test_restarts.py).
+BROKER_PORT_RANGE = (20_000, 32_768)
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return BROKER_PORT_RANGE[1]
+
+
+def _free_port(taken=()) -> int:
+    """A port free now and not in `taken` (other brokers' picks), outside the
+    kernel's ephemeral range when it can be."""
+    low, high = BROKER_PORT_RANGE[0], min(BROKER_PORT_RANGE[1], _ephemeral_low())
+    start = random.randrange(low, high) if high > low else low
+    for port in itertools.chain(range(start, high), range(low, start)):
+        if port in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as probe:   # every port of the range taken: any free one
         probe.bind(("", 0))
         return probe.getsockname()[1]
 
@@ -1164,7 +1196,8 @@ class ControllerActor:
         listener port is 0: brokers sharing a host)."""
         port = self._broker_ports.get(broker_id)
         if port is None:
-            port = self._broker_ports[broker_id] = self.listener_port or _free_port()
+            port = self._broker_ports[broker_id] = self.listener_port or _free_port(
+                set(self._broker_ports.values()))
         return _BROKER_ACTOR.options(
             name=broker_actor_name(broker_id, process), namespace=NAMESPACE, lifetime="detached",
             max_restarts=-1, num_cpus=0, get_if_exists=True,
