@@ -512,6 +512,9 @@ class ControllerActor:
         state = self.metadata.partition(topic, partition)
         topic_id = self.metadata.topic(topic).topic_id
         actors = self._actors_of(topic, partition, state.replicas)   # read now: a deletion meanwhile drops them
+
+        def deleted() -> bool:   # meanwhile: its replicas are retired, their endpoints never named
+            return topic not in self.metadata.topics or self.metadata.topic(topic).topic_id != topic_id
         self._creating_by_topic[topic] += 1
         try:   # assign sent before a deletion may send delete_log (an actor runs them in order)
             replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state, actors[r])
@@ -527,8 +530,8 @@ class ControllerActor:
             logger.warning("%s-%d: replicas not all started in %d ms (the watch loop takes over): %s", topic,
                            partition, self.replica_start_timeout_ms, error)
             answers = None
-        if topic not in self.metadata.topics or self.metadata.topic(topic).topic_id != topic_id:
-            return   # deleted meanwhile: its replicas are retired, their endpoints never named
+        if deleted():
+            return
         try:
             await self._announce(topic, partition, state)
         except ValueError as error:   # a replica killed meanwhile: the watch loop takes over
@@ -541,7 +544,7 @@ class ControllerActor:
         # records went in before the first batch's, whose retry was then refused
         # OUT_OF_ORDER_SEQUENCE_NUMBER (a CI run, test_restarts.py). Now, not at the
         # next watch round: brokers route to them at once.
-        if answers is not None and topic in self.metadata.topics and self.metadata.topic(topic).topic_id == topic_id:
+        if answers is not None and not deleted():
             await self._sync_nodes([(handle, actors[replica_id], answer)
                                     for replica_id, handle, answer in zip(state.replicas, replicas, answers)])
 

@@ -64,10 +64,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import logging
 import operator
 import threading
 import time
-import logging
 from concurrent.futures import Future
 
 from rafka.client.metadata import MetadataCache
