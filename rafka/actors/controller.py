@@ -223,6 +223,10 @@ class ControllerActor:
         self._brokers_listen = asyncio.Event()   # some broker's node registered: clients can bootstrap
         self._broker_push: asyncio.Task | None = None
         self._brokers_behind = False
+        # Ping answers whose endpoints wait for the next group commit (`_sync_nodes`),
+        # and the task writing them.
+        self._answers_to_register: list[tuple] = []
+        self._registrar: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None   # the actor's, known at its first call
         self._load()
         self._commit(self.metadata.handle_start())
@@ -337,9 +341,11 @@ class ControllerActor:
     async def _push_to_brokers(self) -> None:
         while self._brokers_behind:
             self._brokers_behind = False
-            image = self._image
             handles = [h for name, h in list(self._handles.items())
                        if broker_of_actor_name(name) is not None and name in self.metadata.nodes]
+            if not handles:
+                continue
+            image = ray.put(self._image)   # one copy for every broker process, not one pickled per call
             await asyncio.gather(*(asyncio.wait_for(h.update_image.remote(image), self.leader_ping_timeout_ms / 1000)
                                    for h in handles), return_exceptions=True)
 
@@ -372,13 +378,29 @@ class ControllerActor:
             handle.update_image.remote(image)
 
     async def _sync_nodes(self, answers: list[tuple]) -> None:
-        """`_sync_node` for several actors' answers [(handle, actor, answer)], their
+        """`_sync_node` for several replica actors' answers [(handle, actor, answer)], their
         endpoints registered in one commit (a new topic's replicas: one metadata
-        write and one image, not one per replica)."""
-        endpoints = [(actor, *answer["endpoint"], answer.get("rack")) for _, actor, answer in answers
-                     if answer.get("endpoint") is not None]
-        async with self._lock:
-            records, _ = self.metadata.handle_register_nodes(endpoints)
+        write and one image, not one per replica), with those of every other caller
+        arriving meanwhile (group commit: a topic's partitions, each answering when
+        its replicas took their roles, share one or two writes, not one each)."""
+        self._answers_to_register.extend(answers)
+        if self._registrar is None or self._registrar.done():
+            self._registrar = asyncio.get_running_loop().create_task(self._register_answers())
+        await asyncio.shield(self._registrar)
+
+    async def _register_answers(self) -> None:
+        """The group commits of `_sync_nodes`, until none waits. It starts at the
+        loop's next turn, so callers answered in the same turn share the first."""
+        while self._answers_to_register:
+            answers, self._answers_to_register = self._answers_to_register, []
+            await self._register_now(answers)
+            await asyncio.sleep(0)   # callers answered meanwhile join the next commit
+
+    async def _register_now(self, answers: list[tuple]) -> None:
+        async with self._lock:   # replicas only, and only those a deletion did not retire meanwhile
+            records, _ = self.metadata.handle_register_nodes([
+                (actor, *answer["endpoint"], answer.get("rack")) for _, actor, answer in answers
+                if answer.get("endpoint") is not None and actor in self.metadata.actor_replicas])
             self._commit(records)
         for record in records:
             logger.info("%s is Kafka node %d at %s:%d", record["actor"], record["node_id"], record["host"],
@@ -504,11 +526,15 @@ class ControllerActor:
         task.add_done_callback(self._background.discard)
 
     async def _start_partition(self, topic: str, partition: int) -> None:
-        """A new partition's replicas, started and told their roles. The partition is
-        not watched meanwhile (`_starting`): replicas still starting would look like
-        restarted ones, and the watch loop would elect one of them alone. A topic
-        deleted meanwhile (the wire answers CreateTopics before its replicas start)
-        ends it quietly: the deletion stops what was started."""
+        """A new partition's replicas, started and told their roles: one call each
+        (`assign` with the partition's state, as Kafka's LeaderAndIsr gives a broker
+        its new partitions), all at once. The partition is not watched meanwhile
+        (`_starting`): replicas still starting would look like restarted ones, and
+        the watch loop would elect one of them alone. A topic deleted meanwhile (the
+        wire answers CreateTopics before its replicas start) ends it quietly: the
+        deletion stops what was started. A replica that does not answer in time (a
+        new process still starting) is left to the watch loop, which gives it its
+        role as it does a restarted one's."""
         state = self.metadata.partition(topic, partition)
         topic_id = self.metadata.topic(topic).topic_id
         actors = self._actors_of(topic, partition, state.replicas)   # read now: a deletion meanwhile drops them
@@ -519,23 +545,20 @@ class ControllerActor:
         try:   # assign sent before a deletion may send delete_log (an actor runs them in order)
             replicas = await asyncio.gather(*(self._ensure_replica(topic, partition, r, state, actors[r])
                                               for r in state.replicas))
-            assigned = [self._assign(topic, partition, r, handle) for r, handle in zip(state.replicas, replicas)]
+            taken = [self._assign(topic, partition, r, handle, state) for r, handle in zip(state.replicas, replicas)]
         finally:
             self._creating_by_topic[topic] -= 1
             async with self._creations_done:
                 self._creations_done.notify_all()
-        try:   # a shell of the pool takes it at once; a new one is a process to start: seconds
-            answers = await asyncio.wait_for(asyncio.gather(*assigned), timeout=self.replica_start_timeout_ms / 1000)
-        except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
-            logger.warning("%s-%d: replicas not all started in %d ms (the watch loop takes over): %s", topic,
-                           partition, self.replica_start_timeout_ms, error)
-            answers = None
-        if deleted():
-            return
-        try:
-            await self._announce(topic, partition, state)
-        except ValueError as error:   # a replica killed meanwhile: the watch loop takes over
-            logger.info("%s-%d: not announced: %s", topic, partition, error)
+        # a shell of the pool takes it at once; a new one is a process to start: seconds
+        answers = await asyncio.gather(*(asyncio.wait_for(ref, timeout=self.replica_start_timeout_ms / 1000)
+                                         for ref in taken), return_exceptions=True)
+        failed = [(r, a) for r, a in zip(state.replicas, answers) if isinstance(a, BaseException)]
+        for replica_id, error in failed:
+            if not isinstance(error, (asyncio.TimeoutError, ray.exceptions.RayError)):
+                raise error
+            logger.warning("%s-%d: replica %d did not take its role in %d ms (the watch loop takes over): %r",
+                           topic, partition, replica_id, self.replica_start_timeout_ms, error)
         # Their endpoints only now, once the leader leads (Kafka's controller sends
         # LeaderAndIsr before UpdateMetadata): a broker's Metadata names a leader only
         # when its replica listens, and a leader named before it led answered a
@@ -543,10 +566,12 @@ class ControllerActor:
         # sequence it could not check against a producer it had never seen: those
         # records went in before the first batch's, whose retry was then refused
         # OUT_OF_ORDER_SEQUENCE_NUMBER (a CI run, test_restarts.py). Now, not at the
-        # next watch round: brokers route to them at once.
-        if answers is not None and not deleted():
+        # next watch round: brokers route to them at once; the followers start
+        # fetching once this image names their leader's endpoint.
+        if not deleted():
             await self._sync_nodes([(handle, actors[replica_id], answer)
-                                    for replica_id, handle, answer in zip(state.replicas, replicas, answers)])
+                                    for replica_id, handle, answer in zip(state.replicas, replicas, answers)
+                                    if not isinstance(answer, BaseException)])
 
     async def _ensure_replica(self, topic: str, partition: int, replica_id: int, state: PartitionState,
                               name: str | None = None):
@@ -596,11 +621,16 @@ class ControllerActor:
             log_cleaner_backoff_ms=self.log_cleaner_backoff_ms,
             replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms)
 
-    def _assign(self, topic: str, partition: int, replica_id: int, handle):
-        """Tell the replica's actor which replica it holds (it answers as `ping`)."""
+    def _assign(self, topic: str, partition: int, replica_id: int, handle, state: PartitionState | None = None):
+        """Tell the replica's actor which replica it holds (it answers as `ping`);
+        with `state` (an online partition's), the role it gives the replica too."""
         topic_metadata = self.metadata.topic(topic)
+        leader_and_isr = None if state is None or not state.online else {
+            "leader": state.leader, "leader_epoch": state.leader_epoch, "replicas": list(state.replicas),
+            "isr": list(state.isr), "partition_epoch": state.partition_epoch}
         return handle.assign.remote(topic=topic, partition=partition, replica_id=replica_id,
-                                    topic_id=topic_metadata.topic_id, config=topic_metadata.config)
+                                    topic_id=topic_metadata.topic_id, config=topic_metadata.config,
+                                    leader_and_isr=leader_and_isr)
 
     # --- the pool of idle replica actors (core.replica_pool) -----------------------
 

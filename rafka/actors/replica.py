@@ -83,7 +83,7 @@ REPLICA_SOCKET_TIMEOUT_MS = 30_000   # Kafka's replica.socket.timeout.ms: a fetc
 LEADER_SILENCE_MS = 2_000
 SUSPICION_INTERVAL_S = 1.0   # a follower reports its leader at most this often
 OFFLINE = "offline"     # the role a replica reports when its log dir cannot be used
-STOPPED = "stopped"     # ... and once shut down: its log is closed, only a new process serves it
+STOPPED = "stopped"     # ... and once shut down or its log deleted: only a new process serves it
 UNASSIGNED = "unassigned"   # ... and while it holds no replica (a shell of the pool)
 logger = logging.getLogger(__name__)
 
@@ -222,11 +222,18 @@ class ReplicaActor:
                                        f"and runs on broker {self.broker_id}")
         return broker_log_dir(self.data_dir, self.broker_id)
 
-    async def assign(self, *, topic: str, partition: int, replica_id: int, topic_id: str, config: dict) -> dict:
+    async def assign(self, *, topic: str, partition: int, replica_id: int, topic_id: str, config: dict,
+                     leader_and_isr: dict | None = None) -> dict:
         """Hold this replica from now on: the assignment is written to the broker's
         disk (so a restart reopens it), the log opened (created empty if new) and
         the Kafka node started. Answers as `ping` does. Again for the same replica:
-        nothing changes; for another one: ValueError (one shell, one replica)."""
+        nothing changes; for another one: ValueError (one shell, one replica).
+        `leader_and_isr` ({"leader", "leader_epoch", "replicas", "isr",
+        "partition_epoch"}, the partition's state as Kafka's LeaderAndIsr carries
+        it): then also take the role it gives this replica, in the same call (a
+        new topic's replicas: one call each, not three in turn). A follower told
+        this way finds its leader's endpoint in the image the controller pushes
+        once the partition's replicas answered."""
         assignment = ReplicaAssignment(topic=topic, partition=partition, replica_id=replica_id,
                                        topic_id=topic_id, config=dict(config))
         if self.storage_error is None and self._partition is None:
@@ -242,6 +249,13 @@ class ReplicaActor:
         elif self._partition is not None and (self._partition, self.topic_id) != ((topic, partition), topic_id):
             raise ValueError(f"{self.actor_name} holds {self.name} (topic id {self.topic_id}): it cannot take "
                              f"{topic}-{partition} replica {replica_id}")
+        if leader_and_isr is not None and self.storage_error is None and self.replica is not None:
+            state = leader_and_isr
+            if state["leader"] == replica_id:
+                await self.become_leader(state["leader_epoch"], state["replicas"], state["isr"],
+                                         state["partition_epoch"])
+            else:
+                await self.become_follower(state["leader"], state["leader_epoch"])
         return await self.ping()
 
     def _open(self, assignment: ReplicaAssignment) -> None:
@@ -632,6 +646,9 @@ class ReplicaActor:
         self._notify()
         self.replica.log.delete()
         remove_assignment(self._log_dir(), self.actor_name)   # the shell is killed next, never reused
+        # Until it is: nothing reads the log that is gone (a request, describe, the
+        # metrics export, which read a log of no segments: IndexError in the logs).
+        self._stopped = True
 
     # --- introspection ------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import ray
 
-from rafka.actors.replica import NAMESPACE, UNASSIGNED, ReplicaActor
+from rafka.actors.replica import NAMESPACE, STOPPED, UNASSIGNED, ReplicaActor
 from rafka.core.actor_names import replica_shell_name
 from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.cluster_image import EMPTY_IMAGE
@@ -203,6 +203,22 @@ def test_shell__holds_nothing_until_assigned__then_serves_and_a_restart_reopens_
     assert restarted["opened_log_end_offset"] == 3 and restarted["actor"] == name
 
 
+def test_assign_with_leader_and_isr__the_replica_takes_its_role_in_the_same_call(ray_node, tmp_path):
+    # a new topic's replicas get their assignment and their role in one call each
+    state = {"leader": 0, "leader_epoch": 3, "replicas": [0, 1], "isr": [0, 1], "partition_epoch": 2}
+    answers = []
+    for replica_id in (0, 1):
+        _, shell = start_shell(tmp_path / f"node-{replica_id}")
+        answers.append(ray.get(shell.assign.remote(topic="roles", partition=0, replica_id=replica_id,
+                                                   topic_id="roles-id", config={}, leader_and_isr=state)))
+        if replica_id == 0:
+            leader = shell
+    assert [(a["role"], a["leader_epoch"]) for a in answers] == [("leader", 3), ("follower", 3)]
+    assert answers[0]["endpoint"] is not None and answers[1]["endpoint"] is not None
+    described = ray.get(leader.describe.remote())
+    assert described["isr"] == [0, 1] and described["leader_id"] == 0
+
+
 def test_shell__one_replica_for_life__another_assignment_refused_and_deletion_forgets_it(ray_node, tmp_path):
     from rafka.core.broker_identity import broker_log_dir
     from rafka.core.replica_assignment import assignment_path
@@ -215,3 +231,6 @@ def test_shell__one_replica_for_life__another_assignment_refused_and_deletion_fo
         ray.get(shell.assign.remote(**{**first, "partition": 1}))
     ray.get(shell.delete_log.remote())
     assert not assignment_path(broker_log_dir(data_dir, 0), name).exists()
+    # until it is killed it reads no log that is gone (describe, requests and the
+    # metrics export read a log of no segments: an IndexError at every export)
+    assert ray.get(shell.describe.remote())["role"] == STOPPED
