@@ -3,7 +3,7 @@
 `up`, `down` and `status` act on a running Ray cluster (`--address`, else
 RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh; `consumer-groups`,
 `lag`, `dump-offsets` and the console clients are in cli_groups.py, `acls` in cli_acls.py,
-`delete-records` and `log-dirs` in cli_records.py. Errors print as Kafka's tools
+`delete-records` and `log-dirs` in cli_records.py, `transactions` in cli_transactions.py. Errors print as Kafka's tools
 print them ("Error while executing topic command : ...") and exit 1.
 """
 
@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from rafka import cli_acls, cli_groups, cli_records
+from rafka import cli_acls, cli_groups, cli_records, cli_transactions
 from rafka.quiet import own_stderr, quiet_logs
 from rafka.cluster_errors import NotRunning, UsageError
 from rafka.core.errors import KafkaError
@@ -357,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_groups.add_parsers(sub)
     cli_acls.add_parser(sub)
     cli_records.add_parsers(sub)
+    cli_transactions.add_parser(sub)
     verify = sub.add_parser("verify", help="a verifiable producer and consumers under faults, checked "
                                            "for lost, duplicated or reordered records (exit 1 on any)")
     verify.add_argument("--duration-s", type=float, default=60.0)
@@ -385,6 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--verbose", action="store_true",
                            help="show Ray's and Spark's output too (default: written to a log file)")
     return parser
+
+
+def cmd_transactions(args) -> int:
+    cli_transactions.check_arguments(args)   # bad arguments refused before Ray is asked anything
+    return cli_transactions.cmd_transactions(_connect(args).admin(), args)
 
 
 def cmd_users(args) -> int:
@@ -420,7 +426,8 @@ COMMANDS = {"up": cmd_up, "users": cmd_users, "down": cmd_down, "status": cmd_st
             "console-consumer": lambda args: cli_groups.cmd_console_consumer(_connect(args), args),
             "acls": lambda args: cli_acls.cmd_acls(_connect(args).admin(), args),
             "delete-records": lambda args: cli_records.cmd_delete_records(_connect(args).admin(), args),
-            "log-dirs": lambda args: cli_records.cmd_log_dirs(_connect(args).admin(), args)}
+            "log-dirs": lambda args: cli_records.cmd_log_dirs(_connect(args).admin(), args),
+            "transactions": cmd_transactions}
 
 
 # An address with no Ray cluster behind it: Ray 2.60 retries its GCS connection 20

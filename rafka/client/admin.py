@@ -1,11 +1,19 @@
-"""Admin: topics and consumer groups, as kafka-topics.sh and
-kafka-consumer-groups.sh offer them (driver side).
+"""Admin: topics, consumer groups and transactions, as kafka-topics.sh,
+kafka-consumer-groups.sh and kafka-transactions.sh offer them (driver side).
 
 Topic administration is a control-plane call to the controller; offset lookups
 (ListOffsets to each leader) and group requests (to each group's coordinator)
 go over the Kafka protocol. Group offsets are changed only while the group has
 no members (Kafka's rule for --reset-offsets): the commit goes out without a member id, and the coordinator
 refuses it (UNKNOWN_MEMBER_ID) if a member joined in between.
+
+Transactions (Kafka's AdminClient): ListTransactions to every broker,
+DescribeTransactions to each id's coordinator, DescribeProducers to each
+partition's leader (or to one named broker, whose replica answers), and an
+abort as a WriteTxnMarkers ABORT to the partition's leader, which needs
+CLUSTER_ACTION (an operator's tool: the transaction's coordinator is not asked).
+A partition that does not exist is refused before anything is sent
+(UNKNOWN_TOPIC_OR_PARTITION), rather than retried until the timeout.
 
 Invariant: no Ray import (DESIGN section 1). The control plane is handed in: an
 object with `call(method, *args)` (the controller's answer), `call_each(method,
@@ -26,11 +34,16 @@ from rafka.protocol.network import ClientNetwork
 from rafka.protocol.range_reads import RangeRead, read_range
 from rafka.protocol.retry import ask_leader, ask_leader_once, retry_until, submit_to_leader
 from rafka.core.acl import MATCH_EVERY_BINDING, AclBinding, AclBindingFilter
-from rafka.core.errors import KafkaError, NonEmptyGroup, OffsetOutOfRange
+from rafka.core.errors import (BrokerNotAvailable, KafkaError, NonEmptyGroup, OffsetOutOfRange,
+                               UnknownTopicOrPartition)
+from rafka.core.producer_state import ActiveProducer
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
-from rafka.protocol import acl_requests, admin_requests, fetching, group_requests
+from rafka.core.transaction_shard import TransactionListing, TxnMarker
+from rafka.protocol import acl_requests, admin_requests, fetching, group_requests, txn_admin_requests, txn_markers
+from rafka.protocol.network import coordinator_channel
+from rafka.protocol.txn_admin_requests import DescribedTransaction
 from rafka.protocol.tls import cluster_client_context, node_tls_settings
 
 INACTIVE_GROUP_STATES = ("Empty", "Dead")
@@ -115,13 +128,7 @@ class Admin:
     def describe_topics(self, names: list[str] | None = None, *, timeout_s: float = 5.0) -> dict[str, dict]:
         """Per partition: leader (replica index and node), leader epoch, replicas, ISR,
         log start offset, HW, and each live replica's LEO (None when unreachable)."""
-        snapshot = self._controller.call("metadata_snapshot")["topics"]
-        if names is not None:
-            from rafka.core.errors import UnknownTopicOrPartition
-            missing = [n for n in names if n not in snapshot]
-            if missing:
-                raise UnknownTopicOrPartition(f"Topic '{missing[0]}' does not exist.")
-            snapshot = {n: snapshot[n] for n in names}
+        snapshot = self._topics_snapshot(names)
         answers = self._controller.describe_replicas(
             {(name, p["partition"], r): p["actors"].get(r) for name, topic in snapshot.items()
              for p in topic["partitions"] for r in p["replicas"]}, timeout_s=timeout_s)
@@ -135,6 +142,23 @@ class Admin:
                 p["log_end_offsets"] = {r: (s["log_end_offset"] if s else None) for r, s in states.items()}
                 p["replica_nodes"] = {r: (s["node_id"] if s else None) for r, s in states.items()}
         return snapshot
+
+    def replica_brokers(self, names: list[str] | None = None) -> dict[TopicPartition, list[int]]:
+        """Each partition's replicas as broker ids, of the topics `names` (None: every
+        topic, the internal ones too), from the controller's metadata."""
+        return {TopicPartition(name, p["partition"]): list(p["brokers"])
+                for name, topic in self._topics_snapshot(names).items() for p in topic["partitions"]}
+
+    def _topics_snapshot(self, names: list[str] | None) -> dict[str, dict]:
+        """The controller's metadata of the topics `names` (None: all);
+        UNKNOWN_TOPIC_OR_PARTITION naming the first it does not have."""
+        snapshot = self._controller.call("metadata_snapshot")["topics"]
+        if names is None:
+            return snapshot
+        missing = [n for n in names if n not in snapshot]
+        if missing:
+            raise UnknownTopicOrPartition(f"Topic '{missing[0]}' does not exist.")
+        return {n: snapshot[n] for n in names}
 
     # --- offsets of partitions ------------------------------------------------------------
 
@@ -152,6 +176,13 @@ class Admin:
 
         def read(tp: TopicPartition):
             return lambda response: fetching.list_offset_answer(response, topic=tp.topic, partition=tp.partition)
+        return self._ask_each_leader(tps, request_for, read)
+
+    def _ask_each_leader(self, tps: list[TopicPartition], request_for, read) -> dict:
+        """{tp: read(tp)(answer)} of `request_for(tp)(leader_epoch)` sent to each
+        partition's leader, every leader asked at once; a partition whose answer
+        failed is asked again, with retries, after the metadata is refreshed (a
+        final error raised)."""
         found = {}
         asked = {}
         for tp in tps:
@@ -239,11 +270,15 @@ class Admin:
         """Per broker (all, or those named), its log dirs with the size and offset
         lag of each partition there (DescribeLogDirs to each broker, as Kafka's
         AdminClient); `partitions` {topic: [partition]} narrows it (None: all)."""
-        nodes = {b["node_id"]: (b["host"], b["port"]) for b in self.describe_cluster()["brokers"]}
         asked = {node_id: self._network.submit(address, admin_requests.describe_log_dirs_request(partitions))
-                 for node_id, address in sorted(nodes.items()) if brokers is None or node_id in brokers}
+                 for node_id, address in self._broker_addresses().items() if brokers is None or node_id in brokers}
         return {node_id: admin_requests.describe_log_dirs_answer(answer.result(timeout=self.default_api_timeout_s))
                 for node_id, answer in asked.items()}
+
+    def _broker_addresses(self) -> dict[int, tuple[str, int]]:
+        """{broker id: (host, port)} of the live brokers, by id (DescribeCluster)."""
+        return {b["node_id"]: (b["host"], b["port"]) for b in sorted(self.describe_cluster()["brokers"],
+                                                                     key=lambda b: b["node_id"])}
 
     def delete_records(self, offsets: dict, *, timeout_ms: int = 30_000) -> dict[TopicPartition, int | KafkaError]:
         """{tp: offset} (-1: the HW): each partition's log start moved there on its
@@ -286,6 +321,94 @@ class Admin:
             return []
         return self._metadata.ask_any_node(acl_requests.delete_acls_request(list(filters)),
                                            acl_requests.delete_acls_answer, what="delete ACLs")
+
+    # --- transactions (kafka-transactions.sh), over the wire ---------------------------------
+
+    def list_transactions(self, *, states=(), producer_ids=(), duration_ms: int = -1
+                          ) -> dict[int, list[TransactionListing]]:
+        """By broker id, the transactions its coordinators hold (ListTransactions to
+        every broker, as Kafka's listTransactions().allByBrokerId()): empty filters
+        match all; `duration_ms` >= 0 keeps those running longer than that."""
+        request = txn_admin_requests.list_transactions_request(states=states, producer_ids=producer_ids,
+                                                               duration_ms=duration_ms)
+
+        def ask_all(remaining_s: float) -> dict[int, list[TransactionListing]]:
+            asked = {broker: self._network.submit(address, request)
+                     for broker, address in self._broker_addresses().items()}
+            return {broker: txn_admin_requests.list_transactions_answer(answer.result(remaining_s))
+                    for broker, answer in asked.items()}
+        return retry_until(ask_all, timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s,
+                           what="list transactions")
+
+    def describe_transactions(self, transactional_ids) -> dict[str, DescribedTransaction | KafkaError]:
+        """Per transactional id, its coordinator's description (with the broker it
+        runs on), or the error that refused it (TRANSACTIONAL_ID_NOT_FOUND for an
+        id no coordinator holds). Each id's coordinator is found with
+        FindCoordinator and found afresh after a retriable error."""
+        broker_of = {address: broker for broker, address in self._broker_addresses().items()}
+        found: dict[str, DescribedTransaction | KafkaError] = {}
+        for transactional_id in dict.fromkeys(transactional_ids):
+            def attempt(remaining_s: float, transactional_id=transactional_id) -> DescribedTransaction:
+                address = self._metadata.transaction_coordinator_address(transactional_id)
+                answer = self._network.submit(coordinator_channel(address), txn_admin_requests
+                                              .describe_transactions_request([transactional_id]))
+                return txn_admin_requests.describe_transactions_answer(
+                    answer.result(remaining_s), transactional_id, coordinator_id=broker_of.get(address, -1))
+            try:
+                found[transactional_id] = retry_until(
+                    attempt, timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s,
+                    what=f"describe transactional id {transactional_id!r}",
+                    on_retry=lambda _, t=transactional_id: self._metadata.invalidate_transaction_coordinator(t))
+            except KafkaError as error:
+                found[transactional_id] = error
+        return found
+
+    def _existing(self, partitions) -> list[TopicPartition]:
+        """`partitions` as TopicPartitions, once each is known to exist (else
+        UNKNOWN_TOPIC_OR_PARTITION, final here: nothing is retried for it)."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        for tp in tps:
+            if not 0 <= tp.partition < self._metadata.partition_count(tp.topic):
+                raise UnknownTopicOrPartition(f"Partition {tp.topic}-{tp.partition} does not exist.")
+        return tps
+
+    def describe_producers(self, partitions, *, broker_id: int | None = None
+                           ) -> dict[TopicPartition, list[ActiveProducer]]:
+        """Each partition's active producers, from its leader (DescribeProducers),
+        or with `broker_id` from that broker's replica, leader or follower
+        (kafka-transactions.sh describe-producers --broker-id). A partition's
+        error is raised (the first, in the order asked)."""
+        tps = self._existing(partitions)
+        if broker_id is None:
+            def read(tp: TopicPartition):
+                return lambda response: _raised_or_value(txn_admin_requests.describe_producers_answer(
+                    response, [(tp.topic, tp.partition)])[(tp.topic, tp.partition)])
+            return self._ask_each_leader(tps, lambda tp: lambda leader_epoch: txn_admin_requests
+                                         .describe_producers_request([(tp.topic, tp.partition)]), read)
+        address = self._broker_addresses().get(broker_id)
+        if address is None:
+            raise BrokerNotAvailable(f"broker {broker_id} is not a live broker of this cluster")
+        keys = [(tp.topic, tp.partition) for tp in tps]
+        answer = self._network.submit(address, txn_admin_requests.describe_producers_request(keys))
+        found = txn_admin_requests.describe_producers_answer(answer.result(self.default_api_timeout_s), keys)
+        return {tp: _raised_or_value(found[key]) for tp, key in zip(tps, keys)}
+
+    def abort_transaction(self, topic: str, partition: int, *, producer_id: int, producer_epoch: int,
+                          coordinator_epoch: int) -> None:
+        """Write an ABORT marker for the producer's open transaction on the partition
+        (WriteTxnMarkers to its leader, as Kafka's abortTransaction): the LSO moves
+        past it once replicated. INVALID_PRODUCER_EPOCH for an epoch older than the
+        producer's, TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older
+        than its last marker's, CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION;
+        a moved leader is found again and asked again."""
+        (tp,) = self._existing([(topic, partition)])
+        marker = TxnMarker(tp.topic, tp.partition, producer_id, producer_epoch, coordinator_epoch, commit=False)
+
+        def read(response) -> None:
+            _raised_or_value(txn_markers.write_txn_markers_answers(response, [marker])[(tp.topic, tp.partition)])
+        ask_leader(self._metadata, self._network, tp.topic, tp.partition,
+                   lambda leader_epoch: txn_markers.write_txn_markers_request([marker]), read,
+                   timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s)
 
     # --- consumer groups ------------------------------------------------------------------
 
@@ -355,3 +478,9 @@ class Admin:
         (GROUP_ID_NOT_FOUND)."""
         self._group(group_id).call("delete_group")
 
+
+def _raised_or_value(found):
+    """A per-item answer: its KafkaError raised, else the value."""
+    if isinstance(found, KafkaError):
+        raise found
+    return found

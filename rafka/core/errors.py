@@ -61,6 +61,8 @@ NotLeaderOrFollower = _error("NotLeaderOrFollower", 6, "NOT_LEADER_OR_FOLLOWER",
                              "This replica is not the leader (or a follower) of the partition.")
 RequestTimedOut = _error("RequestTimedOut", 7, "REQUEST_TIMED_OUT", True,
                          "The request did not complete in time.")
+BrokerNotAvailable = _error("BrokerNotAvailable", 8, "BROKER_NOT_AVAILABLE", False,
+                            "The broker is not available (no live broker has this id).")
 RecordTooLarge = _error("RecordTooLarge", 10, "MESSAGE_TOO_LARGE", False,
                         "A record batch is larger than max.message.bytes.")
 NetworkException = _error("NetworkException", 13, "NETWORK_EXCEPTION", True,

@@ -41,7 +41,13 @@ epoch int16, last sequence int32, last offset int64, offset delta int32,
 timestamp int64, coordinator epoch int32, current transaction first offset int64):
 one entry per kept batch, oldest first (a producer with none: one entry with last
 offset -1), so Kafka reads each producer's last batch and rafka all of them.
-Caller: core.log (which owns the table), from the replica's one thread.
+
+`active_producers` is DescribeProducers' view of the table (Kafka's
+UnifiedLog.activeProducers): per producer its epoch, last sequence, last
+timestamp, coordinator epoch and open transaction's first offset, -1 where it
+has none; an admin call, read once per request, never on a record's path.
+Callers: core.log (which owns the table), from the replica's one thread;
+protocol.hosted_partition reads `active_producers` (DescribeProducers).
 """
 
 from __future__ import annotations
@@ -83,6 +89,17 @@ class ProducerEntry:
     coordinator_epoch: int = -1            # of the last marker written for this producer
     current_txn_first_offset: int = NO_OFFSET   # the open transaction's first offset; -1: none
     last_timestamp_ms: int = -1            # max timestamp of its last batch (what expiry measures)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActiveProducer:
+    """One producer as DescribeProducers answers it (Kafka's ProducerState)."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int               # NO_SEQUENCE (-1): no batch kept (only markers, or none yet)
+    last_timestamp_ms: int           # of its last batch, control batches too; -1: none
+    coordinator_epoch: int           # of its last marker; -1: none written yet
+    current_txn_start_offset: int    # its open transaction's first offset; -1: none open
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +253,13 @@ class ProducerStateTable:
 
     def producer_count(self) -> int:
         return len(self._entries)
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """Every producer the table holds, by producer id (DescribeProducers)."""
+        return [ActiveProducer(producer_id, entry.epoch,
+                               entry.batches[-1].last_sequence if entry.batches else NO_SEQUENCE,
+                               entry.last_timestamp_ms, entry.coordinator_epoch, entry.current_txn_first_offset)
+                for producer_id, entry in sorted(self._entries.items())]
 
     def unreplicated_count(self) -> int:
         """Completed transactions whose marker the HW has not passed yet."""

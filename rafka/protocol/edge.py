@@ -12,7 +12,13 @@ Routes, by API:
     partition goes to its leader replica's actor when that replica runs on this
     broker; any other partition is answered here as Kafka's broker answers one it
     does not lead (NOT_LEADER_OR_FOLLOWER; UNKNOWN_TOPIC_OR_PARTITION if no such
-    partition exists);
+    partition exists). DescribeProducers goes to this broker's replica of the
+    partition, leader or follower (Kafka answers it from any replica's log:
+    kafka-transactions.sh describe-producers --broker-id);
+  * WriteTxnMarkers (an operator's abort, kafka-transactions.sh abort; the
+    coordinators send theirs to the actors' own nodes): each partition's marker
+    to its leader's actor here, a `__consumer_offsets` partition's to its group
+    coordinator's actor here, the rest answered here (NOT_LEADER_OR_FOLLOWER);
   * group APIs (TxnOffsetCommit among them): to the group's coordinator actor
     when it runs on this broker, else NOT_COORDINATOR from here; ListGroups asks
     every coordinator here;
@@ -91,6 +97,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i64
 
 from rafka.core.acl import AclOperation, ResourceType
+from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NetworkException, RequestTimedOut
 from rafka.core.offsets_schema import partition_for_group
@@ -116,9 +123,10 @@ class _PartitionApi:
     """Where a partition API keeps its topics and partitions, request and answer."""
     topics: str
     partitions: str
-    partition_index: str
+    partition_index: str | None   # None: the request's partitions are the indexes themselves
     answer_topics: str
     answer_partitions: str
+    any_replica: bool = False     # served by this broker's replica in any role, not by the leader only
 
 
 PARTITION_APIS = {
@@ -127,6 +135,7 @@ PARTITION_APIS = {
     2: _PartitionApi("topics", "partitions", "partition_index", "topics", "partitions"),
     23: _PartitionApi("topics", "partitions", "partition", "topics", "partitions"),
     21: _PartitionApi("topics", "partitions", "partition_index", "topics", "partitions"),   # DeleteRecords
+    61: _PartitionApi("topics", "partition_indexes", None, "topics", "partitions", any_replica=True),
 }
 PRODUCE_KEY = 0
 FETCH_KEY = 1
@@ -151,6 +160,10 @@ LIST_TRANSACTIONS_KEY = 66
 TRANSACTION_APIS = frozenset(SINGLE_TRANSACTION_APIS) | frozenset(TRANSACTION_LIST_APIS) | {LIST_TRANSACTIONS_KEY}
 # Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls
 CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31})
+WRITE_TXN_MARKERS_KEY = 27
+# every API routed to the actors (the rest is answered here): one set lookup a request
+ROUTED_APIS = (frozenset(PARTITION_APIS) | SINGLE_GROUP_APIS | frozenset(GROUP_LIST_APIS) | CONTROLLER_APIS
+               | {LIST_GROUPS_KEY, WRITE_TXN_MARKERS_KEY} | TRANSACTION_APIS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,8 +220,7 @@ class EdgeDispatcher(Dispatcher):
 
     async def dispatch(self, frame, *, connection_id: str = "", session: Session = ANONYMOUS_SESSION) -> bytes | None:
         api_key, _ = peek_api_key_and_version(frame)
-        if api_key in PARTITION_APIS or api_key in SINGLE_GROUP_APIS or api_key in GROUP_LIST_APIS \
-                or api_key in CONTROLLER_APIS or api_key == LIST_GROUPS_KEY or api_key in TRANSACTION_APIS:
+        if api_key in ROUTED_APIS:
             started_s = self._clock_s()
             parsed = self.parse(frame, connection_id=connection_id, session=session)
             if not parsed.is_unsupported_api_versions:
@@ -232,6 +244,8 @@ class EdgeDispatcher(Dispatcher):
             targets = {(controller.host, controller.port) if controller else None: body}
         elif api_key in PARTITION_APIS:
             targets = self._partition_targets(api_key, body, decision.refused_names(ResourceType.TOPIC))
+        elif api_key == WRITE_TXN_MARKERS_KEY:
+            targets = self._marker_targets(body)
         elif api_key == LIST_GROUPS_KEY:
             targets = {endpoint: body for endpoint in self._coordinators_here()} or {None: body}
         elif api_key == LIST_TRANSACTIONS_KEY:
@@ -315,9 +329,10 @@ class EdgeDispatcher(Dispatcher):
         split: dict[Endpoint | None, dict[int, tuple[Any, list]]] = {}
         for index, topic in enumerate(getattr(body, api.topics)):
             name = _topic_name(topic, image)
+            here = self._replica_here if api.any_replica else self._leader_here
             for partition in getattr(topic, api.partitions):
-                endpoint = None if name in refused else self._leader_here(
-                    image, name, int(getattr(partition, api.partition_index)))
+                endpoint = None if name in refused else here(image, name, int(
+                    partition if api.partition_index is None else getattr(partition, api.partition_index)))
                 split.setdefault(endpoint, {}).setdefault(index, (topic, []))[1].append(partition)
         if not split:
             return {None: body}
@@ -337,6 +352,21 @@ class EdgeDispatcher(Dispatcher):
             return None
         return node.host, node.port
 
+    def _replica_here(self, image: ClusterImage, topic: str | None, partition: int) -> Endpoint | None:
+        """This broker's replica of the partition, the leader or else a follower (a
+        replica's node carries its broker id as its rack)."""
+        leader = self._leader_here(image, topic, partition)
+        if leader is not None:
+            return leader
+        found = image.topics.get(topic) if topic is not None else None
+        if found is None or not 0 <= partition < len(found.partitions):
+            return None
+        for node_id in found.partitions[partition].replica_nodes:
+            node = image.nodes.get(node_id)
+            if node is not None and node.rack == str(self.broker_id):
+                return node.host, node.port
+        return None
+
     def _coordinator_here(self, key: str, *, transactions: bool = False) -> Endpoint | None:
         """The endpoint of the coordinator of group `key` (of transactional id `key`
         with `transactions`) if it runs on this broker, else None."""
@@ -345,10 +375,37 @@ class EdgeDispatcher(Dispatcher):
         if not nodes:
             return None
         partition = (partition_for_transaction if transactions else partition_for_group)(key, len(nodes))
-        node = image.nodes.get(nodes[partition])
-        if image.coordinator_broker(partition, nodes=nodes) != self.broker_id or node is None:
+        return self._coordinator_at(image, nodes, partition)
+
+    def _coordinator_at(self, image: ClusterImage, nodes: tuple[int, ...], partition: int) -> Endpoint | None:
+        """The endpoint of the coordinator of `partition` among `nodes` if it runs on
+        this broker, else None."""
+        node = image.nodes.get(nodes[partition]) if 0 <= partition < len(nodes) else None
+        if node is None or image.coordinator_broker(partition, nodes=nodes) != self.broker_id:
             return None
         return node.host, node.port
+
+    def _marker_targets(self, body) -> dict[Endpoint | None, Any]:
+        """WriteTxnMarkers split by where each partition's marker is written: its
+        leader's actor, a `__consumer_offsets` partition's group coordinator (None:
+        answered here)."""
+        image = self._image()
+        split: dict[Endpoint | None, list] = {}
+        for marker in body.markers:
+            topics: dict[Endpoint | None, list] = {}
+            for topic in marker.topics:
+                partitions: dict[Endpoint | None, list] = {}
+                for partition in topic.partition_indexes:
+                    endpoint = (self._coordinator_at(image, image.coordinator_nodes, int(partition))
+                                if topic.name == OFFSETS_TOPIC else self._leader_here(image, topic.name, int(partition)))
+                    partitions.setdefault(endpoint, []).append(partition)
+                for endpoint, indexes in partitions.items():
+                    topics.setdefault(endpoint, []).append(dataclasses.replace(topic, partition_indexes=tuple(indexes)))
+            for endpoint, entries in topics.items():
+                split.setdefault(endpoint, []).append(dataclasses.replace(marker, topics=tuple(entries)))
+        if len(split) <= 1:
+            return {next(iter(split), None): body}
+        return {endpoint: dataclasses.replace(body, markers=tuple(markers)) for endpoint, markers in split.items()}
 
     def _coordinators_here(self, *, transactions: bool = False) -> list[Endpoint]:
         image = self._image()
@@ -584,6 +641,17 @@ def _merge(api_key: int, version: int, answers: list):
                         before, api.answer_partitions) + getattr(topic, api.answer_partitions)})
                 merged[key] = topic
         changes[api.answer_topics] = tuple(merged.values())
+    elif api_key == WRITE_TXN_MARKERS_KEY:   # one entry per producer id, one per topic in it, as Kafka's
+        by_producer: dict[int, tuple[Any, dict[str, Any]]] = {}
+        for answer in answers:
+            for result in answer.markers:
+                _, topics = by_producer.setdefault(int(result.producer_id), (result, {}))
+                for topic in result.topics:
+                    before = topics.get(topic.name)
+                    topics[topic.name] = topic if before is None else dataclasses.replace(
+                        before, partitions=before.partitions + topic.partitions)
+        changes["markers"] = tuple(dataclasses.replace(result, topics=tuple(topics.values()))
+                                   for result, topics in by_producer.values())
     else:
         field = (ITEM_APIS[api_key].answer_items if api_key in ITEM_APIS else _ANSWER_LISTS.get(api_key)
                  or GROUP_LIST_APIS.get(api_key, TRANSACTION_LIST_APIS.get(api_key))[1])

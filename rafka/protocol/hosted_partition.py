@@ -19,6 +19,8 @@ What waits, and until when (Kafka's DelayedProduce and DelayedFetch purgatories)
     its log start with each fetch); a follower fetch whose log start is behind the
     leader's returns at once, so the followers learn of a deletion without
     waiting out their long poll.
+DescribeProducers (`describe_producers`) waits for nothing: it reads the replica's
+producer state in any role, as Kafka's does.
 Every waiter is woken by `notify()`, which the host calls after any change of
 role, ISR or log. Here, an append wakes the followers' fetches (the LEO moved)
 and, only if it moved the HW too (an ISR of the leader alone), everyone; a
@@ -48,6 +50,7 @@ import dataclasses
 from collections.abc import Callable
 
 from rafka.core.errors import NotLeaderOrFollower, RequestTimedOut
+from rafka.core.producer_state import ActiveProducer
 from rafka.core.records import count_records
 from rafka.core.replica import (ACKS_ALL, READ_UNCOMMITTED, FetchResult, PartitionReplica, ProduceResult,
                                 Role)
@@ -267,3 +270,8 @@ class HostedPartition:
 
     async def end_offset_for_epoch(self, requested_epoch: int, leader_epoch: int | None) -> tuple[int, int]:
         return self._replica().end_offset_for_epoch(requested_epoch=requested_epoch, leader_epoch=leader_epoch)
+
+    async def describe_producers(self) -> list[ActiveProducer]:
+        """DescribeProducers: this replica's producer state, leader or follower (Kafka's
+        Partition.activeProducerState reads the local log in either role)."""
+        return self._replica().producers.active_producers()

@@ -11,6 +11,9 @@ Kafka 3.x's ListOffsetsRequest.json / ListOffsetsResponse.json at version 0:
 MaxNumOffsets in the request and OldStyleOffsets in the response, no
 isolation level, no throttle time, no timestamp in the answer.
 
+Besides them, one answer kio reads too narrowly: DescribeTransactions v0, whose
+start time is -1 for an Empty transaction (describe_transactions_schema).
+
 Caller: entities.load_request_schema / load_response_schema (OWN_SCHEMAS).
 """
 
@@ -18,12 +21,15 @@ Caller: entities.load_request_schema / load_response_schema (OWN_SCHEMAS).
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from kio import index as _kio_index
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader
 from kio.schema.types import BrokerId, TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i64
+
+from rafka.protocol import describe_transactions_schema
 
 LIST_OFFSETS_KEY = 2
 
@@ -98,4 +104,7 @@ class ListOffsetsResponseV0:
 # (api key, version) -> (request type, response type)
 OWN_SCHEMAS: dict[tuple[int, int], tuple[type, type]] = {
     (LIST_OFFSETS_KEY, 0): (ListOffsetsRequestV0, ListOffsetsResponseV0),
+    (describe_transactions_schema.DESCRIBE_TRANSACTIONS_KEY, 0): (
+        _kio_index.load_request_schema(describe_transactions_schema.DESCRIBE_TRANSACTIONS_KEY, 0),
+        describe_transactions_schema.DescribeTransactionsResponse),
 }

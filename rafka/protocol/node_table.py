@@ -3,7 +3,8 @@ node, as every Kafka broker advertises every API. A node answers for what it
 hosts and with Kafka's redirecting errors for the rest, so clients that take one
 node's ApiVersions for the whole cluster (kafka-python does) work:
   * a partition not hosted here: NOT_LEADER_OR_FOLLOWER (UNKNOWN_TOPIC_OR_PARTITION
-    when the image does not know it);
+    when the image does not know it); DescribeProducers is answered by any replica
+    hosted here, leader or follower, as Kafka's;
   * a group or transactional id not coordinated here: NOT_COORDINATOR;
   * WriteTxnMarkers for a partition not led here: NOT_LEADER_OR_FOLLOWER (for a
     `__consumer_offsets` partition whose group coordinator is here: through it);
@@ -33,7 +34,7 @@ from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
 from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions,
                                      delete_records, describe_cluster, describe_configs, describe_log_dirs,
-                                     describe_transactions, end_txn, fetch, find_coordinator,
+                                     describe_producers, describe_transactions, end_txn, fetch, find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
                                      list_transactions, metadata, offset_for_leader_epoch, produce, topic_admin,
                                      txn_offset_commit, write_txn_markers)
@@ -89,6 +90,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         api_versions.ROUTE, metadata.route(image), find_coordinator.route(image), describe_configs.route(image),
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
         offset_for_leader_epoch.route(partitions), delete_records.route(partitions),
+        describe_producers.route(partitions),
         describe_cluster.route(image), describe_log_dirs.route(log_dirs), init_producer_id.route(allocate_producer_id, transactions),
         add_partitions_to_txn.route(transactions, image), add_offsets_to_txn.route(transactions),
         end_txn.route(transactions), describe_transactions.route(transactions), list_transactions.route(transactions),

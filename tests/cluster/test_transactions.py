@@ -6,9 +6,11 @@ consumers; zombie fencing; the coordinator actor killed mid-transaction and a
 new one finishing it; a producer killed inside a transaction (aborted at its
 timeout) and a partition leader killed inside one; consume-transform-produce
 exactly once, on confluent-kafka and on rafka's own clients, with aborted
-transactions re-processed."""
+transactions re-processed; `rafka transactions` (kafka-transactions.sh) listing,
+describing, finding and aborting the transactions that hold a partition's LSO."""
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 import time
@@ -319,6 +321,104 @@ def test_partition_leader_killed_inside_a_transaction__the_commit_completes_on_e
     settle(coordinator, "leader-lost", "CompleteCommit")
     committed, everything = committed_and_all(cluster, b"leader-lost-")
     assert committed == everything == {0: [b"leader-lost-0"], 1: [b"leader-lost-1"]}
+
+
+# --- rafka transactions: hanging transactions found and aborted (issue 28) ----------
+
+def transactions_tool(capsys, line: str) -> list[list[str]]:
+    """`rafka transactions ...` run in this driver (its `connect` joins the fixture's
+    Ray cluster): the table's rows, cells stripped, the headers first."""
+    from rafka.cli import main
+    capsys.readouterr()
+    assert main(["transactions", *line.split()]) == 0, capsys.readouterr().err
+    return [[cell.strip() for cell in row.split("\t")[:-1]] for row in capsys.readouterr().out.splitlines()]
+
+
+def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_aborts_them__the_lso_moves_on(
+        cluster, coordinator, capsys):
+    """A confluent-kafka producer left inside a transaction (its coordinator holds it
+    Ongoing, with the partition) and a transactional batch of a producer whose
+    coordinator never added the partition (what a produce arriving after its
+    transaction ended leaves behind, before KIP-890): both hold the partition's
+    LSO, so a read_committed reader stops at the first. `rafka transactions` shows
+    them as kafka-transactions.sh does; find-hanging reports only the second (the
+    coordinator will end the first itself), from the leader and from a
+    follower's broker; `abort` ends each by its start offset, and the reader then
+    reads the record written between them."""
+    from confluent_kafka import Producer
+
+    from rafka.core.records import ATTR_TRANSACTIONAL, RecordInput, encode_batch
+    from rafka.protocol.connection import Connection
+    from tests.core.test_protocol_partitions import produce_request
+
+    topic = "txn-hanging"
+    cluster.admin().create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    left_open = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": "hanging-open",
+                          "transaction.timeout.ms": 900_000})   # the coordinators' maximum: not ended meanwhile
+    left_open.init_transactions(60)
+    left_open.begin_transaction()
+    left_open.produce(topic, value=b"open", partition=0)
+    left_open.flush(60)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True})
+    plain.produce(topic, value=b"between", partition=0)
+    assert plain.flush(60) == 0
+    never_added = cluster.producer(transactional_id="hanging-never-added")
+    never_added.init_transactions()   # Empty at its coordinator: no partition added, nothing begun
+    late = dataclasses.replace(produce_request(encode_batch(
+        [RecordInput(b"late", b"k", int(time.time() * 1000))], producer_id=never_added.producer_id,
+        producer_epoch=never_added.producer_epoch, base_sequence=0, attributes=ATTR_TRANSACTIONAL),
+        topic=topic), transactional_id="hanging-never-added")
+
+    async def produce_at_the_leader():
+        codes = []
+        for address in cluster.bootstrap_servers.split(","):   # only the leader's broker takes it
+            host, port = address.rsplit(":", 1)
+            connection = await Connection.open(host, int(port))
+            try:
+                codes.append((await connection.request(late)).responses[0].partition_responses[0].error_code)
+            finally:
+                await connection.close()
+        return codes
+    assert asyncio.run(produce_at_the_leader()).count(0) == 1   # written once, at offset 2
+    assert read_values(cluster.bootstrap_servers, topic, "read_committed", partitions=(0,)) == {0: []}
+    opened = state_of(coordinator, "hanging-open")
+    assert (opened.state, opened.topic_partitions) == ("Ongoing", frozenset({(topic, 0)}))
+
+    listed = transactions_tool(capsys, "list")
+    assert listed[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    rows = {row[0]: row for row in listed[1:]}
+    assert rows["hanging-open"][2:] == [str(opened.producer_id), "Ongoing"]
+    assert rows["hanging-never-added"][2:] == [str(never_added.producer_id), "Empty"]
+    headers, described = transactions_tool(capsys, "describe --transactional-id hanging-open")
+    assert headers[-1] == "TopicPartitions" and described[0] == rows["hanging-open"][1]   # the same coordinator
+    assert described[1:6] + described[8:] == ["hanging-open", str(opened.producer_id), "0", "Ongoing", "900000",
+                                              f"{topic}-0"]
+    producers = {row[0]: row for row in transactions_tool(capsys, f"describe-producers --topic {topic} "
+                                                                 f"--partition 0")[1:]}
+    assert producers[str(opened.producer_id)][5] == "0" and producers[str(never_added.producer_id)][5] == "2"
+
+    def hanging(line):
+        return [(row[0], row[1], row[2], row[5]) for row in transactions_tool(capsys, line)[1:] if row[0] == topic]
+    expected = [(topic, "0", str(never_added.producer_id), "2")]
+    assert hanging(f"find-hanging --topic {topic} --partition 0 --max-transaction-timeout 0") == expected
+    partition = cluster.admin().describe_topics([topic])[topic]["partitions"][0]
+    leader_broker = partition["brokers"][partition["replicas"].index(partition["leader"])]
+    follower_broker = next(b for b in partition["brokers"] if b != leader_broker)
+    wait_until(lambda: hanging(f"find-hanging --broker-id {follower_broker} --max-transaction-timeout 0")
+               == expected, what="the follower's broker finding the hanging transaction")
+    assert hanging(f"find-hanging --topic {topic} --max-transaction-timeout 60") == []   # not that old
+
+    transactions_tool(capsys, f"abort --topic {topic} --partition 0 --start-offset 2")
+    assert read_values(cluster.bootstrap_servers, topic, "read_committed", partitions=(0,)) == {0: []}
+    transactions_tool(capsys, f"abort --topic {topic} --partition 0 --start-offset 0")
+    assert read_values(cluster.bootstrap_servers, topic, "read_committed", partitions=(0,)) == {0: [b"between"]}
+    assert read_values(cluster.bootstrap_servers, topic, "read_uncommitted", partitions=(0,)) == {
+        0: [b"open", b"between", b"late"]}
+    assert all(row[5] == "None" for row in transactions_tool(
+        capsys, f"describe-producers --topic {topic} --partition 0")[1:])
+    left_open.abort_transaction(60)   # its coordinator ends it too (its marker finds nothing open there)
+    settle(coordinator, "hanging-open", "CompleteAbort")
+    never_added.close()
 
 
 # --- consume-transform-produce, exactly once (issue 28's must-show) ------------------

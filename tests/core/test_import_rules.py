@@ -37,12 +37,12 @@ RAY = "Ray"                 # the `ray` package, and `raydp` (Spark on Ray), whi
 FACES = "faces"
 LAYERS = ("core", "protocol", "placement", "actors", "client", "spark_bridge", "verify")
 # The entry points. DESIGN names `cli`, `cluster`, `demo`; the others are their parts:
-# `cli_groups`, `cli_acls` and `cli_records` (commands of `cli`), `cluster_errors` (errors of
-# `cluster` and `cli`),
+# `cli_groups`, `cli_acls`, `cli_records` and `cli_transactions` (commands of `cli`), `cluster_errors`
+# (errors of `cluster` and `cli`),
 # `quiet` (the output redirection of `cli` and `demo`), and the package's __init__,
 # which hands out `cluster`'s entry points.
-FACE_MODULES = ("cli", "cluster", "demo", "cli_groups", "cli_acls", "cli_records", "cluster_errors", "quiet",
-                "__init__")
+FACE_MODULES = ("cli", "cluster", "demo", "cli_groups", "cli_acls", "cli_records", "cli_transactions",
+                "cluster_errors", "quiet", "__init__")
 
 # layer -> what it may import besides itself. FACES may import anything.
 ALLOWED: dict[str, frozenset[str]] = {

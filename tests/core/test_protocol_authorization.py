@@ -229,6 +229,11 @@ def write_markers(topic):
                                                    coordinator_epoch=i32(0)),))
 
 
+def describe_producers(topic):
+    m = mod(61, 0)
+    return req(61, 0, topics=(m.TopicRequest(name=topic, partition_indexes=(i32(0),)),))
+
+
 def produce_txn(topic, transactional_id):
     import dataclasses
     return dataclasses.replace(produce_request(batch(b"x"), topic=topic), transactional_id=transactional_id)
@@ -264,6 +269,7 @@ CODES = {
     25: lambda a: {a.error_code}, 26: lambda a: {a.error_code},
     27: lambda a: {p.error_code for m in a.markers for t in m.topics for p in t.partitions},
     65: lambda a: {t.error_code for t in a.transaction_states},
+    61: lambda a: partition_codes(a, "topics", "partitions"),
 }
 
 TOPIC, GROUP, CLUSTER, TXN = (ErrorCode.topic_authorization_failed, ErrorCode.group_authorization_failed,
@@ -307,6 +313,7 @@ REFUSED = [
     ("add partitions to a transaction not granted", "alice", lambda: add_partitions("t1", "orders"), TXN),
     ("describe a transaction not granted", "alice", lambda: describe_transactions("t1"), TXN),
     ("write transaction markers without cluster action", "alice", lambda: write_markers("orders"), CLUSTER),
+    ("describe producers of a topic not granted", "alice", lambda: describe_producers("secret"), TOPIC),
 ]
 
 
@@ -324,6 +331,7 @@ ALLOWED = [
     ("produce to a granted topic", "alice", lambda: produce_request(batch(b"ok"))),
     ("fetch a granted topic", "bob", lambda: fetch("orders")),
     ("list offsets of a granted topic", "bob", lambda: list_offsets("orders")),
+    ("describe producers of a topic granted read", "bob", lambda: describe_producers("orders")),
     ("metadata of a granted topic", "bob", lambda: metadata("orders")),
     ("commit a granted topic in a granted group", "alice", lambda: commit("billing", "orders")),
     ("offset fetch in a granted group", "bob", lambda: offset_fetch("billing", "orders")),

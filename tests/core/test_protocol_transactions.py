@@ -24,6 +24,7 @@ from tests.core.test_protocol_dispatch import read_response, request_frame
 
 pytestmark = pytest.mark.core
 INIT, ADD_PARTITIONS, ADD_OFFSETS, END, WRITE_MARKERS, DESCRIBE, LIST = 22, 24, 25, 26, 27, 65, 66
+DESCRIBE_PRODUCERS = 61
 
 
 class Host:
@@ -249,7 +250,32 @@ def test_api_versions__advertises_the_transaction_apis():
     async def scenario(ask, host):
         answer = await ask(18, 3, client_software_name="t", client_software_version="1")
         ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}
-        assert {key: ranges[key] for key in (INIT, ADD_PARTITIONS, ADD_OFFSETS, END, WRITE_MARKERS, DESCRIBE, LIST)} == {
+        assert {key: ranges[key] for key in (INIT, ADD_PARTITIONS, ADD_OFFSETS, END, WRITE_MARKERS, DESCRIBE, LIST,
+                                             DESCRIBE_PRODUCERS)} == {
             INIT: (0, 4), ADD_PARTITIONS: (0, 5), ADD_OFFSETS: (0, 4), END: (0, 4), WRITE_MARKERS: (1, 2),
-            DESCRIBE: (0, 0), LIST: (0, 1)}
+            DESCRIBE: (0, 0), LIST: (0, 1), DESCRIBE_PRODUCERS: (0, 0)}
     run(scenario)
+
+
+def test_describe_transactions__an_empty_ids_start_time_minus_1__read_back__bytes_as_kios_schema():
+    """rafka's own answer schema (protocol.describe_transactions_schema) writes what
+    kio's does, and reads the -1 an Empty transaction answers, which kio's refuses
+    (rafka's Admin reading one: test_cli_transactions)."""
+    from kio.schema.describe_transactions.v0 import response as kio_v0
+    from kio.serial import entity_reader
+
+    from rafka.protocol import describe_transactions_schema as own
+    from rafka.protocol.entities import load_response_schema
+    from rafka.protocol.hot_writers import body_pieces
+
+    def answer(module, start_time):
+        return module.DescribeTransactionsResponse(throttle_time=timeout(0), transaction_states=(
+            module.TransactionState(error_code=ErrorCode.none, transactional_id="t", transaction_state="Empty",
+                                    transaction_timeout=timeout(60_000), transaction_start_time=start_time,
+                                    producer_id=i64(5000), producer_epoch=i16(0),
+                                    topics=(module.TopicData(topic="orders", partitions=(i32(1),)),)),))
+    assert load_response_schema(DESCRIBE, 0) is own.DescribeTransactionsResponse
+    five_s = datetime.datetime(1970, 1, 1, 0, 0, 5, tzinfo=datetime.UTC)
+    assert b"".join(body_pieces(answer(own, i64(5_000)))) == b"".join(body_pieces(answer(kio_v0, five_s)))
+    empty = b"".join(body_pieces(answer(own, i64(-1))))
+    assert entity_reader(own.DescribeTransactionsResponse)(empty, 0)[0].transaction_states[0].transaction_start_time == -1

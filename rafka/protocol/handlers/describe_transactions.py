@@ -4,7 +4,8 @@
 TRANSACTIONAL_ID_NOT_FOUND for one the coordinator does not hold, INVALID_REQUEST
 for an empty id, COORDINATOR_LOAD_IN_PROGRESS while its partition loads (an
 error entry carries only its code and id). An Empty transaction's start time
-is -1, as Kafka's (Java clients read it; kio's reader refuses a negative time).
+is -1, as Kafka's (Java clients read it; the answer's schema is rafka's own,
+protocol.describe_transactions_schema, as kio's reader refuses a negative time).
 Caller: node_table, through `route(transactions)`.
 """
 
@@ -27,13 +28,6 @@ MIN_VERSION, MAX_VERSION = 0, 0
 # transaction's topics the caller may not DESCRIBE are left out
 _DESCRIBE = check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID)
 _DESCRIBE_TOPIC = check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-def start_time(ms: int) -> datetime.datetime:
-    """A datetime_i64 field kio writes as `ms`, -1 (none) included (kio's TZAware
-    type has no negative value, its writer takes any datetime)."""
-    return _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 def route(transactions: TransactionHost) -> Route:
@@ -51,7 +45,7 @@ def route(transactions: TransactionHost) -> Route:
                 states.append(make(module.TransactionState, error_code=code_for(
                     error, api="DescribeTransactions", version=context.api_version),
                     transactional_id=transactional_id, transaction_state="",
-                    transaction_timeout=i32Timedelta.parse(datetime.timedelta(0)), transaction_start_time=start_time(0),
+                    transaction_timeout=i32Timedelta.parse(datetime.timedelta(0)), transaction_start_time=i64(0),
                     producer_id=i64(0), producer_epoch=i16(0), topics=()))
                 continue
             by_topic: dict[str, list[int]] = {}
@@ -63,7 +57,7 @@ def route(transactions: TransactionHost) -> Route:
                 module.TransactionState, error_code=ErrorCode.none, transactional_id=transactional_id,
                 transaction_state=found.state,
                 transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=found.txn_timeout_ms)),
-                transaction_start_time=start_time(found.txn_start_timestamp_ms), producer_id=i64(found.producer_id),
+                transaction_start_time=i64(found.txn_start_timestamp_ms), producer_id=i64(found.producer_id),
                 producer_epoch=i16(found.producer_epoch),
                 topics=tuple(make(module.TopicData, topic=topic, partitions=tuple(i32(p) for p in partitions))
                              for topic, partitions in by_topic.items())))

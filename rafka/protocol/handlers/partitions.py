@@ -13,7 +13,7 @@ A partition of a topic the caller may not use (protocol.authorization) is
 answered TOPIC_AUTHORIZATION_FAILED (or the request's refusal) before any of this.
 
 Callers: handlers.produce, handlers.fetch, handlers.list_offsets,
-handlers.offset_for_leader_epoch.
+handlers.offset_for_leader_epoch, handlers.describe_producers.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ class PartitionEndpoint(Protocol):
 
     async def list_offset(self, timestamp_ms: int, leader_epoch: int | None = ...,
                           isolation_level: int = ...) -> Any: ...
+
+    async def describe_producers(self) -> Any: ...
 
 
 class PartitionHost(Protocol):
