@@ -511,10 +511,13 @@ class ControllerActor:
 
     async def _start_partitions(self, topic: str, partitions: range, wait: bool) -> None:
         """Start the new partitions' replicas (all at once); with `wait`, until each
-        leader serves, else in the background. The pool is refilled after."""
+        leader serves and the brokers have the image naming them, else in the
+        background. The pool is refilled after: new processes starting take the
+        CPU a creation has (one core of two here, the rest is the idle cluster's)."""
         async def start() -> None:
             try:
                 await asyncio.gather(*(self._start_partition(topic, p) for p in partitions))
+                await self.brokers_current()
             finally:
                 self._starting.difference_update((topic, p) for p in partitions)
                 self._fill_pool()
