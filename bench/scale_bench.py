@@ -241,9 +241,21 @@ def wait_until_at_rest(cluster, topic: str, quiet_s: float, timeout_s: float = 6
     raise TimeoutError(f"{topic} never came to rest within {timeout_s:.0f}s")
 
 
-def leader_and_follower_pids(cluster, topic: str) -> tuple[list[int], list[int]]:
+def leader_and_follower_pids(cluster, topic: str, timeout_s: float = 60.0) -> tuple[list[int], list[int]]:
+    """The topic's leaders' and followers' pids, once every partition has a leader
+    (a partition the watch loop found unanswering on a saturated machine is offline
+    until its next round): each offline partition is printed, and waited for."""
     pids = rafka_actor_pids(cluster, topic)
-    partitions = cluster.admin().describe_topics([topic])[topic]["partitions"]
+    deadline_s = time.monotonic() + timeout_s
+    while True:
+        partitions = cluster.admin().describe_topics([topic])[topic]["partitions"]
+        offline = [p["partition"] for p in partitions if p["leader"] < 0]
+        if not offline:
+            break
+        print(f"{topic}: partitions {offline} have no leader", flush=True)
+        if time.monotonic() > deadline_s:
+            raise TimeoutError(f"{topic}: partitions {offline} had no leader for {timeout_s:.0f}s")
+        time.sleep(1.0)
     leaders = {p["actors"][p["leader"]] for p in partitions}
     return [pid for n, pid in pids.items() if n in leaders], [pid for n, pid in pids.items() if n not in leaders]
 
