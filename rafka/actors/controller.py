@@ -556,12 +556,12 @@ class ControllerActor:
         # a shell of the pool takes it at once; a new one is a process to start: seconds
         answers = await asyncio.gather(*(asyncio.wait_for(ref, timeout=self.replica_start_timeout_ms / 1000)
                                          for ref in taken), return_exceptions=True)
-        failed = [(r, a) for r, a in zip(state.replicas, answers) if isinstance(a, BaseException)]
-        for replica_id, error in failed:
-            if not isinstance(error, (asyncio.TimeoutError, ray.exceptions.RayError)):
-                raise error
-            logger.warning("%s-%d: replica %d did not take its role in %d ms (the watch loop takes over): %r",
-                           topic, partition, replica_id, self.replica_start_timeout_ms, error)
+        for replica_id, answer in zip(state.replicas, answers):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, (asyncio.TimeoutError, ray.exceptions.RayError)):
+                    raise answer
+                logger.warning("%s-%d: replica %d did not take its role in %d ms (the watch loop takes over): %r",
+                               topic, partition, replica_id, self.replica_start_timeout_ms, answer)
         # Their endpoints only now, once the leader leads (Kafka's controller sends
         # LeaderAndIsr before UpdateMetadata): a broker's Metadata names a leader only
         # when its replica listens, and a leader named before it led answered a
