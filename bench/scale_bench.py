@@ -261,10 +261,10 @@ def leader_and_follower_pids(cluster, topic: str, timeout_s: float = 60.0) -> tu
 
 
 def aggregate_rates(cluster, topic: str, partitions: int, seconds: float, *, librdkafka: bool,
-                    profile: bool) -> tuple[float | None, float, float, float, float, float, list]:
+                    profile: bool) -> tuple[float | None, float, float, float, float, float, float, list]:
     """(librdkafka acked records/s or None, rafka's acked records/s, CPU % of the
-    leaders, of the followers, of this driver and of the whole machine during
-    rafka's publish, samplers)."""
+    leaders, of the followers, of the brokers' network processes, of this driver
+    and of the whole machine during rafka's publish, samplers)."""
     wait_for_wire(cluster, topic)
     rdk_rate = None
     if librdkafka:
@@ -273,12 +273,16 @@ def aggregate_rates(cluster, topic: str, partitions: int, seconds: float, *, lib
                                           seconds, partitions)
         rdk_rate = acked / elapsed_s
     leader_pids, follower_pids = leader_and_follower_pids(cluster, topic)
+    from rafka.core.actor_names import BROKER_ACTOR_PREFIX
+    broker_pids = [pid for name, pid in rafka_actor_pids().items() if name.startswith(BROKER_ACTOR_PREFIX)]
     quiesce()
     with (cpu_percent_while(leader_pids) as leader_cpu, cpu_percent_while(follower_pids) as follower_cpu,
+          cpu_percent_while(broker_pids) as broker_cpu,
           cpu_percent_while([os.getpid()]) as driver_cpu, machine_cpu_percent_while() as machine_cpu,
           sampled(profile, cluster, topic, "rafka") as samplers):
         acked, elapsed_s = publish(cluster, topic, RATE_RECORD_BYTES, seconds, partitions=partitions)
-    return rdk_rate, acked / elapsed_s, sum(leader_cpu), sum(follower_cpu), sum(driver_cpu), machine_cpu[0], samplers
+    return (rdk_rate, acked / elapsed_s, sum(leader_cpu), sum(follower_cpu), sum(broker_cpu), sum(driver_cpu),
+            machine_cpu[0], samplers)
 
 
 def print_rates(rate_rows, seconds: float) -> None:
@@ -290,13 +294,14 @@ def print_rates(rate_rows, seconds: float) -> None:
     print(f"\naggregate acks=all rate, {RATE_RECORD_BYTES} B records round-robin over every partition, "
           f"RF3, min ISR 2, {seconds:g} s each, {os.cpu_count()} cores")
     print(f"{'partitions':>10}{'rdk agg rec/s':>15}{'x 1p':>6}{'rafka agg rec/s':>17}{'x 1p':>6}{'rafka MB/s':>11}"
-          f"{'leaders CPU%':>13}{'followers CPU%':>15}{'driver CPU%':>12}{'machine CPU%':>13}")
-    for count, rdk_rate, rafka_rate, leader_cpu, follower_cpu, driver_cpu, machine_cpu in rate_rows:
+          f"{'leaders CPU%':>13}{'followers CPU%':>15}{'brokers CPU%':>13}{'driver CPU%':>12}{'machine CPU%':>13}")
+    for count, rdk_rate, rafka_rate, leader_cpu, follower_cpu, broker_cpu, driver_cpu, machine_cpu in rate_rows:
         print(f"{count:>10}{f'{rdk_rate:,.0f}' if rdk_rate is not None else '-':>15}{times_one(rdk_rate, 1):>6}"
               f"{rafka_rate:>17,.0f}{times_one(rafka_rate, 2):>6}{rafka_rate * RATE_RECORD_BYTES / 1e6:>11.1f}"
-              f"{leader_cpu:>13.0f}{follower_cpu:>15.0f}{driver_cpu:>12.0f}{machine_cpu:>13.0f}")
+              f"{leader_cpu:>13.0f}{follower_cpu:>15.0f}{broker_cpu:>13.0f}{driver_cpu:>12.0f}{machine_cpu:>13.0f}")
     print("x 1p: over the 1-partition row; CPU%: during rafka's publish, % of one core, summed over the "
-          "partitions' leaders, their followers, this driver (rafka's Producer), and every process on the machine")
+          "partitions' leaders, their followers, the brokers' network processes, this driver (rafka's Producer), "
+          "and every process on the machine")
     if one is None:
         return
     for count, rdk_rate, rafka_rate, *_ in rate_rows:
@@ -324,6 +329,8 @@ def main() -> None:
     only.add_argument("--rate-only", action="store_true", help="the aggregate rate only (no idle, no creation)")
     parser.add_argument("--controller", nargs="*", default=[], metavar="OPTION=MS",
                         help="controller options, e.g. watch_interval_ms=1000")
+    parser.add_argument("--creations", type=int, default=3,
+                        help="12-partition topics created one after another; create12 is their median")
     parser.add_argument("--pool", type=int, default=12,
                         help="idle replica actors per broker (the controller's replica_pool_size)")
     args = parser.parse_args()
@@ -364,6 +371,7 @@ def main() -> None:
                 cpu_by_actor = dict(zip(every, idle_cpu_percent(every.values(), args.idle_s)))
                 cpu = sum(cpu_by_actor.values())
                 controller_cpu = cpu_by_actor.get("controller", 0.0)
+                print_idle_by_kind(cluster, topic, cpu_by_actor, bare_cpu / len(bare_pids))
                 connections = connections_between(every.values())
                 nodes = metadata_nodes(cluster.bootstrap_servers)
                 if args.modules:
@@ -380,13 +388,18 @@ def main() -> None:
                 if not args.no_librdkafka:
                     threads, acked = producer_threads(cluster.bootstrap_servers, topic, count)
                     acked_read = (acked, read_back_by_group(cluster.bootstrap_servers, topic, acked))
-                wait_for_full_pool(cluster)
-                started_s = time.monotonic()
-                admin.create_topic(f"scale-create-{count}", partitions=12, replication_factor=3)
-                create_s = time.monotonic() - started_s
+                create_times_s = []   # one creation is too noisy to judge by on this machine
+                for attempt in range(args.creations):
+                    wait_for_full_pool(cluster)
+                    started_s = time.monotonic()
+                    admin.create_topic(f"scale-create-{count}-{attempt}", partitions=12, replication_factor=3)
+                    create_times_s.append(time.monotonic() - started_s)
+                    admin.delete_topic(f"scale-create-{count}-{attempt}")
+                create_s = statistics.median(create_times_s)
+                print(f"{count} partitions: create12 {', '.join(f'{t:.2f}' for t in create_times_s)} s "
+                      f"(median {create_s:.2f})", flush=True)
                 rows.append((count, len(replicas), len(every), uss, rss, bare_uss, bare_rss, cpu, controller_cpu,
                              bare_cpu, create_s, nodes, threads, acked_read, connections))
-                admin.delete_topic(f"scale-create-{count}")
             wait_for_full_pool(cluster)   # the pool refills after the last creation: not during the rate
             *rates, samplers = aggregate_rates(cluster, topic, count, args.rate_s, librdkafka=not args.no_librdkafka,
                                                profile=args.profile)
@@ -404,6 +417,35 @@ def main() -> None:
         print(report(sampler))
 
 
+def print_idle_by_kind(cluster, topic: str, cpu_by_actor: dict[str, float], bare_each: float) -> None:
+    """Where the idle CPU goes: each kind of rafka actor's count, total and mean,
+    beside a bare actor's mean in the same run."""
+    from rafka.core.actor_names import BROKER_ACTOR_PREFIX, CONTROLLER_NAME, REPLICA_SHELL_PREFIX
+    partitions = cluster.admin().describe_topics([topic])[topic]["partitions"]
+    leaders = {p["actors"][p["leader"]] for p in partitions if p["leader"] in p["actors"]}
+    replicas = {actor for p in partitions for actor in p["actors"].values()}
+
+    def kind(name: str) -> str:
+        if name == CONTROLLER_NAME:
+            return "controller"
+        if name.startswith(BROKER_ACTOR_PREFIX):
+            return "broker process"
+        if name in leaders:
+            return "leader"
+        if name in replicas:
+            return "follower"
+        if name.startswith(REPLICA_SHELL_PREFIX):
+            return "pool shell or other topic"
+        return "coordinator"
+    by_kind: dict[str, list[float]] = {}
+    for name, share in cpu_by_actor.items():
+        by_kind.setdefault(kind(name), []).append(share)
+    print(f"\nidle CPU by kind of actor ({topic}), % of one core; a bare actor: {bare_each:.2f}")
+    print(f"{'kind':>26}{'actors':>8}{'total':>8}{'mean':>7}{'max':>7}")
+    for name, shares in sorted(by_kind.items(), key=lambda item: -sum(item[1])):
+        print(f"{name:>26}{len(shares):>8}{sum(shares):8.1f}{statistics.mean(shares):7.2f}{max(shares):7.2f}")
+
+
 def print_idle(rows) -> None:
     print()
     print(f"{'partitions':>10}{'replicas':>9}{'actors':>7}{'USS MiB':>9}{'RSS MiB':>9}{'bare USS':>9}"
@@ -417,11 +459,11 @@ def print_idle(rows) -> None:
               f"{threads if threads is not None else '-':>8}{read:>11}{connections:>6}")
     print("USS/RSS: mean per process over the topic's replicas and as many bare actors (measured just before "
           "the topic, then stopped); idle CPU: every rafka actor (controller, coordinators, brokers, replicas) at "
-          "rest, % of one core, beside as many bare actors; ctrl: the controller's share of it; create12: a "
-          "12-partition RF3 topic until every partition has a leader; nodes: Kafka nodes in Metadata; rdk thr: "
-          "threads of one librdkafka producer; acked/read: records a librdkafka producer had acked (one per "
-          "partition, acks=all) / of them read back by a librdkafka consumer group; conns: TCP connections "
-          "between rafka actors")
+          "rest, % of one core, beside as many bare actors; ctrl: the controller's share of it; create12: "
+          "the median over --creations 12-partition RF3 topics, each until every partition has a leader; "
+          "nodes: Kafka nodes in Metadata; rdk thr: threads of one librdkafka producer; acked/read: records a "
+          "librdkafka producer had acked (one per partition, acks=all) / of them read back by a librdkafka "
+          "consumer group; conns: TCP connections between rafka actors")
 
 
 if __name__ == "__main__":

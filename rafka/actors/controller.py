@@ -90,20 +90,26 @@ REPLICA_POOL_SIZE_DEFAULT = 4
 # process; the pool fills in the background and must leave the cores to the
 # replicas that serve.
 POOL_FILL_CONCURRENCY = 2
-# A replica that answered in the role it should have is pinged again only after this
-# many watch rounds, leaders too (issue 27: the ping woke every idle replica every
-# second; the leaders' pings were most of what an idle cluster's controller did).
-# What the pings found in between now reaches the controller as it happens:
-#   * a leader that died, restarted, stopped answering or lost its endpoint: its
-#     followers fetch from it at least every idle_fetch_max_wait_ms and say so
-#     (`leader_suspected`: a failed fetch, or one unanswered 2 s past the wait it
-#     asked for);
+# A replica that answered in the role it should have is not pinged again: the
+# controller parks one `watch` call in it (issue 27: a ping every few rounds woke
+# every idle replica; 40 Ray calls a second at 64 partitions). The call answers when
+# the replica's role or epoch moves, or after this long (then the answer's endpoint
+# and image are looked at, as a ping's, and the call parked again); it fails when the
+# actor dies, which is how its death is learnt. What a parked call cannot see
+# reaches the controller otherwise:
+#   * a leader that is paused, silent or unreachable: its followers fetch from it at
+#     least every idle_fetch_max_wait_ms and say so (`leader_suspected`: a failed
+#     fetch, or one unanswered 2 s past the wait it asked for), and a watch not
+#     answered within this plus leader_ping_timeout_ms ends;
 #   * a replica that Ray restarted says so from its constructor (`replica_restarted`);
 # and either makes every replica of the partition be pinged at the next round. A
-# leader no follower watches (RF 1, or its followers down) is still found within
-# this many rounds; a dead follower leaves the ISR by the leader's
-# replica.lag.time.max.ms check as before.
-PING_SETTLED_EVERY_ROUNDS = 5
+# dead follower leaves the ISR by the leader's replica.lag.time.max.ms check.
+# Images reach settled replicas by push (`_push_behind_images`), not in ping answers.
+REPLICA_WATCH_TIMEOUT_MS = 60_000
+# Settled replicas whose image is older than the controller's get it every this many
+# rounds (a creation commits many images a second: one push per round to every
+# replica would be most of its work).
+PUSH_SETTLED_EVERY_ROUNDS = 5
 # One actor class for every replica: `ray.remote(cls)` made anew exports the class to
 # the GCS again at its first creation (a blocking round trip per replica).
 _REPLICA_ACTOR = ray.remote(ReplicaActor)
@@ -265,9 +271,12 @@ class ControllerActor:
         # replica per round, on the loop that also serves the bootstrap node.
         self._handles: dict[str, ray.actor.ActorHandle] = {}
         self._watch_round = 0
-        # replica name -> (topic id, its role answer, the round it answered) for
-        # replicas in their expected role (PING_SETTLED_EVERY_ROUNDS)
-        self._settled: dict[str, tuple[str, tuple[str, int], int]] = {}
+        # replica name -> (topic id, (role, leader epoch)) for replicas that answered in
+        # their expected role, each with its parked `watch` call (REPLICA_WATCH_TIMEOUT_MS)
+        self._settled: dict[str, tuple[str, tuple[str, int]]] = {}
+        self._watches: dict[str, tuple[tuple, asyncio.Task]] = {}   # name -> (what it was settled as, its watch)
+        self._image_versions: dict[str, int] = {}   # settled replicas: the image version each holds
+        self._image_pusher: asyncio.Task | None = None
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2),
         # served on a thread of its own (NodeThread says why); topic administration
         # and producer ids run on this actor's loop.
@@ -374,8 +383,11 @@ class ControllerActor:
         if answer.get("endpoint") is not None:
             await self._register_node(actor, tuple(answer["endpoint"]), answer.get("rack"))
         image = self.cluster_image()
-        if answer.get("image_version", image.version) < image.version:
+        version = answer.get("image_version", image.version)
+        if version < image.version:
             handle.update_image.remote(image)
+            version = image.version
+        self._image_versions[actor] = version   # (settled replicas: `_push_behind_images`)
 
     async def _sync_nodes(self, answers: list[tuple]) -> None:
         """`_sync_node` for several replica actors' answers [(handle, actor, answer)], their
@@ -845,6 +857,7 @@ class ControllerActor:
         keeps it from ever being reopened as another topic's), then its actor (the
         shell `name`: never reused) and placement group go. Its endpoint is named
         nowhere before it closes."""
+        self._settled.pop(name, None)   # its watch ends quietly when the log goes
         if name in self.metadata.nodes:
             await self._node_down(name, "retired")
             await self._push_image()
@@ -1116,6 +1129,9 @@ class ControllerActor:
                 # its own task: reassignments announce to new replicas (seconds each)
                 # and must never delay a leader election in this loop
                 self._replacer = asyncio.get_running_loop().create_task(self._replace_lost_brokers())
+            if (self._watch_round % PUSH_SETTLED_EVERY_ROUNDS == 0
+                    and (self._image_pusher is None or self._image_pusher.done())):
+                self._image_pusher = asyncio.get_running_loop().create_task(self._push_behind_images())
             partitions = [(name, p) for name, topic in list(self.metadata.topics.items())
                           for p in range(len(topic.partitions)) if (name, p) not in self._starting]
             results = await asyncio.gather(*(self._check_partition(name, p) for name, p in partitions),
@@ -1267,21 +1283,77 @@ class ControllerActor:
 
     async def _role_seen(self, topic: str, partition: int, replica_id: int, state: PartitionState):
         """`_role_of`, except for a replica that answered in the role it should have
-        within the last PING_SETTLED_EVERY_ROUNDS rounds and was not reported since:
-        its answer stands."""
+        and whose `watch` is parked (REPLICA_WATCH_TIMEOUT_MS): its answer stands
+        until the watch ends or the replica is reported."""
         name = self._replica_actor(topic, partition, replica_id)
         topic_id = self.metadata.topic(topic).topic_id
         expected = ("leader" if replica_id == state.leader else "follower", state.leader_epoch)
-        settled = self._settled.get(name)
-        if (settled is not None and settled[:2] == (topic_id, expected)
-                and self._watch_round - settled[2] < PING_SETTLED_EVERY_ROUNDS):
+        if self._settled.get(name) == (topic_id, expected):
             return expected
         role = await self._role_of(topic, partition, replica_id, state)
-        if role == expected:
-            self._settled[name] = (topic_id, role, self._watch_round)
+        if role == expected and not self._stopping and name in self._handles:
+            settled = self._settled[name] = (topic_id, role)
+            watch = self._watches.get(name)
+            if watch is None or watch[0] != settled or watch[1].done():   # one of an earlier role ends by itself
+                self._watches[name] = (settled, asyncio.get_running_loop().create_task(
+                    self._watch_replica(name, topic, partition, settled)))
         else:
             self._settled.pop(name, None)
         return role
+
+    async def _watch_replica(self, name: str, topic: str, partition: int, settled: tuple) -> None:
+        """The parked `watch` of a settled replica, parked again after each timeout,
+        for as long as the replica stays settled as `settled`. Its death: the
+        endpoint is named no more and the partition's replicas are pinged at the
+        next round (it may have led). A move of its role, or a watch unanswered (a
+        paused process): it is pinged at the next round."""
+        (role, leader_epoch) = settled[1]
+        try:
+            while not self._stopping and self._settled.get(name) == settled:
+                handle = self._handles.get(name)
+                if handle is None:
+                    return
+                try:
+                    answer = await asyncio.wait_for(
+                        handle.watch.remote(role, leader_epoch, REPLICA_WATCH_TIMEOUT_MS),
+                        (REPLICA_WATCH_TIMEOUT_MS + self.leader_ping_timeout_ms) / 1000)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as error:
+                    if self._settled.get(name) == settled and not self._stopping:   # not retired meanwhile
+                        self._settled.pop(name, None)
+                        self._lost(name, error)
+                        await self._node_down(name, type(error).__name__)
+                        self._unsettle(topic, partition)
+                    return
+                except (asyncio.TimeoutError, ray.exceptions.RayError):
+                    return
+                if (answer.get("topic_id"), (answer["role"], answer["leader_epoch"])) != settled:
+                    return
+                await self._sync_node(handle, name, answer)
+        finally:
+            if self._watches.get(name, (None, None))[1] is asyncio.current_task():
+                del self._watches[name]
+            if self._settled.get(name) == settled:
+                del self._settled[name]
+            if name not in self._settled:
+                self._image_versions.pop(name, None)
+
+    async def _push_behind_images(self) -> None:
+        """The current image to each settled replica that holds an older one (its
+        pings no longer show it), at one ray.put for all. An idle cluster's image
+        does not change: nothing is sent."""
+        image = self.cluster_image()
+        behind = [(name, handle) for name in list(self._settled)
+                  if self._image_versions.get(name, -1) < image.version
+                  and (handle := self._handles.get(name)) is not None]
+        if not behind:
+            return
+        image_ref = ray.put(image)
+        answers = await asyncio.gather(*(asyncio.wait_for(handle.update_image.remote(image_ref),
+                                                          self.leader_ping_timeout_ms / 1000)
+                                         for _, handle in behind), return_exceptions=True)
+        for (name, _), answer in zip(behind, answers):
+            if not isinstance(answer, BaseException) and name in self._settled:
+                self._image_versions[name] = max(self._image_versions.get(name, -1), image.version)
 
     def _unsettle(self, topic: str, partition: int) -> None:
         """Every replica of the partition is pinged at the next watch round."""
@@ -1356,6 +1428,7 @@ class ControllerActor:
         self._stopping = True
         if self._watcher is not None:
             self._watcher.cancel()
+        self._settled.clear()   # their watches end as the replicas close; a resume pings every one
         # shells being made for the pool exist before this answers (`rafka down`
         # then kills every named actor: none may appear after)
         await asyncio.gather(*(asyncio.shield(made) for made in list(self._shells_made.values())),

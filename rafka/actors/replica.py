@@ -199,6 +199,9 @@ class ReplicaActor:
         self._bytes_moved_at_release = -1
         self._compaction_lock = asyncio.Lock()   # one pass at a time (the timer, or a call to compact)
         self._role_lock = asyncio.Lock()
+        # Set (and replaced) at every change a `watch` waits for: a role, an epoch, a
+        # closed or deleted log.
+        self._role_moved = asyncio.Event()
         self._stopped = False
         try:
             assignment = read_assignment(self._log_dir(), name)
@@ -422,6 +425,7 @@ class ReplicaActor:
             self.replica.become_leader(leader_epoch=leader_epoch, replicas=replicas, isr=isr,
                                        partition_epoch=partition_epoch)
             self._notify()
+            self._role_changed()
             if self._isr_keeper is None or self._isr_keeper.done():
                 self._isr_keeper = asyncio.get_running_loop().create_task(self._keep_isr())
         return endpoint
@@ -439,6 +443,7 @@ class ReplicaActor:
             self.replica.become_follower(leader_id=leader_id, leader_epoch=leader_epoch)
             self._leader_endpoint = tuple(leader_endpoint) if leader_endpoint is not None else None
             self._notify()  # parked acks=all produces of a deposed leader fail now
+            self._role_changed()
             self._start_fetcher()
 
     def _start_fetcher(self) -> None:
@@ -649,6 +654,7 @@ class ReplicaActor:
         # Until it is: nothing reads the log that is gone (a request, describe, the
         # metrics export, which read a log of no segments: IndexError in the logs).
         self._stopped = True
+        self._role_changed()
 
     # --- introspection ------------------------------------------------------------
 
@@ -707,6 +713,32 @@ class ReplicaActor:
                 "leader_epoch": self.replica.leader_epoch, "endpoint": endpoint, "rack": str(self.broker_id),
                 "image_version": self.serving.image.version}
 
+    async def watch(self, role: str, leader_epoch: int, timeout_ms: int) -> dict:
+        """The controller's watch of a replica that answered in its expected role,
+        in place of a ping every few seconds (issue 27: those pings woke every idle
+        replica): parked here until this replica's (role, leader epoch) is no longer
+        (`role`, `leader_epoch`) or its log is closed or deleted, or `timeout_ms`
+        passed; answers as `ping`. Nothing wakes this process while the call is
+        parked. If the actor dies, Ray fails the call: that is how the controller
+        learns of it."""
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + timeout_ms / 1000
+        while True:
+            moved = self._role_moved   # taken before the role is read: a change after it wakes us
+            answer = await self.ping()
+            remaining_s = deadline_s - loop.time()
+            if (answer["role"], answer["leader_epoch"]) != (role, leader_epoch) or remaining_s <= 0:
+                return answer
+            try:
+                await asyncio.wait_for(moved.wait(), remaining_s)
+            except asyncio.TimeoutError:
+                pass
+
+    def _role_changed(self) -> None:
+        """Wake the parked `watch` calls (they answer if the change is theirs)."""
+        self._role_moved.set()
+        self._role_moved = asyncio.Event()
+
     async def shutdown(self) -> dict:
         """A planned stop (`rafka down`, leaving `local_cluster`): stop replicating,
         fail parked produces, then flush, checkpoint the HW and recovery point and
@@ -715,6 +747,7 @@ class ReplicaActor:
         if self.storage_error is not None or self._stopped or self.replica is None:
             return {"closed": False}
         self._stopped = True
+        self._role_changed()
         await self.serving.stop()
         await self._stop_fetcher()
         for task in [self._isr_keeper, *self._timers]:

@@ -133,3 +133,27 @@ def test_controller_killed__its_successor_adopts_the_idle_shells_and_makes_none(
     held = {actor for topic in ray.get(controller.metadata_snapshot.remote())["topics"].values()
             for p in topic["partitions"] for actor in p["actors"].values()}
     assert shells_running() == held | {name for names in idle.values() for name in names}
+
+
+def _set_start_timeout(controller, timeout_ms: int) -> None:
+    ray.get(controller.__ray_call__.remote(lambda self: setattr(self, "replica_start_timeout_ms", timeout_ms)))
+
+
+def test_every_replica_later_than_the_start_timeout__the_watch_loop_brings_the_partitions_online(cluster):
+    """A creation on a saturated machine (session 21: 156 new processes) can see
+    every replica of a partition miss `replica_start_timeout_ms`: the watch loop
+    then gives each its role and registers its endpoint, and every partition
+    leads and takes acks=all writes. Here the timeout is 0: no replica answers in it."""
+    controller = cluster.controller
+    _set_start_timeout(controller, 0)
+    try:
+        cluster.admin().create_topic("late", partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    finally:
+        _set_start_timeout(controller, 120_000)
+    wait_until(lambda: all(p["leader"] >= 0 and p["leader_node"] is not None and len(p["isr"]) == 3
+                           for p in cluster.admin().describe_topics(["late"])["late"]["partitions"]),
+               timeout_s=60, what="every partition of 'late' led, its ISR whole")
+    with cluster.producer(acks="all") as producer:
+        offsets = [producer.send("late", value=b"v%d" % p, partition=p).result(timeout=60) for p in (0, 1)]
+    assert [o.offset for o in offsets] == [0, 0]
+    cluster.admin().delete_topic("late")

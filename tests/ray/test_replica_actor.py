@@ -234,3 +234,27 @@ def test_shell__one_replica_for_life__another_assignment_refused_and_deletion_fo
     # until it is killed it reads no log that is gone (describe, requests and the
     # metrics export read a log of no segments: an IndexError at every export)
     assert ray.get(shell.describe.remote())["role"] == STOPPED
+
+
+def test_watch__parked_until_the_role_moves__and_failed_when_the_actor_dies(ray_node, tmp_path):
+    # the controller's watch of a settled replica (issue 27: no ping every few rounds)
+    state = {"leader": 0, "leader_epoch": 1, "replicas": [0], "isr": [0], "partition_epoch": 0}
+    _, shell = start_shell(tmp_path / "node-watched")
+    ray.get(shell.assign.remote(topic="watched", partition=0, replica_id=0, topic_id="watched-id", config={},
+                                leader_and_isr=state))
+    parked = shell.watch.remote("leader", 1, 60_000)
+    ready, _ = ray.wait([parked], timeout=0.5)
+    assert not ready   # in its expected role: the call stays parked
+    # a call answered while it is parked: the actor is not held by it
+    assert ray.get(shell.ping.remote())["role"] == "leader"
+    ray.get(shell.become_follower.remote(1, 2))
+    answer = ray.get(parked, timeout=30)
+    assert (answer["role"], answer["leader_epoch"]) == ("follower", 2)
+    # already not in the expected role: answered at once
+    assert ray.get(shell.watch.remote("leader", 1, 60_000), timeout=30)["role"] == "follower"
+    # the timeout: answered unchanged
+    assert ray.get(shell.watch.remote("follower", 2, 200), timeout=30)["leader_epoch"] == 2
+    parked = shell.watch.remote("follower", 2, 60_000)
+    ray.kill(shell, no_restart=True)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(parked, timeout=30)
