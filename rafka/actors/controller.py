@@ -115,6 +115,7 @@ PUSH_SETTLED_EVERY_ROUNDS = 5
 _REPLICA_ACTOR = ray.remote(ReplicaActor)
 _BROKER_ACTOR = ray.remote(BrokerActor)
 BROKERS_LISTEN_WAIT_S = 60.0
+EVERY_BROKER_LISTEN_WAIT_S = 5.0
 
 
 # Brokers sharing a host (local_cluster) get ports picked here, below the range the
@@ -681,6 +682,13 @@ class ControllerActor:
                     return False
                 if answer["role"] != UNASSIGNED:
                     logger.warning("replica pool: %s answered %s", name, answer["role"])
+                credential = self.metadata.scram_credentials.get((CLUSTER_USER, CLUSTER_MECHANISM))
+                if credential is not None:
+                    try:   # its one-time work now, not in the creation that takes it
+                        await asyncio.wait_for(handle.prepare.remote(credential.salt, credential.iterations),
+                                               self.replica_start_timeout_ms / 1000)
+                    except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
+                        logger.info("replica pool: %s not prepared (it will be when taken): %s", name, error)
                 self._pool.ready(name)
                 return True
         # Again while shells were taken meanwhile; not after a failure (a broker that
@@ -1465,23 +1473,29 @@ class ControllerActor:
         return self.metadata.controller_epoch
 
     async def bootstrap_address(self, min_brokers: int = 0) -> str:
-        """Clients' bootstrap.servers: every live broker's host:port. After a start,
-        waits (up to BROKERS_LISTEN_WAIT_S) until every live broker known and at
-        least `min_brokers` listen (`rafka up --wait-for-brokers` has just seen
-        them join), or at least one does."""
+        """Clients' bootstrap.servers: every live broker's host:port. Waits (up to
+        BROKERS_LISTEN_WAIT_S) until at least one and at least `min_brokers` listen
+        (`rafka up --wait-for-brokers` has just seen them join); then, for at most
+        EVERY_BROKER_LISTEN_WAIT_S more, for the other live brokers (after a start
+        they register within a round or two; one that cannot listen, or a node
+        whose loss Ray has not noticed yet, must not hold every client's bootstrap:
+        any broker bootstraps, and Metadata names the rest)."""
         await self.ping()
-        deadline_s = time.monotonic() + BROKERS_LISTEN_WAIT_S
+        started_s = time.monotonic()
         if len(self._live_brokers) < max(min_brokers, 1):
             await self._read_live_brokers()
         if not self._live_brokers and not self._image.brokers:
             return ""   # no broker node has joined: nothing to bootstrap at (`rafka up` warns)
-        while (not self._live_brokers <= set(self._image.brokers) or len(self._image.brokers) < min_brokers) \
-                and time.monotonic() < deadline_s:
+        while not self._live_brokers <= set(self._image.brokers) or len(self._image.brokers) < min_brokers:
+            enough = len(self._image.brokers) >= max(min_brokers, 1)
+            deadline_s = started_s + (EVERY_BROKER_LISTEN_WAIT_S if enough else BROKERS_LISTEN_WAIT_S)
+            if time.monotonic() >= deadline_s:
+                break
             self._brokers_listen.clear()
             try:   # set at every commit naming a broker
                 await asyncio.wait_for(self._brokers_listen.wait(), deadline_s - time.monotonic())
             except asyncio.TimeoutError:
-                break
+                pass
         if not self._image.brokers:
             raise RuntimeError(f"no broker listens after {BROKERS_LISTEN_WAIT_S} s: are broker nodes "
                                f"up? (`rafka brokers`)")

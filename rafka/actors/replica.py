@@ -69,6 +69,7 @@ from rafka.core.replica import EARLIEST_TIMESTAMP, FetchResult, PartitionReplica
 from rafka.core.replica_assignment import (ReplicaAssignment, read_assignment, remove_assignment,
                                            write_assignment)
 from rafka.core.replication import follower_fetch_wait_ms
+from rafka.core.scram import salted_password
 from rafka.actors.cluster_credential import cluster_login
 from rafka.protocol.network import NodeConnections
 from rafka.protocol.tls import cluster_client_context
@@ -738,6 +739,20 @@ class ReplicaActor:
         """Wake the parked `watch` calls (they answer if the change is theirs)."""
         self._role_moved.set()
         self._role_moved = asyncio.Event()
+
+    async def prepare(self, salt: bytes, iterations: int) -> None:
+        """A pool shell's one-time work, done before a topic takes it (the pool fills
+        after a creation's answer, and a creation has one core here): the cluster
+        login, whose lookup of the controller makes Ray load the controller's actor
+        class into this process (its modules imported, its methods inspected), and
+        the login's PBKDF2 over the cluster credential's `salt` and `iterations` (a
+        follower's first SASL login to its leader). A replica would do each at its
+        first need; a shell that was not prepared works all the same."""
+        if self._partition is not None:
+            return
+        login = await cluster_login()
+        if login is not None:
+            salted_password(login.mechanism, login.password, salt, iterations)   # kept (lru_cache)
 
     async def shutdown(self) -> dict:
         """A planned stop (`rafka down`, leaving `local_cluster`): stop replicating,

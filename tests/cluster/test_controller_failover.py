@@ -123,6 +123,22 @@ def test_new_topic__takes_the_pools_shells_on_its_brokers__the_pool_refills__del
     assert full_pool(controller) == refilled
 
 
+def _prepared(_shell) -> tuple[bool, int]:
+    from rafka.actors.cluster_credential import _known
+    from rafka.core.scram import salted_password
+    return _known() is not None, salted_password.cache_info().currsize
+
+
+def test_pool_shell__prepared_before_a_topic_takes_it__cluster_login_and_its_pbkdf2_done(cluster):
+    """A shell's one-time work (the cluster login, which loads the controller's
+    actor class, and its PBKDF2) is done while it waits in the pool, not in the
+    creation that takes it."""
+    idle = full_pool(cluster.controller)
+    for names in idle.values():
+        shell = ray.get_actor(names[0], namespace="rafka")
+        assert ray.get(shell.__ray_call__.remote(_prepared)) == (True, 1)
+
+
 def test_controller_killed__its_successor_adopts_the_idle_shells_and_makes_none(cluster):
     controller = cluster.controller
     idle = full_pool(controller)
@@ -157,3 +173,20 @@ def test_every_replica_later_than_the_start_timeout__the_watch_loop_brings_the_p
         offsets = [producer.send("late", value=b"v%d" % p, partition=p).result(timeout=60) for p in (0, 1)]
     assert [o.offset for o in offsets] == [0, 0]
     cluster.admin().delete_topic("late")
+
+
+def test_a_live_broker_not_listening__clients_bootstrap_from_the_others_without_waiting_for_it(cluster):
+    """A broker Ray counts live whose node does not listen (a lost node Ray has not
+    noticed yet; here broker 99, which has no node) must not hold every client's
+    bootstrap for BROKERS_LISTEN_WAIT_S (60 s): the listening brokers are answered."""
+    controller = cluster.controller
+    ray.get(controller.__ray_call__.remote(lambda self: self._live_brokers.add(99)))
+    try:
+        address = ray.get(controller.bootstrap_address.remote(), timeout=30)
+    finally:
+        ray.get(controller.__ray_call__.remote(lambda self: self._live_brokers.discard(99)))
+        try:   # the watch loop made its network process, which no node can run
+            ray.kill(ray.get_actor("broker:99:0", namespace="rafka"), no_restart=True)
+        except ValueError:
+            pass
+    assert len(address.split(",")) == 3
