@@ -886,7 +886,7 @@ class ControllerActor:
             records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
                                                                      await self._read_live_brokers())
             records = self._commit_reassignment(topic, partition, records, state)
-        if records:
+        if state.adding or state.removing:   # else only the order changed: nothing starts or stops
             await self._after_replica_change(topic, partition, state, removed={})
         return self._describe_topic(topic)["partitions"][partition]
 
@@ -933,7 +933,7 @@ class ControllerActor:
                 else:
                     records = self._commit_reassignment(topic, partition, records, state)
                     removed = {}
-                if records:
+                if records and (brokers is None or state.adding or state.removing):   # else only the order changed
                     changed.append((topic, partition, state, removed))
                 results.append(None)
         if changed:
@@ -1170,15 +1170,22 @@ class ControllerActor:
             await self._read_live_brokers()
             records, results = self.metadata.handle_elect_leaders(election_type, partitions,
                                                                   self._serving_replicas)
+            elected = [(topic, partition) for topic, partition, error in results if error is None]
+            # not watched until announced: the watch loop would take the new leader,
+            # not told yet, for a lost one and elect again
+            unwatched = {tp for tp in elected if tp not in self._starting}
+            self._starting.update(unwatched)
             self._commit(records)
-        elected = [(topic, partition) for topic, partition, error in results if error is None]
-        for topic, partition in elected:
-            state = self.metadata.partition(topic, partition)
-            logger.info("%s-%d: %s election: leader %d at epoch %d, ISR %s", topic, partition,
-                        "unclean" if election_type == UNCLEAN_ELECTION else "preferred", state.leader,
-                        state.leader_epoch, list(state.isr))
-        await asyncio.gather(*(self._announce(topic, partition, self.metadata.partition(topic, partition))
-                               for topic, partition in elected))
+        try:
+            for topic, partition in elected:
+                state = self.metadata.partition(topic, partition)
+                logger.info("%s-%d: %s election: leader %d at epoch %d, ISR %s", topic, partition,
+                            "unclean" if election_type == UNCLEAN_ELECTION else "preferred", state.leader,
+                            state.leader_epoch, list(state.isr))
+            await asyncio.gather(*(self._announce(topic, partition, self.metadata.partition(topic, partition))
+                                   for topic, partition in elected))
+        finally:
+            self._starting.difference_update(unwatched)
         if elected:
             self.leader_elections.observe((time.monotonic() - started_s) * 1000)
             await self.brokers_current()

@@ -395,8 +395,12 @@ class ClusterMetadata:
         """Start moving the partition's replicas onto `target_brokers` (Kafka's
         AlterPartitionReassignments): replicas for the new brokers are added now,
         with a new leader epoch so the leader tracks them; the ones on brokers not in
-        the target are `removing` until `handle_complete_reassignment`. No records if
-        the partition already lives there."""
+        the target are `removing` until `handle_complete_reassignment`. The replicas
+        are listed in the target's order, then the removing ones (Kafka's
+        PartitionReassignmentReplicas), so the target's first broker holds the
+        preferred leader; a target of the same brokers in another order changes
+        only that order, at once (no epoch: neither leader nor ISR changes). No
+        records if the partition already lives there, in that order."""
         state = self.partition(topic, partition)
         target = list(target_brokers)
         live = set(live_broker_ids)
@@ -419,14 +423,19 @@ class ClusterMetadata:
             raise LeaderNotAvailable(f"{topic}-{partition} is offline: new replicas have no leader to "
                                      f"copy from")
         removing = tuple(r for r, b in zip(state.replicas, state.brokers) if b not in target)
-        if not adding_brokers and not removing:
-            return [], state
         first_new = max(state.replicas) + 1     # ids only grow: a removed replica's id is never reused
-        adding = tuple(range(first_new, first_new + len(adding_brokers)))
-        new = dataclasses.replace(state, replicas=state.replicas + adding,
-                                  brokers=state.brokers + tuple(adding_brokers), adding=adding,
-                                  removing=removing, leader_epoch=state.leader_epoch + 1,
-                                  partition_epoch=state.partition_epoch + 1)
+        replica_on = dict(zip(state.brokers, state.replicas)) | {
+            b: first_new + i for i, b in enumerate(adding_brokers)}
+        replicas = tuple(replica_on[b] for b in target) + removing
+        brokers = tuple(target) + tuple(state.broker_of(r) for r in removing)
+        if not adding_brokers and not removing:
+            if replicas == state.replicas:
+                return [], state
+            new = dataclasses.replace(state, replicas=replicas, brokers=brokers)   # only the order
+            return [_partition_record(topic, partition, new)], new
+        new = dataclasses.replace(state, replicas=replicas, brokers=brokers,
+                                  adding=tuple(replica_on[b] for b in adding_brokers), removing=removing,
+                                  leader_epoch=state.leader_epoch + 1, partition_epoch=state.partition_epoch + 1)
         return [_partition_record(topic, partition, new)], new
 
     def handle_complete_reassignment(self, topic: str,

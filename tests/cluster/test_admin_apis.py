@@ -88,7 +88,7 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
         moving = KTopicPartition("moved", 0)
         assert kafka_admin.alter_partition_reassignments({moving: target}) == {moving: None}
         listed = kafka_admin.list_partition_reassignments()
-        assert listed == {moving: {"replicas": before + [spare], "adding_replicas": [spare],
+        assert listed == {moving: {"replicas": target + [before[1]], "adding_replicas": [spare],
                                    "removing_replicas": [before[1]]}}
         wait_until(lambda: kafka_admin.list_partition_reassignments() == {}, timeout_s=TIMEOUT_S * 2,
                    what="the reassignment completed")

@@ -68,7 +68,7 @@ def test_kafka_python_admin__reassignments_altered_listed_cancelled_as_kafka_ans
                            KTopicPartition("orders", 7): UnknownTopicOrPartitionError,
                            KTopicPartition("facts", 0): InvalidReplicationAssignmentError,
                            KTopicPartition("nope", 0): UnknownTopicOrPartitionError}
-        moving = {"replicas": [broker, other], "adding_replicas": [other], "removing_replicas": [broker]}
+        moving = {"replicas": [other, broker], "adding_replicas": [other], "removing_replicas": [broker]}
         assert admin.list_partition_reassignments() == {orders0: moving}
         assert admin.list_partition_reassignments({"orders": [0, 1], "nope": [0]}) == {orders0: moving}
         assert admin.list_partition_reassignments([KTopicPartition("orders", 1)]) == {}

@@ -134,10 +134,10 @@ def test_alter_reassignment__start_list_cancel_then_no_reassignment_in_progress(
     records, moving = metadata.handle_alter_reassignment("t", 0, target, [0, 1, 2, 3])
     for record in records:
         metadata.replay(record)
-    listed = ("t", 0, list(before.brokers) + [target[2]], [target[2]], [before.brokers[2]])
+    listed = ("t", 0, target + [before.brokers[2]], [target[2]], [before.brokers[2]])
     assert metadata.reassignments() == [listed]
     assert metadata.reassignments([("t", [1, 0, 7]), ("nope", [0])]) == [listed]
-    assert moving.brokers == before.brokers + (target[2],)
+    assert moving.brokers == tuple(target) + (before.brokers[2],)
     with pytest.raises(ReassignmentInProgress):
         metadata.handle_alter_reassignment("t", 0, list(before.brokers), [0, 1, 2, 3])
     records, cancelled = metadata.handle_alter_reassignment("t", 0, None, [0, 1, 2, 3])
