@@ -731,7 +731,10 @@ class ClusterMetadata:
         answer, as Kafka answers), `live(topic, partition)` giving the replica ids
         that could serve now. Per partition, in order, its error or None (elected:
         a record); an unknown one UNKNOWN_TOPIC_OR_PARTITION. A partition named
-        twice is judged the second time as the first left it."""
+        twice is judged the second time as the first left it. An unknown election
+        type refuses the whole request (INVALID_REQUEST, as Kafka's controller)."""
+        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+            raise InvalidRequest(f"Unknown election type {election_type}")
         every = partitions is None
         if every:
             partitions = [(name, p) for name, topic in self.topics.items() for p in range(len(topic.partitions))]

@@ -168,3 +168,22 @@ def check_rafka_admin_and_cli(tmp_path, node):
         assert cli_partitions.cmd_reassign_partitions(
             admin, argparse.Namespace(reassignment_json_file=str(plan), **flags), out=printed.append) == code, action
         assert printed == lines, action
+
+
+def test_elect_leaders__unknown_election_type__invalid_request_at_the_top_and_per_partition(node):
+    from kio.schema.errors import ErrorCode
+    from rafka.protocol import admin_requests
+    from rafka.protocol.connection import Connection
+
+    async def ask():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            return await connection.request(admin_requests.elect_leaders_request(
+                5, [("orders", 0), ("orders", 1)], timeout_ms=1000))
+        finally:
+            await connection.close()
+    answer = node.call(ask())
+    assert answer.error_code == ErrorCode.invalid_request
+    assert [(r.topic, int(p.partition_id), p.error_code, p.error_message) for r in answer.replica_election_results
+            for p in r.partition_result] == [("orders", i, ErrorCode.invalid_request, "Unknown election type 5")
+                                             for i in (0, 1)]

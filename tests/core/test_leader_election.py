@@ -113,6 +113,12 @@ def test_elect_leaders__a_partition_named_twice__the_second_sees_the_first_elect
     assert len(records) == 1
 
 
+def test_elect_leaders__unknown_election_type__the_whole_request_refused():
+    metadata = started_with({"t": 1})
+    with pytest.raises(InvalidRequest, match="Unknown election type 2"):
+        metadata.handle_elect_leaders(2, [("t", 0)], every_replica_live)
+
+
 def test_elect_leaders__liveness_is_asked_per_partition():
     metadata = started_with({"t": 1})
     moved = moved_leader(metadata, "t", 0)
