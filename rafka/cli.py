@@ -3,7 +3,8 @@
 `up`, `down` and `status` act on a running Ray cluster (`--address`, else
 RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh; `consumer-groups`,
 `lag`, `dump-offsets` and the console clients are in cli_groups.py, `acls` in cli_acls.py,
-`delete-records` and `log-dirs` in cli_records.py, `transactions` in cli_transactions.py. Errors print as Kafka's tools
+`delete-records` and `log-dirs` in cli_records.py, `transactions` in cli_transactions.py,
+`leader-election` and `reassign-partitions` in cli_partitions.py. Errors print as Kafka's tools
 print them ("Error while executing topic command : ...") and exit 1.
 """
 
@@ -13,7 +14,7 @@ import argparse
 import os
 import sys
 
-from rafka import cli_acls, cli_groups, cli_records, cli_transactions
+from rafka import cli_acls, cli_groups, cli_partitions, cli_records, cli_transactions
 from rafka.quiet import own_stderr, quiet_logs
 from rafka.cluster_errors import NotRunning, UsageError
 from rafka.core.errors import KafkaError
@@ -199,44 +200,6 @@ def cmd_topics(args) -> int:
     return 0
 
 
-def cmd_reassign_partitions(args) -> int:
-    """kafka-reassign-partitions.sh with a JSON plan:
-    {"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [broker ids]}]}.
-    --execute starts the moves; --verify reports each one as complete or in progress;
-    --cancel stops them (the replicas being added are dropped)."""
-    import json
-    try:
-        with open(args.reassignment_json_file) as f:
-            plan = json.load(f)
-        moves = {(entry["topic"], int(entry["partition"])): [int(b) for b in entry["replicas"]]
-                 for entry in plan["partitions"]}
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"Invalid reassignment JSON file {args.reassignment_json_file!r}: {error}") from None
-    admin = _connect(args).admin()
-    if args.cancel:
-        admin.cancel_partition_reassignments(list(moves))
-        print("Successfully cancelled partition reassignment" + ("s" if len(moves) > 1 else "") + " for "
-              + ",".join(f"{t}-{p}" for t, p in moves))
-        return 0
-    if args.execute:
-        admin.alter_partition_reassignments(moves)
-        print(f"Successfully started partition reassignment{'s' if len(moves) > 1 else ''} for "
-              + ",".join(f"{t}-{p}" for t, p in moves))
-        return 0
-    if not args.verify:
-        raise UsageError("Command must include exactly one action: --execute or --verify")
-    described = admin.describe_topics(sorted({t for t, _ in moves}))
-    print("Status of partition reassignment:")
-    done = True
-    for (topic, partition), brokers in moves.items():
-        state = described[topic]["partitions"][partition]
-        complete = not state.get("adding") and not state.get("removing") and sorted(state["brokers"]) == sorted(brokers)
-        done &= complete
-        print(f"Reassignment of partition {topic}-{partition} is "
-              f"{'completed' if complete else 'still in progress'}.")
-    return 0 if done else 1
-
-
 def cmd_verify(args) -> int:
     """Kafka's verifiable producer and consumer under faults, judged by the checker;
     exit 1 on any anomaly. On a fresh embedded cluster unless --address is given."""
@@ -371,13 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--faults", help="comma-separated fault kinds (default: all; 'none' for none)")
     verify.add_argument("--out", default="verify-out", help="where history.jsonl and report.txt go")
     verify.add_argument("--seed", type=int, default=0)
-    reassign = sub.add_parser("reassign-partitions", help="move replicas between brokers "
-                                                          "(kafka-reassign-partitions.sh)")
-    reassign.add_argument("--reassignment-json-file", required=True)
-    reassign_action = reassign.add_mutually_exclusive_group(required=True)
-    reassign_action.add_argument("--execute", action="store_true")
-    reassign_action.add_argument("--verify", action="store_true")
-    reassign_action.add_argument("--cancel", action="store_true")
+    cli_partitions.add_parsers(sub)
 
     for p in sub.choices.values():
         if p.prog.split()[-1] not in ("demo", "broker-id"):
@@ -418,7 +375,9 @@ def cmd_users(args) -> int:
 
 
 COMMANDS = {"up": cmd_up, "users": cmd_users, "down": cmd_down, "status": cmd_status, "topics": cmd_topics,
-            "broker-id": cmd_broker_id, "reassign-partitions": cmd_reassign_partitions, "verify": cmd_verify,
+            "broker-id": cmd_broker_id, "verify": cmd_verify,
+            "reassign-partitions": lambda args: cli_partitions.cmd_reassign_partitions(_connect(args).admin(), args),
+            "leader-election": lambda args: cli_partitions.cmd_leader_election(lambda: _connect(args).admin(), args),
             "consumer-groups": lambda args: cli_groups.cmd_consumer_groups(_connect(args).admin(), args),
             "lag": lambda args: cli_groups.cmd_lag(_connect(args).admin(), args),
             "dump-offsets": lambda args: cli_groups.cmd_dump_offsets(_connect(args), args),

@@ -70,7 +70,8 @@ from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
 from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential
 from rafka.protocol.connection import SaslLogin
-from rafka.core.metadata import ClusterMetadata, PartitionState, TopicMetadata
+from rafka.core.errors import KafkaError, NotController
+from rafka.core.metadata import UNCLEAN_ELECTION, ClusterMetadata, PartitionState, TopicMetadata
 from rafka.core.replica_pool import ReplicaPool
 from rafka.placement.brokers import broker_nodes, live_broker_ids
 from rafka.placement.groups import (existing_replica_group, in_bundle, remove_placement_group,
@@ -905,17 +906,72 @@ class ControllerActor:
         async with self._lock:
             records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
                                                                      await self._read_live_brokers())
-            if records:   # the new replicas' shells, on their brokers
-                staged = self.metadata.topic(topic)
-                staged = dataclasses.replace(staged, partitions=staged.partitions[:partition] + (state,)
-                                             + staged.partitions[partition + 1:])
-                records += self._take_shells(staged, [partition], state.adding)
-            self._commit(records)
-        if records:
-            logger.info("%s-%d: reassigning to brokers %s (adding replicas %s, removing %s)", topic, partition,
-                        brokers, list(state.adding), list(state.removing))
+            records = self._commit_reassignment(topic, partition, records, state)
+        if state.adding or state.removing:   # else only the order changed: nothing starts or stops
             await self._after_replica_change(topic, partition, state, removed={})
         return self._describe_topic(topic)["partitions"][partition]
+
+    def _commit_reassignment(self, topic: str, partition: int, records: list[dict],
+                             state: PartitionState) -> list[dict]:
+        """Under the lock: a reassignment's records committed with the shells of its
+        new replicas, on their brokers; the records written."""
+        if records:
+            staged = self.metadata.topic(topic)
+            staged = dataclasses.replace(staged, partitions=staged.partitions[:partition] + (state,)
+                                         + staged.partitions[partition + 1:])
+            records = records + self._take_shells(staged, [partition], state.adding)
+            logger.info("%s-%d: reassigning to brokers %s (adding replicas %s, removing %s)", topic, partition,
+                        [state.broker_of(r) for r in state.replicas if r not in state.removing],
+                        list(state.adding), list(state.removing))
+        self._commit(records)
+        return records
+
+    async def alter_partition_reassignments(self, moves: list, allow_replication_factor_change: bool = True
+                                            ) -> list:
+        """AlterPartitionReassignments (protocol.handlers.partition_admin): per
+        (topic, partition, broker ids or None to cancel), in order, None or its
+        typed error (core.metadata.handle_alter_reassignment). Answered once the
+        changes are committed and every node has the image; the new replicas start
+        and catch up in the background (the watch loop completes each move), the
+        cancelled ones stop, as Kafka's controller answers once its records are
+        written."""
+        results: list = []
+        changed: list[tuple[str, int, PartitionState, dict[int, str]]] = []
+        async with self._lock:
+            live = await self._read_live_brokers()
+            for topic, partition, brokers in moves:
+                try:
+                    adding = self._actors_of(topic, partition, self.metadata.partition(topic, partition).adding)
+                    records, state = self.metadata.handle_alter_reassignment(
+                        topic, partition, brokers, live, allow_replication_factor_change=allow_replication_factor_change)
+                except KafkaError as error:
+                    results.append(error)
+                    continue
+                if brokers is None:   # the replicas being added go
+                    self._commit(records)
+                    logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, list(adding))
+                    removed = adding
+                else:
+                    records = self._commit_reassignment(topic, partition, records, state)
+                    removed = {}
+                if records and (brokers is None or state.adding or state.removing):   # else only the order changed
+                    changed.append((topic, partition, state, removed))
+                results.append(None)
+        if changed:
+            await self.brokers_current()
+
+            async def after() -> None:
+                await asyncio.gather(*(self._after_replica_change(topic, partition, state, removed=removed)
+                                       for topic, partition, state, removed in changed), return_exceptions=True)
+            task = asyncio.get_running_loop().create_task(after())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return results
+
+    async def list_partition_reassignments(self, partitions: list | None = None) -> list:
+        """ListPartitionReassignments: (topic, partition, replicas, adding,
+        removing) of each partition moving, as broker ids (core.metadata.reassignments)."""
+        return self.metadata.reassignments(partitions)
 
     async def cancel_reassignment(self, topic: str, partition: int) -> dict:
         """kafka-reassign-partitions --cancel: drop the replicas being added."""
@@ -1119,6 +1175,51 @@ class ControllerActor:
         if state.online:
             self.leader_elections.observe((time.monotonic() - started_s) * 1000)
         return {"leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr)}
+
+    async def elect_leaders(self, election_type: int, partitions: list | None = None) -> list:
+        """ElectLeaders (protocol.handlers.partition_admin): per partition (None:
+        every one, those needing no election left out) its typed error or None,
+        decided by core.metadata.elect_on_request on the replicas that could serve
+        now (`_serving_replicas`). Every election is committed, then the new
+        leaders and their followers are told, then the answer goes out (Kafka's
+        controller answers once the records are written; here the roles too, so
+        that Metadata names the new leader when the client asks next)."""
+        started_s = time.monotonic()
+        async with self._lock:
+            if self._stopping:
+                raise NotController("the controller is stopping: no elections")
+            await self._read_live_brokers()
+            records, results = self.metadata.handle_elect_leaders(election_type, partitions,
+                                                                  self._serving_replicas)
+            elected = [(topic, partition) for topic, partition, error in results if error is None]
+            # not watched until announced: the watch loop would take the new leader,
+            # not told yet, for a lost one and elect again
+            unwatched = {tp for tp in elected if tp not in self._starting}
+            self._starting.update(unwatched)
+            self._commit(records)
+        try:
+            for topic, partition in elected:
+                state = self.metadata.partition(topic, partition)
+                logger.info("%s-%d: %s election: leader %d at epoch %d, ISR %s", topic, partition,
+                            "unclean" if election_type == UNCLEAN_ELECTION else "preferred", state.leader,
+                            state.leader_epoch, list(state.isr))
+            await asyncio.gather(*(self._announce(topic, partition, self.metadata.partition(topic, partition))
+                                   for topic, partition in elected))
+        finally:
+            self._starting.difference_update(unwatched)
+        if elected:
+            self.leader_elections.observe((time.monotonic() - started_s) * 1000)
+            await self.brokers_current()
+        return results
+
+    def _serving_replicas(self, topic: str, partition: int) -> set[int]:
+        """The replicas of the partition that could serve now: their actor has an
+        endpoint (it registered and was not seen down since) on a broker Ray counts
+        live (Kafka's unfenced brokers)."""
+        state = self.metadata.partition(topic, partition)
+        return {r for r in state.replicas
+                if self._replica_actor(topic, partition, r) in self.metadata.nodes
+                and state.broker_of(r) in self._live_brokers}
 
     def _ensure_watcher(self) -> None:
         if self._stopping:
@@ -1517,3 +1618,6 @@ class _TopicAdminOnActorLoop:
         self.alter_topic_config = hop(controller.alter_topic_config)
         self.create_acls = hop(controller.create_acls)
         self.delete_acls = hop(controller.delete_acls)
+        self.elect_leaders = hop(controller.elect_leaders)
+        self.alter_partition_reassignments = hop(controller.alter_partition_reassignments)
+        self.list_partition_reassignments = hop(controller.list_partition_reassignments)

@@ -7,6 +7,10 @@ go over the Kafka protocol. Group offsets are changed only while the group has
 no members (Kafka's rule for --reset-offsets): the commit goes out without a member id, and the coordinator
 refuses it (UNKNOWN_MEMBER_ID) if a member joined in between.
 
+Leader elections and partition reassignments go over the wire to any broker,
+which relays them to the controller (ElectLeaders, Alter/ListPartitionReassignments),
+as Kafka's AdminClient sends them.
+
 Transactions (Kafka's AdminClient): ListTransactions to every broker,
 DescribeTransactions to each id's coordinator, DescribeProducers to each
 partition's leader (or to one named broker, whose replica answers), and an
@@ -41,7 +45,8 @@ from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
 from rafka.core.transaction_shard import TransactionListing, TxnMarker
-from rafka.protocol import acl_requests, admin_requests, fetching, group_requests, txn_admin_requests, txn_markers
+from rafka.protocol import (acl_requests, admin_requests, cluster_requests, fetching, group_requests,
+                            txn_admin_requests, txn_markers)
 from rafka.protocol.network import coordinator_channel
 from rafka.protocol.txn_admin_requests import DescribedTransaction
 from rafka.protocol.tls import cluster_client_context, node_tls_settings
@@ -93,16 +98,6 @@ class Admin:
     def create_partitions(self, name: str, count: int) -> dict:
         """Grow `name` to `count` partitions (Kafka's AdminClient.createPartitions)."""
         return self._controller.call("add_partitions", name, count)
-
-    def alter_partition_reassignments(self, reassignments: dict[tuple[str, int], list[int]]) -> dict:
-        """{(topic, partition): [broker ids]}: start moving each partition's replicas
-        there (Kafka's alterPartitionReassignments). Returns each partition's state."""
-        return self._controller.call_each("reassign_partition", {tp: (tp[0], tp[1], list(brokers))
-                                                                 for tp, brokers in reassignments.items()})
-
-    def cancel_partition_reassignments(self, partitions: list[tuple[str, int]]) -> dict:
-        """Stop moving these partitions: the replicas being added are dropped."""
-        return self._controller.call_each("cancel_reassignment", {tp: (tp[0], tp[1]) for tp in partitions})
 
     def delete_topic(self, name: str) -> None:
         self._controller.call("delete_topic", name)
@@ -298,6 +293,57 @@ class Admin:
             except KafkaError as error:
                 done[tp] = error
         return done
+
+    # --- leader elections and reassignments (kafka-leader-election.sh,
+    #     kafka-reassign-partitions.sh), over the wire: any broker relays them to the controller
+
+    def elect_leaders(self, election_type: int, partitions=None, *, timeout_ms: int = 30_000
+                      ) -> dict[TopicPartition, KafkaError | None]:
+        """ElectLeaders (core.metadata's PREFERRED_ELECTION or UNCLEAN_ELECTION) for
+        `partitions` [(topic, partition)] (None: every partition; those that needed
+        no election are then left out): per partition None (elected: its new
+        leader serves when this returns) or why not (ELECTION_NOT_NEEDED,
+        PREFERRED_LEADER_NOT_AVAILABLE, ...), as Kafka's electLeaders."""
+        named = None if partitions is None else [tuple(tp) for tp in partitions]
+        return self._metadata.ask_any_node(
+            admin_requests.elect_leaders_request(election_type, named, timeout_ms=timeout_ms),
+            admin_requests.elect_leaders_answer, what="elect leaders")
+
+    def alter_partition_reassignments(self, reassignments: dict, *, timeout_ms: int = 30_000
+                                      ) -> dict[TopicPartition, KafkaError | None]:
+        """{(topic, partition): [broker ids], or None to cancel}: start moving each
+        partition's replicas there (AlterPartitionReassignments: the new replicas
+        catch up, then the old ones go). Per partition None (started, or
+        cancelled) or why not (INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, ...)."""
+        if not reassignments:
+            return {}
+        moves = {tuple(tp): None if brokers is None else list(brokers) for tp, brokers in reassignments.items()}
+        return self._metadata.ask_any_node(admin_requests.alter_reassignments_request(moves, timeout_ms=timeout_ms),
+                                           admin_requests.alter_reassignments_answer, what="reassign partitions")
+
+    def cancel_partition_reassignments(self, partitions) -> dict[TopicPartition, KafkaError | None]:
+        """Stop moving these partitions: the replicas being added are dropped."""
+        return self.alter_partition_reassignments({tuple(tp): None for tp in partitions})
+
+    def partition_replicas(self, topics: list[str]) -> dict[TopicPartition, list[int]]:
+        """Each partition's replicas as a broker's Metadata names them (broker ids,
+        the preferred leader first), of `topics`; an unknown one raised."""
+        answer = self._metadata.ask_any_node(cluster_requests.metadata_request(topics),
+                                             cluster_requests.metadata_answer, what=f"the metadata of {topics}")
+        for topic in topics:
+            if topic in answer.topic_errors:
+                raise answer.topic_errors[topic]
+        return {TopicPartition(name, p.partition): list(p.replica_nodes)
+                for name, topic in answer.topics.items() for p in topic.partitions}
+
+    def list_partition_reassignments(self, partitions=None, *, timeout_ms: int = 30_000
+                                     ) -> dict[TopicPartition, dict[str, list[int]]]:
+        """The partitions moving (of `partitions` [(topic, partition)]; None: all):
+        {tp: {"replicas", "adding", "removing"}} as broker ids (ListPartitionReassignments)."""
+        named = None if partitions is None else [tuple(tp) for tp in partitions]
+        return self._metadata.ask_any_node(admin_requests.list_reassignments_request(named, timeout_ms=timeout_ms),
+                                           admin_requests.list_reassignments_answer,
+                                           what="list partition reassignments")
 
     # --- ACLs (kafka-acls.sh), over the wire -----------------------------------------------
 

@@ -217,6 +217,15 @@ InvalidReplicaAssignment = _error("InvalidReplicaAssignment", 39, "INVALID_REPLI
                                   "A replica assignment names a broker twice, or one that is not live.")
 ReassignmentInProgress = _error("ReassignmentInProgress", 60, "REASSIGNMENT_IN_PROGRESS", False,
                                 "The partition is being reassigned: wait for that to complete.")
+NoReassignmentInProgress = _error("NoReassignmentInProgress", 85, "NO_REASSIGNMENT_IN_PROGRESS", False,
+                                  "A cancel named a partition that is not being reassigned.")
+# ElectLeaders' per-partition answers: Kafka's InvalidMetadataExceptions, so retriable
+PreferredLeaderNotAvailable = _error("PreferredLeaderNotAvailable", 80, "PREFERRED_LEADER_NOT_AVAILABLE", True,
+                                     "The preferred replica is not alive and in sync, so it cannot lead.")
+EligibleLeadersNotAvailable = _error("EligibleLeadersNotAvailable", 83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", True,
+                                     "No live replica may lead the partition.")
+ElectionNotNeeded = _error("ElectionNotNeeded", 84, "ELECTION_NOT_NEEDED", True,
+                           "The partition already has the leader the election would choose.")
 # Kafka answers a create of a topic still marked for deletion with
 # TOPIC_ALREADY_EXISTS ("is marked for deletion"); here the teardown takes a
 # moment, so the error says so and is retriable.

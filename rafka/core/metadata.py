@@ -19,9 +19,13 @@ Invariants:
   a reassignment (Kafka's KIP-455) first adds the new replicas, which catch up
   from the leader; only once all of them are in the ISR are the removed ones
   dropped, so the ISR never shrinks below what it was for a move
-  only an ISR member may lead (no unclean election); one that restarted leads
-  only when no ISR member that kept running is available (it reopened its log,
-  which holds every record below the HW, but may be behind the others)
+  only an ISR member may lead; one that restarted leads only when no ISR member
+  that kept running is available (it reopened its log, which holds every record
+  below the HW, but may be behind the others). The one exception is an
+  operator's unclean ElectLeaders (`elect_on_request`): a live replica outside
+  the ISR may then lead an offline partition, alone in its ISR
+  the preferred leader is a partition's first replica; a preferred ElectLeaders
+  moves leadership there only if it is alive and in the ISR (`elect_on_request`)
   a user's SCRAM credential is kept salted (core.scram), never its password: the
   records, and every image built from them, hold no password (Kafka's
   UserScramCredentialRecord); user names beginning with "__" are rafka's own
@@ -52,16 +56,17 @@ import random
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from rafka.core.acl import (MAX_ACL_CHANGES_PER_REQUEST, NO_ACLS, AclBinding, AclBindingFilter, Acls,
                             validate_new_binding)
 from rafka.core.config import SET, ConfigOp, TopicConfig, altered_overrides
-from rafka.core.errors import (FencedLeaderEpoch, InvalidConfig, InvalidPartitions, InvalidReplicaAssignment,
-                               InvalidReplicationFactor, InvalidRequest, InvalidTopic, LeaderNotAvailable,
-                               KafkaError, NotLeaderOrFollower, ReassignmentInProgress, ResourceNotFound,
-                               TopicAlreadyExists, UnknownServerError, UnknownTopicOrPartition)
+from rafka.core.errors import (ElectionNotNeeded, EligibleLeadersNotAvailable, FencedLeaderEpoch, InvalidConfig,
+                               InvalidPartitions, InvalidReplicaAssignment, InvalidReplicationFactor, InvalidRequest,
+                               InvalidTopic, KafkaError, LeaderNotAvailable, NoReassignmentInProgress,
+                               NotLeaderOrFollower, PreferredLeaderNotAvailable, ReassignmentInProgress,
+                               ResourceNotFound, TopicAlreadyExists, UnknownServerError, UnknownTopicOrPartition)
 from rafka.core.replica_pool import MAX_POOL_SIZE_PER_BROKER
 from rafka.core.scram import (CLUSTER_MECHANISM, CLUSTER_USER, RESERVED_USER_PREFIX, ScramCredential,
                               make_credential, matches)
@@ -78,6 +83,8 @@ MAX_PARTITIONS_PER_TOPIC = 1024
 # The controller checks it before writing.
 MAX_REPLICAS_PER_BROKER = 1000 - MAX_POOL_SIZE_PER_BROKER
 Record = dict[str, Any]
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1   # Kafka's ElectionType (ElectLeaders v1+)
+ElectionResult = tuple[str, int, KafkaError | None]   # (topic, partition, why not; None: elected)
 
 
 def new_cluster_id() -> str:
@@ -143,6 +150,47 @@ def assign_replicas_to_brokers(broker_ids: Sequence[int], partitions: int, repli
             replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
         assignment.append(replicas)
     return assignment
+
+
+def elect_on_request(state: PartitionState, election_type: int, live: Collection[int]) -> PartitionState:
+    """The partition after an operator's ElectLeaders (Kafka's
+    ReplicationControlManager.electLeader with PartitionChangeBuilder), `live` the
+    replica ids that could serve now. A replica may lead cleanly when it is live
+    and in the ISR:
+      * PREFERRED: the first replica leads if it may; if it may not and the
+        current leader still may, nothing changes (PREFERRED_LEADER_NOT_AVAILABLE);
+        a partition whose leader is gone or offline gets the first replica that
+        may lead, as Kafka's preferred election does.
+      * UNCLEAN: only for a partition with no leader; the first replica that may
+        lead cleanly, else the first live one (out of the ISR: records acked
+        only to the lost ISR are gone; it is the new ISR alone).
+    ELECTION_NOT_NEEDED when the partition already has the leader sought (the
+    first replica; for UNCLEAN, any); ELIGIBLE_LEADERS_NOT_AVAILABLE when nobody
+    may lead. Every election bumps both epochs."""
+    if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+        raise InvalidRequest(f"Unknown election type {election_type}")
+    preferred = state.replicas[0]
+    if state.leader == preferred or (election_type == UNCLEAN_ELECTION and state.online):
+        raise ElectionNotNeeded("Leader election not needed for topic partition.")
+    may_lead = [r for r in state.replicas if r in live and r in state.isr]
+    isr = state.isr
+    if election_type == PREFERRED_ELECTION:
+        if preferred in may_lead:
+            leader = preferred
+        elif state.leader in may_lead or not may_lead:
+            raise PreferredLeaderNotAvailable(f"The preferred replica {preferred} is not alive and in the ISR "
+                                              f"{list(state.isr)}.")
+        else:
+            leader = may_lead[0]
+    elif may_lead:
+        leader = may_lead[0]
+    else:
+        unclean = [r for r in state.replicas if r in live]
+        if not unclean:
+            raise EligibleLeadersNotAvailable(f"No replica of {list(state.replicas)} is alive.")
+        leader, isr = unclean[0], (unclean[0],)
+    return dataclasses.replace(state, leader=leader, isr=isr, leader_epoch=state.leader_epoch + 1,
+                               partition_epoch=state.partition_epoch + 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,33 +395,47 @@ class ClusterMetadata:
         """Start moving the partition's replicas onto `target_brokers` (Kafka's
         AlterPartitionReassignments): replicas for the new brokers are added now,
         with a new leader epoch so the leader tracks them; the ones on brokers not in
-        the target are `removing` until `handle_complete_reassignment`. No records if
-        the partition already lives there."""
+        the target are `removing` until `handle_complete_reassignment`. The replicas
+        are listed in the target's order, then the removing ones (Kafka's
+        PartitionReassignmentReplicas), so the target's first broker holds the
+        preferred leader; a target of the same brokers in another order changes
+        only that order, at once (no epoch: neither leader nor ISR changes). No
+        records if the partition already lives there, in that order."""
         state = self.partition(topic, partition)
         target = list(target_brokers)
         live = set(live_broker_ids)
-        if (not target or len(set(target)) != len(target)
-                or any(isinstance(b, bool) or not isinstance(b, int) for b in target)):
-            raise InvalidReplicaAssignment(f"{topic}-{partition}: the target {target!r} must name distinct "
-                                           f"broker ids")
+        if not target:
+            raise InvalidReplicaAssignment("The manual partition assignment includes an empty replica list.")
+        if any(isinstance(b, bool) or not isinstance(b, int) for b in target):
+            raise InvalidReplicaAssignment(f"{topic}-{partition}: the target {target!r} must name broker ids")
+        twice = sorted(b for b, n in Counter(target).items() if n > 1)
+        if twice:
+            raise InvalidReplicaAssignment(f"The manual partition assignment includes the broker {twice[0]} more "
+                                           f"than once.")
+        adding_brokers = [b for b in target if b not in state.brokers]
+        not_live = sorted(b for b in adding_brokers if b not in live)
+        if not_live:   # a broker the partition has already may be down: it keeps its replica
+            raise InvalidReplicaAssignment(f"The manual partition assignment includes broker {not_live[0]}, but "
+                                           f"no such broker is live.")
         if state.adding or state.removing:
             raise ReassignmentInProgress(f"{topic}-{partition} is already being reassigned")
-        adding_brokers = [b for b in target if b not in state.brokers]
-        not_live = [b for b in adding_brokers if b not in live]
-        if not_live:
-            raise InvalidReplicaAssignment(f"{topic}-{partition}: brokers {not_live} are not live")
         if not state.online:
             raise LeaderNotAvailable(f"{topic}-{partition} is offline: new replicas have no leader to "
                                      f"copy from")
         removing = tuple(r for r, b in zip(state.replicas, state.brokers) if b not in target)
-        if not adding_brokers and not removing:
-            return [], state
         first_new = max(state.replicas) + 1     # ids only grow: a removed replica's id is never reused
-        adding = tuple(range(first_new, first_new + len(adding_brokers)))
-        new = dataclasses.replace(state, replicas=state.replicas + adding,
-                                  brokers=state.brokers + tuple(adding_brokers), adding=adding,
-                                  removing=removing, leader_epoch=state.leader_epoch + 1,
-                                  partition_epoch=state.partition_epoch + 1)
+        replica_on = dict(zip(state.brokers, state.replicas)) | {
+            b: first_new + i for i, b in enumerate(adding_brokers)}
+        replicas = tuple(replica_on[b] for b in target) + removing
+        brokers = tuple(target) + tuple(state.broker_of(r) for r in removing)
+        if not adding_brokers and not removing:
+            if replicas == state.replicas:
+                return [], state
+            new = dataclasses.replace(state, replicas=replicas, brokers=brokers)   # only the order
+            return [_partition_record(topic, partition, new)], new
+        new = dataclasses.replace(state, replicas=replicas, brokers=brokers,
+                                  adding=tuple(replica_on[b] for b in adding_brokers), removing=removing,
+                                  leader_epoch=state.leader_epoch + 1, partition_epoch=state.partition_epoch + 1)
         return [_partition_record(topic, partition, new)], new
 
     def handle_complete_reassignment(self, topic: str,
@@ -389,6 +451,45 @@ class ClusterMetadata:
             return [], state
         new = _completed(state)
         return [_partition_record(topic, partition, new)], new
+
+    def handle_alter_reassignment(self, topic: str, partition: int, target_brokers: Sequence[int] | None,
+                                  live_broker_ids: Iterable[int], *, allow_replication_factor_change: bool = True
+                                  ) -> tuple[list[Record], PartitionState]:
+        """One partition of AlterPartitionReassignments: `target_brokers` None
+        cancels the partition's reassignment (NO_REASSIGNMENT_IN_PROGRESS when
+        there is none), else starts one (`handle_reassign_partition`).
+        `allow_replication_factor_change` False (v1, KIP-860): a target of another
+        size is INVALID_REPLICATION_FACTOR. Kafka's controller replaces a
+        reassignment in progress; rafka refuses it (REASSIGNMENT_IN_PROGRESS):
+        cancel it first."""
+        state = self.partition(topic, partition)
+        if target_brokers is None:
+            if not (state.adding or state.removing):
+                raise NoReassignmentInProgress("No partition reassignment is in progress.")
+            return self.handle_cancel_reassignment(topic, partition)
+        current = len(state.replicas) - len(state.adding)
+        if not allow_replication_factor_change and len(target_brokers) != current:
+            raise InvalidReplicationFactor(f"The replication factor of {topic}-{partition} would change from "
+                                           f"{current} to {len(target_brokers)}, which the request does not allow.")
+        return self.handle_reassign_partition(topic, partition, target_brokers, live_broker_ids)
+
+    def reassignments(self, partitions: Iterable[tuple[str, Iterable[int]]] | None = None
+                      ) -> list[tuple[str, int, list[int], list[int], list[int]]]:
+        """ListPartitionReassignments: the partitions being reassigned, of those
+        named ((topic, partitions) pairs; None: every topic), in order, each as
+        (topic, partition, replicas, adding, removing) in broker ids; unknown
+        topics and partitions, and those not moving, are left out (Kafka's)."""
+        if partitions is None:
+            partitions = [(name, range(len(topic.partitions))) for name, topic in self.topics.items()]
+        found = []
+        for name, indexes in partitions:
+            topic = self.topics.get(name)
+            for p in (indexes if topic is not None else ()):
+                state = topic.partitions[p] if 0 <= p < len(topic.partitions) else None
+                if state is not None and (state.adding or state.removing):
+                    found.append((name, p, list(state.brokers), [state.broker_of(r) for r in state.adding],
+                                  [state.broker_of(r) for r in state.removing]))
+        return found
 
     def replicas_per_broker(self) -> Counter:
         return Counter(b for topic in self.topics.values() for p in topic.partitions for b in p.brokers)
@@ -621,6 +722,40 @@ class ClusterMetadata:
         new = dataclasses.replace(state, isr=isr, leader=leader, leader_epoch=state.leader_epoch + 1,
                                   partition_epoch=state.partition_epoch + 1)
         return [_partition_record(topic, partition, new)], new
+
+    def handle_elect_leaders(self, election_type: int, partitions: Iterable[tuple[str, int]] | None,
+                             live: Callable[[str, int], Collection[int]]
+                             ) -> tuple[list[Record], list[ElectionResult]]:
+        """ElectLeaders: `elect_on_request` for each partition named (None: every
+        partition of every topic, those that need no election left out of the
+        answer, as Kafka answers), `live(topic, partition)` giving the replica ids
+        that could serve now. Per partition, in order, its error or None (elected:
+        a record); an unknown one UNKNOWN_TOPIC_OR_PARTITION. A partition named
+        twice is judged the second time as the first left it. An unknown election
+        type refuses the whole request (INVALID_REQUEST, as Kafka's controller)."""
+        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+            raise InvalidRequest(f"Unknown election type {election_type}")
+        every = partitions is None
+        if every:
+            partitions = [(name, p) for name, topic in self.topics.items() for p in range(len(topic.partitions))]
+        records: list[Record] = []
+        results: list[ElectionResult] = []
+        elected: dict[tuple[str, int], PartitionState] = {}
+        for topic, partition in partitions:
+            try:
+                state = elected.get((topic, partition)) or self.partition(topic, partition)
+                new = elect_on_request(state, election_type, live(topic, partition))
+            except ElectionNotNeeded as error:
+                if not every:
+                    results.append((topic, partition, error))
+                continue
+            except KafkaError as error:
+                results.append((topic, partition, error))
+                continue
+            elected[topic, partition] = new
+            records.append(_partition_record(topic, partition, new))
+            results.append((topic, partition, None))
+        return records, results
 
     def handle_remove_from_isr(self, topic: str, partition: int,
                                replica_ids: Iterable[int]) -> tuple[list[Record], PartitionState]:

@@ -46,6 +46,7 @@ class PartitionMetadata:
     partition: int
     leader_node: int          # -1: no leader now (LEADER_NOT_AVAILABLE)
     leader_epoch: int
+    replica_nodes: tuple[int, ...] = ()   # from a broker: the replicas' broker ids, preferred first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,8 @@ def metadata_answer(response) -> MetadataAnswer:
             continue
         # Partitions come in any order; a partition the node has no leader for has
         # leader -1 (and LEADER_NOT_AVAILABLE), which the cache treats as retriable.
-        partitions = sorted((PartitionMetadata(int(p.partition_index), int(p.leader_id), int(p.leader_epoch))
+        partitions = sorted((PartitionMetadata(int(p.partition_index), int(p.leader_id), int(p.leader_epoch),
+                                               tuple(int(n) for n in p.replica_nodes))
                              for p in topic.partitions), key=lambda p: p.partition)
         topics[topic.name] = TopicMetadata(topic.name, topic.topic_id, topic.is_internal, tuple(partitions))
     return MetadataAnswer(nodes=nodes, controller_node=int(response.controller_id), topics=topics,

@@ -28,7 +28,8 @@ Routes, by API:
     this broker, else NOT_COORDINATOR from here; ListTransactions asks every
     transaction coordinator here. InitProducerId without one is answered here
     (an idempotent producer's id, from the controller);
-  * topic, config and ACL administration: to the controller's node, from any broker
+  * topic, config and ACL administration, leader elections and partition
+    reassignments: to the controller's node, from any broker
     (Kafka's brokers forward it to the controller, KIP-590); tried again once on
     a new connection if the first is lost, then answered REQUEST_TIMED_OUT
     (retriable) as Kafka's forwarding answers an unreachable controller
@@ -158,8 +159,9 @@ SINGLE_TRANSACTION_APIS = {22: "transactional_id", 24: "v3_and_below_transaction
 TRANSACTION_LIST_APIS = {24: ("transactions", "results_by_transaction"), 65: ("transactional_ids", "transaction_states")}
 LIST_TRANSACTIONS_KEY = 66
 TRANSACTION_APIS = frozenset(SINGLE_TRANSACTION_APIS) | frozenset(TRANSACTION_LIST_APIS) | {LIST_TRANSACTIONS_KEY}
-# Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls
-CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31})
+# Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls,
+# ElectLeaders, Alter/ListPartitionReassignments
+CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46})
 WRITE_TXN_MARKERS_KEY = 27
 # every API routed to the actors (the rest is answered here): one set lookup a request
 ROUTED_APIS = (frozenset(PARTITION_APIS) | SINGLE_GROUP_APIS | frozenset(GROUP_LIST_APIS) | CONTROLLER_APIS
@@ -561,6 +563,7 @@ class ControllerUnreachable:
     async def _unreachable(self, *args, **kwargs):
         raise RequestTimedOut("the controller could not be reached from this broker; retry")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _unreachable
+    elect_leaders = alter_partition_reassignments = list_partition_reassignments = _unreachable
 
 
 def _trimmed(api_key: int, answer, body, request_gate):

@@ -17,6 +17,9 @@ node's ApiVersions for the whole cluster (kafka-python does) work:
     on the controller's node (its topic_admin_host), NOT_CONTROLLER elsewhere
     (a broker's edge relays them to the controller; `acl_admin` stands in for
     the controller where a test node keeps the metadata itself);
+  * leader elections and partition reassignments (ElectLeaders,
+    Alter/ListPartitionReassignments): as CreateAcls, on the controller's node
+    (`elections_admin` stands in for the controller in tests);
   * config changes (AlterConfigs, IncrementalAlterConfigs) on every node: clients
     send them to any broker, so a node that is not the controller forwards them
     (`alter_topic_config`, given by the actor); the controller's node calls the
@@ -36,8 +39,8 @@ from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to
                                      delete_records, describe_cluster, describe_configs, describe_log_dirs,
                                      describe_producers, describe_transactions, end_txn, fetch, find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
-                                     list_transactions, metadata, offset_for_leader_epoch, produce, topic_admin,
-                                     txn_offset_commit, write_txn_markers)
+                                     list_transactions, metadata, offset_for_leader_epoch, partition_admin, produce,
+                                     topic_admin, txn_offset_commit, write_txn_markers)
 from rafka.protocol.handlers.txn_coordinator import NoTransactions
 
 
@@ -65,6 +68,7 @@ class _NotController:
         raise NotController("this node is not the controller: send topic administration to the "
                             "controller Metadata names")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _refuse
+    elect_leaders = alter_partition_reassignments = list_partition_reassignments = _refuse
 
 
 def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Callable[[], Awaitable[int]],
@@ -72,6 +76,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
                alter_topic_config: alter_configs.AlterTopicConfig | None = None,
                acl_admin: acls.AclAdmin | None = None,
+               elections_admin: partition_admin.PartitionAdmin | None = None,
                log_dirs: describe_log_dirs.LogDirs | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `transactions`: a TransactionHost
@@ -80,6 +85,8 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     `alter_topic_config`: how a node that is not the controller reaches it (none:
     NOT_CONTROLLER, the controller's node uses its topic_admin_host);
     `acl_admin`: where CreateAcls / DeleteAcls go (default: topic_admin_host);
+    `elections_admin`: where ElectLeaders and the partition reassignment APIs go
+    (default: topic_admin_host);
     `log_dirs`: the node's log dirs for DescribeLogDirs (a broker's; none: no log dir)."""
     partitions = partitions or _NoPartitions(image)
     groups = groups or _NoGroups()
@@ -98,4 +105,5 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
         *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin),
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
+        *partition_admin.routes(elections_admin or admin),
         *sasl.routes()], image=image)

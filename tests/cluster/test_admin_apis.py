@@ -38,3 +38,61 @@ def test_delete_records__every_replica_moves__consumers_start_there__log_dirs_pe
         (log_dir,) = dirs
         assert log_dir["error"] is None and log_dir["log_dir"].endswith(f"broker-{broker}")
         assert ("trimmed", 0) in {(p["topic"], p["partition"]) for p in log_dir["partitions"]}
+
+
+def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_listed_and_completes(cluster):
+    """ElectLeaders through confluent-kafka's AdminClient: after a leader change
+    (the controller's own election, as when it finds a leader gone), the preferred
+    replica rejoins the ISR and a preferred election makes it lead again; then
+    a reassignment started with kafka-python's AdminClient is listed while its
+    new replica catches up, and completes with every acked record on the new
+    replica set."""
+    import ray
+    from confluent_kafka import ElectionType
+    from kafka import KafkaAdminClient, TopicPartition as KTopicPartition
+    from tests.harness import partition_state, read_back, wait_for_leader
+
+    admin = cluster.admin()
+    admin.create_topic("elected", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    first = wait_for_leader(cluster, "elected", 0)
+    preferred = first["replicas"][0]
+    assert first["leader"] == preferred
+    ray.get(cluster.controller.elect_leader.remote("elected", 0, [preferred]), timeout=TIMEOUT_S)
+    moved = wait_for_leader(cluster, "elected", 0, newer_than_epoch=first["leader_epoch"])
+    assert moved["leader"] != preferred and preferred not in moved["isr"]
+    with cluster.producer(acks="all") as producer:
+        acked = [producer.send("elected", b"v-%d" % i, partition=0).result(timeout=TIMEOUT_S).offset
+                 for i in range(20)]
+    wait_until(lambda: preferred in partition_state(cluster, "elected", 0)["isr"], timeout_s=TIMEOUT_S,
+               what="the preferred replica back in the ISR")
+
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    tp = CTopicPartition("elected", 0)
+    assert client.elect_leaders(ElectionType.PREFERRED, [tp]).result(TIMEOUT_S) == {
+        tp: None}
+    back = wait_for_leader(cluster, "elected", 0, newer_than_epoch=moved["leader_epoch"])
+    assert back["leader"] == preferred and back["leader_epoch"] == moved["leader_epoch"] + 1
+    (again,) = client.elect_leaders(ElectionType.PREFERRED, [tp]).result(TIMEOUT_S).values()
+    assert again.name() == "ELECTION_NOT_NEEDED"   # confluent-kafka gives its KafkaError
+    assert [offset for offset, _ in read_back(cluster, "elected")] == acked
+
+    admin.create_topic("moved", partitions=1, replication_factor=2)
+    before = admin.replica_brokers(["moved"])[("moved", 0)]
+    spare = next(b for b in (0, 1, 2) if b not in before)
+    target = [before[0], spare]
+    with cluster.producer(acks="all") as producer:
+        moved_acked = [producer.send("moved", b"m-%d" % i, partition=0).result(timeout=TIMEOUT_S).offset
+                       for i in range(20)]
+    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        moving = KTopicPartition("moved", 0)
+        assert kafka_admin.alter_partition_reassignments({moving: target}) == {moving: None}
+        listed = kafka_admin.list_partition_reassignments()
+        assert listed == {moving: {"replicas": target + [before[1]], "adding_replicas": [spare],
+                                   "removing_replicas": [before[1]]}}
+        wait_until(lambda: kafka_admin.list_partition_reassignments() == {}, timeout_s=TIMEOUT_S * 2,
+                   what="the reassignment completed")
+    finally:
+        kafka_admin.close()
+    assert admin.replica_brokers(["moved"])[("moved", 0)] == target
+    assert [offset for offset, _ in read_back(cluster, "moved")] == moved_acked

@@ -180,7 +180,8 @@ def check_lag(address):
 
 def check_alter_and_reassign(address, data_dir):
     """topics --alter --partitions grows `clicks`; reassign-partitions moves an RF=1
-    partition to the other broker, with its records, and --verify reports it done."""
+    partition to the other broker, with its records, and --verify reports it done;
+    leader-election finds its leader already the preferred one."""
     code, out, _ = rafka(address, "topics", "--alter", "--topic", "clicks", "--partitions", "3")
     assert (code, out) == (0, "Adding partitions succeeded! The topic clicks now has 3 partitions.\n")
     code, _, err = rafka(address, "topics", "--alter", "--topic", "clicks", "--partitions", "2")
@@ -207,6 +208,11 @@ def check_alter_and_reassign(address, data_dir):
     code, out, _ = rafka(address, "console-consumer", "--topic", "moving", "--from-beginning", "--max-messages", "5")
     assert code == 0 and out.split() == [f"m-{i}" for i in range(5)]
     assert not (data_dir / f"broker-{source}" / "moving-0").exists()    # the moved-away log is deleted
+    code, out, _ = rafka(address, "leader-election", "--election-type", "preferred", "--topic", "moving",
+                         "--partition", "0")
+    assert (code, out) == (0, "Valid replica already elected for partitions moving-0\n")
+    code, _, err = rafka(address, "leader-election", "--election-type", "unclean", "--topic", "moving")
+    assert code == 1 and "Missing required option(s): --partition" in err
     assert rafka(address, "topics", "--delete", "--topic", "moving")[0] == 0
 
 

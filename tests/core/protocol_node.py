@@ -8,7 +8,9 @@ Each partition is served by the HostedPartition the replica actor uses (the same
 calls and waiting, no Ray); the coordinator below stands in for the coordinator
 actor, and its writes to __consumer_offsets are acked at once (nothing
 replicates here). ACLs are created and deleted on this node's own metadata (it
-stands in for the controller there: `acl_admin`), and the image rebuilt. One transaction coordinator (a real TransactionShard of the
+stands in for the controller there: `acl_admin`), and the image rebuilt; so are
+leader elections and reassignments (`elections_admin`: metadata only, no
+replica moves). One transaction coordinator (a real TransactionShard of the
 one __transaction_state partition, on its own node) stands in for the
 transaction coordinator actor: its writes are acked at once and kept encoded
 (`LocalTransactionCoordinator.records`), and its markers go to the hosted
@@ -212,6 +214,7 @@ class ProtocolNode:
         dispatcher = Dispatcher(node_table(image=self.image, allocate_producer_id=self._allocate_producer_id,
                                            partitions=self, groups=self.coordinator,
                                            list_groups=self.coordinator.list_groups, acl_admin=self,
+                                           elections_admin=self,
                                            transactions=self.transactions,
                                            log_dirs=None if self.with_edge else self._log_dirs))
         # One server (port) per actor, as in a cluster, all answering from one table:
@@ -269,6 +272,36 @@ class ProtocolNode:
         self._apply(records)
         self._rebuild_image()
         return results
+
+    async def elect_leaders(self, election_type, partitions):   # (protocol.handlers.partition_admin)
+        """Every replica with a registered node serves (nothing dies here)."""
+        records, results = self.metadata.handle_elect_leaders(
+            election_type, partitions, lambda topic, partition: {
+                r for r in self.metadata.partition(topic, partition).replicas
+                if self.metadata.replica_actor(topic, partition, r) in self.metadata.nodes})
+        self._apply(records)
+        self._rebuild_image()
+        return results
+
+    async def alter_partition_reassignments(self, moves, allow_replication_factor_change=True):
+        """The metadata only: no replica starts or stops here, so a move stays in
+        progress until cancelled."""
+        results = []
+        for topic, partition, brokers in moves:
+            try:
+                records, _ = self.metadata.handle_alter_reassignment(
+                    topic, partition, brokers, self.broker_ids,
+                    allow_replication_factor_change=allow_replication_factor_change)
+            except KafkaError as error:
+                results.append(error)
+                continue
+            self._apply(records)
+            results.append(None)
+        self._rebuild_image()
+        return results
+
+    async def list_partition_reassignments(self, partitions):
+        return self.metadata.reassignments(partitions)
 
     async def _stop(self) -> None:
         self.transactions.shard.close()

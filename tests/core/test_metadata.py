@@ -212,7 +212,7 @@ def test_reassign__new_replica_added_first__old_one_dropped_only_once_the_new_is
     target = [b if b != lost else 3 for b in before.brokers]
     records, moving = metadata.handle_reassign_partition("t", 0, target, [0, 1, 2, 3])
     log += apply(metadata, records)
-    assert moving.replicas == (0, 1, 2, 3) and moving.broker_of(3) == 3
+    assert moving.replicas == (0, 1, 3, 2) and moving.broker_of(3) == 3   # the target's order, then the removed
     assert (moving.adding, moving.removing, moving.isr) == ((3,), (2,), before.isr)
     assert moving.leader_epoch == before.leader_epoch + 1     # the leader learns its new follower
     with pytest.raises(ReassignmentInProgress):
@@ -301,6 +301,28 @@ def test_create_topic__more_replicas_than_the_brokers_can_place__invalid_partiti
         metadata.handle_add_partitions("a", 5, [0, 1, 2])
     assert list(metadata.topics) == ["a"] and len(metadata.topics["a"].partitions) == 3
     assert metadata.handle_create_topic("b", 1, 3, None, [0, 1, 2])[1].name == "b"   # what fits still does
+
+
+def test_reassign__the_targets_order_is_the_replicas_order__its_first_broker_holds_the_preferred_leader():
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("t", 1, 2, None, [0, 1, 2])[0])
+    before = metadata.partition("t", 0)
+    spare = next(b for b in (0, 1, 2) if b not in before.brokers)
+    records, moving = metadata.handle_reassign_partition("t", 0, [spare, before.brokers[1]], [0, 1, 2])
+    apply(metadata, records)
+    assert moving.brokers == (spare, before.brokers[1], before.brokers[0]) and moving.replicas[0] == 2
+    apply(metadata, metadata.handle_alter_isr("t", 0, moving.leader, moving.leader_epoch, moving.partition_epoch,
+                                              list(moving.isr) + [2])[0])
+    records, done = metadata.handle_complete_reassignment("t", 0)
+    apply(metadata, records)
+    assert (done.replicas, done.brokers) == ((2, before.replicas[1]), (spare, before.brokers[1]))
+    # the same brokers in another order: only the order changes (no epoch), and the preferred leader with it
+    records, reordered = metadata.handle_reassign_partition("t", 0, [before.brokers[1], spare], [0, 1, 2])
+    assert reordered.brokers == (before.brokers[1], spare) and reordered.replicas == (before.replicas[1], 2)
+    assert (reordered.leader, reordered.isr, reordered.leader_epoch, reordered.partition_epoch) == (
+        done.leader, done.isr, done.leader_epoch, done.partition_epoch)
+    apply(metadata, records)
+    assert metadata.handle_reassign_partition("t", 0, [before.brokers[1], spare], [0, 1, 2]) == ([], reordered)
 
 
 def test_reassign_cancelled__added_replica_dropped_the_old_ones_kept():

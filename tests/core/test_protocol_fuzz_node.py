@@ -1,10 +1,13 @@
 """Fuzz the whole table a node serves: mutated Produce, Fetch, ListOffsets,
-OffsetCommit, OffsetFetch, FindCoordinator, Metadata, CreateAcls, DescribeAcls and
-DeleteAcls frames go through the in-process node's dispatcher. Whatever the
-bytes: no exception but a ProtocolError, bounded time, and no state change that
-no answer acknowledged (the log grows only when a Produce answer says NONE;
-committed offsets change only when an OffsetCommit answer says NONE; ACL
-bindings only when a CreateAcls or DeleteAcls answer says NONE for some entry)."""
+OffsetCommit, OffsetFetch, FindCoordinator, Metadata, CreateAcls, DescribeAcls,
+DeleteAcls, ElectLeaders, AlterPartitionReassignments and
+ListPartitionReassignments frames go through the in-process node's dispatcher.
+Whatever the bytes: no exception but a ProtocolError, bounded time, and no state
+change that no answer acknowledged (the log grows only when a Produce answer
+says NONE; committed offsets change only when an OffsetCommit answer says NONE;
+ACL bindings only when a CreateAcls or DeleteAcls answer says NONE for some
+entry; partitions' leaders and replicas only when an ElectLeaders or
+AlterPartitionReassignments answer says NONE for some partition)."""
 
 import datetime
 import time
@@ -12,12 +15,15 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from kio.schema.errors import ErrorCode
+from kio.schema.alter_partition_reassignments.v1 import request as alter_reassignments_v1
 from kio.schema.create_acls.v3 import request as create_acls_v3
 from kio.schema.delete_acls.v3 import request as delete_acls_v3
 from kio.schema.describe_acls.v3 import request as describe_acls_v3
+from kio.schema.elect_leaders.v2 import request as elect_leaders_v2
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_offsets.v7 import request as list_v7
+from kio.schema.list_partition_reassignments.v0 import request as list_reassignments_v0
 from kio.schema.offset_commit.v8 import request as commit_v8
 from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.produce.v9 import request as produce_v9
@@ -65,9 +71,22 @@ def seeds():
     delete_acls = delete_acls_v3.DeleteAclsRequest(filters=(delete_acls_v3.DeleteAclsFilter(
         resource_type_filter=i8(2), resource_name_filter="orders", pattern_type_filter=i8(2), principal_filter=None,
         host_filter=None, operation=i8(1), permission_type=i8(1)),))
+    elect = elect_leaders_v2.ElectLeadersRequest(election_type=i8(1), timeout=TIMEOUT, topic_partitions=(
+        elect_leaders_v2.TopicPartitions(topic="orders", partitions=(i32(0),)),))
+    elect_every = elect_leaders_v2.ElectLeadersRequest(election_type=i8(0), timeout=TIMEOUT, topic_partitions=None)
+    reassign = alter_reassignments_v1.AlterPartitionReassignmentsRequest(
+        timeout=TIMEOUT, allow_replication_factor_change=True, topics=(alter_reassignments_v1.ReassignableTopic(
+            name="orders", partitions=(alter_reassignments_v1.ReassignablePartition(
+                partition_index=i32(0), replicas=(i32(0), i32(1))), alter_reassignments_v1.ReassignablePartition(
+                partition_index=i32(0), replicas=None))),))
+    list_reassignments = list_reassignments_v0.ListPartitionReassignmentsRequest(
+        timeout=TIMEOUT, topics=(list_reassignments_v0.ListPartitionReassignmentsTopics(
+            name="orders", partition_indexes=(i32(0),)),))
     return [request_frame(0, 9, produce), request_frame(1, 12, fetch), request_frame(2, 7, listing),
             request_frame(8, 8, commit), request_frame(9, 8, offsets), request_frame(10, 4, find),
-            request_frame(30, 3, create_acls), request_frame(29, 3, describe_acls), request_frame(31, 3, delete_acls)]
+            request_frame(30, 3, create_acls), request_frame(29, 3, describe_acls), request_frame(31, 3, delete_acls),
+            request_frame(43, 2, elect), request_frame(43, 2, elect_every), request_frame(45, 1, reassign),
+            request_frame(46, 0, list_reassignments)]
 
 
 SEEDS = seeds()
@@ -75,7 +94,7 @@ SEEDS = seeds()
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    with ProtocolNode(tmp_path_factory.mktemp("fuzz"), {"orders": 1}) as node:
+    with ProtocolNode(tmp_path_factory.mktemp("fuzz"), {"orders": 1}, brokers=2) as node:
         yield node
 
 
@@ -92,15 +111,21 @@ def acknowledged(frame: bytes, response: bytes, api_key: int) -> bool:
         return any(r.error_code == ErrorCode.none for r in body.results)
     if api_key == 31:
         return any(r.error_code == ErrorCode.none and r.matching_acls for r in body.filter_results)
+    if api_key == 43:
+        return any(p.error_code == ErrorCode.none for r in body.replica_election_results for p in r.partition_result)
+    if api_key == 45:
+        return any(p.error_code == ErrorCode.none for t in body.responses for p in t.partitions)
     return any(p.error_code == ErrorCode.none for t in body.topics for p in t.partitions)
 
 
 def state(node):
     return (node.endpoints[("orders", 0)].replica.log.log_end_offset,
-            node.coordinator.shard.fetch_offsets("fuzzed"), frozenset(node.metadata.acl_bindings))
+            node.coordinator.shard.fetch_offsets("fuzzed"), frozenset(node.metadata.acl_bindings),
+            tuple((name, topic.partitions) for name, topic in sorted(node.metadata.topics.items())))
 
 
-CHANGING_APIS = (0, 8, 30, 31)   # Produce, OffsetCommit, CreateAcls, DeleteAcls
+# Produce, OffsetCommit, CreateAcls, DeleteAcls, ElectLeaders, AlterPartitionReassignments
+CHANGING_APIS = (0, 8, 30, 31, 43, 45)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,

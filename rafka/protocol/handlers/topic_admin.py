@@ -82,7 +82,7 @@ class TopicAdmin(Protocol):
         """protocol.handlers.alter_configs' call, on the controller's node."""
 
 
-async def _within(coroutine, timeout_ms: int):
+async def within(coroutine, timeout_ms: int):
     """Run to the end in any case; wait for it at most `timeout_ms` (then
     REQUEST_TIMED_OUT, the work goes on)."""
     task = asyncio.ensure_future(coroutine)
@@ -112,7 +112,7 @@ def routes(admin: TopicAdmin) -> list[Route]:
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")
                 config = {c.name: c.value for c in topic.configs}
-                described = await _within(admin.create_topic(topic.name, partitions, factor, config,
+                described = await within(admin.create_topic(topic.name, partitions, factor, config,
                                                              validate_only=bool(request.validate_only)), timeout_ms)
             except Exception as error:
                 code, message = _failure(error)
@@ -154,7 +154,7 @@ def routes(admin: TopicAdmin) -> list[Route]:
             try:
                 request_gate.require(_DESCRIBE, name)   # an unknown topic's existence is not told
                 request_gate.require(_DELETE, name)
-                await _within(admin.delete_topic(name), timeout_ms)
+                await within(admin.delete_topic(name), timeout_ms)
             except Exception as error:
                 code, message = _failure(error)
             return make(module.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID, error_code=code,
@@ -175,7 +175,7 @@ def routes(admin: TopicAdmin) -> list[Route]:
                 if topic.assignments:
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")
-                await _within(admin.add_partitions(topic.name, int(topic.count),
+                await within(admin.add_partitions(topic.name, int(topic.count),
                                                    validate_only=bool(request.validate_only)), timeout_ms)
             except Exception as error:
                 code, message = _failure(error)
