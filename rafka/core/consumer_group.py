@@ -27,7 +27,8 @@ revoked within its rebalance timeout, is fenced: removed, and the group epoch
 bumped. A heartbeat with an epoch the coordinator does not know gets
 FENCED_MEMBER_EPOCH (the member gives everything up and rejoins with epoch 0);
 the previous epoch is accepted when the member owns a subset of its assignment
-(the answer that bumped it may have been lost).
+(the answer that bumped it may have been lost). A known member joining again
+(epoch 0, owning nothing) starts over under its id.
 
 Written and transient state, as core.group_manager: every decision returns the
 records to write (Kafka's record types, core.consumer_group_records) and the
@@ -294,6 +295,12 @@ class ConsumerGroups:
                 if not joining:
                     raise UnknownMemberId(f"Member {member_id} is not a member of group {group.group_id}.")
                 return Member(member_id), None
+            if joining:
+                # It rejoins with nothing (epoch 0 requires no owned partitions), as a
+                # client does after FENCED_MEMBER_EPOCH: it starts over under its id
+                # instead of being fenced again until its session ends.
+                return dataclasses.replace(member, member_epoch=0, previous_member_epoch=0,
+                                           state=MemberState.STABLE, assigned=(), pending_revocation=()), None
             self._check_epoch(member, member_epoch, owned)
             return member, None
         existing = group.static_member(instance_id)

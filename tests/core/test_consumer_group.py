@@ -406,3 +406,25 @@ def test_random_joins_leaves_and_crashes__no_partition_owned_twice__converges(se
     owners = [tp for c in clients if c.alive for tp in c.partitions()]
     assert sorted(owners) == sorted(every)
     assert coordinator.group.state == "Stable"
+
+
+def test_dump_offsets__consumer_group_records_printed_as_kafkas_formatter():
+    from rafka.core.offset_reset import format_offsets_record
+    assert format_offsets_record(cgr.ConsumerGroupMetadataKey(G), cgr.ConsumerGroupMetadataValue(3)) == \
+        '{"key":{"type":3,"data":{"groupId":"billing"}},"value":{"version":0,"data":{"epoch":3}}}'
+    line = format_offsets_record(cgr.CurrentAssignmentKey(G, "m"), cgr.CurrentAssignmentValue(3, 2, 0, orders(1), ()))
+    assert '"assignedPartitions":[{"topicId":"AAAAAAAAAAAAAAAAAAAAoQ","partitions":[1]}]' in line
+    assert format_offsets_record(cgr.MemberMetadataKey(G, "m"), None).endswith('"value":null}')
+
+
+def test_fenced_member_rejoins_with_epoch_0_under_its_id__starts_over_and_gets_its_partitions_back():
+    coordinator = Coordinator()
+    a = Client(coordinator, "a")
+    a.heartbeat()
+    with pytest.raises(FencedMemberEpoch):
+        coordinator.heartbeat("a", 5, owned=a.owned)
+    a.owned, a.epoch = (), 0                       # gives everything up, rejoins
+    a.heartbeat()
+    assert coordinator.group.members["a"].assigned == ()   # its old partitions were its own: freed by this write
+    assert a.heartbeat().assignment == orders(0, 1, 2, 3, 4, 5)
+    assert (a.epoch, coordinator.group.state) == (1, "Stable")

@@ -48,15 +48,19 @@ def reloaded(partition, clock):
     return shard
 
 
+def on_a_shard(scenario) -> None:
+    """Runs `scenario(shard, its offsets partition, the clock)` on a fresh shard."""
+    clock, partition = FakeClock(), FakeOffsetsPartition()
+    asyncio.run(scenario(shard_on(partition, clock), partition, clock))
+
+
 def heartbeat(shard, member_id, epoch, owned=(), **request):
     return shard.consumer_group_heartbeat(G, member_id=member_id, member_epoch=epoch, rebalance_timeout_ms=30_000,
                                           subscribed_topic_names=["orders"], owned=owned, **request)
 
 
 def test_heartbeats_written__a_failover_replays_the_same_group_and_its_members_go_on():
-    async def scenario():
-        clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
+    async def scenario(shard, partition, clock):
         a = await heartbeat(shard, "a", 0)
         b = await heartbeat(shard, "b", 0)
         a = await heartbeat(shard, "a", 1, owned=a.assignment)
@@ -68,25 +72,21 @@ def test_heartbeats_written__a_failover_replays_the_same_group_and_its_members_g
         assert (after.members, after.target, after.group_epoch) == (before.members, before.target, 2)
         again = await heartbeat(fresh, "b", b.member_epoch, owned=b.assignment)
         assert (again.member_epoch, again.assignment) == (2, b.assignment)
-    asyncio.run(scenario())
+    on_a_shard(scenario)
 
 
 def test_heartbeat_write_fails__nothing_replayed__the_retried_join_succeeds():
-    async def scenario():
-        clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
+    async def scenario(shard, partition, clock):
         partition.fail_next = 1
         with pytest.raises(RequestTimedOut):
             await heartbeat(shard, "a", 0)
         assert G not in shard.consumer_groups.groups
         assert (await heartbeat(shard, "a", 0)).member_epoch == 1
-    asyncio.run(scenario())
+    on_a_shard(scenario)
 
 
 def test_silent_member__expired_by_the_ticker__its_partitions_go_to_the_other():
-    async def scenario():
-        clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
+    async def scenario(shard, partition, clock):
         a = await heartbeat(shard, "a", 0)
         b = await heartbeat(shard, "b", 0)
         a = await heartbeat(shard, "a", 1, owned=a.assignment)
@@ -97,38 +97,32 @@ def test_silent_member__expired_by_the_ticker__its_partitions_go_to_the_other():
         a = await heartbeat(shard, "a", a.member_epoch, owned=a.assignment)
         assert (a.member_epoch, a.assignment) == (3, ((ORDERS, (0, 1, 2, 3)),))
         assert set(reloaded(partition, clock).consumer_groups.groups[G].members) == {"a"}
-    asyncio.run(scenario())
+    on_a_shard(scenario)
 
 
 def test_offset_commit_of_a_consumer_group__member_epoch_checked():
-    async def scenario():
-        clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
+    async def scenario(shard, partition, clock):
         await heartbeat(shard, "a", 0)
         assert await shard.commit_offsets(G, {("orders", 0): (5, -1, "")}, "a", 1) == {("orders", 0): None}
         with pytest.raises(StaleMemberEpoch):
             await shard.commit_offsets(G, {("orders", 0): (6, -1, "")}, "a", 0)
         assert shard.fetch_offsets(G) == {("orders", 0): (5, -1, "")}
-    asyncio.run(scenario())
+    on_a_shard(scenario)
 
 
 def test_group_id_of_a_classic_group_with_members__heartbeat_group_id_not_found():
-    async def scenario():
-        clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
+    async def scenario(shard, partition, clock):
         joined = await join(shard, "classic")
         await sync(shard, joined["member_id"], joined["generation"])
         with pytest.raises(GroupIdNotFound, match="is not a consumer group"):
             await heartbeat(shard, "a", 0)
-    asyncio.run(scenario())
+    on_a_shard(scenario)
 
 
 def test_empty_classic_group__taken_over_by_a_consumer_group__and_back_once_empty():
     """Kafka's maybeDeleteEmpty{Classic,Consumer}Group: the id passes from one
     protocol to the other through tombstones; with members, the other refuses."""
-    async def scenario():
-        clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
+    async def scenario(shard, partition, clock):
         joined = await join(shard, "classic")
         await sync(shard, joined["member_id"], joined["generation"])
         await shard.leave_group(G, [(joined["member_id"], None)])
@@ -143,13 +137,11 @@ def test_empty_classic_group__taken_over_by_a_consumer_group__and_back_once_empt
         await sync(shard, joined["member_id"], joined["generation"])
         fresh = reloaded(partition, clock)
         assert G not in fresh.consumer_groups.groups and G in fresh.groups.groups
-    asyncio.run(scenario())
+    on_a_shard(scenario)
 
 
 def test_delete_consumer_group__refused_with_members__tombstones_once_empty():
-    async def scenario():
-        clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
+    async def scenario(shard, partition, clock):
         await heartbeat(shard, "a", 0)
         with pytest.raises(NonEmptyGroup):
             await shard.delete_group(G)
@@ -159,4 +151,4 @@ def test_delete_consumer_group__refused_with_members__tombstones_once_empty():
         assert G not in reloaded(partition, clock).consumer_groups.groups
         with pytest.raises(GroupIdNotFound):
             shard.consumer_group_describe(G)
-    asyncio.run(scenario())
+    on_a_shard(scenario)
