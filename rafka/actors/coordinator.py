@@ -156,15 +156,17 @@ class GroupCoordinatorActor:
         """Partition counts of the topics of a commit (unknown ones are refused)."""
         return {t: count for t, (_, count) in (await self._topic_metadata(topics)).items()}
 
-    async def _topic_metadata(self, topics: set[str]) -> dict:
-        """{topic: (topic id, partition count)} from the newest cluster image (asked of
-        the controller afresh only when a topic is not in it yet: a topic just
-        created). A consumer group (KIP-848) sees a count that grows at its members'
-        next heartbeats, as Kafka's sees a new metadata image."""
-        if not set(topics) <= set(self.serving.image.topics):
+    async def _topic_metadata(self, topics: set[str] | None) -> dict:
+        """{topic: (topic id, partition count)} (None: of every topic) from the newest
+        cluster image (asked of the controller afresh only when a topic is not in it
+        yet: a topic just created). A consumer group (KIP-848) sees a count that
+        grows, or a topic its regex matches, at its members' next heartbeats, as
+        Kafka's sees a new metadata image."""
+        if topics is not None and not set(topics) <= set(self.serving.image.topics):
             await self.log.refresh_image()
         image = self.serving.image
-        return {t: (image.topics[t].topic_id, len(image.topics[t].partitions)) for t in topics if t in image.topics}
+        names = image.topics if topics is None else topics
+        return {t: (image.topics[t].topic_id, len(image.topics[t].partitions)) for t in names if t in image.topics}
 
     # --- requests: checked here (ownership, loading), decided by the shard ------------
 

@@ -20,6 +20,10 @@ target, one heartbeat at a time:
 So a partition is given to its new owner only once its previous owner revoked it:
 no partition has two owners.
 
+A member subscribes to topic names, a regular expression (matched whole against
+every topic at each heartbeat, internal topics never: a topic made later that
+matches joins the group's subscription), or both.
+
 Members leave with epoch -1 (a static member with -2: it keeps its place and
 partitions until its session times out, and its instance id may rejoin with a new
 member id). A member silent past the session timeout, or one that has not
@@ -51,9 +55,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 
+from rafka.core.actor_names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from rafka.core.assignors import RangeAssignor, StickyAssignor, Subscription
 from rafka.core.consumer_group_records import (ConsumerGroupMetadataKey, ConsumerGroupMetadataValue,
                                                CurrentAssignmentKey, CurrentAssignmentValue, MemberMetadataKey,
@@ -62,13 +68,14 @@ from rafka.core.consumer_group_records import (ConsumerGroupMetadataKey, Consume
                                                TargetAssignmentMemberValue, TargetAssignmentMetadataKey,
                                                TargetAssignmentMetadataValue, TopicPartitions, sorted_partitions)
 from rafka.core.errors import (FencedInstanceId, FencedMemberEpoch, GroupIdNotFound, GroupMaxSizeReached,
-                               InvalidRequest, StaleMemberEpoch, UnknownMemberId, UnreleasedInstanceId,
+                               InvalidRegularExpression, InvalidRequest, StaleMemberEpoch, UnknownMemberId, UnreleasedInstanceId,
                                UnsupportedAssignor)
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 NOT_SET = -1            # rebalance timeout "unchanged since the last heartbeat"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 TopicMetadata = Mapping[str, tuple[uuid.UUID, int]]   # topic name -> (topic id, partition count)
 
 
@@ -108,6 +115,15 @@ class Member:
     def assignment_record(self, group_id: str):
         return CurrentAssignmentKey(group_id, self.member_id), CurrentAssignmentValue(
             self.member_epoch, self.previous_member_epoch, int(self.state), self.assigned, self.pending_revocation)
+
+    def topics(self, known: Iterable[str]) -> set[str]:
+        """What it subscribes to: its topic names, and the `known` topics its regex
+        matches whole (Kafka's RE2J matches(); internal topics never match)."""
+        topics = set(self.subscribed_topic_names)
+        if self.subscribed_topic_regex:
+            pattern = re.compile(self.subscribed_topic_regex)
+            topics |= {t for t in known if t not in INTERNAL_TOPICS and pattern.fullmatch(t)}
+        return topics
 
     def reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -154,7 +170,11 @@ class ConsumerGroup:
                     epochs[(topic_id, p)] = member.member_epoch
         return epochs
 
-    def subscribed_topic_names(self) -> set[str]:
+    def subscribed_topic_names(self) -> set[str] | None:
+        """The topic names its members subscribe to; None when a member subscribes
+        by regex (every topic must be looked at)."""
+        if any(m.subscribed_topic_regex for m in self.members.values()):
+            return None
         return {t for m in self.members.values() for t in m.subscribed_topic_names}
 
     def topic_names_by_id(self) -> dict[uuid.UUID, str]:
@@ -220,11 +240,14 @@ class ConsumerGroups:
             rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms != NOT_SET
             else member.rebalance_timeout_ms,
             server_assignor=server_assignor if server_assignor is not None else member.server_assignor,
-            subscribed_topic_names=tuple(sorted(set(names))) if names is not None else member.subscribed_topic_names)
+            subscribed_topic_names=tuple(sorted(set(names))) if names is not None else member.subscribed_topic_names,
+            subscribed_topic_regex=(subscribed_topic_regex or None) if subscribed_topic_regex is not None
+            else member.subscribed_topic_regex)
         if updated != member or joining:
             records.append(updated.metadata_record(group_id))
         # a static member replacing its old id keeps its subscription and target: no rebalance
-        bump = updated.subscribed_topic_names != member.subscribed_topic_names
+        bump = (updated.subscribed_topic_names, updated.subscribed_topic_regex) != (
+            member.subscribed_topic_names, member.subscribed_topic_regex)
         members = {**group.members, member_id: updated}
         if replaced is not None:
             members.pop(replaced.member_id, None)
@@ -263,7 +286,11 @@ class ConsumerGroups:
         if instance_id == "":
             raise InvalidRequest("InstanceId can't be empty.")
         if regex:   # "" is no regex: librdkafka sends it with a list of names (Kafka 4 takes it so)
-            raise InvalidRequest("SubscribedTopicRegex is not supported yet.")
+            try:
+                re.compile(regex)
+            except re.error as error:
+                raise InvalidRegularExpression(f"SubscribedTopicRegex {regex} is not a valid regular expression: "
+                                               f"{error}.") from None
         if member_epoch > 0 or member_epoch == LEAVE_EPOCH:
             if not member_id:
                 raise InvalidRequest("MemberId can't be empty.")
@@ -272,8 +299,8 @@ class ConsumerGroups:
                 raise InvalidRequest("RebalanceTimeoutMs must be provided in first request.")
             if owned is None or owned:
                 raise InvalidRequest("TopicPartitions must be empty when (re-)joining.")
-            if not names:
-                raise InvalidRequest("SubscribedTopicNames must be set in first request.")
+            if not names and not regex:
+                raise InvalidRequest("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
         elif member_epoch == STATIC_LEAVE_EPOCH:
             if not member_id:
                 raise InvalidRequest("MemberId can't be empty.")
@@ -351,7 +378,7 @@ class ConsumerGroups:
 
     @staticmethod
     def _subscribed_topics(members: Iterable[Member], topics: TopicMetadata) -> tuple[SubscribedTopic, ...]:
-        names = {t for m in members for t in m.subscribed_topic_names}
+        names = {t for m in members for t in m.topics(topics)}
         return tuple(SubscribedTopic(topics[name][0], name, topics[name][1]) for name in sorted(names) if name in topics)
 
     def _target_assignment(self, group: ConsumerGroup, members: Mapping[str, Member],
@@ -364,7 +391,7 @@ class ConsumerGroups:
         by_name = {t.name: t for t in subscribed}
         names_by_id = {t.topic_id: t.name for t in subscribed}
         subscriptions = {
-            member_id: Subscription(tuple(t for t in m.subscribed_topic_names if t in by_name),
+            member_id: Subscription(tuple(sorted(m.topics(by_name))),
                                     tuple((names_by_id[topic_id], p) for topic_id, parts in targets.get(member_id, ())
                                           if topic_id in names_by_id for p in parts),
                                     group.assignment_epoch)
@@ -545,6 +572,7 @@ class ConsumerGroups:
                 "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
                              "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
                              "subscribed_topic_names": list(m.subscribed_topic_names),
+                             "subscribed_topic_regex": m.subscribed_topic_regex,
                              "assigned": named(m.assigned), "target": named(group.target.get(m.member_id, ()))}
                             for m in sorted(group.members.values(), key=lambda m: m.member_id)]}
 

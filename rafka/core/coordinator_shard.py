@@ -90,8 +90,8 @@ from rafka.core.write_queue import Append, TransactionalBatch, TxnMarkerWrite, W
 
 # {topic: partition count} of the given topics that exist
 PartitionsPerTopic = Callable[[set[str]], Awaitable[dict[str, int]]]
-# {topic: (topic id, partition count)} of the given topics that exist
-TopicMetadataSource = Callable[[set[str]], Awaitable[dict]]
+# {topic: (topic id, partition count)} of the given topics that exist (None: of every topic)
+TopicMetadataSource = Callable[[set[str] | None], Awaitable[dict]]
 
 
 @dataclasses.dataclass
@@ -374,8 +374,9 @@ class CoordinatorShard:
                     raise GroupIdNotFound(f"Group {group} is not a consumer group.")
                 records.append((GroupKey(group), None))
             known = self.consumer_groups.groups.get(group)
-            names = set(subscribed_topic_names or ()) | (known.subscribed_topic_names() if known else set())
-            topics = await self._topic_metadata(names)
+            known_names = known.subscribed_topic_names() if known else set()
+            topics = await self._topic_metadata(   # every topic, for a regex to match
+                None if subscribed_topic_regex or known_names is None else set(subscribed_topic_names or ()) | known_names)
             decided, answer = self.consumer_groups.heartbeat(
                 group, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack_id=rack_id,
                 rebalance_timeout_ms=rebalance_timeout_ms, client_id=client_id, client_host=client_host,
@@ -523,10 +524,12 @@ class CoordinatorShard:
         async with self.locks.hold(group):
             await self._writes.settled()   # offsets of commits still in flight
             state = self.groups.groups.get(group)
+            modern = self.consumer_groups.groups.get(group)
             offsets = self.offsets.fetch(group)
-            if state is None and not offsets:
+            if state is None and modern is None and not offsets:
                 raise GroupIdNotFound(f"Group '{group}' does not exist.")
-            subscribed = self.groups.subscribed_topics(group) or set()
+            subscribed = {t.name for t in modern.subscribed_topics} if modern is not None \
+                else self.groups.subscribed_topics(group) or set()
             answer: dict = {}
             records: list[Record] = []
             for topic, partition in (tuple(tp) for tp in partitions):
@@ -594,5 +597,5 @@ class CoordinatorShard:
         return records
 
 
-async def _no_topics(topics: set[str]) -> dict:
+async def _no_topics(topics: set[str] | None) -> dict:
     return {}

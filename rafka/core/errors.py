@@ -168,6 +168,8 @@ UnsupportedAssignor = _error("UnsupportedAssignor", 112, "UNSUPPORTED_ASSIGNOR",
                              "The server-side assignor the member named is not one the coordinator has.")
 StaleMemberEpoch = _error("StaleMemberEpoch", 113, "STALE_MEMBER_EPOCH", False,
                           "The commit's member epoch is not the member's current one (KIP-848).")
+InvalidRegularExpression = _error("InvalidRegularExpression", 128, "INVALID_REGULAR_EXPRESSION", False,
+                                  "The subscribed topic regular expression does not compile.")
 UnstableOffsetCommit = _error("UnstableOffsetCommit", 88, "UNSTABLE_OFFSET_COMMIT", True,
                               "A transaction's offset commit for the partition is pending (KIP-447): "
                               "ask again once it completes.")

@@ -66,13 +66,13 @@ class _NoControlPlane:
 class Member:
     """A consumer in this process: reads, commits each record, remembers what it read."""
 
-    def __init__(self, node, name: str) -> None:
+    def __init__(self, node, name: str, topics=("orders",)) -> None:
         from confluent_kafka import Consumer
         self.name = name
         self.consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": GROUP, "client.id": name,
                                   "group.protocol": "consumer", "auto.offset.reset": "earliest",
                                   "enable.auto.commit": False})
-        self.consumer.subscribe(["orders"])
+        self.consumer.subscribe(list(topics))
         self.read: set[tuple[int, int]] = set()
 
     def poll(self) -> None:
@@ -122,6 +122,13 @@ def converged(node, members: int) -> bool:
         return False
     owned = [(name, p) for m in group["members"] for name, parts in m["assigned"].values() for p in parts]
     return len(group["members"]) == members and group["state"] == "Stable" and sorted(owned) == sorted(EVERY)
+
+
+def sessions(node) -> dict:
+    """Each member's session deadline on the coordinator (a heartbeat moves it on)."""
+    async def deadlines():
+        return dict(node.coordinator.shard.consumer_groups.groups[GROUP].session_deadline_ms)
+    return node.call(deadlines())
 
 
 def committed(node) -> dict:
@@ -186,3 +193,37 @@ def test_confluent_kafka__kip848_members_join_leave_and_crash__assignments_conve
     assert first.read | second.read | crashed_reads == everything
     assert crashed_reads, "the crashing member read nothing before it was killed"
     assert described(node)["state"] == "Empty"      # its close left the group
+
+
+@pytest.mark.skipif(not librdkafka_speaks_kip848(), reason="librdkafka older than 2.10")
+def test_confluent_kafka__kip848_coordinator_fails_over__the_group_kept__members_go_on_a_new_one_joins(node):
+    """The coordinator is replaced by one that loads the group from what
+    __consumer_offsets holds: the two members' heartbeats go on at their epochs
+    (nobody is fenced, nothing moves, the group epoch stays), and a third member
+    joining later is assigned by the new coordinator from the replayed target."""
+    produce(node, 60)
+    first, second = Member(node, "first"), Member(node, "second")
+    run(node, [first, second], 60, lambda: converged(node, 2) and first.owned() | second.owned() == EVERY)
+    before = described(node)
+    owned_before = (first.owned(), second.owned())
+    node.call(node.coordinator.fail_over())
+    loaded = sessions(node)          # each member's session as the load set it
+    run(node, [first, second], 30, lambda: all(ms > loaded[m] for m, ms in sessions(node).items()))
+    after = described(node)          # both heartbeat on the new coordinator since
+    assert (after["group_epoch"], after["members"]) == (before["group_epoch"], before["members"])
+    assert (first.owned(), second.owned()) == owned_before
+    third = Member(node, "third")
+    run(node, [first, second, third], 60, lambda: converged(node, 3) and third.owned())
+    assert described(node)["group_epoch"] == before["group_epoch"] + 1
+    for member in (first, second, third):
+        member.consumer.close()
+
+
+@pytest.mark.skipif(not librdkafka_speaks_kip848(), reason="librdkafka older than 2.10")
+def test_confluent_kafka__kip848_regex_subscription__the_coordinator_matches_the_topics(node):
+    """librdkafka sends a "^" subscription as the heartbeat's topic regex; the
+    coordinator matches it against the topics and assigns what matches."""
+    member = Member(node, "by-regex", topics=("^ord.*",))
+    run(node, [member], 60, lambda: converged(node, 1) and member.owned() == EVERY)
+    assert described(node)["members"][0]["subscribed_topic_regex"] == "(^ord.*)"
+    member.consumer.close()

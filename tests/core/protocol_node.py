@@ -39,6 +39,7 @@ from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.group_manager import GroupManager
 from rafka.core.log_dirs import describe_log_dir
 from rafka.core.metadata import ClusterMetadata, id_as_uuid
+from rafka.core.offsets_schema import decode_record as decode_offsets_record
 from rafka.core.offsets_schema import encode_key as encode_offsets_key, encode_value as encode_offsets_value
 from tests.core.helpers import assign_shells
 from rafka.core.errors import KafkaError
@@ -67,14 +68,26 @@ class LocalCoordinator:
         async def append(records, kind=None):   # acked at once: nothing to replicate to
             self.records += [(encode_offsets_key(key), encode_offsets_value(value)) for key, value in records]
         self.records: list[tuple[bytes, bytes | None]] = []   # what __consumer_offsets would hold, encoded
-        self.shard = CoordinatorShard(offsets=OffsetStore(offset_metadata_max_bytes=4096,
-                                                          offsets_retention_ms=7 * 24 * 3_600_000),
-                                      groups=GroupManager(group_initial_rebalance_delay_ms=0),
-                                      clock=SystemClock(), append=append, partitions_per_topic=partitions_per_topic,
-                                      join_poll_interval_ms=20, topic_metadata=topic_metadata,
-                                      consumer_groups=ConsumerGroups(
-                                          session_timeout_ms=consumer_session_timeout_ms,
-                                          heartbeat_interval_ms=consumer_heartbeat_interval_ms))
+
+        def new_shard() -> CoordinatorShard:
+            return CoordinatorShard(offsets=OffsetStore(offset_metadata_max_bytes=4096,
+                                                        offsets_retention_ms=7 * 24 * 3_600_000),
+                                    groups=GroupManager(group_initial_rebalance_delay_ms=0),
+                                    clock=SystemClock(), append=append, partitions_per_topic=partitions_per_topic,
+                                    join_poll_interval_ms=20, topic_metadata=topic_metadata,
+                                    consumer_groups=ConsumerGroups(session_timeout_ms=consumer_session_timeout_ms,
+                                                                   heartbeat_interval_ms=consumer_heartbeat_interval_ms))
+        self._new_shard = new_shard
+        self.shard = new_shard()
+
+    async def fail_over(self) -> None:
+        """A new coordinator takes the partition: a fresh shard that loads it by
+        replaying what it holds (`records`; transactions' batches are kept as plain
+        records here, so a test of a failover runs none)."""
+        shard = self._new_shard()
+        for key_bytes, value_bytes in self.records:
+            shard.replay(*decode_offsets_record(key_bytes, value_bytes))
+        self.shard = shard
 
     def coordinator_for(self, group_id):
         return self
@@ -296,8 +309,9 @@ class ProtocolNode:
         return {t: count for t, (_, count) in (await self._topic_metadata(topics)).items()}
 
     async def _topic_metadata(self, topics) -> dict:
+        """None: every topic."""
         return {t: (id_as_uuid(self.metadata.topics[t].topic_id), len(self.metadata.topics[t].partitions))
-                for t in topics if t in self.metadata.topics}
+                for t in (self.metadata.topics if topics is None else topics) if t in self.metadata.topics}
 
     async def _allocate_producer_id(self) -> int:
         records, producer_id = self.metadata.handle_allocate_producer_id()

@@ -14,7 +14,8 @@ import pytest
 
 from rafka.core import consumer_group_records as cgr
 from rafka.core.consumer_group import ConsumerGroups, MemberState
-from rafka.core.errors import (FencedInstanceId, FencedMemberEpoch, GroupIdNotFound, InvalidRequest,
+from rafka.core.errors import (FencedInstanceId, FencedMemberEpoch, GroupIdNotFound, InvalidRegularExpression,
+                               InvalidRequest,
                                StaleMemberEpoch, UnknownMemberId, UnreleasedInstanceId, UnsupportedAssignor)
 from rafka.core.offsets_schema import decode_record, encode_key, encode_value
 
@@ -216,9 +217,12 @@ def test_previous_epoch_with_a_subset__accepted__otherwise_fenced():
     ("a", -3, {}, InvalidRequest, "MemberEpoch is invalid."),
     ("a", 0, {"timeout_ms": -1}, InvalidRequest, "RebalanceTimeoutMs must be provided in first request."),
     ("a", 0, {"owned": orders(1)}, InvalidRequest, "TopicPartitions must be empty when (re-)joining."),
-    ("a", 0, {"topics": ()}, InvalidRequest, "SubscribedTopicNames must be set in first request."),
+    ("a", 0, {"topics": ()}, InvalidRequest,
+     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."),
     ("a", -2, {}, InvalidRequest, "InstanceId can't be null."),
-    ("a", 0, {"subscribed_topic_regex": "ord.*"}, InvalidRequest, "SubscribedTopicRegex is not supported yet."),
+    ("a", 0, {"subscribed_topic_regex": "ord("}, InvalidRegularExpression,
+     "SubscribedTopicRegex ord( is not a valid regular expression: missing ), unterminated subpattern at "
+     "position 3."),
     ("a", 0, {"server_assignor": "sticky"}, UnsupportedAssignor,
      "ServerAssignor sticky is not supported. Supported assignors: uniform, range."),
 ])
@@ -428,3 +432,19 @@ def test_fenced_member_rejoins_with_epoch_0_under_its_id__starts_over_and_gets_i
     assert coordinator.group.members["a"].assigned == ()   # its old partitions were its own: freed by this write
     assert a.heartbeat().assignment == orders(0, 1, 2, 3, 4, 5)
     assert (a.epoch, coordinator.group.state) == (1, "Stable")
+
+
+def test_regex_subscription__matching_topics_assigned__a_new_match_reassigned__internal_topics_never():
+    """Kafka 4's SubscribedTopicRegex: matched whole against every topic at each
+    heartbeat; a topic created later that matches joins the subscription (group
+    epoch bumped); "" clears the regex (what librdkafka sends with names only)."""
+    coordinator = Coordinator({**TOPICS, "__consumer_offsets": (uuid.UUID(int=0xD4), 1)})
+    answer = coordinator.heartbeat("a", 0, topics=(), subscribed_topic_regex="(^au.*)|(^__.*)")
+    assert answer.assignment == ((AUDIT, (0, 1)),)
+    assert coordinator.group.members["a"].subscribed_topic_regex == "(^au.*)|(^__.*)"
+    coordinator.topics["audit-eu"] = (uuid.UUID(int=0xE5), 1)
+    answer = coordinator.heartbeat("a", 1, owned=answer.assignment, topics=None)
+    assert (answer.member_epoch, answer.assignment) == (2, ((AUDIT, (0, 1)), (uuid.UUID(int=0xE5), (0,))))
+    answer = coordinator.heartbeat("a", 2, owned=answer.assignment, topics=("orders",), subscribed_topic_regex="")
+    assert coordinator.group.members["a"].subscribed_topic_regex is None
+    assert coordinator.group.target["a"] == orders(0, 1, 2, 3, 4, 5)

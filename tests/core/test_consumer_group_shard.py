@@ -11,11 +11,11 @@ import pytest
 from rafka.core.clock import FakeClock
 from rafka.core.consumer_group import ConsumerGroups
 from rafka.core.coordinator_shard import CoordinatorShard
-from rafka.core.errors import (GroupIdNotFound, InconsistentGroupProtocol, NonEmptyGroup, RequestTimedOut,
-                               StaleMemberEpoch)
+from rafka.core.errors import (GroupIdNotFound, GroupSubscribedToTopic, InconsistentGroupProtocol, NonEmptyGroup,
+                               RequestTimedOut, StaleMemberEpoch)
 from rafka.core.group_manager import GroupManager
 from rafka.core.offset_store import OffsetStore
-from rafka.core.offsets_schema import decode_key, decode_value
+from tests.core import test_coordinator_shard as coordinator_shard_tests
 from tests.core.test_coordinator_shard import FakeOffsetsPartition, join, sync
 
 pytestmark = pytest.mark.core
@@ -25,7 +25,7 @@ SESSION_MS = 45_000
 
 
 async def topic_metadata(topics):
-    return {t: (ORDERS, 4) for t in topics if t == "orders"}
+    return {t: (ORDERS, 4) for t in (topics if topics is not None else ("orders",)) if t == "orders"}
 
 
 async def partitions_per_topic(topics):
@@ -41,11 +41,7 @@ def shard_on(partition, clock):
 
 
 def reloaded(partition, clock):
-    shard = shard_on(FakeOffsetsPartition(), clock)
-    for key_bytes, value_bytes in partition.records:
-        key = decode_key(key_bytes)
-        shard.replay(key, decode_value(key, value_bytes))
-    return shard
+    return coordinator_shard_tests.reloaded(partition, clock, make=shard_on)
 
 
 def on_a_shard(scenario) -> None:
@@ -151,4 +147,14 @@ def test_delete_consumer_group__refused_with_members__tombstones_once_empty():
         assert G not in reloaded(partition, clock).consumer_groups.groups
         with pytest.raises(GroupIdNotFound):
             shard.consumer_group_describe(G)
+    on_a_shard(scenario)
+
+
+def test_offset_delete_of_a_consumer_group__a_subscribed_topics_refused():
+    async def scenario(shard, partition, clock):
+        await heartbeat(shard, "a", 0)
+        await shard.commit_offsets(G, {("orders", 0): (5, -1, "")}, "a", 1)
+        answer = await shard.delete_offsets(G, [("orders", 0)])
+        assert isinstance(answer[("orders", 0)], GroupSubscribedToTopic)
+        assert shard.fetch_offsets(G) == {("orders", 0): (5, -1, "")}
     on_a_shard(scenario)

@@ -12,8 +12,10 @@ GroupMetadataManager), and what these handlers do the same way:
     server assignor, owned partitions (by topic id). The answer: the member id,
     its epoch, the heartbeat interval, and its assignment (by topic id) when the
     request was a full one or the assignment changed (else null).
-  * errors, with Kafka's messages: INVALID_REQUEST (a malformed heartbeat, a topic
-    regex: not supported), UNSUPPORTED_ASSIGNOR, UNKNOWN_MEMBER_ID,
+  * a topic regex (v1) subscribes to every topic it matches whole, now and as
+    topics are made; "" is none.
+  * errors, with Kafka's messages: INVALID_REQUEST (a malformed heartbeat),
+    INVALID_REGULAR_EXPRESSION, UNSUPPORTED_ASSIGNOR, UNKNOWN_MEMBER_ID,
     FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND (no such consumer group, or a classic
     group with members), UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
     GROUP_MAX_SIZE_REACHED; NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS;
@@ -104,7 +106,8 @@ async def _describe(host: GroupHost, module, group_id: str):
             for topic_id, (name, parts) in sorted(by_topic.items())))
     members = tuple(make(module.Member, member_id=m["member_id"], instance_id=m["instance_id"], rack_id=m["rack_id"],
                          member_epoch=i32(m["member_epoch"]), client_id=m["client_id"], client_host=m["client_host"],
-                         subscribed_topic_names=tuple(m["subscribed_topic_names"]), subscribed_topic_regex=None,
+                         subscribed_topic_names=tuple(m["subscribed_topic_names"]),
+                         subscribed_topic_regex=m["subscribed_topic_regex"],
                          assignment=assignment(m["assigned"]), target_assignment=assignment(m["target"]),
                          member_type=CONSUMER_MEMBER_TYPE)
                     for m in described["members"])
