@@ -57,6 +57,7 @@ from rafka.actors.serving import (NodeServing, allocate_producer_id_from_control
                                   alter_topic_config_on_controller)
 from rafka.core.actor_names import OFFSETS_TOPIC, coordinator_actor_name
 from rafka.core.clock import SystemClock
+from rafka.core.consumer_group import ConsumerGroups
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.errors import NotCoordinator
 from rafka.core.group_manager import GroupManager
@@ -80,7 +81,8 @@ class GroupCoordinatorActor:
                  offsets_retention_minutes: float = 10_080, offsets_retention_check_interval_ms: int = 600_000,
                  retry_backoff_ms: int = 100, group_initial_rebalance_delay_ms: int = 3_000,
                  group_min_session_timeout_ms: int = 6_000, group_max_session_timeout_ms: int = 1_800_000,
-                 group_max_size: int = 1_000) -> None:
+                 group_max_size: int = 1_000, group_consumer_session_timeout_ms: int = 45_000,
+                 group_consumer_heartbeat_interval_ms: int = 5_000) -> None:
         self.partition = offsets_partition
         self.partition_count = offsets_partition_count
         self.clock = SystemClock()
@@ -93,7 +95,11 @@ class GroupCoordinatorActor:
                                 max_group_size=group_max_size),
             clock=self.clock, append=self._append, partitions_per_topic=self._partitions_per_topic,
             offsets_retention_check_interval_ms=offsets_retention_check_interval_ms,
-            join_poll_interval_ms=int(self.TICK_S * 1000))
+            join_poll_interval_ms=int(self.TICK_S * 1000),
+            consumer_groups=ConsumerGroups(session_timeout_ms=group_consumer_session_timeout_ms,
+                                           heartbeat_interval_ms=group_consumer_heartbeat_interval_ms,
+                                           max_group_size=group_max_size),
+            topic_metadata=self._topic_metadata)
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
                                    list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller,
@@ -147,14 +153,20 @@ class GroupCoordinatorActor:
             await self.log.append(encoded)
 
     async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
-        """Partition counts for an assignment, from the newest cluster image (asked of
-        the controller afresh only when a subscribed topic is not in it yet: a topic
-        just created). A count that grows later reaches the group as Kafka's does:
-        with the next rebalance."""
-        if not set(topics) <= set(self.serving.image.topics):
+        """Partition counts of the topics of a commit (unknown ones are refused)."""
+        return {t: count for t, (_, count) in (await self._topic_metadata(topics)).items()}
+
+    async def _topic_metadata(self, topics: set[str] | None) -> dict:
+        """{topic: (topic id, partition count)} (None: of every topic) from the newest
+        cluster image (asked of the controller afresh only when a topic is not in it
+        yet: a topic just created). A consumer group (KIP-848) sees a count that
+        grows, or a topic its regex matches, at its members' next heartbeats, as
+        Kafka's sees a new metadata image."""
+        if topics is not None and not set(topics) <= set(self.serving.image.topics):
             await self.log.refresh_image()
         image = self.serving.image
-        return {t: len(image.topics[t].partitions) for t in topics if t in image.topics}
+        names = image.topics if topics is None else topics
+        return {t: (image.topics[t].topic_id, len(image.topics[t].partitions)) for t in names if t in image.topics}
 
     # --- requests: checked here (ownership, loading), decided by the shard ------------
 
@@ -208,6 +220,15 @@ class GroupCoordinatorActor:
         """[(member id, instance id)] -> each one's error or None."""
         self._require_loaded(group)
         return await self.shard.leave_group(group, members)
+
+    async def consumer_group_heartbeat(self, group: str, **heartbeat):
+        """CoordinatorShard.consumer_group_heartbeat (KIP-848): a HeartbeatAnswer."""
+        self._require_loaded(group)
+        return await self.shard.consumer_group_heartbeat(group, **heartbeat)
+
+    async def consumer_group_describe(self, group: str) -> dict:
+        self._require_loaded(group)
+        return self.shard.consumer_group_describe(group)
 
     async def delete_offsets(self, group: str, partitions: list) -> dict:
         """Kafka's OffsetDelete: {(topic, partition): None or its error}."""

@@ -38,7 +38,7 @@ from rafka.protocol.network import ClientNetwork
 from rafka.protocol.range_reads import RangeRead, read_range
 from rafka.protocol.retry import ask_leader, ask_leader_once, retry_until, submit_to_leader
 from rafka.core.acl import MATCH_EVERY_BINDING, AclBinding, AclBindingFilter
-from rafka.core.errors import (BrokerNotAvailable, KafkaError, NonEmptyGroup, OffsetOutOfRange,
+from rafka.core.errors import (BrokerNotAvailable, GroupIdNotFound, KafkaError, NonEmptyGroup, OffsetOutOfRange,
                                UnknownTopicOrPartition)
 from rafka.core.producer_state import ActiveProducer
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -478,8 +478,16 @@ class Admin:
     def describe_consumer_group(self, group_id: str) -> dict:
         """The coordinator's view: state ("Dead" for a group that does not exist),
         assignor, members with client id, host and assignment (DescribeGroups, as
-        Kafka's AdminClient.describeConsumerGroups)."""
-        return self._group(group_id).call("describe_group")
+        Kafka's AdminClient.describeConsumerGroups; a group of the new protocol,
+        KIP-848, which DescribeGroups answers Dead, by ConsumerGroupDescribe)."""
+        coordinator = self._group(group_id)
+        described = coordinator.call("describe_group")
+        if described["state"] != "Dead":
+            return described
+        try:
+            return coordinator.call("consumer_group_describe")
+        except GroupIdNotFound:
+            return described
 
     def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         fetched = self._group(group_id).call("fetch_offsets")

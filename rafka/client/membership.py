@@ -60,6 +60,8 @@ _CALLS = {
     "delete_offsets": (group_requests.offset_delete_request,
                        lambda response, _: group_requests.offset_delete_answer(response)),
     "describe_group": (group_requests.describe_request, group_requests.describe_answer),
+    "consumer_group_describe": (group_requests.consumer_group_describe_request,
+                                group_requests.consumer_group_describe_answer),
     "delete_group": (group_requests.delete_groups_request, group_requests.delete_groups_answer),
 }
 

@@ -56,6 +56,14 @@ offsets stay pending (core.offset_store) until the marker. The marker comes here
 markers itself, KafkaApis.handleWriteTxnMarkersRequest), is queued behind the
 writes before it and replayed once acked; loading replays the markers in the
 log the same way (`replay_marker`).
+Consumer groups of the new protocol (KIP-848, core.consumer_group) share the
+partition, the lock, the write queue and the replay: a ConsumerGroupHeartbeat is
+decided under its group's lock on the state the writes before it left, written,
+then replayed. A group id is either kind: a heartbeat on an empty classic group
+takes the id over (the classic group's tombstone written first), as a JoinGroup
+does on an empty consumer group (its tombstones), as Kafka's
+maybeDeleteEmpty{Classic,Consumer}Group; with members the other kind is refused
+(GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL: rafka has no mixed groups).
 Pure logic over asyncio; the clock, the append and the topic metadata are passed
 in. Caller: the group coordinator actor (rafka/actors/coordinator.py), which loads
 its partition through `replay` before it serves a request.
@@ -68,9 +76,11 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 
+from rafka.core import consumer_group_records
+from rafka.core.consumer_group import ConsumerGroups, HeartbeatAnswer
 from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotFound, GroupSubscribedToTopic,
-                               IllegalGeneration, NonEmptyGroup, RebalanceInProgress, UnknownMemberId,
-                               UnknownTopicOrPartition, UnstableOffsetCommit)
+                               IllegalGeneration, InconsistentGroupProtocol, NonEmptyGroup, RebalanceInProgress,
+                               UnknownMemberId, UnknownTopicOrPartition, UnstableOffsetCommit)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import OffsetCommit, OffsetStore, Record
@@ -80,6 +90,8 @@ from rafka.core.write_queue import Append, TransactionalBatch, TxnMarkerWrite, W
 
 # {topic: partition count} of the given topics that exist
 PartitionsPerTopic = Callable[[set[str]], Awaitable[dict[str, int]]]
+# {topic: (topic id, partition count)} of the given topics that exist (None: of every topic)
+TopicMetadataSource = Callable[[set[str] | None], Awaitable[dict]]
 
 
 @dataclasses.dataclass
@@ -123,9 +135,16 @@ class CoordinatorShard:
     # each of group.max.size (1000) members, queued behind one write.
     def __init__(self, *, offsets: OffsetStore, groups: GroupManager, clock, append: Append,
                  partitions_per_topic: PartitionsPerTopic, offsets_retention_check_interval_ms: int = 600_000,
-                 join_poll_interval_ms: int = 100, max_queued_requests_per_group: int = 4_000) -> None:
+                 join_poll_interval_ms: int = 100, max_queued_requests_per_group: int = 4_000,
+                 consumer_groups: ConsumerGroups | None = None,
+                 topic_metadata: TopicMetadataSource | None = None) -> None:
+        """`consumer_groups`, `topic_metadata`: the new protocol's groups and where
+        their subscribed topics' ids and partition counts come from (without
+        them, a ConsumerGroupHeartbeat finds no topic)."""
         self.offsets = offsets
         self.groups = groups
+        self.consumer_groups = consumer_groups or ConsumerGroups()
+        self._topic_metadata = topic_metadata or _no_topics
         self.clock = clock
         self._partitions_per_topic = partitions_per_topic
         self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
@@ -141,6 +160,9 @@ class CoordinatorShard:
     def replay(self, key, value, *, producer_id: int = NO_PRODUCER_ID) -> None:
         """One record of the partition: when loading, and once an append is acked.
         `producer_id`: of its batch if that is transactional."""
+        if type(key) in consumer_group_records.KEY_VERSIONS:
+            self.consumer_groups.replay(key, value, self.clock.now_ms())
+            return
         self.offsets.replay(key, value, producer_id=producer_id)
         self.groups.replay(key, value, self.clock.now_ms())
 
@@ -193,13 +215,7 @@ class CoordinatorShard:
         if not offsets:
             return unknown
         async with self.locks.hold(group):
-            known = self.groups.groups.get(group)
-            validate_offset_commit(state=known.state if known else GroupState.EMPTY,
-                                   generation=known.generation if known else -1,
-                                   members=set(known.members) if known else set(),
-                                   member_id=member_id, commit_generation=generation,
-                                   group_instance_id=group_instance_id,
-                                   static_members=known.static_members if known else {})
+            self._validate_commit(group, member_id, generation, group_instance_id, transactional=False)
             self.groups.commit_keeps_session(group, member_id, self.clock.now_ms())
             commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
             result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
@@ -224,6 +240,24 @@ class CoordinatorShard:
             on_queued()
         return known, unknown
 
+    def _validate_commit(self, group: str, member_id: str, generation: int, group_instance_id: str | None, *,
+                         transactional: bool) -> None:
+        """A consumer group's commit names its member's epoch as the generation
+        (core.consumer_group); a classic group's, its generation. A transactional
+        commit to a group unknown here must name no generation (a simple group's)."""
+        if group in self.consumer_groups.groups:
+            self.consumer_groups.validate_offset_commit(group, member_id, generation)
+            return
+        known = self.groups.groups.get(group)
+        if transactional and known is None and generation >= 0:
+            raise IllegalGeneration(f"group {group} is unknown here: generation {generation} is not its")
+        validate_offset_commit(state=known.state if known else GroupState.EMPTY,
+                               generation=known.generation if known else -1,
+                               members=set(known.members) if known else set(),
+                               member_id=member_id, commit_generation=generation,
+                               group_instance_id=group_instance_id,
+                               static_members=known.static_members if known else {}, transactional=transactional)
+
     async def commit_transactional_offsets(self, group: str, offsets: dict, *, producer_id: int,
                                            producer_epoch: int, member_id: str = "", generation: int = -1,
                                            group_instance_id: str | None = None,
@@ -240,15 +274,7 @@ class CoordinatorShard:
         if not offsets:
             return unknown
         async with self.locks.hold(group):
-            known = self.groups.groups.get(group)
-            if known is None and generation >= 0:
-                raise IllegalGeneration(f"group {group} is unknown here: generation {generation} is not its")
-            validate_offset_commit(state=known.state if known else GroupState.EMPTY,
-                                   generation=known.generation if known else -1,
-                                   members=set(known.members) if known else set(),
-                                   member_id=member_id, commit_generation=generation,
-                                   group_instance_id=group_instance_id,
-                                   static_members=known.static_members if known else {}, transactional=True)
+            self._validate_commit(group, member_id, generation, group_instance_id, transactional=True)
             commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
             result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
             written = self._writes.submit(result.records, TransactionalBatch(producer_id, producer_epoch)) \
@@ -289,6 +315,7 @@ class CoordinatorShard:
         leader, members}: members, for the leader only, are (member id, instance id,
         metadata) of every member. The assignment comes from sync_group."""
         async with self.locks.hold(group):
+            await self._write(self._take_over_consumer_group(group))
             result = self.groups.join(group, member_id, group_instance_id=group_instance_id, client_id=client_id,
                                       client_host=client_host, protocol_type=protocol_type,
                                       protocols=[(name, bytes(data)) for name, data in protocols],
@@ -316,6 +343,58 @@ class CoordinatorShard:
                 continue
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=self.join_poll_interval_ms / 1000)
+
+    def _take_over_consumer_group(self, group: str) -> list[Record]:
+        """A JoinGroup for the id of a consumer group (KIP-848): an empty one is
+        deleted (its tombstones) for the classic group to be made; one with members
+        refuses (Kafka would run the classic member inside it: rafka has no mixed groups)."""
+        known = self.consumer_groups.groups.get(group)
+        if known is None:
+            return []
+        if known.members:
+            raise InconsistentGroupProtocol(f"group {group} is a consumer group (KIP-848) with members: join it "
+                                            f"with ConsumerGroupHeartbeat")
+        return self.consumer_groups.tombstones(group)
+
+    async def consumer_group_heartbeat(self, group: str, *, member_id: str, member_epoch: int,
+                                       instance_id: str | None = None, rack_id: str | None = None,
+                                       rebalance_timeout_ms: int = -1, client_id: str = "", client_host: str = "",
+                                       subscribed_topic_names: list[str] | None = None,
+                                       subscribed_topic_regex: str | None = None, server_assignor: str | None = None,
+                                       owned: tuple | None = None) -> HeartbeatAnswer:
+        """Kafka's ConsumerGroupHeartbeat (core.consumer_group decides), answered
+        once its records are written and replayed. `owned`: ((topic id,
+        (partition, ...)), ...), or None when unchanged. An empty classic group of
+        the id is taken over by a joining member; one with members: GROUP_ID_NOT_FOUND."""
+        async with self.locks.hold(group):
+            records: list[Record] = []
+            classic = self.groups.groups.get(group)
+            if classic is not None:
+                if classic.members or member_epoch != 0:
+                    raise GroupIdNotFound(f"Group {group} is not a consumer group.")
+                records.append((GroupKey(group), None))
+            known = self.consumer_groups.groups.get(group)
+            known_names = known.subscribed_topic_names() if known else set()
+            topics = await self._topic_metadata(   # every topic, for a regex to match
+                None if subscribed_topic_regex or known_names is None else set(subscribed_topic_names or ()) | known_names)
+            decided, answer = self.consumer_groups.heartbeat(
+                group, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack_id=rack_id,
+                rebalance_timeout_ms=rebalance_timeout_ms, client_id=client_id, client_host=client_host,
+                subscribed_topic_names=subscribed_topic_names, subscribed_topic_regex=subscribed_topic_regex,
+                server_assignor=server_assignor, owned=owned, topics=topics, now_ms=self.clock.now_ms())
+            await self._write(records + decided)
+        return answer
+
+    def consumer_group_describe(self, group: str) -> dict:
+        """Kafka's ConsumerGroupDescribe of one group: {group, state, group_epoch,
+        assignment_epoch, assignor, members: [{member_id, instance_id, rack_id,
+        member_epoch, client_id, client_host, subscribed_topic_names, assigned,
+        target}]}, assignments as {topic id: [partitions]}; GROUP_ID_NOT_FOUND for
+        an id that is no consumer group."""
+        known = self.consumer_groups.groups.get(group)
+        if known is None:
+            raise GroupIdNotFound(f"Group {group} not found.")
+        return self.consumer_groups.describe(group)
 
     @staticmethod
     def _check_still_member(state, group: str, member_id: str, group_instance_id: str | None) -> None:
@@ -380,6 +459,9 @@ class CoordinatorShard:
         members sent them). A group known only by its offsets (assign-mode commits) is
         Empty; an unknown one is Dead, as Kafka's DescribeGroups answers."""
         state = self.groups.groups.get(group)
+        if state is None and group in self.consumer_groups.groups:   # Kafka: not a classic group
+            return {"group": group, "state": "Dead", "generation": -1, "leader": None, "protocol_type": "",
+                    "protocol": None, "members": {}}
         if state is None:
             known = bool(self.offsets.fetch(group))
             return {"group": group, "state": "Empty" if known else "Dead", "generation": -1 if not known else 0,
@@ -392,14 +474,22 @@ class CoordinatorShard:
                             for m in state.members.values()}}
 
     def list_groups(self) -> list[dict]:
-        """Every group of this partition: [{group, state, protocol_type}], those known
-        only by their committed offsets included (Empty, protocol type "")."""
-        names = set(self.groups.groups) | set(self.offsets.offsets_by_group)
+        """Every group of this partition: [{group, state, protocol_type, type}], those
+        known only by their committed offsets included (Empty, protocol type "",
+        classic); a consumer group (KIP-848) has protocol type "consumer" and type
+        "consumer", as Kafka lists them."""
+        names = set(self.groups.groups) | set(self.offsets.offsets_by_group) | set(self.consumer_groups.groups)
         listed = []
         for name in sorted(names):
+            modern = self.consumer_groups.groups.get(name)
+            if modern is not None:
+                listed.append({"group": name, "state": modern.state, "protocol_type": "consumer",
+                               "type": "consumer"})
+                continue
             group = self.groups.groups.get(name)
             listed.append({"group": name, "state": group.state.value if group is not None else "Empty",
-                           "protocol_type": (group.protocol_type or "") if group is not None else ""})
+                           "protocol_type": (group.protocol_type or "") if group is not None else "",
+                           "type": "classic"})
         return listed
 
     async def delete_group(self, group: str) -> None:
@@ -409,16 +499,21 @@ class CoordinatorShard:
         async with self.locks.hold(group):
             await self._writes.settled()   # offsets of commits still in flight
             state = self.groups.groups.get(group)
+            modern = self.consumer_groups.groups.get(group)
             offsets = self.offsets.fetch(group)
-            if state is None and not offsets:
+            if state is None and modern is None and not offsets:
                 raise GroupIdNotFound(f"Group '{group}' does not exist.")
             if state is not None and state.members:
                 raise NonEmptyGroup(f"The group '{group}' is not empty (state {state.state.value}).")
+            if modern is not None and modern.members:
+                raise NonEmptyGroup(f"The group '{group}' is not empty (state {modern.state}).")
             # pending transactional offsets get theirs too (Kafka's deleteAllOffsets)
             records: list[Record] = [(OffsetKey(group, topic, partition), None) for topic, partition
                                      in sorted(set(offsets) | self.offsets.pending_partitions(group))]
             if state is not None:
                 records.append((GroupKey(group), None))
+            if modern is not None:
+                records += self.consumer_groups.tombstones(group)
             await self._write(records)
 
     async def delete_offsets(self, group: str, partitions: list) -> dict:
@@ -429,10 +524,12 @@ class CoordinatorShard:
         async with self.locks.hold(group):
             await self._writes.settled()   # offsets of commits still in flight
             state = self.groups.groups.get(group)
+            modern = self.consumer_groups.groups.get(group)
             offsets = self.offsets.fetch(group)
-            if state is None and not offsets:
+            if state is None and modern is None and not offsets:
                 raise GroupIdNotFound(f"Group '{group}' does not exist.")
-            subscribed = self.groups.subscribed_topics(group) or set()
+            subscribed = {t.name for t in modern.subscribed_topics} if modern is not None \
+                else self.groups.subscribed_topics(group) or set()
             answer: dict = {}
             records: list[Record] = []
             for topic, partition in (tuple(tp) for tp in partitions):
@@ -459,6 +556,8 @@ class CoordinatorShard:
             candidates = set(self.groups.groups) | set(self.offsets.offsets_by_group)
         else:
             candidates = {g for g in self.groups.groups if self.groups.has_silent_members(g, started_ms)}
+        candidates |= {g for g in self.consumer_groups.groups
+                       if self.consumer_groups.expired_members(g, started_ms)}
         try:
             for group in sorted(candidates):
                 async with self.locks.hold(group):
@@ -466,6 +565,10 @@ class CoordinatorShard:
                         await self._writes.settled()   # offsets of commits still in flight
                     now_ms = self.clock.now_ms()
                     records = self.groups.expire_group_members(group, now_ms)
+                    modern = self.consumer_groups.groups.get(group)
+                    if modern is not None and self.consumer_groups.expired_members(group, now_ms):
+                        topics = await self._topic_metadata(modern.subscribed_topic_names())
+                        records += self.consumer_groups.expire(group, self.clock.now_ms(), topics)
                     if retention_due:
                         records += self._expired(group, now_ms)
                     await self._write(records)
@@ -481,6 +584,9 @@ class CoordinatorShard:
         state = self.groups.groups.get(group)
         empty_since_ms = {} if state is None else {
             group: state.state_since_ms if state.state is GroupState.EMPTY else None}
+        modern = self.consumer_groups.groups.get(group)
+        if modern is not None and modern.members:   # kept while it has members (Kafka's consumer groups)
+            empty_since_ms = {group: None}
         records = self.offsets.handle_expire(now_ms, empty_since_ms, only_group=group).records
         expiring = {(key.topic, key.partition) for key, _ in records}
         since_ms = empty_since_ms.get(group)
@@ -489,3 +595,7 @@ class CoordinatorShard:
                 and now_ms - since_ms >= self.offsets.offsets_retention_ms):
             records.append((GroupKey(group), None))
         return records
+
+
+async def _no_topics(topics: set[str] | None) -> dict:
+    return {}

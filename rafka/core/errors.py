@@ -158,6 +158,18 @@ GroupMaxSizeReached = _error("GroupMaxSizeReached", 81, "GROUP_MAX_SIZE_REACHED"
                              "The group already has group.max.size members.")
 GroupSubscribedToTopic = _error("GroupSubscribedToTopic", 86, "GROUP_SUBSCRIBED_TO_TOPIC", False,
                                 "The group has members subscribed to the topic: its offsets stay.")
+FencedMemberEpoch = _error("FencedMemberEpoch", 110, "FENCED_MEMBER_EPOCH", False,
+                           "The member's epoch is not the coordinator's (KIP-848): it must give up its "
+                           "partitions and rejoin with epoch 0.")
+UnreleasedInstanceId = _error("UnreleasedInstanceId", 111, "UNRELEASED_INSTANCE_ID", False,
+                              "A member of this group.instance.id is still in the group: it did not leave "
+                              "with epoch -2 (KIP-848).")
+UnsupportedAssignor = _error("UnsupportedAssignor", 112, "UNSUPPORTED_ASSIGNOR", False,
+                             "The server-side assignor the member named is not one the coordinator has.")
+StaleMemberEpoch = _error("StaleMemberEpoch", 113, "STALE_MEMBER_EPOCH", False,
+                          "The commit's member epoch is not the member's current one (KIP-848).")
+InvalidRegularExpression = _error("InvalidRegularExpression", 128, "INVALID_REGULAR_EXPRESSION", False,
+                                  "The subscribed topic regular expression does not compile.")
 UnstableOffsetCommit = _error("UnstableOffsetCommit", 88, "UNSTABLE_OFFSET_COMMIT", True,
                               "A transaction's offset commit for the partition is pending (KIP-447): "
                               "ask again once it completes.")

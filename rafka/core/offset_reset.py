@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import re
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from rafka.core import consumer_group_records
 from rafka.core.errors import UnknownTopicOrPartition
+from rafka.core.metadata import uuid_as_id
 from rafka.core.offsets_schema import GroupKey, GroupValue, MemberMetadata, OffsetKey, OffsetValue
 
 Partition = tuple[str, int]  # (topic, partition); TopicPartition is one
@@ -293,6 +297,8 @@ def format_offsets_record(key: OffsetKey | GroupKey, value: OffsetValue | GroupV
         return (f"{head}OffsetAndMetadata(offset={value.offset}, leaderEpoch={epoch}, "
                 f"metadata={'null' if value.metadata is None else value.metadata}, "
                 f"commitTimestamp={value.commit_timestamp_ms}, expireTimestamp=None)")
+    if type(key) in consumer_group_records.KEY_VERSIONS:
+        return _consumer_group_record_json(key, value)
     if not isinstance(key, GroupKey):
         raise TypeError(f"not a __consumer_offsets key: {key!r}")
     if value is None:
@@ -301,3 +307,38 @@ def format_offsets_record(key: OffsetKey | GroupKey, value: OffsetValue | GroupV
     return (f"{key.group}::GroupMetadata(groupId={key.group}, generation={value.generation}, "
             f"protocolType={_scala_option(value.protocol_type or None)}, "
             f"currentState={'Stable' if value.members else 'Empty'}, members=HashMap({members}))")
+
+
+# rafka's field names where Kafka's schemas say otherwise
+_KAFKA_FIELD_NAMES = {"group": "groupId", "name": "topicName", "partitions": "numPartitions",
+                      "assigned": "assignedPartitions", "pending_revocation": "partitionsPendingRevocation",
+                      "topics": "topics"}
+
+
+def _consumer_group_record_json(key, value) -> str:
+    """A consumer group record (KIP-848) as Kafka 4's GroupMetadataMessageFormatter
+    prints it: {"key": {"type": N, "data": {...}}, "value": {"version": 0, "data":
+    {...}}} (value null for a tombstone), fields in camelCase, topic ids as Kafka's
+    Uuid strings, partitions as [{"topicId", "partitions"}]."""
+    def camel(name: str) -> str:
+        if name in _KAFKA_FIELD_NAMES:
+            return _KAFKA_FIELD_NAMES[name]
+        head, *rest = name.split("_")
+        return head + "".join(part.capitalize() for part in rest)
+
+    def plain(item):
+        if isinstance(item, uuid.UUID):
+            return uuid_as_id(item)
+        if isinstance(item, consumer_group_records.TargetAssignmentMemberValue):
+            return {"topicPartitions": plain(item.partitions)}
+        if dataclasses.is_dataclass(item):
+            return {camel(f.name): plain(getattr(item, f.name)) for f in dataclasses.fields(item)}
+        if isinstance(item, tuple) and item and isinstance(item[0], tuple) and isinstance(item[0][0], uuid.UUID):
+            return [{"topicId": uuid_as_id(topic_id), "partitions": list(parts)} for topic_id, parts in item]
+        if isinstance(item, tuple):
+            return [plain(x) for x in item]
+        return item
+    record = {"key": {"type": consumer_group_records.KEY_VERSIONS[type(key)], "data": plain(key)},
+              "value": None if value is None else {"version": consumer_group_records.VALUE_VERSION,
+                                                    "data": plain(value)}}
+    return json.dumps(record, separators=(",", ":"))

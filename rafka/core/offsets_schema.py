@@ -22,6 +22,8 @@ tagged fields, skipped). The subscription and assignment bytes are the members'
 own (the consumer protocol's for "consumer" groups): the coordinator stores them
 as they came and never reads the assignment.
 A record with a null value is a tombstone: compaction removes its key.
+Keys of versions 3-8 are the records of consumer groups of the new protocol
+(KIP-848), whose schemas live in core.consumer_group_records.
 
 Invariants: decode(encode(x)) == x for every schema; the key's version tells an
 offset key (0 or 1) from a group key (2), as Kafka's GroupMetadataManager does;
@@ -36,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
+from rafka.core import consumer_group_records
 from rafka.core.errors import CorruptCoordinatorRecord
 from rafka.core.schema_primitives import SchemaReader, bytes_field, nullable_string
 
@@ -112,17 +115,21 @@ class GroupValue:
 # Every string is written nullable (None as -1) and read so; a group value with a
 # null where Kafka's schema allows none is refused when read (_group_value).
 
-def encode_key(key: OffsetKey | GroupKey) -> bytes:
+def encode_key(key) -> bytes:
+    if type(key) in consumer_group_records.KEY_VERSIONS:
+        return consumer_group_records.encode_key(key)
     if isinstance(key, OffsetKey):
         return (struct.pack(">h", OFFSET_KEY_VERSION) + nullable_string(key.group) + nullable_string(key.topic)
                 + struct.pack(">i", key.partition))
     return struct.pack(">h", GROUP_KEY_VERSION) + nullable_string(key.group)
 
 
-def encode_value(value: OffsetValue | GroupValue | None) -> bytes | None:
+def encode_value(value) -> bytes | None:
     """None (a tombstone) stays None."""
     if value is None:
         return None
+    if not isinstance(value, (OffsetValue, GroupValue)):
+        return consumer_group_records.encode_value(value)
     if isinstance(value, OffsetValue):
         return (struct.pack(">hqi", OFFSET_VALUE_VERSION, value.offset, value.leader_epoch)
                 + nullable_string(value.metadata) + struct.pack(">q", value.commit_timestamp_ms))
@@ -147,6 +154,8 @@ def decode_key(data: bytes | None) -> OffsetKey | GroupKey:
         key = OffsetKey(reader.nullable_string(), reader.nullable_string(), reader.take(">i"))
     elif version == GROUP_KEY_VERSION:
         key = GroupKey(reader.nullable_string())
+    elif version in consumer_group_records.KEY_VERSIONS.values():
+        key = consumer_group_records.decode_key(version, reader)
     else:
         raise CorruptCoordinatorRecord(f"unknown __consumer_offsets key version {version}")
     reader.done()
@@ -165,7 +174,12 @@ def decode_value(key: OffsetKey | GroupKey, data: bytes | None) -> OffsetValue |
         return None
     reader = SchemaReader(data, error=CorruptCoordinatorRecord, record="__consumer_offsets record")
     version = reader.take(">h")
-    if isinstance(key, OffsetKey):
+    if type(key) in consumer_group_records.KEY_VERSIONS:
+        if version != consumer_group_records.VALUE_VERSION:
+            raise CorruptCoordinatorRecord(f"{type(key).__name__} value version {version} is not "
+                                           f"{consumer_group_records.VALUE_VERSION}")
+        value = consumer_group_records.decode_value(key, reader)
+    elif isinstance(key, OffsetKey):
         if version != OFFSET_VALUE_VERSION:
             raise CorruptCoordinatorRecord(f"offset commit value version {version} is not {OFFSET_VALUE_VERSION}")
         offset, leader_epoch = reader.take(">qi")

@@ -141,11 +141,12 @@ PARTITION_APIS = {
 PRODUCE_KEY = 0
 FETCH_KEY = 1
 # APIs about one group, named by group_id
-# OffsetCommit, Join, Heartbeat, Leave, Sync, TxnOffsetCommit, OffsetDelete
-SINGLE_GROUP_APIS = frozenset({8, 11, 12, 13, 14, 28, 47})
+# OffsetCommit, Join, Heartbeat, Leave, Sync, TxnOffsetCommit, OffsetDelete, ConsumerGroupHeartbeat
+SINGLE_GROUP_APIS = frozenset({8, 11, 12, 13, 14, 28, 47, 68})
 OFFSET_FETCH_KEY = 9       # group_id (v0-7) or groups[].group_id (v8+)
 # APIs about several groups: request list field (of names or of entries), answer list field
-GROUP_LIST_APIS = {9: ("groups", "groups"), 15: ("groups", "groups"), 42: ("groups_names", "results")}
+GROUP_LIST_APIS = {9: ("groups", "groups"), 15: ("groups", "groups"), 42: ("groups_names", "results"),
+                   69: ("group_ids", "groups")}   # ConsumerGroupDescribe
 LIST_GROUPS_KEY = 16
 INIT_PRODUCER_ID_KEY = 22
 ADD_PARTITIONS_TO_TXN_KEY = 24

@@ -15,7 +15,8 @@ Invariants:
   OffsetCommit and OffsetDelete) is a value here too;
   one fixed version per API, the newest the handlers route: JoinGroup v7,
   SyncGroup v5, Heartbeat v4, LeaveGroup v5, OffsetCommit v8, OffsetFetch v8,
-  DescribeGroups v5, ListGroups v4, DeleteGroups v2, OffsetDelete v0
+  DescribeGroups v5, ListGroups v4, DeleteGroups v2, OffsetDelete v0,
+  ConsumerGroupDescribe v1
   (handlers.group_membership, group_offsets, group_admin). rafka's clients find
   a group's coordinator with FindCoordinator (protocol.cluster_requests).
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping
 
+from kio.schema.consumer_group_describe.v1 import request as consumer_group_describe_v1
 from kio.schema.delete_groups.v2 import request as delete_groups_v2
 from kio.schema.describe_groups.v5 import request as describe_groups_v5
 from kio.schema.errors import ErrorCode
@@ -271,6 +273,27 @@ def describe_answer(response, group_id: str) -> dict:
                                 "assignment": assignment}
     return {"group": group_id, "state": group.group_state, "protocol_type": group.protocol_type,
             "assignor": group.protocol_data, "members": members}
+
+
+def consumer_group_describe_request(group_id: str) -> consumer_group_describe_v1.ConsumerGroupDescribeRequest:
+    return consumer_group_describe_v1.ConsumerGroupDescribeRequest(group_ids=(group_id,),
+                                                                   include_authorized_operations=False)
+
+
+def consumer_group_describe_answer(response, group_id: str) -> dict:
+    """A consumer group of the new protocol (KIP-848) in describe_answer's shape
+    (the assignor is the server's; a member's assignment is its current one, by
+    topic name), plus the group epoch; GROUP_ID_NOT_FOUND (not a consumer group) raises."""
+    group = _only([g for g in response.groups if g.group_id == group_id],
+                  f"ConsumerGroupDescribe of group {group_id!r}")
+    _check(group.error_code, f"ConsumerGroupDescribe of group {group_id!r}")
+    members = {m.member_id: {"client_id": m.client_id, "host": m.client_host, "group_instance_id": m.instance_id,
+                             "topics": sorted(m.subscribed_topic_names),
+                             "assignment": sorted((t.topic_name, int(p)) for t in m.assignment.topic_partitions
+                                                  for p in t.partitions)}
+               for m in group.members}
+    return {"group": group_id, "state": group.group_state, "protocol_type": PROTOCOL_TYPE,
+            "assignor": group.assignor_name, "group_epoch": int(group.group_epoch), "members": members}
 
 
 def list_groups_request() -> list_groups_v4.ListGroupsRequest:

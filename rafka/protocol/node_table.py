@@ -36,7 +36,7 @@ from rafka.core.errors import NotController
 from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
 from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions,
-                                     delete_records, describe_cluster, describe_configs, describe_log_dirs,
+                                     consumer_group, delete_records, describe_cluster, describe_configs, describe_log_dirs,
                                      describe_producers, describe_transactions, end_txn, fetch, find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
                                      list_transactions, metadata, offset_for_leader_epoch, partition_admin, produce,
@@ -103,7 +103,8 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         end_txn.route(transactions), describe_transactions.route(transactions), list_transactions.route(transactions),
         write_txn_markers.route(partitions, groups), txn_offset_commit.route(groups),
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
-        *group_offsets.routes(groups), *group_membership.routes(groups), *topic_admin.routes(admin),
+        *group_offsets.routes(groups), *group_membership.routes(groups), *consumer_group.routes(groups),
+        *topic_admin.routes(admin),
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
         *partition_admin.routes(elections_admin or admin),
         *sasl.routes()], image=image)

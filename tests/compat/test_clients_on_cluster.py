@@ -343,6 +343,16 @@ def rafka_describe_offsets(group, capsys):
     return {(cells[1], int(cells[2])): tuple(int(c) for c in cells[3:6]) for cells in lines[header + 1:]}
 
 
+def produce_alternating(bootstrap, topic, prefix, count):
+    """`count` records f"{prefix}{i}" over partitions 0 and 1 in turn, acked by all; the producer."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(count):
+        producer.produce(topic, value=f"{prefix}{i}".encode(), partition=i % 2)
+    assert producer.flush(60) == 0
+    return producer
+
+
 def poll_group(consumers, count, timeout_s=90):
     """Poll every member in turn until `count` records came; {(partition, offset): (member index, value)}."""
     import time
@@ -379,14 +389,11 @@ def test_confluent_kafka__idempotent_compressed_producer__records_read_back_once
 
 def test_confluent_kafka__two_members_rebalance_commit_and_resume__lag_as_rafka_describes_it(cluster, bootstrap,
                                                                                             capsys):
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions
     from confluent_kafka import TopicPartition as CTopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
     create(cluster, "group-on-wire", partitions=2)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    for i in range(40):
-        producer.produce("group-on-wire", value=f"g{i}".encode(), partition=i % 2)
-    assert producer.flush(60) == 0
+    producer = produce_alternating(bootstrap, "group-on-wire", "g", 40)
     config = {"bootstrap.servers": bootstrap, "group.id": "wire-group", "auto.offset.reset": "earliest",
               "enable.auto.commit": False, "session.timeout.ms": 10_000, "heartbeat.interval.ms": 300}
     first = Consumer(config)
@@ -422,6 +429,39 @@ def test_confluent_kafka__two_members_rebalance_commit_and_resume__lag_as_rafka_
     restarted.close()
     assert sorted((p, o, v) for (p, o), (_, v) in resumed.items()) == [
         (0, 20, b"late0"), (0, 21, b"late1"), (0, 22, b"late2"), (1, 20, b"late3"), (1, 21, b"late4")]
+
+
+def test_confluent_kafka__kip848_consumer_group_on_the_cluster__split_read_committed_as_rafka_describes_it(
+        cluster, bootstrap, capsys):
+    """KIP-848 through the brokers' edges to the coordinator actor: two members with
+    group.protocol=consumer are assigned by the coordinator, read every record once
+    between them and commit (by member epoch); `rafka consumer-groups --describe`
+    (ConsumerGroupDescribe behind DescribeGroups' Dead) shows the offsets and lag."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTopicPartition
+    create(cluster, "kip848-on-wire", partitions=2)
+    produce_alternating(bootstrap, "kip848-on-wire", "k", 40)
+    config = {"bootstrap.servers": bootstrap, "group.id": "kip848-group", "group.protocol": "consumer",
+              "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    first, second = Consumer(config), Consumer(config)
+    for consumer in (first, second):
+        consumer.subscribe(["kip848-on-wire"])
+    seen = poll_group([first, second], 40)
+    assert sorted(seen) == [(p, o) for p in (0, 1) for o in range(20)]
+    wait_until(lambda: [c.poll(0.1) for c in (first, second)] and all(len(c.assignment()) == 1
+                                                                     for c in (first, second)),
+               timeout_s=60, what="each member owns one partition")
+    for consumer in (first, second):   # each commits what it owns (its member epoch is checked)
+        consumer.commit(offsets=[CTopicPartition(tp.topic, tp.partition, 20) for tp in consumer.assignment()],
+                        asynchronous=False)
+    described = cluster.admin().describe_consumer_group("kip848-group")
+    assert (described["state"], described["assignor"], len(described["members"])) == ("Stable", "uniform", 2)
+    owned = sorted(tp for member in described["members"].values() for tp in member["assignment"])
+    assert owned == [("kip848-on-wire", 0), ("kip848-on-wire", 1)]
+    assert rafka_describe_offsets("kip848-group", capsys) == {("kip848-on-wire", 0): (20, 20, 0),
+                                                             ("kip848-on-wire", 1): (20, 20, 0)}
+    first.close()
+    second.close()
 
 
 def test_kafka_python__group_consumer_and_admin_client(cluster, bootstrap):

@@ -36,10 +36,13 @@ from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_
 from rafka.core.clock import SystemClock
 from rafka.core.cluster_image import broker_view, build_image
 from rafka.core.config import TopicConfig
+from rafka.core.consumer_group import ConsumerGroups
 from rafka.core.coordinator_shard import CoordinatorShard
 from rafka.core.group_manager import GroupManager
 from rafka.core.log_dirs import describe_log_dir
-from rafka.core.metadata import ClusterMetadata
+from rafka.core.metadata import ClusterMetadata, id_as_uuid
+from rafka.core.offsets_schema import decode_record as decode_offsets_record
+from rafka.core.offsets_schema import encode_key as encode_offsets_key, encode_value as encode_offsets_value
 from tests.core.helpers import assign_shells
 from rafka.core.errors import KafkaError
 from rafka.core.offset_store import OffsetStore
@@ -62,14 +65,31 @@ class LocalCoordinator:
     """The coordinator actor's calls over a real CoordinatorShard; every group is
     its own (one offsets partition)."""
 
-    def __init__(self, partitions_per_topic) -> None:
+    def __init__(self, partitions_per_topic, topic_metadata, *, consumer_session_timeout_ms: int = 45_000,
+                 consumer_heartbeat_interval_ms: int = 5_000) -> None:
         async def append(records, kind=None):   # acked at once: nothing to replicate to
-            return None
-        self.shard = CoordinatorShard(offsets=OffsetStore(offset_metadata_max_bytes=4096,
-                                                          offsets_retention_ms=7 * 24 * 3_600_000),
-                                      groups=GroupManager(group_initial_rebalance_delay_ms=0),
-                                      clock=SystemClock(), append=append, partitions_per_topic=partitions_per_topic,
-                                      join_poll_interval_ms=20)
+            self.records += [(encode_offsets_key(key), encode_offsets_value(value)) for key, value in records]
+        self.records: list[tuple[bytes, bytes | None]] = []   # what __consumer_offsets would hold, encoded
+
+        def new_shard() -> CoordinatorShard:
+            return CoordinatorShard(offsets=OffsetStore(offset_metadata_max_bytes=4096,
+                                                        offsets_retention_ms=7 * 24 * 3_600_000),
+                                    groups=GroupManager(group_initial_rebalance_delay_ms=0),
+                                    clock=SystemClock(), append=append, partitions_per_topic=partitions_per_topic,
+                                    join_poll_interval_ms=20, topic_metadata=topic_metadata,
+                                    consumer_groups=ConsumerGroups(session_timeout_ms=consumer_session_timeout_ms,
+                                                                   heartbeat_interval_ms=consumer_heartbeat_interval_ms))
+        self._new_shard = new_shard
+        self.shard = new_shard()
+
+    async def fail_over(self) -> None:
+        """A new coordinator takes the partition: a fresh shard that loads it by
+        replaying what it holds (`records`; transactions' batches are kept as plain
+        records here, so a test of a failover runs none)."""
+        shard = self._new_shard()
+        for key_bytes, value_bytes in self.records:
+            shard.replay(*decode_offsets_record(key_bytes, value_bytes))
+        self.shard = shard
 
     def coordinator_for(self, group_id):
         return self
@@ -84,6 +104,9 @@ class LocalCoordinator:
 
     async def describe_group(self, group):
         return self.shard.describe_group(group)
+
+    async def consumer_group_describe(self, group):
+        return self.shard.consumer_group_describe(group)
 
     def offsets_partition_coordinator(self, partition):
         return self if partition == 0 else None
@@ -132,11 +155,14 @@ class ProtocolNode:
 
     def __init__(self, directory, topics: dict[str, int], *, configs: dict[str, dict] | None = None, sasl=None,
                  tls=None, edge: bool = False, brokers: int = 1, require_sasl: bool = False,
-                 super_users: frozenset[str] = frozenset()) -> None:
+                 super_users: frozenset[str] = frozenset(), coordinator_options: dict | None = None) -> None:
         """`edge`: clients bootstrap at a broker's node (protocol.edge) in front of
         the actors' nodes, as in a cluster; `brokers`: how many brokers the
         partitions are spread over (replicas of brokers > 0 are refused by broker
-        0's edge, as not led there; only broker 0 runs an edge)."""
+        0's edge, as not led there; only broker 0 runs an edge);
+        `coordinator_options`: LocalCoordinator's (consumer groups' session timeout
+        and heartbeat interval)."""
+        self.coordinator_options = coordinator_options or {}
         self.directory = directory
         self.topics = topics
         self.configs = configs or {}
@@ -204,7 +230,8 @@ class ProtocolNode:
                 self.endpoints[(name, p)] = HostedPartition(lambda replica=replica: replica)
         apply(self.metadata.handle_create_topic(OFFSETS_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
         apply(self.metadata.handle_create_topic(TRANSACTION_STATE_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
-        self.coordinator = LocalCoordinator(self._partitions_per_topic)
+        self.coordinator = LocalCoordinator(self._partitions_per_topic, self._topic_metadata,
+                                            **self.coordinator_options)
         self._ticker = asyncio.get_running_loop().create_task(self.coordinator.tick_forever())
         self.transactions = LocalTransactionCoordinator(allocate_block=self._allocate_producer_ids,
                                                         send_markers=self._send_markers, offsets_partition_count=1)
@@ -312,7 +339,12 @@ class ProtocolNode:
             await server.stop()
 
     async def _partitions_per_topic(self, topics) -> dict[str, int]:
-        return {t: len(self.metadata.topics[t].partitions) for t in topics if t in self.metadata.topics}
+        return {t: count for t, (_, count) in (await self._topic_metadata(topics)).items()}
+
+    async def _topic_metadata(self, topics) -> dict:
+        """None: every topic."""
+        return {t: (id_as_uuid(self.metadata.topics[t].topic_id), len(self.metadata.topics[t].partitions))
+                for t in (self.metadata.topics if topics is None else topics) if t in self.metadata.topics}
 
     async def _allocate_producer_id(self) -> int:
         records, producer_id = self.metadata.handle_allocate_producer_id()

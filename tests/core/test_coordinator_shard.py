@@ -74,9 +74,9 @@ def shard_on(partition, clock, *, delay_ms=0, retention_ms=DAY_MS, max_queued=4_
                             join_poll_interval_ms=5, max_queued_requests_per_group=max_queued)
 
 
-def reloaded(partition, clock):
-    """A restarted coordinator: a fresh shard replaying what the partition holds."""
-    shard = shard_on(FakeOffsetsPartition(), clock)
+def reloaded(partition, clock, *, make=None):
+    """A restarted coordinator: a fresh shard (of `make`, default shard_on) replaying what the partition holds."""
+    shard = (make or shard_on)(FakeOffsetsPartition(), clock)
     for key_bytes, value_bytes in partition.records:
         key = decode_key(key_bytes)
         shard.replay(key, decode_value(key, value_bytes))

@@ -112,7 +112,7 @@ def test_connect_group__two_workers__the_leader_sees_both__each_gets_its_part_of
     assert (leader_synced.assignment, follower_synced.assignment) == (b"tasks-0,1", b"tasks-2")
     assert (follower_synced.protocol_type, follower_synced.protocol_name) == ("connect", "sessioned")
     listed = node.coordinator.shard.list_groups()
-    assert listed == [{"group": "wire-group", "state": "Stable", "protocol_type": "connect"}]
+    assert listed == [{"group": "wire-group", "state": "Stable", "protocol_type": "connect", "type": "classic"}]
 
 
 def test_static_member__rejoins_with_a_new_id_and_keeps_its_assignment__the_old_id_is_fenced(node):

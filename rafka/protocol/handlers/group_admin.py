@@ -1,13 +1,14 @@
-"""ListGroups v0-4 (every node), DescribeGroups v0-5 and DeleteGroups v0-2 (the
+"""ListGroups v0-5 (every node), DescribeGroups v0-5 and DeleteGroups v0-2 (the
 group's coordinator node).
 
 What Kafka answers (KafkaApis.handleListGroupsRequest / handleDescribeGroupsRequest
 / handleDeleteGroupsRequest), and what these handlers do the same way:
   * ListGroups: the groups this node coordinates (admin clients ask every node
     and merge); a node that coordinates none answers an empty list, no error;
-    states_filter (v4) keeps groups in the named states.
+    states_filter (v4) keeps groups in the named states, types_filter (v5) those
+    of the named types ("classic", "consumer": KIP-848's), both case-insensitive.
   * ListGroups answers each group's protocol type ("" for one known only by
-    its offsets).
+    its offsets) and (v5) its type.
   * DescribeGroups: per group; a group coordinated elsewhere: NOT_COORDINATOR; an
     unknown one: state Dead, no error (Kafka's answer). The group's protocol type;
     while Stable, protocol_data is its protocol and members carry their metadata
@@ -38,7 +39,7 @@ from rafka.core.acl import AclOperation, ResourceType
 from rafka.protocol.authorization import check_of, decided_host, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
-from rafka.protocol.handlers.group_offsets import GroupHost
+from rafka.protocol.handlers.group_offsets import GroupHost, coordinator_call
 from rafka.protocol.handlers.partitions import error_code_of
 
 LIST_KEY, DESCRIBE_KEY, DELETE_KEY = 16, 15, 42
@@ -64,13 +65,15 @@ def list_groups_route(list_groups: Callable[[], Awaitable[list[dict]]] | None) -
         except Exception as error:
             groups, code = [], error_code_of(error)
         wanted = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
         request_gate = gate(context)
         listed = tuple(make(module.ListedGroup, group_id=g["group"], protocol_type=g.get("protocol_type", ""),
-                            group_state=g["state"])
+                            group_state=g["state"], group_type=g.get("type", "classic"))
                        for g in groups if (not wanted or g["state"].lower() in wanted)
+                       and (not types or g.get("type", "classic") in types)
                        and request_gate.allows(LIST_DESCRIBE, g["group"]))
         return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, groups=listed)
-    return Route(LIST_KEY, 0, 4, handle_list_groups)
+    return Route(LIST_KEY, 0, 5, handle_list_groups)
 
 
 def coordinator_routes(host: GroupHost) -> list[Route]:
@@ -105,13 +108,9 @@ async def _describe(host: GroupHost, module, group_id: str):
         return make(module.DescribedGroup, error_code=code, group_id=group_id, group_state=state,
                     protocol_type="", protocol_data="", members=(),
                     authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
-    coordinator = host.coordinator_for(group_id)
-    if coordinator is None:
-        return empty(ErrorCode.not_coordinator)
-    try:
-        described = await coordinator.describe_group(group_id)
-    except Exception as error:
-        return empty(error_code_of(error))
+    code, described, _ = await coordinator_call(host, group_id, "describe_group")
+    if code != ErrorCode.none:
+        return empty(code)
     # Kafka's describeGroups: members' metadata and assignment only while Stable
     # (protocol_data is then the group's protocol), empty bytes otherwise.
     stable = described["state"] == "Stable"

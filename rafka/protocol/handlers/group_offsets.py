@@ -1,4 +1,4 @@
-"""OffsetCommit v2-8, OffsetFetch v1-8 and OffsetDelete v0, on the group's
+"""OffsetCommit v2-9, OffsetFetch v1-9 and OffsetDelete v0, on the group's
 coordinator node.
 
 What Kafka answers (KafkaApis.handleOffsetCommitRequest / handleOffsetFetchRequest,
@@ -45,13 +45,17 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.core.acl import AclOperation, ResourceType
+from rafka.core.errors import KafkaError
 from rafka.protocol.authorization import ALLOWED, Decision, Gate, check_of, decide, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
 
 COMMIT_KEY, FETCH_KEY, DELETE_KEY = 8, 9, 47
-COMMIT_VERSIONS, FETCH_VERSIONS = (2, 8), (1, 8)
+# v9 is what KIP-848 members send (OffsetCommit v9 has v8's fields, its generation
+# the member epoch; OffsetFetch v9 adds the member id and epoch, which rafka does
+# not check: Kafka answers STALE_MEMBER_EPOCH for a wrong one)
+COMMIT_VERSIONS, FETCH_VERSIONS = (2, 9), (1, 9)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -93,14 +97,23 @@ def routes(host: GroupHost) -> list[Route]:
             Route(DELETE_KEY, 0, 0, handle_delete)]
 
 
-async def _call(host: GroupHost, group_id: str, method: str, *args, **kwargs) -> tuple[ErrorCode, Any]:
+async def coordinator_call(host: GroupHost, group_id: str, method: str, *args,
+                           **kwargs) -> tuple[ErrorCode, Any, str | None]:
+    """(code, the coordinator's answer or None, the error's message or None): a
+    group's call on its coordinator here (NOT_COORDINATOR without one), its typed
+    error as Kafka's code. The group handlers' one way to ask."""
     coordinator = host.coordinator_for(group_id)
     if coordinator is None:
-        return ErrorCode.not_coordinator, None
+        return ErrorCode.not_coordinator, None, None
     try:
-        return ErrorCode.none, await getattr(coordinator, method)(group_id, *args, **kwargs)
+        return ErrorCode.none, await getattr(coordinator, method)(group_id, *args, **kwargs), None
     except Exception as error:
-        return error_code_of(error), None
+        return error_code_of(error), None, error.message if isinstance(error, KafkaError) else None
+
+
+async def _call(host: GroupHost, group_id: str, method: str, *args, **kwargs) -> tuple[ErrorCode, Any]:
+    code, answer, _ = await coordinator_call(host, group_id, method, *args, **kwargs)
+    return code, answer
 
 
 async def commit(host: GroupHost, request, version: int, decision: Decision = ALLOWED):
