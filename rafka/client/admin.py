@@ -34,6 +34,7 @@ from rafka.protocol.network import ClientNetwork
 from rafka.protocol.range_reads import RangeRead, read_range
 from rafka.protocol.retry import ask_leader, ask_leader_once, retry_until, submit_to_leader
 from rafka.core.acl import MATCH_EVERY_BINDING, AclBinding, AclBindingFilter
+from rafka.core.isolation import IsolationLevel
 from rafka.core.errors import (BrokerNotAvailable, KafkaError, NonEmptyGroup, OffsetOutOfRange,
                                UnknownTopicOrPartition)
 from rafka.core.producer_state import ActiveProducer
@@ -162,17 +163,20 @@ class Admin:
 
     # --- offsets of partitions ------------------------------------------------------------
 
-    def list_offsets(self, partitions, timestamp_ms: int) -> dict[TopicPartition, tuple[int, int] | None]:
+    def list_offsets(self, partitions, timestamp_ms: int, *,
+                     isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+                     ) -> dict[TopicPartition, tuple[int, int] | None]:
         """Kafka's ListOffsets: EARLIEST_TIMESTAMP (-2) -> log start, LATEST_TIMESTAMP
-        (-1) -> HW, else the first (offset, timestamp) at or after the time, below the HW.
-        Every leader is asked at once, on the wire; a partition whose answer failed
-        is asked again, with retries, after the metadata is refreshed."""
+        (-1) -> HW (read_committed: the LSO), else the first (offset, timestamp) at or
+        after the time, below that end. Every leader is asked at once, on the wire; a
+        partition whose answer failed is asked again, with retries, after the
+        metadata is refreshed."""
         tps = [TopicPartition(*tp) for tp in partitions]
 
         def request_for(tp: TopicPartition):
             return lambda leader_epoch: fetching.list_offset_request(
                 topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
-                leader_epoch=leader_epoch, timestamp_ms=timestamp_ms)
+                leader_epoch=leader_epoch, timestamp_ms=timestamp_ms, isolation_level=isolation_level)
 
         def read(tp: TopicPartition):
             return lambda response: fetching.list_offset_answer(response, topic=tp.topic, partition=tp.partition)
@@ -203,9 +207,12 @@ class Admin:
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
         return {tp: found[0] for tp, found in self.list_offsets(partitions, EARLIEST_TIMESTAMP).items()}
 
-    def end_offsets(self, partitions) -> dict[TopicPartition, int]:
-        """The HW of each partition (what Kafka's tools call LOG-END-OFFSET for a consumer)."""
-        return {tp: found[0] for tp, found in self.list_offsets(partitions, LATEST_TIMESTAMP).items()}
+    def end_offsets(self, partitions, *, isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+                    ) -> dict[TopicPartition, int]:
+        """The HW of each partition (what Kafka's tools call LOG-END-OFFSET for a
+        consumer); read_committed: its last stable offset."""
+        return {tp: found[0] for tp, found in
+                self.list_offsets(partitions, LATEST_TIMESTAMP, isolation_level=isolation_level).items()}
 
     def record_timestamps(self, offsets, *, max_bytes: int = 65_536) -> dict[TopicPartition, int | None]:
         """{tp: offset} -> the timestamp (ms) of the first record at or after each

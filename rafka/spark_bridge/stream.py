@@ -28,6 +28,7 @@ import os
 import shutil
 import time
 
+from rafka.core.isolation import parse_isolation_level
 from rafka.core.offset_ranges import OffsetRange, batch_id, plan_micro_batch, resolve
 from rafka.spark_bridge.source import _admin, release, snapshot_offsets, to_dataframe
 
@@ -72,16 +73,19 @@ def _commit(coordinator, ranges: list[OffsetRange], *, at_start: bool, planned_i
 
 def stream_topic(spark, topic: str, group_id: str, process_batch, *, trigger_interval_s: float = 1.0,
                  max_records_per_batch: int | None = None, starting_offsets="earliest",
-                 max_batches: int | None = None, stop_when_idle: bool = False) -> int:
+                 max_batches: int | None = None, stop_when_idle: bool = False,
+                 isolation_level: str = "read_uncommitted") -> int:
     """Runs micro-batches until `max_batches` ran, or (with `stop_when_idle`) until a
     trigger finds nothing new. Returns the number of batches processed. A partition
-    the group has no offset for starts at `starting_offsets`."""
+    the group has no offset for starts at `starting_offsets`. `isolation_level`
+    "read_committed": each batch ends at the LSO snapshot and holds no aborted record."""
+    level = parse_isolation_level(isolation_level)
     admin = _admin()
     coordinator = _coordinator(admin, group_id)
     processed = 0
     while max_batches is None or processed < max_batches:
         started_s = time.monotonic()
-        snapshot = snapshot_offsets(admin, topic)
+        snapshot = snapshot_offsets(admin, topic, level)
         committed = _committed(coordinator, topic)
         ranges = _pending_plan(topic, committed)
         if ranges is None:
@@ -94,11 +98,11 @@ def stream_topic(spark, topic: str, group_id: str, process_batch, *, trigger_int
                 time.sleep(max(0.0, trigger_interval_s - (time.monotonic() - started_s)))
                 continue
             _commit(coordinator, ranges, at_start=True, planned_id=batch_id(ranges))
-        elif any(r.end > snapshot[r.partition].high_watermark for r in ranges):
+        elif any(r.end > snapshot[r.partition].end_offset for r in ranges):
             time.sleep(trigger_interval_s)   # a new leader not yet at the old HW: the plan must stay whole
             continue
         current = batch_id(ranges)
-        df = to_dataframe(spark, ranges)
+        df = to_dataframe(spark, ranges, isolation_level=level)
         try:
             process_batch(df, current)
         finally:

@@ -1,0 +1,102 @@
+"""Spark over transactions (issue 28): read_topic / read_dataset at both isolation
+levels on a topic holding a committed, an aborted and an open transaction; and a
+stream topic to topic whose output and input offsets go in one transaction per
+input partition, its sink task killed once between sending and committing."""
+
+import pytest
+
+from rafka.core.structs import TopicPartition
+from tests.harness import embedded_cluster, wait_until
+
+pytestmark = pytest.mark.spark
+
+MIXED = "txn-mixed"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with embedded_cluster() as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="module")
+def spark(cluster):
+    from rafka.spark_bridge import init_spark, stop_spark
+    session = init_spark(cluster, "rafka-eos-tests", num_executors=2, executor_cores=1, executor_memory="512m")
+    yield session
+    stop_spark()
+
+
+def send_all(producer, prefix: str, count: int) -> list[bytes]:
+    values = [b"%s-%02d" % (prefix.encode(), i) for i in range(count)]
+    for i, value in enumerate(values):
+        producer.send(MIXED, value=value, partition=i % 2)
+    producer.flush()
+    return values
+
+
+@pytest.fixture(scope="module")
+def mixed(cluster):
+    """`txn-mixed`, 2 partitions: plain records, a committed transaction, an aborted
+    one, then an open one (left open for the module) and plain records after it.
+    Yields {kind: values} and the producer holding the open transaction."""
+    cluster.admin().create_topic(MIXED, partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    sent = {}
+    with cluster.producer(acks="all") as plain:
+        sent["plain"] = send_all(plain, "plain", 4)
+    with cluster.producer(transactional_id="mixed-writer", linger_ms=0) as writer:
+        writer.init_transactions()
+        writer.begin_transaction()
+        sent["committed"] = send_all(writer, "committed", 6)
+        writer.commit_transaction()
+        writer.begin_transaction()
+        sent["aborted"] = send_all(writer, "aborted", 6)
+        writer.abort_transaction()
+    holder = cluster.producer(transactional_id="mixed-open", linger_ms=0, transaction_timeout_ms=600_000)
+    holder.init_transactions()
+    holder.begin_transaction()
+    sent["open"] = send_all(holder, "open", 4)
+    with cluster.producer(acks="all") as plain:
+        sent["after-open"] = send_all(plain, "after-open", 4)
+    yield sent
+    holder.abort_transaction()
+    holder.close()
+
+
+def lso_and_hw(cluster) -> tuple[dict[int, int], dict[int, int]]:
+    from rafka.core.isolation import IsolationLevel
+    admin = cluster.admin()
+    tps = [TopicPartition(MIXED, p) for p in (0, 1)]
+    committed = admin.end_offsets(tps, isolation_level=IsolationLevel.READ_COMMITTED)
+    return {tp.partition: committed[tp] for tp in tps}, {tp.partition: o for tp, o in admin.end_offsets(tps).items()}
+
+
+def test_read_topic__read_committed__exactly_the_committed_records_stopping_below_the_open_transaction(
+        cluster, spark, mixed):
+    from rafka.spark_bridge import read_topic
+    lso, hw = lso_and_hw(cluster)
+    df = read_topic(spark, MIXED, isolation_level="read_committed")
+    assert {r.partition: r.end for r in df.offset_ranges} == lso
+    assert all(lso[p] < hw[p] for p in hw)   # the open transaction holds the LSO back
+    rows = df.collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(mixed["plain"] + mixed["committed"])
+    assert all(r.offset < lso[r.partition] for r in rows)
+
+
+def test_read_topic__read_uncommitted__every_record_up_to_the_hw_and_no_marker(cluster, spark, mixed):
+    from rafka.spark_bridge import read_topic
+    _, hw = lso_and_hw(cluster)
+    df = read_topic(spark, MIXED)
+    assert {r.partition: r.end for r in df.offset_ranges} == hw
+    # markers hold offsets (two per partition: the commit and the abort) but are no rows
+    assert sorted(bytes(r.value) for r in df.collect()) == sorted(v for values in mixed.values() for v in values)
+    assert sum(hw.values()) == sum(len(values) for values in mixed.values()) + 4
+
+
+def test_read_dataset__read_committed__the_committed_records_and_a_counted_dataset(cluster, mixed):
+    from rafka.spark_bridge import read_dataset
+    read = read_dataset(MIXED, isolation_level="read_committed")
+    assert read.dataset.count() == len(mixed["plain"]) + len(mixed["committed"])   # not the offsets planned
+    assert sorted(row["value"] for row in read.dataset.take_all()) == sorted(mixed["plain"] + mixed["committed"])
+    with pytest.raises(ValueError, match="isolation_level must be"):
+        read_dataset(MIXED, isolation_level="committed")
