@@ -442,8 +442,14 @@ class Admin:
         Kafka's AdminClient.describeConsumerGroups)."""
         return self._group(group_id).call("describe_group")
 
-    def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        fetched = self._group(group_id).call("fetch_offsets")
+    def list_consumer_group_offsets(self, group_id: str, partitions=None, *,
+                                    require_stable: bool = False) -> dict[TopicPartition, int]:
+        """The group's committed offsets (of `partitions`, default every committed
+        one). `require_stable` (Kafka's ListConsumerGroupOffsetsOptions.requireStable,
+        KIP-447): a partition with a transaction's offset pending is waited for
+        (UNSTABLE_OFFSET_COMMIT retried) until that transaction ends."""
+        asked = None if partitions is None else [tuple(tp) for tp in partitions]
+        fetched = self._group(group_id).call("fetch_offsets", asked, require_stable=require_stable)
         return {TopicPartition(*tp): value[0] for tp, value in sorted(fetched.items()) if value is not None}
 
     def consumer_group_lag(self, group_id: str) -> list[dict]:

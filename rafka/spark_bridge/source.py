@@ -232,16 +232,25 @@ def _ipc_bytes(record_batches: list) -> bytes:
 
 
 def to_dataframe(spark, ranges: list[OffsetRange], *, ipc_block_max_bytes: int = IPC_BLOCK_MAX_BYTES,
-                 isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED):
+                 isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+                 one_partition_per_range: bool = False):
     """The ranges as a Spark DataFrame with Spark's Kafka-source schema; the ranges
-    on `df.offset_ranges`, the id its blocks are kept under on `df.read_id`."""
+    on `df.offset_ranges`, the id its blocks are kept under on `df.read_id`.
+    `one_partition_per_range`: Spark partition i holds the i-th non-empty range
+    whole (a transactional sink's task per input partition); a range whose
+    table is over `ipc_block_max_bytes` is then refused (ValueError), not split."""
     import uuid
     from raydp.spark.dataset import ray_dataset_to_spark_dataframe
 
+    non_empty = [r for r in ranges if r.count > 0]
     # each task streams its blocks' refs back (a Ray generator task), owned by this driver
     readers = [_read_range_as_ipc().remote(r, ipc_block_max_bytes, isolation_level)
-               for r in _split([r for r in ranges if r.count > 0], SPARK_BLOCK_MAX_RECORDS)]
-    blocks = [block for reader in readers for block in reader]
+               for r in (non_empty if one_partition_per_range else _split(non_empty, SPARK_BLOCK_MAX_RECORDS))]
+    blocks_by_reader = [list(reader) for reader in readers]
+    if one_partition_per_range and any(len(blocks) != 1 for blocks in blocks_by_reader):
+        raise ValueError(f"a range read is over {ipc_block_max_bytes} bytes: a batch read one Spark partition per "
+                         f"range needs smaller batches (max_records_per_batch)")
+    blocks = [block for reader_blocks in blocks_by_reader for block in reader_blocks]
     if not blocks:   # RayDP's reader needs at least one block
         from pyspark.sql.pandas.types import from_arrow_schema
         df = spark.createDataFrame([], from_arrow_schema(KAFKA_ARROW_SCHEMA))

@@ -100,3 +100,45 @@ def test_read_dataset__read_committed__the_committed_records_and_a_counted_datas
     assert sorted(row["value"] for row in read.dataset.take_all()) == sorted(mixed["plain"] + mixed["committed"])
     with pytest.raises(ValueError, match="isolation_level must be"):
         read_dataset(MIXED, isolation_level="committed")
+
+
+def read_values(spark, topic: str, isolation_level: str) -> list[bytes]:
+    from rafka.spark_bridge import read_topic, release
+    df = read_topic(spark, topic, isolation_level=isolation_level)
+    try:
+        return sorted(bytes(r.value) for r in df.collect())
+    finally:
+        release(df)
+
+
+def test_stream_topic__topic_sink_task_killed_after_sending__output_holds_every_input_once_offsets_at_the_end(
+        cluster, spark):
+    """Every batch's task of input partition 0 dies (its Python worker exits) on its
+    first attempt, after its records are sent and its offsets added, before the
+    commit; Spark retries it and the retry fences that attempt."""
+    from rafka.spark_bridge import TopicSink, stream_topic
+    admin = cluster.admin()
+    admin.create_topic("eos-in", partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    admin.create_topic("eos-out", partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    with cluster.producer(acks="all") as producer:
+        for i in range(60):
+            producer.send("eos-in", value=b"in-%02d" % i, key=b"k-%02d" % i, partition=i % 2)
+        producer.flush()
+
+    def crash_first_attempt(offset_range, attempt):
+        import os
+        if offset_range.partition == 0 and attempt == 0:
+            os._exit(3)   # the task's Python worker dies with its transaction open
+
+    sink = TopicSink("eos-out", transform=lambda df: df.selectExpr("key", "concat(X'2A', value) AS value"),
+                     before_commit=crash_first_attempt)
+    batches = stream_topic(spark, "eos-in", "eos-query", sink, trigger_interval_s=0.1, max_records_per_batch=40,
+                           stop_when_idle=True)
+    assert batches == 2   # 40 then 20 records
+    expected = sorted(b"*in-%02d" % i for i in range(60))
+    assert read_values(spark, "eos-out", "read_committed") == expected
+    uncommitted = read_values(spark, "eos-out", "read_uncommitted")
+    # the killed attempts' records were written, then aborted when their retries fenced them
+    assert set(uncommitted) == set(expected) and len(uncommitted) == 60 + 20 + 10
+    ends = admin.end_offsets([TopicPartition("eos-in", 0), TopicPartition("eos-in", 1)])
+    assert admin.list_consumer_group_offsets("eos-query", require_stable=True) == ends
