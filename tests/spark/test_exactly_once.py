@@ -1,30 +1,15 @@
 """Spark over transactions (issue 28): read_topic / read_dataset at both isolation
 levels on a topic holding a committed, an aborted and an open transaction; and a
 stream topic to topic whose output and input offsets go in one transaction per
-input partition, its sink task killed once between sending and committing."""
+input partition, its sink task killed between sending and committing."""
 
 import pytest
 
 from rafka.core.structs import TopicPartition
-from tests.harness import embedded_cluster, wait_until
 
 pytestmark = pytest.mark.spark
 
 MIXED = "txn-mixed"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with embedded_cluster() as embedded:
-        yield embedded
-
-
-@pytest.fixture(scope="module")
-def spark(cluster):
-    from rafka.spark_bridge import init_spark, stop_spark
-    session = init_spark(cluster, "rafka-eos-tests", num_executors=2, executor_cores=1, executor_memory="512m")
-    yield session
-    stop_spark()
 
 
 def send_all(producer, prefix: str, count: int) -> list[bytes]:
