@@ -38,6 +38,7 @@ from rafka.protocol.network import ClientNetwork
 from rafka.protocol.range_reads import RangeRead, read_range
 from rafka.protocol.retry import ask_leader, ask_leader_once, retry_until, submit_to_leader
 from rafka.core.acl import MATCH_EVERY_BINDING, AclBinding, AclBindingFilter
+from rafka.core.isolation import IsolationLevel
 from rafka.core.errors import (BrokerNotAvailable, GroupIdNotFound, KafkaError, NonEmptyGroup, OffsetOutOfRange,
                                UnknownTopicOrPartition)
 from rafka.core.producer_state import ActiveProducer
@@ -157,17 +158,20 @@ class Admin:
 
     # --- offsets of partitions ------------------------------------------------------------
 
-    def list_offsets(self, partitions, timestamp_ms: int) -> dict[TopicPartition, tuple[int, int] | None]:
+    def list_offsets(self, partitions, timestamp_ms: int, *,
+                     isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+                     ) -> dict[TopicPartition, tuple[int, int] | None]:
         """Kafka's ListOffsets: EARLIEST_TIMESTAMP (-2) -> log start, LATEST_TIMESTAMP
-        (-1) -> HW, else the first (offset, timestamp) at or after the time, below the HW.
-        Every leader is asked at once, on the wire; a partition whose answer failed
-        is asked again, with retries, after the metadata is refreshed."""
+        (-1) -> HW (read_committed: the LSO), else the first (offset, timestamp) at or
+        after the time, below that end. Every leader is asked at once, on the wire; a
+        partition whose answer failed is asked again, with retries, after the
+        metadata is refreshed."""
         tps = [TopicPartition(*tp) for tp in partitions]
 
         def request_for(tp: TopicPartition):
             return lambda leader_epoch: fetching.list_offset_request(
                 topic=tp.topic, partition=tp.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
-                leader_epoch=leader_epoch, timestamp_ms=timestamp_ms)
+                leader_epoch=leader_epoch, timestamp_ms=timestamp_ms, isolation_level=isolation_level)
 
         def read(tp: TopicPartition):
             return lambda response: fetching.list_offset_answer(response, topic=tp.topic, partition=tp.partition)
@@ -198,9 +202,12 @@ class Admin:
     def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
         return {tp: found[0] for tp, found in self.list_offsets(partitions, EARLIEST_TIMESTAMP).items()}
 
-    def end_offsets(self, partitions) -> dict[TopicPartition, int]:
-        """The HW of each partition (what Kafka's tools call LOG-END-OFFSET for a consumer)."""
-        return {tp: found[0] for tp, found in self.list_offsets(partitions, LATEST_TIMESTAMP).items()}
+    def end_offsets(self, partitions, *, isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+                    ) -> dict[TopicPartition, int]:
+        """The HW of each partition (what Kafka's tools call LOG-END-OFFSET for a
+        consumer); read_committed: its last stable offset."""
+        return {tp: found[0] for tp, found in
+                self.list_offsets(partitions, LATEST_TIMESTAMP, isolation_level=isolation_level).items()}
 
     def record_timestamps(self, offsets, *, max_bytes: int = 65_536) -> dict[TopicPartition, int | None]:
         """{tp: offset} -> the timestamp (ms) of the first record at or after each
@@ -489,8 +496,14 @@ class Admin:
         except GroupIdNotFound:
             return described
 
-    def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        fetched = self._group(group_id).call("fetch_offsets")
+    def list_consumer_group_offsets(self, group_id: str, partitions=None, *,
+                                    require_stable: bool = False) -> dict[TopicPartition, int]:
+        """The group's committed offsets (of `partitions`, default every committed
+        one). `require_stable` (Kafka's ListConsumerGroupOffsetsOptions.requireStable,
+        KIP-447): a partition with a transaction's offset pending is waited for
+        (UNSTABLE_OFFSET_COMMIT retried) until that transaction ends."""
+        asked = None if partitions is None else [tuple(tp) for tp in partitions]
+        fetched = self._group(group_id).call("fetch_offsets", asked, require_stable=require_stable)
         return {TopicPartition(*tp): value[0] for tp, value in sorted(fetched.items()) if value is not None}
 
     def consumer_group_lag(self, group_id: str) -> list[dict]:

@@ -291,6 +291,17 @@ class TransactionAborted(KafkaError):
     retriable = False
 
 
+class CommitFailed(KafkaError):
+    """Client side: offsets that can no longer be committed because the group
+    moved on without this committer (Kafka's CommitFailedException,
+    kafka-python's CommitFailedError); e.g. a Spark stream's batch whose input
+    offsets another attempt committed past since the batch was planned."""
+
+    code = -1
+    kafka_name = "COMMIT_FAILED"
+    retriable = False
+
+
 class SslAuthenticationFailed(KafkaError):
     """Client side: the TLS handshake failed (the listener's certificate does not
     chain to the CA trusted, names another host, or the listener does not speak

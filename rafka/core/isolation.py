@@ -13,7 +13,7 @@ ended at its marker, so the same producer's later transactions are read.
 Invariant (DESIGN section 5): no record of an aborted transaction reaches a
 read_committed caller; records of committed transactions and of
 non-transactional producers all do. Pure: headers and markers only.
-Caller: client.consumer.
+Callers: client.consumer, protocol.range_reads (Spark's read tasks).
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
 """Offset ranges for bounded reads of a topic (Spark's batch and micro-batch
 reads): what to read from each partition, given a snapshot of its offsets.
 
-A read is planned once, from one snapshot of every partition's log start and HW
-(`PartitionOffsets`), so it names exactly which records it returns; records
-produced after the snapshot are left for the next read.
+A read is planned once, from one snapshot of every partition's log start and
+end (`PartitionOffsets`), so it names exactly which records it returns; records
+produced after the snapshot are left for the next read. The end is the HW, or
+for a read_committed read the last stable offset (LSO): below it every
+transaction is decided, so none is read open. "HW" below means that end.
 
 Invariants:
   every planned range satisfies log_start <= start <= end <= HW: nothing at or
-  above the HW is ever read (DESIGN invariant 4)
+  above the HW is ever read (DESIGN invariant 4; read_committed: nothing at or
+  above the LSO, DESIGN section 5)
   a start below the log start (retention moved it) becomes the log start; a
   start above the HW is refused (InvalidRequest), as an offset that does not
   exist yet
@@ -32,7 +35,7 @@ EARLIEST, LATEST = "earliest", "latest"
 @dataclasses.dataclass(frozen=True)
 class PartitionOffsets:
     log_start: int
-    high_watermark: int
+    end_offset: int   # where a read may end: the HW, or (read_committed) the last stable offset
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -56,7 +59,7 @@ def resolve(spec, default: str, snapshot: Mapping[int, PartitionOffsets], *,
     HW when none), or "committed" (the group's offsets; `default` where none)."""
     def named(partition: int, name: str) -> int:
         offsets = snapshot[partition]
-        return offsets.log_start if name == EARLIEST else offsets.high_watermark
+        return offsets.log_start if name == EARLIEST else offsets.end_offset
 
     if spec in (EARLIEST, LATEST):
         return {p: named(p, spec) for p in snapshot}
@@ -73,7 +76,7 @@ def resolve(spec, default: str, snapshot: Mapping[int, PartitionOffsets], *,
                 out[p] = named(p, default)
                 continue
             found = offsets_for_time(p, int(spec["timestamp"][p]))
-            out[p] = snapshot[p].high_watermark if found is None else found
+            out[p] = snapshot[p].end_offset if found is None else found
         return out
     if isinstance(spec, Mapping):
         unknown = sorted(set(spec) - set(snapshot))
@@ -103,11 +106,11 @@ def plan_ranges(topic: str, snapshot: Mapping[int, PartitionOffsets], starts: Ma
     for p in sorted(snapshot):
         offsets = snapshot[p]
         start, end = starts[p], ends[p]
-        if start > offsets.high_watermark:
+        if start > offsets.end_offset:
             raise InvalidRequest(f"{topic}-{p}: start offset {start} is above the high watermark "
-                                 f"{offsets.high_watermark}")
+                                 f"(or last stable offset) {offsets.end_offset}")
         start = max(start, offsets.log_start)
-        end = min(max(end, start), offsets.high_watermark)
+        end = min(max(end, start), offsets.end_offset)
         ranges.append(OffsetRange(topic, p, start, end))
     return ranges
 
@@ -116,7 +119,7 @@ def plan_micro_batch(topic: str, snapshot: Mapping[int, PartitionOffsets], start
                      max_records: int | None) -> list[OffsetRange]:
     """From `starts` (the group's committed offsets) towards the HW snapshot, at
     most `max_records` records in all (None: no cap)."""
-    full = plan_ranges(topic, snapshot, starts, {p: offsets.high_watermark for p, offsets in snapshot.items()})
+    full = plan_ranges(topic, snapshot, starts, {p: offsets.end_offset for p, offsets in snapshot.items()})
     if max_records is None or sum(r.count for r in full) <= max_records:
         return full
     if max_records < 1:

@@ -22,6 +22,10 @@ Invariants:
     `end` (compaction removed all that was left below it), and is
     OFFSET_NOT_AVAILABLE (retriable) when its HW is below `end`: a new leader
     whose HW has not caught up with the end read from the one before.
+  * read_committed (`isolation_level`): the leader answers below its last stable
+    offset (LSO) and names the aborted transactions; the LSO stands for the HW in
+    the rule above, and `handed_out()` leaves out what a read_committed consumer
+    does not hand out (core.isolation), markers at both levels.
 `end_offset=None` reads up to the HW each answer reports: done at the first
 answer without records (a lookup that stops at its first record).
 Callers: actors.coordinator, actors.consumer_lag, client.admin, spark_bridge.source.
@@ -33,6 +37,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Iterator
 
 from rafka.core.errors import OffsetNotAvailable
+from rafka.core.isolation import IsolationLevel, batches_to_skip
 from rafka.core.records import BatchHeader, Record, decode_batches, iter_batches
 from rafka.protocol import fetching
 from rafka.protocol.hot_writers import WrittenBody
@@ -45,6 +50,21 @@ class Chunk:
     from_offset: int             # the position it was asked at
     end_offset: int | None
     high_watermark: int
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    aborted_transactions: tuple[tuple[int, int], ...] = ()   # (producer id, first offset), read_committed
+
+    def handed_out(self) -> bytes:
+        """The whole batches a consumer at the read's isolation level hands out:
+        without control batches, and read_committed without aborted
+        transactions' batches. The answer's bytes themselves when none is left out."""
+        skipped = batches_to_skip(self.records, isolation_level=self.isolation_level,
+                                  aborted_transactions=self.aborted_transactions)
+        if not skipped:
+            return self.records
+        view = memoryview(self.records)
+        return b"".join(view[pos:pos + header.size_bytes]
+                        for pos, header in iter_batches(self.records, verify_crc=False)
+                        if header.base_offset not in skipped)
 
     def batches_in_range(self) -> Iterator[tuple[BatchHeader, list[Record]]]:
         """Each batch's header with its decoded records at from_offset .. end - 1
@@ -68,8 +88,9 @@ class Chunk:
 
 class RangeRead:
     def __init__(self, *, topic: str, partition: int, start_offset: int, end_offset: int | None,
-                 max_bytes: int) -> None:
+                 max_bytes: int, isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> None:
         self.topic, self.partition = topic, partition
+        self.isolation_level = isolation_level
         self.position = start_offset
         self.end_offset = end_offset
         self.max_bytes = max_bytes
@@ -83,15 +104,18 @@ class RangeRead:
         return fetching.fetch_request(
             topic=self.topic, partition=self.partition, replica_id=fetching.CONSUMER_REPLICA_ID,
             fetch_offset=self.position, leader_epoch=leader_epoch, last_fetched_epoch=fetching.NO_EPOCH,
-            log_start_offset=-1, max_bytes=self.max_bytes, max_wait_ms=0)
+            log_start_offset=-1, max_bytes=self.max_bytes, max_wait_ms=0, isolation_level=self.isolation_level)
 
     def read(self, response) -> Chunk | None:
         """The answer's chunk, the position past its last batch; None once nothing
         is left below the end; its error raised as the typed KafkaError."""
         answer = fetching.leader_answer(response, topic=self.topic, partition=self.partition)
         if not answer.records:
-            if self.end_offset is not None and answer.high_watermark < self.end_offset:
-                raise OffsetNotAvailable(f"{self.topic}-{self.partition}: the leader's HW {answer.high_watermark} "
+            readable_end, what = ((answer.last_stable_offset, "LSO")
+                                  if self.isolation_level is IsolationLevel.READ_COMMITTED
+                                  else (answer.high_watermark, "HW"))
+            if self.end_offset is not None and readable_end < self.end_offset:
+                raise OffsetNotAvailable(f"{self.topic}-{self.partition}: the leader's {what} {readable_end} "
                                          f"is below the end {self.end_offset} read at offset {self.position}")
             self._ended = True
             return None
@@ -99,7 +123,8 @@ class RangeRead:
         if last.next_offset <= self.position:   # must not happen: a leader answers from the fetch offset on
             raise AssertionError(f"{self.topic}-{self.partition}: asked at {self.position}, the leader answered "
                                  f"batches ending at {last.next_offset}")
-        chunk = Chunk(answer.records, self.position, self.end_offset, answer.high_watermark)
+        chunk = Chunk(answer.records, self.position, self.end_offset, answer.high_watermark, self.isolation_level,
+                      answer.aborted_transactions)
         next_offset = last.next_offset if self.end_offset is None else min(last.next_offset, self.end_offset)
         self.position = max(self.position, next_offset)
         return chunk

@@ -14,6 +14,14 @@ move). A stream that restarts after a crash finds that plan and runs the same
 ranges again with the same batch id, even if the HW moved since; so a sink that
 overwrites by batch id (ParquetSink) holds every record exactly once.
 
+A sink with `commits_offsets` (sink.TopicSink) commits the input offsets
+itself, in the transactions that write the batch's output: the stream then
+writes no plan ahead and commits nothing; it reads the group's stable offsets
+(KIP-447's require_stable: never below a transaction still pending), and gives
+the sink one Spark partition per range. A batch whose Spark job failed ends
+the stream with its error; restarted, the stream plans from those offsets, so
+the ranges the failed batch did commit are not read twice.
+
 Invariants:
   a batch's ranges lie below one HW snapshot, from the committed offsets
   the committed offsets move only after process_batch returned, to the ends of
@@ -28,6 +36,7 @@ import os
 import shutil
 import time
 
+from rafka.core.isolation import parse_isolation_level
 from rafka.core.offset_ranges import OffsetRange, batch_id, plan_micro_batch, resolve
 from rafka.spark_bridge.source import _admin, release, snapshot_offsets, to_dataframe
 
@@ -39,8 +48,8 @@ def _coordinator(admin, group_id: str):
     return admin._group(group_id)
 
 
-def _committed(coordinator, topic: str) -> dict[int, tuple[int, str]]:
-    fetched = coordinator.call("fetch_offsets")
+def _committed(coordinator, topic: str, *, require_stable: bool = False) -> dict[int, tuple[int, str]]:
+    fetched = coordinator.call("fetch_offsets", None, require_stable=require_stable)
     return {p: (value[0], value[2]) for (t, p), value in fetched.items() if t == topic and value is not None}
 
 
@@ -72,18 +81,22 @@ def _commit(coordinator, ranges: list[OffsetRange], *, at_start: bool, planned_i
 
 def stream_topic(spark, topic: str, group_id: str, process_batch, *, trigger_interval_s: float = 1.0,
                  max_records_per_batch: int | None = None, starting_offsets="earliest",
-                 max_batches: int | None = None, stop_when_idle: bool = False) -> int:
+                 max_batches: int | None = None, stop_when_idle: bool = False,
+                 isolation_level: str = "read_uncommitted") -> int:
     """Runs micro-batches until `max_batches` ran, or (with `stop_when_idle`) until a
     trigger finds nothing new. Returns the number of batches processed. A partition
-    the group has no offset for starts at `starting_offsets`."""
+    the group has no offset for starts at `starting_offsets`. `isolation_level`
+    "read_committed": each batch ends at the LSO snapshot and holds no aborted record."""
+    level = parse_isolation_level(isolation_level)
+    transactional = getattr(process_batch, "commits_offsets", False)
     admin = _admin()
     coordinator = _coordinator(admin, group_id)
     processed = 0
     while max_batches is None or processed < max_batches:
         started_s = time.monotonic()
-        snapshot = snapshot_offsets(admin, topic)
-        committed = _committed(coordinator, topic)
-        ranges = _pending_plan(topic, committed)
+        snapshot = snapshot_offsets(admin, topic, level)
+        committed = _committed(coordinator, topic, require_stable=transactional)
+        ranges = None if transactional else _pending_plan(topic, committed)
         if ranges is None:
             initial = resolve(starting_offsets, "earliest", snapshot)   # for partitions without a commit
             starts = {p: committed[p][0] if p in committed else initial[p] for p in snapshot}
@@ -93,17 +106,23 @@ def stream_topic(spark, topic: str, group_id: str, process_batch, *, trigger_int
                     break
                 time.sleep(max(0.0, trigger_interval_s - (time.monotonic() - started_s)))
                 continue
-            _commit(coordinator, ranges, at_start=True, planned_id=batch_id(ranges))
-        elif any(r.end > snapshot[r.partition].high_watermark for r in ranges):
+            if not transactional:
+                _commit(coordinator, ranges, at_start=True, planned_id=batch_id(ranges))
+        elif any(r.end > snapshot[r.partition].end_offset for r in ranges):
             time.sleep(trigger_interval_s)   # a new leader not yet at the old HW: the plan must stay whole
             continue
         current = batch_id(ranges)
-        df = to_dataframe(spark, ranges)
+        df = to_dataframe(spark, ranges, isolation_level=level, one_partition_per_range=transactional)
         try:
-            process_batch(df, current)
+            if transactional:
+                process_batch.write(df, ranges, group_id=group_id,
+                                    committed={p: offset for p, (offset, _) in committed.items()})
+            else:
+                process_batch(df, current)
         finally:
             release(df)
-        _commit(coordinator, ranges, at_start=False)
+        if not transactional:
+            _commit(coordinator, ranges, at_start=False)
         processed += 1
         time.sleep(max(0.0, trigger_interval_s - (time.monotonic() - started_s)))
     return processed

@@ -56,12 +56,12 @@ def test_plan_micro_batch__property_within_hw_and_cap(parts, cap):
     snapshot = {p: PartitionOffsets(0, hw) for p, (_, hw) in parts.items()}
     starts = {p: min(start, parts[p][1]) for p, (start, _) in parts.items()}
     ranges = plan_micro_batch("t", snapshot, starts, cap)
-    lagging = sum(1 for p in parts if snapshot[p].high_watermark > starts[p])
-    total_lag = sum(snapshot[p].high_watermark - starts[p] for p in parts)
+    lagging = sum(1 for p in parts if snapshot[p].end_offset > starts[p])
+    total_lag = sum(snapshot[p].end_offset - starts[p] for p in parts)
     assert sum(r.count for r in ranges) == min(total_lag, max(cap, lagging))
     for r in ranges:
-        assert starts[r.partition] == r.start <= r.end <= snapshot[r.partition].high_watermark
-        if snapshot[r.partition].high_watermark > r.start:
+        assert starts[r.partition] == r.start <= r.end <= snapshot[r.partition].end_offset
+        if snapshot[r.partition].end_offset > r.start:
             assert r.count >= 1
 
 

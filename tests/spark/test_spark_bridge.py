@@ -24,14 +24,6 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def spark(cluster):
-    from rafka.spark_bridge import init_spark, stop_spark
-    session = init_spark(cluster, "rafka-tests", num_executors=2, executor_cores=1, executor_memory="512m")
-    yield session
-    stop_spark()
-
-
-@pytest.fixture(scope="module")
 def known(cluster):
     """`known`: 3 partitions, 30 records each with a key, a header and a timestamp."""
     cluster.admin().create_topic("known", partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
