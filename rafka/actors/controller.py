@@ -907,9 +907,26 @@ class ControllerActor:
             records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
                                                                      await self._read_live_brokers())
             records = self._commit_reassignment(topic, partition, records, state)
-        if state.adding or state.removing:   # else only the order changed: nothing starts or stops
-            await self._after_replica_change(topic, partition, state, removed={})
+            moving = state.adding or state.removing   # else only the order changed: nothing starts or stops
+            unwatched = self._unwatched_until_announced([(topic, partition)] if moving else [])
+        if moving:
+            try:
+                await self._after_replica_change(topic, partition, state, removed={})
+            finally:
+                self._starting.difference_update(unwatched)
         return self._describe_topic(topic)["partitions"][partition]
+
+    def _unwatched_until_announced(self, partitions) -> set[tuple[str, int]]:
+        """Under the lock, with a commit that gives these partitions a new leader
+        epoch (an election, a reassignment's start, cancel or completion): they are
+        left out of the watch loop until the epoch is announced, or the loop would
+        find the leader, not told yet, at the old epoch, take it for a lost one and
+        elect another. The caller ends the hold (`_starting.difference_update`) once
+        announced; partitions already held (being created) are not returned, so
+        their hold is not ended early."""
+        unwatched = {tp for tp in partitions if tp not in self._starting}
+        self._starting.update(unwatched)
+        return unwatched
 
     def _commit_reassignment(self, topic: str, partition: int, records: list[dict],
                              state: PartitionState) -> list[dict]:
@@ -957,12 +974,16 @@ class ControllerActor:
                 if records and (brokers is None or state.adding or state.removing):   # else only the order changed
                     changed.append((topic, partition, state, removed))
                 results.append(None)
+            unwatched = self._unwatched_until_announced([(topic, partition) for topic, partition, _, _ in changed])
         if changed:
             await self.brokers_current()
 
             async def after() -> None:
-                await asyncio.gather(*(self._after_replica_change(topic, partition, state, removed=removed)
-                                       for topic, partition, state, removed in changed), return_exceptions=True)
+                try:
+                    await asyncio.gather(*(self._after_replica_change(topic, partition, state, removed=removed)
+                                           for topic, partition, state, removed in changed), return_exceptions=True)
+                finally:
+                    self._starting.difference_update(unwatched)
             task = asyncio.get_running_loop().create_task(after())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
@@ -979,9 +1000,13 @@ class ControllerActor:
             adding = self._actors_of(topic, partition, self.metadata.partition(topic, partition).adding)
             records, state = self.metadata.handle_cancel_reassignment(topic, partition)
             self._commit(records)
+            unwatched = self._unwatched_until_announced([(topic, partition)] if records else [])
         if records:
             logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, list(adding))
-            await self._after_replica_change(topic, partition, state, removed=adding)
+            try:
+                await self._after_replica_change(topic, partition, state, removed=adding)
+            finally:
+                self._starting.difference_update(unwatched)
         return self._describe_topic(topic)["partitions"][partition]
 
     async def _complete_reassignment(self, topic: str, partition: int) -> bool:
@@ -990,10 +1015,14 @@ class ControllerActor:
             removing = self._actors_of(topic, partition, self.metadata.partition(topic, partition).removing)
             records, state = self.metadata.handle_complete_reassignment(topic, partition)
             self._commit(records)
+            unwatched = self._unwatched_until_announced([(topic, partition)] if records else [])
         if records:
             logger.info("%s-%d: reassignment complete, replicas %s on brokers %s", topic, partition,
                         list(state.replicas), list(state.brokers))
-            await self._after_replica_change(topic, partition, state, removed=removing)
+            try:
+                await self._after_replica_change(topic, partition, state, removed=removing)
+            finally:
+                self._starting.difference_update(unwatched)
         return bool(records)
 
     def _actors_of(self, topic: str, partition: int, replica_ids) -> dict[int, str]:
@@ -1192,10 +1221,7 @@ class ControllerActor:
             records, results = self.metadata.handle_elect_leaders(election_type, partitions,
                                                                   self._serving_replicas)
             elected = [(topic, partition) for topic, partition, error in results if error is None]
-            # not watched until announced: the watch loop would take the new leader,
-            # not told yet, for a lost one and elect again
-            unwatched = {tp for tp in elected if tp not in self._starting}
-            self._starting.update(unwatched)
+            unwatched = self._unwatched_until_announced(elected)
             self._commit(records)
         try:
             for topic, partition in elected:

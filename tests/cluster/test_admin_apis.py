@@ -46,7 +46,7 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
     replica rejoins the ISR and a preferred election makes it lead again; then
     a reassignment started with kafka-python's AdminClient is listed while its
     new replica catches up, and completes with every acked record on the new
-    replica set."""
+    replica set, its leader kept throughout (two new epochs, no election)."""
     import ray
     from confluent_kafka import ElectionType
     from kafka import KafkaAdminClient, TopicPartition as KTopicPartition
@@ -83,6 +83,7 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
     with cluster.producer(acks="all") as producer:
         moved_acked = [producer.send("moved", b"m-%d" % i, partition=0).result(timeout=TIMEOUT_S).offset
                        for i in range(20)]
+    leading = wait_for_leader(cluster, "moved", 0)
     kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
     try:
         moving = KTopicPartition("moved", 0)
@@ -95,4 +96,8 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
     finally:
         kafka_admin.close()
     assert admin.replica_brokers(["moved"])[("moved", 0)] == target
+    # one new leader epoch as the move started, one as it completed, and no election
+    # between: the watch loop leaves a partition alone until its new epoch is announced
+    done = wait_for_leader(cluster, "moved", 0, newer_than_epoch=leading["leader_epoch"] + 1)
+    assert (done["leader"], done["leader_epoch"]) == (leading["leader"], leading["leader_epoch"] + 2)
     assert [offset for offset, _ in read_back(cluster, "moved")] == moved_acked
