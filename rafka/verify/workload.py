@@ -13,7 +13,16 @@ history (rafka.core.history), which the checker judges afterwards.
   them (Ray kill, SIGKILL);
 - assign-mode readers follow the tail of every partition;
 - an observer reads the groups' committed offsets now and then;
-- at the end, a final read of every partition from its log start to its HW.
+- transactional producers (rafka's Producer with a transactional_id, unless
+  `transactions` is off) write each transaction's values ("<producer>-<n>-<j>")
+  to several partitions of the transactional topic (`<topic>-txn`), abort some on
+  purpose, and log each as a Txn: asked to commit or abort, ok, failed (a
+  definite error: aborted instead) or indeterminate (then the producer is
+  replaced: the next one's init_transactions fences it and ends what it left);
+- read_committed readers follow that topic from its start;
+- at the end, a final read of every partition from its log start to its HW, and
+  of the transactional topic also read_committed (once its LSO has caught up
+  with its HW: every transaction ended).
 
 Time: every event's time is wall-clock ms since the run started (`RunClock`), one
 clock for the driver and the member actors (on one machine, or NTP-synchronised
@@ -33,9 +42,10 @@ import time
 from collections import deque
 from pathlib import Path
 
-from rafka.core.errors import KafkaError
-from rafka.core.history import (FAILED, INDETERMINATE, OK, Assigned, Commit, CommittedRead, FinalRead,
-                                HistoryWriter, Poll, Resume, Send, event_from_json)
+from rafka.core.errors import IllegalStateError, KafkaError
+from rafka.core.history import (ABORT, COMMIT, FAILED, INDETERMINATE, OK, READ_COMMITTED, READ_UNCOMMITTED,
+                                Assigned, Commit, CommittedRead, FinalRead, HistoryWriter, Poll, Resume, Send, Txn,
+                                event_from_json)
 from rafka.core.structs import TopicPartition
 
 GROUP = "verify-members"          # the driver-side members' group
@@ -64,12 +74,27 @@ class History:
     def log(self, event) -> None:
         with self._lock:
             self._writer.write(event)
-            key = event.TYPE if not isinstance(event, Send) else f"send:{event.outcome}"
-            self.counts[key] = self.counts.get(key, 0) + 1
+            for key in _count_keys(event):
+                self.counts[key] = self.counts.get(key, 0) + 1
 
     def close(self) -> None:
         with self._lock:
             self._writer.close()
+
+
+def _count_keys(event) -> tuple[str, ...]:
+    """What the report counts an event as: sends by outcome, transactions by what
+    became of them (committed, aborted on purpose, failed, indeterminate), polls,
+    read_committed ones apart too."""
+    if isinstance(event, Send):
+        return (f"send:{event.outcome}",)
+    if isinstance(event, Txn):
+        label = ("aborted" if event.intent == ABORT else
+                 {OK: "committed", FAILED: "failed", INDETERMINATE: "indeterminate"}[event.outcome])
+        return (f"txn:{label}",)
+    if isinstance(event, Poll) and event.isolation_level == READ_COMMITTED:
+        return ("poll", "poll:read_committed")
+    return (event.TYPE,)
 
 
 @dataclasses.dataclass
@@ -89,6 +114,28 @@ class WorkloadOptions:
     window: int = 32                          # sends in flight per producer, at most
     member_lifetime_s: tuple[float, float] = (5.0, 20.0)
     commit_every_polls: int = 3
+    # Transactions (issue 28): producers of `<topic>-txn`, read_committed readers.
+    transactions: bool = True
+    txn_producers: int = 2
+    txn_readers: int = 1
+    txn_rate_per_producer: float = 5.0           # transactions per second, at most
+    txn_abort_fraction: float = 0.25             # aborted on purpose
+    txn_writes: tuple[int, int] = (2, 5)         # values per transaction, round robin over partitions
+    txn_open_s: float = 0.1                      # a transaction stays open up to this long after its sends
+    transaction_timeout_ms: int = 10_000
+    txn_call_timeout_s: float = 30.0             # commit / abort / init_transactions, each try
+
+    @property
+    def txn_topic(self) -> str | None:
+        return f"{self.topic}-txn" if self.transactions else None
+
+    def transactional_ids(self) -> list[str]:
+        return [transactional_id(f"txn-producer-{i}") for i in range(self.txn_producers)] if self.transactions \
+            else []
+
+
+def transactional_id(producer: str) -> str:
+    return f"verify-{producer}"
 
 
 def _outcome(error: BaseException) -> str:
@@ -125,6 +172,9 @@ class Workload:
         targets += [(self._member, f"member-{i}") for i in range(o.members)]
         targets += [(self._read_tail, f"reader-{i}") for i in range(o.readers)]
         targets += [(self._observe_commits, "observer")]
+        if o.transactions:
+            targets += [(self._transact, f"txn-producer-{i}") for i in range(o.txn_producers)]
+            targets += [(self._read_committed, f"txn-reader-{i}") for i in range(o.txn_readers)]
         for target, name in targets:
             thread = threading.Thread(target=self._guarded, args=(target, name), name=name, daemon=True)
             thread.start()
@@ -296,6 +346,150 @@ class Workload:
             consumer.commit_async({tp: offset for tp, offset in positions.items()},
                                   callback=lambda _, error: log(OK if error is None else _outcome(error)))
 
+    # --- transactional producers and read_committed readers ------------------------------
+
+    def _transact(self, name: str) -> None:
+        """Transactions one after another, each on 2+ partitions; a producer whose
+        transaction ended indeterminate is closed, and its successor's
+        init_transactions (same transactional id) fences it and completes or aborts
+        what it left. At the end the last one is always a producer that ended
+        cleanly, so no transaction of this id stays open."""
+        o = self.options
+        rng = random.Random(f"{self.random.random()}-{name}")
+        number = self._next_sequence.get(name, 0)
+        producer = None
+        try:
+            while not self.stopping.is_set():
+                if producer is None:
+                    producer = self._transactional_producer(name)
+                    if producer is None:
+                        continue
+                count = rng.randint(*o.txn_writes)
+                first = rng.randrange(o.partitions)
+                writes = [(o.txn_topic, (first + j) % o.partitions, f"{name}-{number}-{j}") for j in range(count)]
+                number += 1
+                self._next_sequence[name] = number
+                producer = self._one_transaction(producer, name, writes, abort=rng.random() < o.txn_abort_fraction,
+                                                 open_s=rng.uniform(0.0, o.txn_open_s))
+                self.stopping.wait(rng.uniform(0.0, 2.0 / o.txn_rate_per_producer))
+        finally:
+            if producer is None:   # the last one was given up: a successor ends what it left
+                producer = self._transactional_producer(name, attempts=3)
+            if producer is not None:
+                _close_quietly(producer)
+
+    def _transactional_producer(self, name: str, *, attempts: int | None = None):
+        """A producer of `name`'s transactional id, initialised; None if stopping (or
+        after `attempts` failures, which go on despite stopping)."""
+        o = self.options
+        tried = 0
+        while attempts is not None or not self.stopping.is_set():
+            producer = self.cluster.producer(transactional_id=transactional_id(name),
+                                             transaction_timeout_ms=o.transaction_timeout_ms, linger_ms=2,
+                                             request_timeout_ms=5_000, delivery_timeout_ms=20_000,
+                                             max_block_ms=int(o.txn_call_timeout_s * 1000))
+            try:
+                producer.init_transactions(timeout=o.txn_call_timeout_s)
+                return producer
+            except Exception as error:   # e.g. its coordinator moving for longer than the timeout
+                self.errors.append(f"{name}: init_transactions: {type(error).__name__}: {error}")
+                _close_quietly(producer)
+            tried += 1
+            if attempts is not None and tried >= attempts:
+                return None
+            self.stopping.wait(0.5)
+        return None
+
+    def _one_transaction(self, producer, name: str, writes: list, *, abort: bool, open_s: float):
+        """Begin, send `writes`, commit or abort, and log the Txn; returns the
+        producer to go on with (None: it was given up)."""
+        started_ms = self.clock.now_ms()
+        try:
+            producer.begin_transaction()
+        except Exception as error:   # nothing sent: no transaction to log
+            self.errors.append(f"{name}: begin_transaction: {type(error).__name__}: {error}")
+            _close_quietly(producer)
+            return None
+        sent = []
+        for topic, partition, value in writes:
+            try:
+                producer.send(topic, value=value.encode(), partition=partition)
+            except Exception:   # refused at send (the transaction failed already): the commit says so
+                break
+            sent.append((topic, partition, value))
+        if open_s:
+            self.stopping.wait(open_s)
+        requested_ms = self.clock.now_ms()
+        outcome, error, usable = self._abort_transaction(producer) if abort else self._commit_transaction(producer)
+        self.history.log(Txn(name, producer.transactional_id, ABORT if abort else COMMIT, outcome, tuple(sent),
+                             started_ms, requested_ms, self.clock.now_ms(), error=error))
+        if usable:
+            return producer
+        _close_quietly(producer)
+        return None
+
+    def _commit_transaction(self, producer) -> tuple[str, str | None, bool]:
+        """(outcome, error, producer still usable). A commit that raised is aborted
+        when the producer allows it (an abortable error: the coordinator never took
+        the commit, so the transaction is definitely aborted: failed); a commit
+        still in flight (the producer refuses the abort) is resumed; what cannot be
+        told apart (fatal errors, fencing, time out) is indeterminate."""
+        timeout_s = self.options.txn_call_timeout_s
+        last = None
+        for _ in range(3):
+            try:
+                producer.commit_transaction(timeout=timeout_s)
+                return OK, None if last is None else f"committed on a retry after {last!r}", True
+            except Exception as error:
+                last = error
+            try:
+                producer.abort_transaction(timeout=timeout_s)
+                return FAILED, repr(last), True
+            except IllegalStateError:   # still committing: its EndTxn may be in flight; resume it
+                continue
+            except Exception as error:
+                return INDETERMINATE, f"{last!r}; then abort: {error!r}", False
+        return INDETERMINATE, repr(last), False
+
+    def _abort_transaction(self, producer) -> tuple[str, str | None, bool]:
+        """(outcome, error, producer still usable): aborted, or given up (still
+        aborted: the commit was never asked for, and its successor's
+        init_transactions or the coordinator's timeout ends it)."""
+        last = None
+        for _ in range(3):
+            try:
+                producer.abort_transaction(timeout=self.options.txn_call_timeout_s)
+                return OK, None if last is None else f"aborted on a retry after {last!r}", True
+            except IllegalStateError as error:
+                return INDETERMINATE, repr(error), False
+            except Exception as error:
+                last = error
+        return INDETERMINATE, repr(last), False
+
+    def _read_committed(self, name: str) -> None:
+        """The transactional topic from its start, read_committed, for as long as the
+        run goes (a restart of the cluster starts a new incarnation from the start)."""
+        o = self.options
+        incarnation = self._next_incarnation.get(name, 0)
+        self._next_incarnation[name] = incarnation + 1
+        partitions = [TopicPartition(o.txn_topic, p) for p in range(o.partitions)]
+        with self.cluster.consumer(isolation_level="read_committed", auto_offset_reset="earliest",
+                                   fetch_max_wait_ms=100, client_id=name, request_timeout_ms=10_000,
+                                   default_api_timeout_ms=20_000) as consumer:
+            consumer.assign(partitions)
+            while not self.stopping.is_set():
+                try:
+                    records = consumer.poll(timeout=0.5)
+                except KafkaError as error:   # e.g. a leader change mid-poll: the next poll retries
+                    if not error.retriable:
+                        self.errors.append(f"{name}: poll: {error}")
+                    continue
+                now_ms = self.clock.now_ms()
+                for record in records:
+                    self.history.log(Poll(name, incarnation, None, None, record.topic, record.partition,
+                                          record.offset, record.value.decode(errors="replace"), now_ms,
+                                          READ_COMMITTED))
+
     # --- readers and the observer -------------------------------------------------------
 
     def _read_tail(self, name: str) -> None:
@@ -329,29 +523,64 @@ class Workload:
 
     # --- the end --------------------------------------------------------------------
 
-    def final_read(self, timeout_s: float = 120.0) -> None:
-        """Every partition from its log start to its HW, and each group's last
-        committed offsets (faults are over: the cluster has healed)."""
+    def _final_read(self, tp: TopicPartition, isolation_level: str, timeout_s: float) -> None:
+        with self.cluster.consumer(auto_offset_reset="earliest", max_poll_records=10_000, fetch_max_wait_ms=100,
+                                   isolation_level=isolation_level) as consumer:
+            consumer.assign([tp])
+            start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
+            consumer.seek(tp, start)
+            records, deadline_s = [], time.monotonic() + timeout_s
+            while consumer.position(tp) < end:
+                if time.monotonic() > deadline_s:
+                    raise TimeoutError(f"the final read of {tp} ({isolation_level}) did not reach {end}")
+                records += [r for r in consumer.poll(timeout=0.5) if r.offset < end]
+        self.history.log(FinalRead(tp.topic, tp.partition, tuple((r.offset, r.value.decode(errors="replace"))
+                                                                 for r in records), start, end, self.clock.now_ms(),
+                                   isolation_level))
+
+    def _wait_for_stable_offsets(self, timeout_s: float) -> None:
+        """Until the transactional topic's LSO is its HW on every partition: every
+        transaction ended (one left open by a producer given up ends at its
+        timeout at the latest), so the read_committed final read sees them all."""
         o = self.options
-        for partition in range(o.partitions):
-            tp = TopicPartition(o.topic, partition)
-            with self.cluster.consumer(auto_offset_reset="earliest", max_poll_records=10_000,
-                                       fetch_max_wait_ms=100) as consumer:
-                consumer.assign([tp])
-                start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
-                consumer.seek(tp, start)
-                records, deadline_s = [], time.monotonic() + timeout_s
-                while consumer.position(tp) < end:
-                    if time.monotonic() > deadline_s:
-                        raise TimeoutError(f"the final read of {tp} did not reach its HW {end}")
-                    records += [r for r in consumer.poll(timeout=0.5) if r.offset < end]
-            self.history.log(FinalRead(o.topic, partition, tuple((r.offset, r.value.decode(errors="replace"))
-                                                                 for r in records), start, end, self.clock.now_ms()))
+        tps = [TopicPartition(o.txn_topic, p) for p in range(o.partitions)]
+        deadline_s = time.monotonic() + timeout_s
+        with self.cluster.consumer(isolation_level="read_committed") as committed, \
+                self.cluster.consumer() as uncommitted:
+            while True:
+                stable, high = committed.end_offsets(tps), uncommitted.end_offsets(tps)
+                if stable == high:
+                    return
+                if time.monotonic() > deadline_s:
+                    self.errors.append(f"the LSO of {o.txn_topic} did not reach its HW in {timeout_s} s: "
+                                       f"LSO {stable}, HW {high}")
+                    return
+                time.sleep(0.2)
+
+    def final_read(self, timeout_s: float = 120.0) -> None:
+        """Every partition from its log start to its HW, the transactional topic's
+        also read_committed to its LSO, and each group's last committed offsets
+        (faults are over: the cluster has healed)."""
+        o = self.options
+        reads = [(o.topic, READ_UNCOMMITTED)]
+        if o.transactions:
+            self._wait_for_stable_offsets(timeout_s)
+            reads += [(o.txn_topic, READ_UNCOMMITTED), (o.txn_topic, READ_COMMITTED)]
+        for topic, isolation_level in reads:
+            for partition in range(o.partitions):
+                self._final_read(TopicPartition(topic, partition), isolation_level, timeout_s)
         admin = self.cluster.admin()
         for group in (GROUP, ACTOR_GROUP):
             now_ms = self.clock.now_ms()
             for tp, offset in sorted(admin.list_consumer_group_offsets(group).items()):
                 self.history.log(CommittedRead(group, tp.topic, tp.partition, offset, now_ms))
+
+
+def _close_quietly(producer) -> None:
+    try:
+        producer.close(timeout=5)
+    except Exception:   # a producer given up: what it holds ends with it
+        pass
 
 
 def actor_history_handler(directory: str, started_s: float):
