@@ -10,7 +10,9 @@ Transactions (DESIGN section 5, after Jepsen's Kafka transaction analysis): a
 read_committed reader never sees an aborted transaction's record (G1a) nor an
 open one's (read past the LSO), sees all of a committed transaction's records
 in a partition it read past them (no torn read); a committed transaction's
-writes all stay visible, once each; an indeterminate one is all or nothing.
+writes all stay visible, once each; an indeterminate one is all or nothing; a
+consume-transform-produce chain's committed output holds each input once, exactly
+the inputs below its group's committed offsets.
 
 Rules every check follows (each docstring says exactly what it flags):
   the final log of a partition is its FinalRead(s): records from the log start to
@@ -58,6 +60,8 @@ TXN_DUPLICATE = "txn-duplicate"
 TORN_TRANSACTION = "torn-transaction"
 TORN_READ = "torn-read"
 READ_PAST_LSO = "read-past-LSO"
+CTP_DUPLICATE = "ctp-duplicate"
+CTP_OFFSETS = "ctp-offsets"
 
 # How many skipped records a poll-skip anomaly quotes: the count and range say the rest.
 EXAMPLES_PER_ANOMALY_MAX = 5
@@ -385,6 +389,8 @@ def check_poll_skip(history: History) -> list[Anomaly]:
     """poll-skip: for a group and a (topic, partition) with a final read, a record of
     the final log at an offset in [from, C) that no member of the group (any
     consumer, incarnation or generation whose Poll names the group) was ever handed.
+    A group whose members read read_committed is judged against the partition's
+    read_committed final read (aborted records are never handed to it).
     C is the group's final committed offset (see _final_committed); `from` is the
     final log start, or higher: the lowest first_position of the group's Resumes of
     that partition that found no committed offset, when there are such (an
@@ -394,9 +400,12 @@ def check_poll_skip(history: History) -> list[Anomaly]:
     event that committed C and a dict with the run's range, count and examples."""
     index = index_history(history)
     handed: dict[tuple[str, str, int], set[int]] = defaultdict(set)
+    read_committed: set[tuple[str, str, int]] = set()
     for poll in index.polls:
         if poll.group is not None:
             handed[(poll.group, poll.topic, poll.partition)].add(poll.offset)
+            if poll.isolation_level == READ_COMMITTED:
+                read_committed.add((poll.group, poll.topic, poll.partition))
     reset_from: dict[tuple[str, str, int], int] = {}
     for resume in index.resumes:
         if resume.committed_offset is None:
@@ -404,10 +413,11 @@ def check_poll_skip(history: History) -> list[Anomaly]:
             reset_from[key] = min(reset_from.get(key, resume.first_position), resume.first_position)
     anomalies = []
     for (group, topic, partition), (committed, source) in _final_committed(index).items():
-        log = index.final_logs.get((topic, partition))
+        key = (group, topic, partition)
+        logs = index.committed_final_logs if key in read_committed else index.final_logs
+        log = logs.get((topic, partition))
         if log is None:
             continue
-        key = (group, topic, partition)
         seen = handed.get(key, set())
         start = max(log.log_start_offset, reset_from.get(key, 0))
         skipped = [(offset, log.values_by_offset[offset])
@@ -775,6 +785,75 @@ def check_read_past_lso(history: History) -> list[Anomaly]:
     return anomalies
 
 
+# -- consume-transform-produce: each input once in the output, with its offsets ----------------
+
+
+def _visible_sources(index: HistoryIndex) -> dict[str, list[tuple[Txn, FinalLog, int]]]:
+    """Per input value: the records of the read_committed final reads made from it
+    (a transaction with `sources`), as (transaction, final log, offset)."""
+    made_from: dict[str, tuple[Txn, str]] = {}
+    for txn in index.txns:
+        for (_, _, value), source in zip(txn.writes, txn.sources):
+            made_from[value] = (txn, source)
+    found: dict[str, list[tuple[Txn, FinalLog, int]]] = defaultdict(list)
+    for log in index.committed_final_logs.values():
+        for offset, value in sorted(log.values_by_offset.items()):
+            if value in made_from:
+                txn, source = made_from[value]
+                found[source].append((txn, log, offset))
+    return found
+
+
+def check_ctp_duplicate(history: History) -> list[Anomaly]:
+    """ctp-duplicate: an input value of a consume-transform-produce chain from which
+    two records of the read_committed final reads were made (processed twice, in
+    two transactions that both committed, or written twice in one). One anomaly
+    per input value; the evidence is each transaction and the final log there."""
+    index = index_history(history)
+    anomalies = []
+    for source, made in _visible_sources(index).items():
+        if len(made) > 1:
+            anomalies.append(Anomaly(CTP_DUPLICATE, (
+                f"input {source!r} is in the committed output {len(made)} times: "
+                + ", ".join(f"{log.topic}-{log.partition} offset {offset} ({txn.producer})"
+                            for txn, log, offset in made)),
+                tuple(e for txn, log, offset in made for e in (txn, log.record(offset)))))
+    return anomalies
+
+
+def check_ctp_offsets(history: History) -> list[Anomaly]:
+    """ctp-offsets: for a group whose offsets consume-transform-produce transactions
+    commit (Txn.offsets) and an input partition with a final committed offset C
+    (see _final_committed) and a read_committed final read from offset 0: the
+    inputs the committed output was made from are not exactly the input
+    partition's records below C. Missing ones were consumed and committed
+    without their output; extra ones have committed output but not their offsets
+    (a restarted chain would process them again). One anomaly per group and input
+    partition; the evidence is the event that gave C and a dict of what differs."""
+    index = index_history(history)
+    groups = {group for txn in index.txns for group, _, _, _ in txn.offsets}
+    if not groups:
+        return []
+    made = _visible_sources(index)
+    anomalies = []
+    for (group, topic, partition), (committed, source_event) in sorted(_final_committed(index).items(),
+                                                                        key=lambda kv: kv[0]):
+        log = index.committed_final_logs.get((topic, partition))
+        if group not in groups or not _judged_whole(log):
+            continue
+        below = {value for offset, value in log.values_by_offset.items() if offset < committed}
+        output_of = {value for value in log.values_by_offset.values() if value in made}
+        missing, extra = sorted(below - output_of), sorted(output_of - below)
+        if not missing and not extra:
+            continue
+        anomalies.append(Anomaly(CTP_OFFSETS, (
+            f"group {group} committed {topic}-{partition} offset {committed}, but {len(missing)} input(s) below it "
+            f"have no committed output and {len(extra)} at or above it have"),
+            (source_event, {"group": group, "topic": topic, "partition": partition, "committed": committed,
+                            "missing": missing[:EXAMPLES_PER_ANOMALY_MAX], "extra": extra[:EXAMPLES_PER_ANOMALY_MAX]})))
+    return anomalies
+
+
 CHECKS: dict[str, Callable[[History], list[Anomaly]]] = {
     LOST_WRITE: check_lost_write,
     INCONSISTENT_OFFSETS: check_inconsistent_offsets,
@@ -791,6 +870,8 @@ CHECKS: dict[str, Callable[[History], list[Anomaly]]] = {
     TORN_TRANSACTION: check_torn_transaction,
     TORN_READ: check_torn_read,
     READ_PAST_LSO: check_read_past_lso,
+    CTP_DUPLICATE: check_ctp_duplicate,
+    CTP_OFFSETS: check_ctp_offsets,
 }
 ANOMALY_NAMES = tuple(CHECKS)
 

@@ -163,7 +163,7 @@ def _create_topic(cluster, workload: WorkloadOptions) -> None:
     import ray
     admin = cluster.admin()
     existing = admin.list_topics()
-    for topic in (workload.topic, workload.txn_topic):
+    for topic in (workload.topic, workload.txn_topic, workload.ctp_topic):
         if topic is None or topic in existing:
             continue
         brokers = len(ray.get(cluster.controller.list_brokers.remote()))

@@ -20,6 +20,11 @@ history (rafka.core.history), which the checker judges afterwards.
   definite error: aborted instead) or indeterminate (then the producer is
   replaced: the next one's init_transactions fences it and ends what it left);
 - read_committed readers follow that topic from its start;
+- a consume-transform-produce chain (`ctp`): a read_committed group member of
+  that topic whose transactions write each input value, transformed, to the
+  same partition of `<topic>-txn-out` and commit the consumed offsets with them
+  (send_offsets_to_transaction); some aborted on purpose, after which it goes
+  back to the group's committed offsets (a Resume) and processes them again;
 - at the end, a final read of every partition from its log start to its HW, and
   of the transactional topic also read_committed (once its LSO has caught up
   with its HW: every transaction ended).
@@ -43,13 +48,14 @@ from collections import deque
 from pathlib import Path
 
 from rafka.core.errors import IllegalStateError, KafkaError
-from rafka.core.history import (ABORT, COMMIT, FAILED, INDETERMINATE, OK, READ_COMMITTED, READ_UNCOMMITTED,
+from rafka.core.history import (ABORT, ABORTED, COMMIT, FAILED, INDETERMINATE, OK, READ_COMMITTED, READ_UNCOMMITTED,
                                 Assigned, Commit, CommittedRead, FinalRead, HistoryWriter, Poll, Resume, Send, Txn,
                                 event_from_json)
 from rafka.core.structs import TopicPartition
 
 GROUP = "verify-members"          # the driver-side members' group
 ACTOR_GROUP = "verify-actors"     # the member actors' group
+CTP_GROUP = "verify-ctp"          # the consume-transform-produce chain's group
 
 
 class RunClock:
@@ -124,14 +130,22 @@ class WorkloadOptions:
     txn_open_s: float = 0.1                      # a transaction stays open up to this long after its sends
     transaction_timeout_ms: int = 10_000
     txn_call_timeout_s: float = 30.0             # commit / abort / init_transactions, each try
+    ctp: bool = True                             # the consume-transform-produce chain (with transactions)
+    ctp_batch_records: int = 20                  # input records per transaction, at most
 
     @property
     def txn_topic(self) -> str | None:
         return f"{self.topic}-txn" if self.transactions else None
 
+    @property
+    def ctp_topic(self) -> str | None:
+        return f"{self.topic}-txn-out" if self.transactions and self.ctp else None
+
     def transactional_ids(self) -> list[str]:
-        return [transactional_id(f"txn-producer-{i}") for i in range(self.txn_producers)] if self.transactions \
-            else []
+        if not self.transactions:
+            return []
+        names = [f"txn-producer-{i}" for i in range(self.txn_producers)] + (["ctp"] if self.ctp else [])
+        return [transactional_id(name) for name in names]
 
 
 def transactional_id(producer: str) -> str:
@@ -175,6 +189,8 @@ class Workload:
         if o.transactions:
             targets += [(self._transact, f"txn-producer-{i}") for i in range(o.txn_producers)]
             targets += [(self._read_committed, f"txn-reader-{i}") for i in range(o.txn_readers)]
+            if o.ctp:
+                targets += [(self._transform, "ctp")]
         for target, name in targets:
             thread = threading.Thread(target=self._guarded, args=(target, name), name=name, daemon=True)
             thread.start()
@@ -466,6 +482,116 @@ class Workload:
                 last = error
         return INDETERMINATE, repr(last), False
 
+    def _transform(self, name: str) -> None:
+        """The consume-transform-produce chain: incarnations one after another (a
+        new one after a transaction ended indeterminate), each a read_committed
+        group member and a transactional producer of one transactional id."""
+        rng = random.Random(f"{self.random.random()}-{name}")
+        while not self.stopping.is_set():
+            incarnation = self._next_incarnation.get(name, 0)
+            self._next_incarnation[name] = incarnation + 1
+            producer = self._transactional_producer(name)
+            if producer is None:
+                return
+            try:
+                self._transform_incarnation(name, incarnation, producer, rng)
+            except Exception as error:   # e.g. a poll during a fault: a new incarnation goes on
+                self.errors.append(f"{name} incarnation {incarnation}: {type(error).__name__}: {error}")
+            finally:
+                _close_quietly(producer)
+
+    def _transform_incarnation(self, name: str, incarnation: int, producer, rng: random.Random) -> None:
+        o = self.options
+        consumer = self.cluster.consumer(group_id=CTP_GROUP, isolation_level="read_committed",
+                                         auto_offset_reset="earliest", enable_auto_commit=False,
+                                         session_timeout_ms=6_000, heartbeat_interval_ms=500,
+                                         fetch_max_wait_ms=100, client_id=name, request_timeout_ms=10_000,
+                                         default_api_timeout_ms=20_000)
+        history, clock, workload = self.history, self.clock, self
+
+        def log_resumes(partitions) -> None:
+            """Where each partition starts (again): its committed offset, or the log start."""
+            committed = consumer.committed(partitions)
+            for tp in sorted(partitions):
+                found = committed.get(tp)
+                if found is None:
+                    consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, found.offset)
+                history.log(Resume(name, incarnation, CTP_GROUP, tp.topic, tp.partition,
+                                   None if found is None else found.offset, consumer.position(tp), clock.now_ms()))
+
+        class Listener:
+            def on_partitions_revoked(self, revoked):
+                pass
+
+            def on_partitions_assigned(self, assigned):
+                history.log(Assigned(name, incarnation, CTP_GROUP, consumer.group_metadata().generation_id,
+                                     tuple(sorted((tp.topic, tp.partition) for tp in assigned)), clock.now_ms()))
+                try:
+                    log_resumes(set(assigned))
+                except KafkaError as error:   # the incarnation cannot say where it starts: a new one
+                    workload.errors.append(f"{name}: resume points not read: {error}")
+                    raise
+
+        consumer.subscribe([o.txn_topic], listener=Listener())
+        number = self._next_sequence.get(name, 0)
+        try:
+            while not self.stopping.is_set():
+                records = consumer.poll(timeout=0.5, max_records=o.ctp_batch_records)
+                if not records:
+                    continue
+                generation = consumer.group_metadata().generation_id
+                now_ms = clock.now_ms()
+                for record in records:
+                    history.log(Poll(name, incarnation, CTP_GROUP, generation, record.topic, record.partition,
+                                     record.offset, record.value.decode(errors="replace"), now_ms, READ_COMMITTED))
+                number += 1
+                self._next_sequence[name] = number
+                fate, usable = self._transform_transaction(producer, consumer, name, number, records, rng)
+                if not usable or fate == INDETERMINATE:
+                    return   # a new incarnation (and producer) goes on from the committed offsets
+                if fate == ABORTED:   # its input again, from the committed offsets
+                    log_resumes(consumer.assignment())
+        finally:
+            try:
+                consumer.close()
+            except Exception as error:
+                self.errors.append(f"{name}: close: {error!r}")
+
+    def _transform_transaction(self, producer, consumer, name: str, number: int, records,
+                               rng) -> tuple[str, bool]:
+        """One transaction of the chain: the transformed records and the offsets
+        past them; aborted on purpose now and then. Returns its fate and whether
+        the producer can go on."""
+        o = self.options
+        abort = rng.random() < o.txn_abort_fraction
+        started_ms = self.clock.now_ms()
+        writes, sources, next_offsets = [], [], {}
+        producer.begin_transaction()
+        error = None
+        try:
+            for record in records:
+                source = record.value.decode(errors="replace")
+                value = f"{source}>{name}-{number}"
+                producer.send(o.ctp_topic, value=value.encode(), partition=record.partition)
+                writes.append((o.ctp_topic, record.partition, value))
+                sources.append(source)
+                next_offsets[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            producer.send_offsets_to_transaction(next_offsets, consumer.group_metadata(),
+                                                 timeout=o.txn_call_timeout_s)
+        except Exception as failure:   # the transaction cannot commit: the commit says so
+            error = failure
+        requested_ms = self.clock.now_ms()
+        outcome, why, usable = self._abort_transaction(producer) if abort else self._commit_transaction(producer)
+        if error is not None and why is None:
+            why = repr(error)
+        offsets = tuple((CTP_GROUP, tp.topic, tp.partition, offset) for tp, offset in sorted(next_offsets.items()))
+        txn = Txn(name, producer.transactional_id, ABORT if abort else COMMIT, outcome, tuple(writes), started_ms,
+                  requested_ms, self.clock.now_ms(), offsets, tuple(sources), why)
+        self.history.log(txn)
+        return txn.fate, usable
+
     def _read_committed(self, name: str) -> None:
         """The transactional topic from its start, read_committed, for as long as the
         run goes (a restart of the cluster starts a new incarnation from the start)."""
@@ -539,11 +665,11 @@ class Workload:
                                    isolation_level))
 
     def _wait_for_stable_offsets(self, timeout_s: float) -> None:
-        """Until the transactional topic's LSO is its HW on every partition: every
+        """Until the transactional topics' LSO is their HW on every partition: every
         transaction ended (one left open by a producer given up ends at its
         timeout at the latest), so the read_committed final read sees them all."""
         o = self.options
-        tps = [TopicPartition(o.txn_topic, p) for p in range(o.partitions)]
+        tps = [TopicPartition(topic, p) for topic in (o.txn_topic, o.ctp_topic) if topic for p in range(o.partitions)]
         deadline_s = time.monotonic() + timeout_s
         with self.cluster.consumer(isolation_level="read_committed") as committed, \
                 self.cluster.consumer() as uncommitted:
@@ -552,25 +678,26 @@ class Workload:
                 if stable == high:
                     return
                 if time.monotonic() > deadline_s:
-                    self.errors.append(f"the LSO of {o.txn_topic} did not reach its HW in {timeout_s} s: "
-                                       f"LSO {stable}, HW {high}")
+                    self.errors.append(f"the LSO did not reach the HW in {timeout_s} s: LSO {stable}, HW {high}")
                     return
                 time.sleep(0.2)
 
     def final_read(self, timeout_s: float = 120.0) -> None:
-        """Every partition from its log start to its HW, the transactional topic's
-        also read_committed to its LSO, and each group's last committed offsets
+        """Every partition from its log start to its HW, the transactional topics'
+        also read_committed to their LSO, and each group's last committed offsets
         (faults are over: the cluster has healed)."""
         o = self.options
         reads = [(o.topic, READ_UNCOMMITTED)]
         if o.transactions:
             self._wait_for_stable_offsets(timeout_s)
-            reads += [(o.txn_topic, READ_UNCOMMITTED), (o.txn_topic, READ_COMMITTED)]
+            for topic in (o.txn_topic, o.ctp_topic):
+                if topic is not None:
+                    reads += [(topic, READ_UNCOMMITTED), (topic, READ_COMMITTED)]
         for topic, isolation_level in reads:
             for partition in range(o.partitions):
                 self._final_read(TopicPartition(topic, partition), isolation_level, timeout_s)
         admin = self.cluster.admin()
-        for group in (GROUP, ACTOR_GROUP):
+        for group in (GROUP, ACTOR_GROUP) + ((CTP_GROUP,) if o.ctp_topic else ()):
             now_ms = self.clock.now_ms()
             for tp, offset in sorted(admin.list_consumer_group_offsets(group).items()):
                 self.history.log(CommittedRead(group, tp.topic, tp.partition, offset, now_ms))

@@ -171,3 +171,73 @@ def test_read_past_lso__read_committed_poll_before_the_commit_was_asked_for__cau
 def test_txn_checks__every_rule_is_in_check_all():
     assert {"aborted-read", "txn-lost-write", "txn-duplicate", "torn-transaction", "torn-read",
             "read-past-LSO"} <= set(checker.CHECKS)
+
+
+# -- consume-transform-produce ------------------------------------------------------------
+
+OUT = "txn-out"
+
+
+def ctp(number, inputs, *, outcome="ok", intent="commit", start_ms=500):
+    """The chain's transaction `number`: `inputs` are (partition, offset, value) of
+    the input topic T, each written transformed to OUT; the offsets past them."""
+    ends = {}
+    for partition, offset, _ in inputs:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    return Txn("ctp", "tid-ctp", intent, outcome, [(OUT, p, f"{v}>{number}") for p, _, v in inputs],
+               start_ms, start_ms + 5, start_ms + 10, [("chain", T, p, o) for p, o in sorted(ends.items())],
+               [v for _, _, v in inputs])
+
+
+def out_final(records):
+    """The chain's output topic, partition 0, read both ways: {offset: value}, all committed."""
+    end = max(records, default=-1) + 2
+    return [FinalRead(OUT, 0, sorted(records.items()), 0, end, 1_000, level)
+            for level in ("read_uncommitted", "read_committed")]
+
+
+# Input (partition 0, read_committed): c0 at 0, c0b at 1, i0 at 5. The chain read
+# c0, c0b in one transaction it aborted, then again in one it committed, then i0.
+FIRST, AGAIN, LAST = (ctp(1, [(0, 0, "c0"), (0, 1, "c0b")], intent="abort"),
+                      ctp(2, [(0, 0, "c0"), (0, 1, "c0b")], start_ms=600), ctp(3, [(0, 5, "i0")], start_ms=700))
+
+
+def ctp_history(output, committed_offset):
+    from rafka.core.history import CommittedRead
+    handed = [rc_poll(o, v, consumer="ctp", group="chain", generation=1, time_ms=450)
+              for o, v in VISIBLE[0].items()]
+    return [COMMITTED, LANDED, *handed, FIRST, AGAIN, LAST, *finals(UNCOMMITTED, VISIBLE), *out_final(output),
+            CommittedRead("chain", T, 0, committed_offset, 1_100)]
+
+
+def test_ctp__each_input_once_below_the_committed_offset__passes():
+    history = ctp_history({1: "c0>2", 2: "c0b>2", 4: "i0>3"}, 6)
+    assert {name: found for name, found in check_all(history, idempotent=True).items() if found} == {}
+
+
+def test_ctp_duplicate__an_input_in_the_committed_output_twice__caught():
+    twice = ctp(4, [(0, 5, "i0")], start_ms=800)
+    history = [*ctp_history({1: "c0>2", 2: "c0b>2", 4: "i0>3", 6: "i0>4"}, 6), twice]
+    [anomaly] = checker.check_ctp_duplicate(history)
+    assert anomaly.name == "ctp-duplicate" and anomaly.evidence[0] == LAST and anomaly.evidence[2] == twice
+    assert "'i0' is in the committed output 2 times" in anomaly.description
+
+
+def test_ctp_offsets__input_below_the_committed_offset_without_output__caught():
+    [anomaly] = checker.check_ctp_offsets(ctp_history({1: "c0>2", 2: "c0b>2"}, 6))
+    assert anomaly.name == "ctp-offsets"
+    assert (anomaly.evidence[1]["missing"], anomaly.evidence[1]["extra"]) == (["i0"], [])
+
+
+def test_ctp_offsets__output_of_input_past_the_committed_offset__caught():
+    [anomaly] = checker.check_ctp_offsets(ctp_history({1: "c0>2", 2: "c0b>2", 4: "i0>3"}, 2))
+    assert (anomaly.evidence[1]["missing"], anomaly.evidence[1]["extra"]) == ([], ["i0"])
+
+
+def test_poll_skip__read_committed_group__judged_against_the_read_committed_final_read():
+    from rafka.core.history import CommittedRead
+    handed = [rc_poll(o, v, consumer="ctp", group="chain", generation=1) for o, v in VISIBLE[0].items()]
+    committed = CommittedRead("chain", T, 0, 8, 1_100)
+    assert checker.check_poll_skip([*handed, committed, *finals(UNCOMMITTED, VISIBLE)]) == []
+    [anomaly] = checker.check_poll_skip([*handed[:-1], committed, *finals(UNCOMMITTED, VISIBLE)])
+    assert anomaly.evidence[1]["skipped"]["examples"] == [[5, "i0"]]
