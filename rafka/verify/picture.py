@@ -65,8 +65,9 @@ def draw(events, path: str, *, title: str) -> None:
         axes.append(transactions)
     axes[-1].set_xlabel("seconds since the run started")
     palette = {}
+    # one colour per fault kind (FAULT_KINDS has 15): a repeated colour would make two kinds one
     colours = ["#e6c229", "#8fbf5a", "#7fa7d9", "#d97f7f", "#b38fd9", "#7fd9c9", "#d9a87f", "#c0c0c0",
-               "#f2a2d0", "#a0a0ff", "#8c6d31", "#4d4d4d"]
+               "#f2a2d0", "#a0a0ff", "#8c6d31", "#4d4d4d", "#ff7f0e", "#17becf", "#bcbd22", "#9e1f63"]
     for fault in faults:
         colour = palette.setdefault(fault.kind, colours[len(palette) % len(colours)])
         for axis in axes:
