@@ -211,9 +211,11 @@ def cmd_verify(args) -> int:
     options = VerifyOptions(
         duration_s=args.duration_s, out_dir=args.out, seed=args.seed,
         faults=tuple(k for k in kinds if k != "none"),
+        fault_gap_s=_gap(args.fault_gap_s, "--fault-gap-s"),
+        process_fault_gap_s=_gap(args.process_fault_gap_s, "--process-fault-gap-s"),
         workload=WorkloadOptions(topic=args.topic, partitions=args.partitions, producers=args.producers,
                                  members=args.members, member_actors=args.member_actors, acks=args.acks,
-                                 idempotence=not args.no_idempotence))
+                                 idempotence=not args.no_idempotence, transactions=not args.no_transactions))
     if args.address or os.environ.get("RAY_ADDRESS"):
         result = run(_connect(args), options)
     else:
@@ -221,6 +223,16 @@ def cmd_verify(args) -> int:
             result = run(embedded.cluster, options, reopen=embedded.reopen)
     print(format_report(result))
     return 0 if result.ok else 1
+
+
+def _gap(text: str, flag: str) -> tuple[float, float]:
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"{flag} takes MIN,MAX seconds, got {text!r}") from None
+    if not 0 <= low <= high:
+        raise UsageError(f"{flag} needs 0 <= MIN <= MAX, got {text!r}")
+    return low, high
 
 
 def format_topic(topic: dict) -> str:
@@ -334,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--faults", help="comma-separated fault kinds (default: all; 'none' for none)")
     verify.add_argument("--out", default="verify-out", help="where history.jsonl and report.txt go")
     verify.add_argument("--seed", type=int, default=0)
+    verify.add_argument("--no-transactions", action="store_true",
+                        help="without the transactional producers and read_committed readers")
+    verify.add_argument("--fault-gap-s", default="0.5,2.0",
+                        help="MIN,MAX seconds between the cluster healing and the next replica fault")
+    verify.add_argument("--process-fault-gap-s", default="2.0,6.0",
+                        help="MIN,MAX seconds between two process faults")
     cli_partitions.add_parsers(sub)
 
     for p in sub.choices.values():

@@ -6,6 +6,13 @@ workload and Kafka's VerifiableProducer / VerifiableConsumer: an acked write is 
 the final log where it was acked (invariants 1, 5, 13), an offset holds one record,
 a consumer is handed only committed records (4) in order, and a group's committed
 offsets never move back and are where a restarted member resumes (8, 9, 10).
+Transactions (DESIGN section 5, after Jepsen's Kafka transaction analysis): a
+read_committed reader never sees an aborted transaction's record (G1a) nor an
+open one's (read past the LSO), sees all of a committed transaction's records
+in a partition it read past them (no torn read); a committed transaction's
+writes all stay visible, once each; an indeterminate one is all or nothing; a
+consume-transform-produce chain's committed output holds each input once, exactly
+the inputs below its group's committed offsets.
 
 Rules every check follows (each docstring says exactly what it flags):
   the final log of a partition is its FinalRead(s): records from the log start to
@@ -34,8 +41,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any, Union
 
-from rafka.core.history import (OK, Assigned, Commit, CommittedRead, Event, Fault, FinalRead, InvalidHistory,
-                                Poll, Resume, Send)
+from rafka.core.history import (ABORTED, COMMITTED, INDETERMINATE, OK, READ_COMMITTED, Assigned, Commit,
+                                CommittedRead, Event, Fault, FinalRead, InvalidHistory, Poll, Resume, Send, Txn)
 
 LOST_WRITE = "lost-write"
 INCONSISTENT_OFFSETS = "inconsistent-offsets"
@@ -46,6 +53,15 @@ POLL_SKIP = "poll-skip"
 COMMIT_REGRESSION = "commit-regression"
 READ_ABOVE_HW = "read-above-HW"
 RESUME_MISMATCH = "resume-mismatch"
+# Transactions (KIP-98, DESIGN section 5), after Jepsen's Kafka transaction analysis.
+ABORTED_READ = "aborted-read"
+TXN_LOST_WRITE = "txn-lost-write"
+TXN_DUPLICATE = "txn-duplicate"
+TORN_TRANSACTION = "torn-transaction"
+TORN_READ = "torn-read"
+READ_PAST_LSO = "read-past-LSO"
+CTP_DUPLICATE = "ctp-duplicate"
+CTP_OFFSETS = "ctp-offsets"
 
 # How many skipped records a poll-skip anomaly quotes: the count and range say the rest.
 EXAMPLES_PER_ANOMALY_MAX = 5
@@ -103,7 +119,11 @@ class HistoryIndex:
     commits: list[Commit] = dataclasses.field(default_factory=list)
     committed_reads: list[CommittedRead] = dataclasses.field(default_factory=list)
     faults: list[Fault] = dataclasses.field(default_factory=list)
+    txns: list[Txn] = dataclasses.field(default_factory=list)
+    # read_uncommitted final reads (every data record up to the HW) ...
     final_logs: dict[TopicPartition, FinalLog] = dataclasses.field(default_factory=dict)
+    # ... and read_committed ones (up to the LSO, aborted transactions skipped)
+    committed_final_logs: dict[TopicPartition, FinalLog] = dataclasses.field(default_factory=dict)
     # Every Poll and Resume in logged order: nonmonotonic-poll reads them interleaved.
     positions: list[Poll | Resume] = dataclasses.field(default_factory=list)
 
@@ -118,8 +138,9 @@ def index_history(history: History) -> HistoryIndex:
     by_type: dict[type, Callable[[Any], None]] = {
         Send: index.sends.append, Poll: index.polls.append, Assigned: index.assigned.append,
         Resume: index.resumes.append, Commit: index.commits.append,
-        CommittedRead: index.committed_reads.append, Fault: index.faults.append,
-        FinalRead: lambda read: _join_final_read(index.final_logs, read)}
+        CommittedRead: index.committed_reads.append, Fault: index.faults.append, Txn: index.txns.append,
+        FinalRead: lambda read: _join_final_read(
+            index.committed_final_logs if read.isolation_level == READ_COMMITTED else index.final_logs, read)}
     for event in history:
         add = by_type.get(type(event))
         if add is None:
@@ -368,6 +389,8 @@ def check_poll_skip(history: History) -> list[Anomaly]:
     """poll-skip: for a group and a (topic, partition) with a final read, a record of
     the final log at an offset in [from, C) that no member of the group (any
     consumer, incarnation or generation whose Poll names the group) was ever handed.
+    A group whose members read read_committed is judged against the partition's
+    read_committed final read (aborted records are never handed to it).
     C is the group's final committed offset (see _final_committed); `from` is the
     final log start, or higher: the lowest first_position of the group's Resumes of
     that partition that found no committed offset, when there are such (an
@@ -377,9 +400,12 @@ def check_poll_skip(history: History) -> list[Anomaly]:
     event that committed C and a dict with the run's range, count and examples."""
     index = index_history(history)
     handed: dict[tuple[str, str, int], set[int]] = defaultdict(set)
+    read_committed: set[tuple[str, str, int]] = set()
     for poll in index.polls:
         if poll.group is not None:
             handed[(poll.group, poll.topic, poll.partition)].add(poll.offset)
+            if poll.isolation_level == READ_COMMITTED:
+                read_committed.add((poll.group, poll.topic, poll.partition))
     reset_from: dict[tuple[str, str, int], int] = {}
     for resume in index.resumes:
         if resume.committed_offset is None:
@@ -387,10 +413,11 @@ def check_poll_skip(history: History) -> list[Anomaly]:
             reset_from[key] = min(reset_from.get(key, resume.first_position), resume.first_position)
     anomalies = []
     for (group, topic, partition), (committed, source) in _final_committed(index).items():
-        log = index.final_logs.get((topic, partition))
+        key = (group, topic, partition)
+        logs = index.committed_final_logs if key in read_committed else index.final_logs
+        log = logs.get((topic, partition))
         if log is None:
             continue
-        key = (group, topic, partition)
         seen = handed.get(key, set())
         start = max(log.log_start_offset, reset_from.get(key, 0))
         skipped = [(offset, log.values_by_offset[offset])
@@ -522,6 +549,311 @@ def check_resume_mismatch(history: History) -> list[Anomaly]:
     return anomalies
 
 
+# -- transactions: what read_committed readers may see ---------------------------------------
+#
+# A transaction's fate is its Txn's: committed (commit asked for and acked),
+# aborted (abort asked for, or a commit that failed definitely), indeterminate
+# (either, but all or nothing). The read_committed final read of a partition is
+# what stays visible; an indeterminate transaction counts as committed when any
+# of its writes is in it. Values are unique in a run, so a value names its
+# transaction.
+
+
+def _txn_by_value(index: HistoryIndex) -> dict[str, tuple[Txn, str, int]]:
+    """value -> (its transaction, topic, partition)."""
+    found: dict[str, tuple[Txn, str, int]] = {}
+    for txn in index.txns:
+        for topic, partition, value in txn.writes:
+            if value in found:
+                raise InvalidHistory(f"{value!r} written by two transactions: {found[value][0]!r} and {txn!r}")
+            found[value] = (txn, topic, partition)
+    return found
+
+
+def _committed_offsets_by_value(index: HistoryIndex) -> dict[TopicPartition, dict[str, list[int]]]:
+    """Per partition read read_committed at the end: value -> the offsets holding it."""
+    found: dict[TopicPartition, dict[str, list[int]]] = {}
+    for tp, log in index.committed_final_logs.items():
+        by_value: dict[str, list[int]] = defaultdict(list)
+        for offset, value in sorted(log.values_by_offset.items()):
+            by_value[value].append(offset)
+        found[tp] = by_value
+    return found
+
+
+def _judged_whole(log: FinalLog | None) -> bool:
+    """Whether a read_committed final log can say a value is missing: it was read,
+    and from offset 0 (nothing of it deleted by retention)."""
+    return log is not None and log.log_start_offset == 0
+
+
+def _visible_writes(txn: Txn, index: HistoryIndex,
+                    offsets: dict[TopicPartition, dict[str, list[int]]]) -> tuple[list, list] | None:
+    """(writes in the read_committed final logs, writes not in them), or None when
+    a partition it wrote has no whole read_committed final log (not judged)."""
+    seen, missing = [], []
+    for topic, partition, value in txn.writes:
+        if not _judged_whole(index.committed_final_logs.get((topic, partition))):
+            return None
+        (seen if offsets[(topic, partition)].get(value) else missing).append((topic, partition, value))
+    return seen, missing
+
+
+def check_aborted_read(history: History) -> list[Anomaly]:
+    """aborted-read (Jepsen's G1a): a value of an aborted transaction handed to a
+    read_committed consumer (Poll) or held by a read_committed final read; or a
+    value of an indeterminate transaction that a read_committed consumer was
+    handed, though none of that transaction's writes is in the read_committed
+    final reads (judged only when each partition it wrote has one from offset 0).
+    One anomaly per such Poll or final record; the evidence is the transaction and
+    the Poll (or the final log there)."""
+    index = index_history(history)
+    by_value = _txn_by_value(index)
+    offsets = _committed_offsets_by_value(index)
+    gone: dict[int, bool] = {}   # id(indeterminate txn) -> none of its writes stayed visible
+
+    def never_visible(txn: Txn) -> bool:
+        if txn.fate == ABORTED:
+            return True
+        if txn.fate != INDETERMINATE:
+            return False
+        if id(txn) not in gone:
+            visible = _visible_writes(txn, index, offsets)
+            gone[id(txn)] = visible is not None and not visible[0]
+        return gone[id(txn)]
+
+    anomalies = []
+    for poll in index.polls:
+        found = by_value.get(poll.value)
+        if poll.isolation_level != READ_COMMITTED or found is None or not never_visible(found[0]):
+            continue
+        txn = found[0]
+        anomalies.append(Anomaly(ABORTED_READ, (
+            f"{poll.consumer} (read_committed) was handed {poll.value!r} at {poll.topic}-{poll.partition} offset "
+            f"{poll.offset}, written by {txn.producer}'s {txn.fate} transaction (asked to {txn.intent}, "
+            f"{txn.outcome})"), (txn, poll)))
+    for log in index.committed_final_logs.values():
+        for offset, value in sorted(log.values_by_offset.items()):
+            found = by_value.get(value)
+            if found is not None and found[0].fate == ABORTED:
+                anomalies.append(Anomaly(ABORTED_READ, (
+                    f"the read_committed final read of {log.topic}-{log.partition} holds {value!r} at offset "
+                    f"{offset}, written by {found[0].producer}'s aborted transaction"), (found[0], log.record(offset))))
+    return anomalies
+
+
+def check_txn_lost_write(history: History) -> list[Anomaly]:
+    """txn-lost-write: a committed transaction (commit acked) with a write that the
+    read_committed final read of its partition does not hold. Judged only where
+    that read starts at offset 0. One anomaly per transaction; the evidence is the
+    transaction and a dict of the writes missing."""
+    index = index_history(history)
+    offsets = _committed_offsets_by_value(index)
+    anomalies = []
+    for txn in index.txns:
+        if txn.fate != COMMITTED:
+            continue
+        visible = _visible_writes(txn, index, offsets)
+        if visible is None or not visible[1]:
+            continue
+        missing = visible[1]
+        anomalies.append(Anomaly(TXN_LOST_WRITE, (
+            f"{txn.producer}'s transaction committed at {txn.end_ms} ms, but {len(missing)} of its "
+            f"{len(txn.writes)} writes are not in the read_committed final read: "
+            + ", ".join(f"{v!r} ({t}-{p})" for t, p, v in missing[:EXAMPLES_PER_ANOMALY_MAX])),
+            (txn, {"missing": [list(w) for w in missing]})))
+    return anomalies
+
+
+def check_txn_duplicate(history: History) -> list[Anomaly]:
+    """txn-duplicate: a transaction's value at two offsets of a read_committed final
+    read (a committed transaction's records appear once). One anomaly per value;
+    the evidence is the transaction and the final log at each offset."""
+    index = index_history(history)
+    by_value = _txn_by_value(index)
+    anomalies = []
+    for tp, values in _committed_offsets_by_value(index).items():
+        log = index.committed_final_logs[tp]
+        for value, at in values.items():
+            if len(at) > 1 and value in by_value:
+                anomalies.append(Anomaly(TXN_DUPLICATE, (
+                    f"{value!r} of {by_value[value][0].producer}'s transaction is at offsets {at} of the "
+                    f"read_committed final read of {tp[0]}-{tp[1]}"),
+                    (by_value[value][0], *(log.record(o) for o in at))))
+    return anomalies
+
+
+def check_torn_transaction(history: History) -> list[Anomaly]:
+    """torn-transaction: a committed or indeterminate transaction of which the
+    read_committed final reads hold some writes but not all (all or nothing across
+    partitions; a committed one missing writes is a txn-lost-write as well).
+    Judged only when every partition it wrote has a read_committed final read from
+    offset 0. One anomaly per transaction; the evidence is the transaction and the
+    writes seen and missing."""
+    index = index_history(history)
+    offsets = _committed_offsets_by_value(index)
+    anomalies = []
+    for txn in index.txns:
+        if txn.fate == ABORTED:
+            continue
+        visible = _visible_writes(txn, index, offsets)
+        if visible is None or not visible[0] or not visible[1]:
+            continue
+        seen, missing = visible
+        anomalies.append(Anomaly(TORN_TRANSACTION, (
+            f"{txn.producer}'s {txn.fate} transaction is torn: the read_committed final reads hold {len(seen)} of "
+            f"its writes and not {len(missing)}: missing "
+            + ", ".join(f"{v!r} ({t}-{p})" for t, p, v in missing[:EXAMPLES_PER_ANOMALY_MAX])),
+            (txn, {"seen": [list(w) for w in seen], "missing": [list(w) for w in missing]})))
+    return anomalies
+
+
+def check_torn_read(history: History) -> list[Anomaly]:
+    """torn-read: a read_committed consumer that read a partition past a record of
+    the read_committed final read without being handed it. Its polls of one
+    (topic, partition) in one incarnation and generation, up to a Resume of that
+    partition (which starts over), are one stretch; a record of the read_committed
+    final read at an offset strictly between the stretch's first and last polled
+    offsets that the stretch does not hold is skipped: for a transaction's record,
+    the reader saw the partition past it and not all of the transaction there.
+    One anomaly per stretch and transaction (or per record outside any); the
+    evidence is the transaction (if any), the stretch's first and last Polls and
+    the final log at the first skipped offset."""
+    index = index_history(history)
+    by_value = _txn_by_value(index)
+    stretches: list[list[Poll]] = []
+    current: dict[tuple, list[Poll]] = {}
+    for event in index.positions:
+        if isinstance(event, Resume):
+            for key in [k for k in current if k[:3] == (event.consumer, event.incarnation, event.group)
+                        and k[4:] == (event.topic, event.partition)]:
+                stretches.append(current.pop(key))
+            continue
+        if event.isolation_level != READ_COMMITTED:
+            continue
+        key = (event.consumer, event.incarnation, event.group, event.generation, event.topic, event.partition)
+        current.setdefault(key, []).append(event)
+    stretches.extend(current.values())
+    anomalies = []
+    for stretch in stretches:
+        log = index.committed_final_logs.get((stretch[0].topic, stretch[0].partition))
+        if log is None:
+            continue
+        handed = {poll.offset for poll in stretch}
+        first, last = min(handed), max(handed)
+        skipped_by_txn: dict[int, list[int]] = {}
+        txn_of: dict[int, Txn | None] = {}
+        for offset in range(first + 1, last):
+            value = log.values_by_offset.get(offset)
+            if value is None or offset in handed:
+                continue
+            found = by_value.get(value)
+            key = id(found[0]) if found is not None else -offset
+            txn_of[key] = found[0] if found is not None else None
+            skipped_by_txn.setdefault(key, []).append(offset)
+        reader = stretch[0]
+        for key, skipped in skipped_by_txn.items():
+            txn = txn_of[key]
+            what = (f"{len(skipped)} record(s) of {txn.producer}'s transaction" if txn is not None
+                    else "a record outside any transaction")
+            evidence: list[Event | dict[str, Any]] = [txn] if txn is not None else []
+            evidence += [min(stretch, key=lambda p: p.offset), max(stretch, key=lambda p: p.offset),
+                         log.record(skipped[0])]
+            anomalies.append(Anomaly(TORN_READ, (
+                f"{reader.consumer} (read_committed, incarnation {reader.incarnation}) read "
+                f"{reader.topic}-{reader.partition} from offset {first} to {last} but was not handed {what} at "
+                f"offsets {skipped[:EXAMPLES_PER_ANOMALY_MAX]}"), tuple(evidence)))
+    return anomalies
+
+
+def check_read_past_lso(history: History) -> list[Anomaly]:
+    """read-past-LSO: a read_committed consumer handed a transaction's value strictly
+    before the transaction's commit was asked for (Poll.time_ms <
+    Txn.end_requested_ms): it was read while the transaction was open, above the
+    LSO. One anomaly per such Poll; the evidence is the transaction and the Poll."""
+    index = index_history(history)
+    by_value = _txn_by_value(index)
+    anomalies = []
+    for poll in index.polls:
+        found = by_value.get(poll.value)
+        if poll.isolation_level != READ_COMMITTED or found is None or poll.time_ms >= found[0].end_requested_ms:
+            continue
+        txn = found[0]
+        anomalies.append(Anomaly(READ_PAST_LSO, (
+            f"{poll.consumer} (read_committed) was handed {poll.value!r} at {poll.time_ms} ms, before "
+            f"{txn.producer} asked to {txn.intent} its transaction at {txn.end_requested_ms} ms"), (txn, poll)))
+    return anomalies
+
+
+# -- consume-transform-produce: each input once in the output, with its offsets ----------------
+
+
+def _visible_sources(index: HistoryIndex) -> dict[str, list[tuple[Txn, FinalLog, int]]]:
+    """Per input value: the records of the read_committed final reads made from it
+    (a transaction with `sources`), as (transaction, final log, offset)."""
+    made_from: dict[str, tuple[Txn, str]] = {}
+    for txn in index.txns:
+        for (_, _, value), source in zip(txn.writes, txn.sources):
+            made_from[value] = (txn, source)
+    found: dict[str, list[tuple[Txn, FinalLog, int]]] = defaultdict(list)
+    for log in index.committed_final_logs.values():
+        for offset, value in sorted(log.values_by_offset.items()):
+            if value in made_from:
+                txn, source = made_from[value]
+                found[source].append((txn, log, offset))
+    return found
+
+
+def check_ctp_duplicate(history: History) -> list[Anomaly]:
+    """ctp-duplicate: an input value of a consume-transform-produce chain from which
+    two records of the read_committed final reads were made (processed twice, in
+    two transactions that both committed, or written twice in one). One anomaly
+    per input value; the evidence is each transaction and the final log there."""
+    index = index_history(history)
+    anomalies = []
+    for source, made in _visible_sources(index).items():
+        if len(made) > 1:
+            anomalies.append(Anomaly(CTP_DUPLICATE, (
+                f"input {source!r} is in the committed output {len(made)} times: "
+                + ", ".join(f"{log.topic}-{log.partition} offset {offset} ({txn.producer})"
+                            for txn, log, offset in made)),
+                tuple(e for txn, log, offset in made for e in (txn, log.record(offset)))))
+    return anomalies
+
+
+def check_ctp_offsets(history: History) -> list[Anomaly]:
+    """ctp-offsets: for a group whose offsets consume-transform-produce transactions
+    commit (Txn.offsets) and an input partition with a final committed offset C
+    (see _final_committed) and a read_committed final read from offset 0: the
+    inputs the committed output was made from are not exactly the input
+    partition's records below C. Missing ones were consumed and committed
+    without their output; extra ones have committed output but not their offsets
+    (a restarted chain would process them again). One anomaly per group and input
+    partition; the evidence is the event that gave C and a dict of what differs."""
+    index = index_history(history)
+    groups = {group for txn in index.txns for group, _, _, _ in txn.offsets}
+    if not groups:
+        return []
+    made = _visible_sources(index)
+    anomalies = []
+    for (group, topic, partition), (committed, source_event) in sorted(_final_committed(index).items(),
+                                                                        key=lambda kv: kv[0]):
+        log = index.committed_final_logs.get((topic, partition))
+        if group not in groups or not _judged_whole(log):
+            continue
+        below = {value for offset, value in log.values_by_offset.items() if offset < committed}
+        output_of = {value for value in log.values_by_offset.values() if value in made}
+        missing, extra = sorted(below - output_of), sorted(output_of - below)
+        if not missing and not extra:
+            continue
+        anomalies.append(Anomaly(CTP_OFFSETS, (
+            f"group {group} committed {topic}-{partition} offset {committed}, but {len(missing)} input(s) below it "
+            f"have no committed output and {len(extra)} at or above it have"),
+            (source_event, {"group": group, "topic": topic, "partition": partition, "committed": committed,
+                            "missing": missing[:EXAMPLES_PER_ANOMALY_MAX], "extra": extra[:EXAMPLES_PER_ANOMALY_MAX]})))
+    return anomalies
+
+
 CHECKS: dict[str, Callable[[History], list[Anomaly]]] = {
     LOST_WRITE: check_lost_write,
     INCONSISTENT_OFFSETS: check_inconsistent_offsets,
@@ -532,6 +864,14 @@ CHECKS: dict[str, Callable[[History], list[Anomaly]]] = {
     COMMIT_REGRESSION: check_commit_regression,
     READ_ABOVE_HW: check_read_above_hw,
     RESUME_MISMATCH: check_resume_mismatch,
+    ABORTED_READ: check_aborted_read,
+    TXN_LOST_WRITE: check_txn_lost_write,
+    TXN_DUPLICATE: check_txn_duplicate,
+    TORN_TRANSACTION: check_torn_transaction,
+    TORN_READ: check_torn_read,
+    READ_PAST_LSO: check_read_past_lso,
+    CTP_DUPLICATE: check_ctp_duplicate,
+    CTP_OFFSETS: check_ctp_offsets,
 }
 ANOMALY_NAMES = tuple(CHECKS)
 

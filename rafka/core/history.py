@@ -14,6 +14,10 @@ Invariants (checked where an event is built, so also where a line is read):
   be ok)
   offsets are >= 0; a FinalRead's records lie in [log_start_offset, high_watermark)
   in strictly increasing offset order
+  a Poll's and a FinalRead's isolation_level is read_uncommitted or read_committed
+  a Txn's intent is commit or abort, its outcome one of the three, its writes are
+  (topic, partition, value) with values unique within it, its end_requested_ms
+  lies in [start_ms, end_ms]
   to_json() is one line, and from_json(e.to_json()) == e
   a line written or read is at most `line_bytes_max` bytes: the reader never holds
   more than one bounded line, however large or damaged the file; a FinalRead too
@@ -35,6 +39,10 @@ from typing import IO, Any, ClassVar, Union
 
 OK, FAILED, INDETERMINATE = "ok", "failed", "indeterminate"
 OUTCOMES = (OK, FAILED, INDETERMINATE)
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+COMMIT, ABORT = "commit", "abort"                  # what a transaction's producer asked for
+COMMITTED, ABORTED = "committed", "aborted"        # a transaction's fate (or INDETERMINATE)
 
 # 1 MiB: far above any event but a FinalRead, which is split to fit.
 LINE_BYTES_MAX_DEFAULT = 1 << 20
@@ -152,7 +160,8 @@ class Send(_Event):
 class Poll(_Event):
     """One record handed to a consumer by poll(). `incarnation` tells the processes
     (restarts) of one member apart; `group` and `generation` are None for a reader
-    that assigned itself partitions (no group)."""
+    that assigned itself partitions (no group); `isolation_level` is the
+    consumer's (read_committed: below the LSO, aborted transactions skipped)."""
 
     TYPE: ClassVar[str] = "poll"
     consumer: str
@@ -164,9 +173,12 @@ class Poll(_Event):
     offset: int
     value: str
     time_ms: int
+    isolation_level: str = READ_UNCOMMITTED
 
     def __post_init__(self) -> None:
         _require_time(self, "time_ms")
+        _require(self.isolation_level in ISOLATION_LEVELS, self,
+                 f"isolation_level must be one of {ISOLATION_LEVELS}")
         _require_offset(self, "partition", self.partition, optional=False)
         _require_offset(self, "offset", self.offset, optional=False)
 
@@ -280,7 +292,9 @@ class CommittedRead(_Event):
 class FinalRead(_Event):
     """After the run, a read of one partition from its log start up to its HW:
     `records` are (offset, value). A large read is logged as several FinalReads of
-    the same partition, log start and HW, each with part of the records."""
+    the same partition, log start and HW, each with part of the records.
+    read_committed (`isolation_level`), the read stops at the last stable offset,
+    which `high_watermark` then holds, and skips aborted transactions' records."""
 
     TYPE: ClassVar[str] = "final_read"
     topic: str
@@ -289,9 +303,12 @@ class FinalRead(_Event):
     log_start_offset: int
     high_watermark: int
     time_ms: int
+    isolation_level: str = READ_UNCOMMITTED
 
     def __post_init__(self) -> None:
         _require_time(self, "time_ms")
+        _require(self.isolation_level in ISOLATION_LEVELS, self,
+                 f"isolation_level must be one of {ISOLATION_LEVELS}")
         _require_offset(self, "partition", self.partition, optional=False)
         _require_offset(self, "log_start_offset", self.log_start_offset, optional=False)
         _require_offset(self, "high_watermark", self.high_watermark, optional=False)
@@ -336,9 +353,68 @@ class Fault(_Event):
         return self.end_ms
 
 
-Event = Union[Send, Poll, Assigned, Resume, Commit, CommittedRead, FinalRead, Fault]
+@dataclasses.dataclass(frozen=True, slots=True)
+class Txn(_Event):
+    """One transaction of a transactional producer (`transactional_id`), from
+    begin_transaction (`start_ms`) to the end of its commit_transaction or
+    abort_transaction (`end_ms`), which was called at `end_requested_ms`.
+    `intent`: what the producer asked for (commit, or abort on purpose);
+    `outcome`: how that call ended: ok, failed (a definite error: the
+    transaction was aborted instead) or indeterminate (no answer in time, or
+    the producer fenced: committed or not, all or nothing). `writes`: every
+    (topic, partition, value) sent in it, values unique in the run.
+    `offsets`: the (group, topic, partition, next offset) sent with it
+    (send_offsets_to_transaction); `sources`: for a consume-transform-produce
+    transaction, the input value each write was made from (parallel to
+    `writes`), else empty."""
+
+    TYPE: ClassVar[str] = "txn"
+    producer: str
+    transactional_id: str
+    intent: str
+    outcome: str
+    writes: tuple[tuple[str, int, str], ...]
+    start_ms: int
+    end_requested_ms: int
+    end_ms: int
+    offsets: tuple[tuple[str, str, int, int], ...] = ()
+    sources: tuple[str, ...] = ()
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.intent in (COMMIT, ABORT), self, f"intent must be {COMMIT} or {ABORT}")
+        _require(self.outcome in OUTCOMES, self, f"outcome must be one of {OUTCOMES}")
+        _require_time(self, "start_ms", "end_requested_ms", "end_ms")
+        _require(self.start_ms <= self.end_requested_ms <= self.end_ms, self,
+                 "start_ms <= end_requested_ms <= end_ms broken")
+        writes = tuple((str(topic), int(partition), str(value)) for topic, partition, value in self.writes)
+        object.__setattr__(self, "writes", writes)
+        for _, partition, _ in writes:
+            _require_offset(self, "partition", partition, optional=False)
+        _require(len({value for _, _, value in writes}) == len(writes), self, "a value is written twice")
+        offsets = tuple((str(g), str(t), int(p), int(o)) for g, t, p, o in self.offsets)
+        object.__setattr__(self, "offsets", offsets)
+        for _, _, _, offset in offsets:
+            _require_offset(self, "offset", offset, optional=False)
+        object.__setattr__(self, "sources", tuple(str(s) for s in self.sources))
+        _require(not self.sources or len(self.sources) == len(writes), self, "sources are not one per write")
+
+    @property
+    def time_ms(self) -> int:
+        return self.end_ms
+
+    @property
+    def fate(self) -> str:
+        """committed (asked and acknowledged), aborted (asked for, or a commit that
+        failed definitely) or indeterminate."""
+        if self.intent == ABORT or self.outcome == FAILED:
+            return ABORTED
+        return COMMITTED if self.outcome == OK else INDETERMINATE
+
+
+Event = Union[Send, Poll, Assigned, Resume, Commit, CommittedRead, FinalRead, Fault, Txn]
 EVENT_TYPES: dict[str, type] = {cls.TYPE: cls for cls in
-                                (Send, Poll, Assigned, Resume, Commit, CommittedRead, FinalRead, Fault)}
+                                (Send, Poll, Assigned, Resume, Commit, CommittedRead, FinalRead, Fault, Txn)}
 
 
 def event_from_json(line: str) -> Event:

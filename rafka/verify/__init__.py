@@ -1,15 +1,16 @@
 """`rafka verify`: a workload under faults, its history, and the checker's verdict
-(DESIGN section 3 is what it checks; issue 13).
+(DESIGN section 3 is what it checks, and section 5's transactions; issues 13, 28).
 
     result = rafka.verify.run(cluster, VerifyOptions(duration_s=60))
     print(format_report(result)); result.ok
 
-The run: the topic is created if missing (R = min(3, brokers), min ISR 2); the
+The run: the topics are created if missing (R = min(3, brokers), min ISR 2); the
 workload (rafka.verify.workload) and the fault injector (rafka.verify.faults)
 run for `duration_s`; then the faults stop, the cluster heals, the clients stop,
-every partition is read from its log start, and rafka.core.checker judges the
-history. Written to `out_dir`: `history.jsonl` (every event), `report.txt` and
-`run.png` (throughput and latency over time, faults shaded).
+every partition is read from its log start (the transactional topic's also
+read_committed), and rafka.core.checker judges the history. Written to
+`out_dir`: `history.jsonl` (every event), `report.txt` and `run.png`
+(throughput, latency and transactions over time, faults shaded).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class VerifyOptions:
     workload: WorkloadOptions = dataclasses.field(default_factory=WorkloadOptions)
     faults: tuple[str, ...] = FAULT_KINDS
     fault_gap_s: tuple[float, float] = (0.5, 2.0)   # between the cluster healing and the next fault
+    process_fault_gap_s: tuple[float, float] = (2.0, 6.0)   # between two process faults
     out_dir: str = "verify-out"
     seed: int = 0
 
@@ -90,7 +92,9 @@ def run(cluster, options: VerifyOptions | None = None, *, reopen=None) -> Verify
         return restarted
 
     injector = FaultInjector(cluster, history, clock, kinds=options.faults, topic=options.workload.topic,
-                             gap_s=options.fault_gap_s, seed=options.seed,
+                             gap_s=options.fault_gap_s, process_gap_s=options.process_fault_gap_s, seed=options.seed,
+                             txn_topic=options.workload.txn_topic,
+                             transactional_ids=options.workload.transactional_ids(),
                              member_actors=workload.actor_group.members if workload.actor_group else None,
                              restart_cluster=restart_cluster if reopen is not None else None)
     injector.run_for(options.duration_s)   # in this thread: node restarts need the main thread
@@ -105,9 +109,12 @@ def run(cluster, options: VerifyOptions | None = None, *, reopen=None) -> Verify
     result = VerifyResult(history_path, time.monotonic() - started_s, anomalies, dict(injector.done_by_kind),
                           dict(history.counts), errors, workload.cluster)
     (out_dir / "report.txt").write_text(format_report(result) + "\n")
+    counts = history.counts
+    txns = (f"{counts.get('txn:committed', 0)} transactions committed, "
+            f"{counts.get('txn:aborted', 0) + counts.get('txn:failed', 0)} aborted, "
+            if options.workload.transactions else "")
     draw(events, str(out_dir / "run.png"), title=f"rafka verify: {sum(result.faults_by_kind.values())} faults, "
-         f"{history.counts.get('send:ok', 0)} acked sends, "
-         f"{'no anomaly' if result.ok else 'ANOMALIES'}")
+         f"{counts.get('send:ok', 0)} acked sends, {txns}{'no anomaly' if result.ok else 'ANOMALIES'}")
     return result
 
 
@@ -152,12 +159,16 @@ class EmbeddedCluster:
 
 
 def _create_topic(cluster, workload: WorkloadOptions) -> None:
+    """The workload's topic, and its transactional topic, if missing."""
+    import ray
     admin = cluster.admin()
-    if workload.topic not in admin.list_topics():
-        import ray
+    existing = admin.list_topics()
+    for topic in (workload.topic, workload.txn_topic, workload.ctp_topic):
+        if topic is None or topic in existing:
+            continue
         brokers = len(ray.get(cluster.controller.list_brokers.remote()))
         replication_factor = min(3, brokers)
-        admin.create_topic(workload.topic, partitions=workload.partitions, replication_factor=replication_factor,
+        admin.create_topic(topic, partitions=workload.partitions, replication_factor=replication_factor,
                            config={"min.insync.replicas": str(min(2, replication_factor))})
 
 
@@ -171,7 +182,13 @@ def format_report(result: VerifyResult) -> str:
     lines += [f"{'total':<20}{sum(result.faults_by_kind.values()):>7}", "",
               f"sends ok {events.get('send:ok', 0)}, failed {events.get('send:failed', 0)}, "
               f"indeterminate {events.get('send:indeterminate', 0)}; records polled {events.get('poll', 0)}; "
-              f"commits {events.get('commit', 0)}", "", f"{'ANOMALY':<24}{'COUNT':>7}  FIRST EXAMPLES"]
+              f"commits {events.get('commit', 0)}"]
+    if any(key.startswith("txn:") for key in events):
+        lines += [f"transactions committed {events.get('txn:committed', 0)}, aborted on purpose "
+                  f"{events.get('txn:aborted', 0)}, commit failed (aborted) {events.get('txn:failed', 0)}, "
+                  f"indeterminate {events.get('txn:indeterminate', 0)}; records polled read_committed "
+                  f"{events.get('poll:read_committed', 0)}"]
+    lines += ["", f"{'ANOMALY':<24}{'COUNT':>7}  FIRST EXAMPLES"]
     for name, found in sorted(result.anomalies.items()):
         examples = "; ".join(getattr(a, "description", str(a)) for a in found[:3])
         lines.append(f"{name:<24}{len(found):>7}  {examples}")

@@ -15,6 +15,13 @@ Two streams of faults overlap, as they would in production:
 Faults that need the machine the actors run on (SIGKILL, SIGSTOP, node restarts)
 run only on an embedded `local_cluster`; against `--address` the injector uses
 the Ray kills alone.
+With the transactional workload (issue 28) three more: the transaction
+coordinator of the workload's transactional ids killed (Ray kill, and SIGKILL),
+each aimed between a commit's EndTxn and its markers (the coordinator watched
+until one of the workload's transactions is in PrepareCommit or PrepareAbort,
+for up to AIM_S; else it strikes anyway, mid-transaction), and a leader of a
+partition an open transaction wrote to killed (a replica fault; Ray kill and
+SIGKILL in turn). Each fault's target says what it hit.
 Callers: rafka.verify.run only.
 """
 
@@ -28,22 +35,29 @@ import time
 
 import ray
 
-from rafka.core.actor_names import (CONTROLLER_NAME, NAMESPACE, OFFSETS_TOPIC, broker_actor_name,
-                                    coordinator_actor_name)
+from rafka.core.actor_names import (CONTROLLER_NAME, NAMESPACE, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
+                                    broker_actor_name, coordinator_actor_name, transaction_coordinator_actor_name)
 from rafka.core.history import Fault
+from rafka.core.transaction_log import partition_for
 from rafka.placement.brokers import live_broker_ids
 
 FAULT_KINDS = ("kill-leader", "sigkill-leader", "kill-follower", "kill-coordinator", "kill-controller",
                "kill-listener", "kill-member", "sigkill-member", "pause-leader", "restart-broker",
-               "replace-broker", "restart-cluster")
-PROCESS_FAULTS = {"kill-coordinator", "kill-controller", "kill-listener", "kill-member", "sigkill-member"}
+               "replace-broker", "restart-cluster", "kill-txn-coordinator", "sigkill-txn-coordinator",
+               "kill-txn-leader")
+PROCESS_FAULTS = {"kill-coordinator", "kill-controller", "kill-listener", "kill-member", "sigkill-member",
+                  "kill-txn-coordinator", "sigkill-txn-coordinator"}
 LOCAL_ONLY = {"sigkill-leader", "sigkill-member", "pause-leader", "restart-broker", "replace-broker",
-              "restart-cluster"}
+              "restart-cluster", "sigkill-txn-coordinator"}
+TRANSACTIONAL = {"kill-txn-coordinator", "sigkill-txn-coordinator", "kill-txn-leader"}
+AIM_S = 3.0   # how long a transactional fault watches for its moment before striking anyway
 
 
 class FaultInjector:
     def __init__(self, cluster, history, clock, *, kinds, topic: str, gap_s: tuple[float, float],
-                 heal_timeout_s: float = 90.0, member_actors=None, restart_cluster=None, seed: int = 0) -> None:
+                 process_gap_s: tuple[float, float] = (2.0, 6.0), txn_topic: str | None = None,
+                 transactional_ids=(), heal_timeout_s: float = 90.0, member_actors=None, restart_cluster=None,
+                 seed: int = 0) -> None:
         self.cluster = cluster
         self.history = history
         self.clock = clock
@@ -51,7 +65,12 @@ class FaultInjector:
         # restart_cluster(crash: bool) -> the restarted cluster, with the workload on it
         self.restart_cluster = restart_cluster
         self.kinds = [k for k in kinds if (self.local or k not in LOCAL_ONLY)
-                      and (k != "restart-cluster" or restart_cluster is not None)]
+                      and (k != "restart-cluster" or restart_cluster is not None)
+                      and (k not in TRANSACTIONAL or (txn_topic is not None and transactional_ids))]
+        self.txn_topic = txn_topic
+        self.transactional_ids = list(transactional_ids)
+        self.process_gap_s = process_gap_s
+        self._txn_leader_turn = 0
         self._crash_next = True
         self.topic = topic
         self.gap_s = gap_s
@@ -100,7 +119,7 @@ class FaultInjector:
         """The second stream: a process fault every few seconds, round robin."""
         turn = 0
         while time.monotonic() < deadline_s:
-            time.sleep(min(self.random.uniform(2.0, 6.0), max(0.0, deadline_s - time.monotonic())))
+            time.sleep(min(self.random.uniform(*self.process_gap_s), max(0.0, deadline_s - time.monotonic())))
             if time.monotonic() >= deadline_s:
                 break
             with self._cluster_lock:
@@ -158,6 +177,9 @@ class FaultInjector:
             for c in range(coordinators):
                 if not ray.get(_actor(coordinator_actor_name(c)).ping.remote(), timeout=5)["loaded"]:
                     return f"coordinator {c} not loaded"
+            for c in range(len(snapshot.get(TRANSACTION_STATE_TOPIC, {}).get("partitions", []))):
+                if not ray.get(_actor(transaction_coordinator_actor_name(c)).ping.remote(), timeout=5)["loaded"]:
+                    return f"transaction coordinator {c} not loaded"
             return None
         except (ray.exceptions.RayError, ValueError, KeyError) as error:
             return f"{type(error).__name__}: {error}"
@@ -166,7 +188,10 @@ class FaultInjector:
 
     def _partition(self) -> tuple[str, int, dict]:
         snapshot = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=10)["topics"]
-        topic = self.random.choice([self.topic, self.topic, OFFSETS_TOPIC])   # mostly the workload's
+        topics = [self.topic, self.topic, OFFSETS_TOPIC]   # mostly the workload's
+        if self.txn_topic is not None:
+            topics += [self.txn_topic, TRANSACTION_STATE_TOPIC]
+        topic = self.random.choice(topics)
         partitions = snapshot[topic]["partitions"]
         state = self.random.choice(partitions)
         return topic, state["partition"], state
@@ -272,6 +297,89 @@ class FaultInjector:
         self.cluster.remove_node(self.cluster.node_of_broker(broker_id))
         self.cluster.add_node()
         return f"broker {broker_id} (removed for good, a new broker added)"
+
+
+    # --- transactional faults -----------------------------------------------------------
+
+    def _txn_coordinator(self) -> tuple[int, str, object]:
+        """(partition, transactional id, actor): the coordinator of one of the
+        workload's transactional ids."""
+        snapshot = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=10)["topics"]
+        transactional_id = self.random.choice(self.transactional_ids)
+        partition = partition_for(transactional_id, len(snapshot[TRANSACTION_STATE_TOPIC]["partitions"]))
+        return partition, transactional_id, _actor(transaction_coordinator_actor_name(partition))
+
+    def _watch_transactions(self, coordinator, states: tuple[str, ...], timeout_s: float) -> str | None:
+        """Asks the coordinator (ListTransactions) until one of the workload's
+        transactional ids is in one of `states`; "<id> in <state>", or None after
+        `timeout_s`."""
+        deadline_s = time.monotonic() + timeout_s
+        while time.monotonic() < deadline_s:
+            try:
+                listings, _ = ray.get(coordinator.list_transactions.remote(states=states), timeout=2)
+            except (ray.exceptions.RayError, ValueError):   # loading, or restarting: ask again
+                time.sleep(0.05)
+                continue
+            mine = [f"{t.transactional_id} in {t.state}" for t in listings
+                    if t.transactional_id in self.transactional_ids]
+            if mine:
+                return mine[0]
+        return None
+
+    def _aim_at_markers(self, coordinator) -> str:
+        found = self._watch_transactions(coordinator, ("PrepareCommit", "PrepareAbort"), AIM_S)
+        if found is not None:
+            return f"{found}: between EndTxn and its markers"
+        found = self._watch_transactions(coordinator, ("Ongoing",), 0.5)
+        return f"{found}: open" if found is not None else "no transaction of the workload seen open"
+
+    def _kill_txn_coordinator(self) -> str:
+        partition, _, coordinator = self._txn_coordinator()
+        moment = self._aim_at_markers(coordinator)
+        ray.kill(coordinator, no_restart=False)
+        return f"txn-coordinator {partition} (Ray kill; {moment})"
+
+    def _sigkill_txn_coordinator(self) -> str:
+        partition, _, coordinator = self._txn_coordinator()
+        pid = ray.get(coordinator.ping.remote(), timeout=10)["pid"]
+        moment = self._aim_at_markers(coordinator)
+        os.kill(pid, signal.SIGKILL)
+        return f"txn-coordinator {partition} (SIGKILL pid {pid}; {moment})"
+
+    def _kill_txn_leader(self) -> str:
+        """The leader of a partition of the transactional topic that an open
+        transaction of the workload wrote to (watched for up to AIM_S; else any
+        partition of the topic), killed by Ray and by SIGKILL in turn."""
+        _, _, coordinator = self._txn_coordinator()
+        open_on, partition, deadline_s = None, None, time.monotonic() + AIM_S
+        while partition is None and time.monotonic() < deadline_s:
+            found = self._watch_transactions(coordinator, ("Ongoing",), max(0.0, deadline_s - time.monotonic()))
+            if found is None:
+                break
+            found = found.split(" in ")[0]
+            try:
+                described = ray.get(coordinator.describe_transaction.remote(found), timeout=2)
+            except (ray.exceptions.RayError, ValueError):
+                continue
+            mine = sorted(p for t, p in described.topic_partitions if t == self.txn_topic)
+            if mine:
+                open_on, partition = found, self.random.choice(mine)
+        snapshot = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=10)["topics"]
+        partitions = snapshot[self.txn_topic]["partitions"]
+        state = partitions[partition] if partition is not None else self.random.choice(partitions)
+        replica = self._replica(self.txn_topic, state["partition"], state["leader"])
+        sigkill = self.local and self._txn_leader_turn % 2 == 1
+        self._txn_leader_turn += 1
+        if sigkill:
+            pid = ray.get(replica.describe.remote(), timeout=10)["pid"]
+            os.kill(pid, signal.SIGKILL)
+            how = f"SIGKILL pid {pid}"
+        else:
+            ray.kill(replica, no_restart=False)
+            how = "Ray kill"
+        self._wait_for_new_leader(self.txn_topic, state["partition"], state["leader_epoch"])
+        moment = f"{open_on} open on it" if open_on is not None else "no open transaction of the workload seen"
+        return f"{self.txn_topic}-{state['partition']} replica {state['leader']} ({how}; {moment})"
 
 
 def _actor(name: str):

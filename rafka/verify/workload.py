@@ -13,7 +13,11 @@ history (rafka.core.history), which the checker judges afterwards.
   them (Ray kill, SIGKILL);
 - assign-mode readers follow the tail of every partition;
 - an observer reads the groups' committed offsets now and then;
-- at the end, a final read of every partition from its log start to its HW.
+- unless `transactions` is off, transactional producers, read_committed readers
+  and a consume-transform-produce chain (rafka.verify.transactions);
+- at the end, a final read of every partition from its log start to its HW, and
+  of the transactional topics also read_committed (once their LSO has caught up
+  with their HW: every transaction ended).
 
 Time: every event's time is wall-clock ms since the run started (`RunClock`), one
 clock for the driver and the member actors (on one machine, or NTP-synchronised
@@ -34,9 +38,11 @@ from collections import deque
 from pathlib import Path
 
 from rafka.core.errors import KafkaError
-from rafka.core.history import (FAILED, INDETERMINATE, OK, Assigned, Commit, CommittedRead, FinalRead,
-                                HistoryWriter, Poll, Resume, Send, event_from_json)
+from rafka.core.history import (ABORT, FAILED, INDETERMINATE, OK, READ_COMMITTED, READ_UNCOMMITTED,
+                                Assigned, Commit, CommittedRead, FinalRead, HistoryWriter, Poll, Resume, Send, Txn,
+                                event_from_json)
 from rafka.core.structs import TopicPartition
+from rafka.verify.transactions import CTP_GROUP, TransactionalWorkload, transactional_id
 
 GROUP = "verify-members"          # the driver-side members' group
 ACTOR_GROUP = "verify-actors"     # the member actors' group
@@ -64,12 +70,27 @@ class History:
     def log(self, event) -> None:
         with self._lock:
             self._writer.write(event)
-            key = event.TYPE if not isinstance(event, Send) else f"send:{event.outcome}"
-            self.counts[key] = self.counts.get(key, 0) + 1
+            for key in _count_keys(event):
+                self.counts[key] = self.counts.get(key, 0) + 1
 
     def close(self) -> None:
         with self._lock:
             self._writer.close()
+
+
+def _count_keys(event) -> tuple[str, ...]:
+    """What the report counts an event as: sends by outcome, transactions by what
+    became of them (committed, aborted on purpose, failed, indeterminate), polls,
+    read_committed ones apart too."""
+    if isinstance(event, Send):
+        return (f"send:{event.outcome}",)
+    if isinstance(event, Txn):
+        label = ("aborted" if event.intent == ABORT else
+                 {OK: "committed", FAILED: "failed", INDETERMINATE: "indeterminate"}[event.outcome])
+        return (f"txn:{label}",)
+    if isinstance(event, Poll) and event.isolation_level == READ_COMMITTED:
+        return ("poll", "poll:read_committed")
+    return (event.TYPE,)
 
 
 @dataclasses.dataclass
@@ -89,6 +110,32 @@ class WorkloadOptions:
     window: int = 32                          # sends in flight per producer, at most
     member_lifetime_s: tuple[float, float] = (5.0, 20.0)
     commit_every_polls: int = 3
+    # Transactions (issue 28): producers of `<topic>-txn`, read_committed readers.
+    transactions: bool = True
+    txn_producers: int = 2
+    txn_readers: int = 1
+    txn_rate_per_producer: float = 5.0           # transactions per second, at most
+    txn_abort_fraction: float = 0.25             # aborted on purpose
+    txn_writes: tuple[int, int] = (2, 5)         # values per transaction, round robin over partitions
+    txn_open_s: float = 0.1                      # a transaction stays open up to this long after its sends
+    transaction_timeout_ms: int = 10_000
+    txn_call_timeout_s: float = 30.0             # commit / abort / init_transactions, each try
+    ctp: bool = True                             # the consume-transform-produce chain (with transactions)
+    ctp_batch_records: int = 20                  # input records per transaction, at most
+
+    @property
+    def txn_topic(self) -> str | None:
+        return f"{self.topic}-txn" if self.transactions else None
+
+    @property
+    def ctp_topic(self) -> str | None:
+        return f"{self.topic}-txn-out" if self.transactions and self.ctp else None
+
+    def transactional_ids(self) -> list[str]:
+        if not self.transactions:
+            return []
+        names = [f"txn-producer-{i}" for i in range(self.txn_producers)] + (["ctp"] if self.ctp else [])
+        return [transactional_id(name) for name in names]
 
 
 def _outcome(error: BaseException) -> str:
@@ -100,7 +147,7 @@ def _outcome(error: BaseException) -> str:
     return INDETERMINATE
 
 
-class Workload:
+class Workload(TransactionalWorkload):
     def __init__(self, cluster, history: History, clock: RunClock, options: WorkloadOptions, *,
                  actor_log_dir: str, seed: int = 0) -> None:
         self.cluster = cluster
@@ -125,6 +172,11 @@ class Workload:
         targets += [(self._member, f"member-{i}") for i in range(o.members)]
         targets += [(self._read_tail, f"reader-{i}") for i in range(o.readers)]
         targets += [(self._observe_commits, "observer")]
+        if o.transactions:
+            targets += [(self._transact, f"txn-producer-{i}") for i in range(o.txn_producers)]
+            targets += [(self._read_committed, f"txn-reader-{i}") for i in range(o.txn_readers)]
+            if o.ctp:
+                targets += [(self._transform, "ctp")]
         for target, name in targets:
             thread = threading.Thread(target=self._guarded, args=(target, name), name=name, daemon=True)
             thread.start()
@@ -329,26 +381,37 @@ class Workload:
 
     # --- the end --------------------------------------------------------------------
 
+    def _final_read(self, tp: TopicPartition, isolation_level: str, timeout_s: float) -> None:
+        with self.cluster.consumer(auto_offset_reset="earliest", max_poll_records=10_000, fetch_max_wait_ms=100,
+                                   isolation_level=isolation_level) as consumer:
+            consumer.assign([tp])
+            start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
+            consumer.seek(tp, start)
+            records, deadline_s = [], time.monotonic() + timeout_s
+            while consumer.position(tp) < end:
+                if time.monotonic() > deadline_s:
+                    raise TimeoutError(f"the final read of {tp} ({isolation_level}) did not reach {end}")
+                records += [r for r in consumer.poll(timeout=0.5) if r.offset < end]
+        self.history.log(FinalRead(tp.topic, tp.partition, tuple((r.offset, r.value.decode(errors="replace"))
+                                                                 for r in records), start, end, self.clock.now_ms(),
+                                   isolation_level))
+
     def final_read(self, timeout_s: float = 120.0) -> None:
-        """Every partition from its log start to its HW, and each group's last
-        committed offsets (faults are over: the cluster has healed)."""
+        """Every partition from its log start to its HW, the transactional topics'
+        also read_committed to their LSO, and each group's last committed offsets
+        (faults are over: the cluster has healed)."""
         o = self.options
-        for partition in range(o.partitions):
-            tp = TopicPartition(o.topic, partition)
-            with self.cluster.consumer(auto_offset_reset="earliest", max_poll_records=10_000,
-                                       fetch_max_wait_ms=100) as consumer:
-                consumer.assign([tp])
-                start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
-                consumer.seek(tp, start)
-                records, deadline_s = [], time.monotonic() + timeout_s
-                while consumer.position(tp) < end:
-                    if time.monotonic() > deadline_s:
-                        raise TimeoutError(f"the final read of {tp} did not reach its HW {end}")
-                    records += [r for r in consumer.poll(timeout=0.5) if r.offset < end]
-            self.history.log(FinalRead(o.topic, partition, tuple((r.offset, r.value.decode(errors="replace"))
-                                                                 for r in records), start, end, self.clock.now_ms()))
+        reads = [(o.topic, READ_UNCOMMITTED)]
+        if o.transactions:
+            self._wait_for_stable_offsets(timeout_s)
+            for topic in (o.txn_topic, o.ctp_topic):
+                if topic is not None:
+                    reads += [(topic, READ_UNCOMMITTED), (topic, READ_COMMITTED)]
+        for topic, isolation_level in reads:
+            for partition in range(o.partitions):
+                self._final_read(TopicPartition(topic, partition), isolation_level, timeout_s)
         admin = self.cluster.admin()
-        for group in (GROUP, ACTOR_GROUP):
+        for group in (GROUP, ACTOR_GROUP) + ((CTP_GROUP,) if o.ctp_topic else ()):
             now_ms = self.clock.now_ms()
             for tp, offset in sorted(admin.list_consumer_group_offsets(group).items()):
                 self.history.log(CommittedRead(group, tp.topic, tp.partition, offset, now_ms))
