@@ -3,6 +3,7 @@
 `up`, `down` and `status` act on a running Ray cluster (`--address`, else
 RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh; `consumer-groups`,
 `lag`, `dump-offsets` and the console clients are in cli_groups.py, `acls` in cli_acls.py,
+`configs` (client quotas) in cli_configs.py,
 `delete-records` and `log-dirs` in cli_records.py, `transactions` in cli_transactions.py,
 `leader-election` and `reassign-partitions` in cli_partitions.py. Errors print as Kafka's tools
 print them ("Error while executing topic command : ...") and exit 1.

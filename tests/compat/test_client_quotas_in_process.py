@@ -185,33 +185,35 @@ def test_producer_over_quota__held_to_it_within_10_percent__told_in_throttle_tim
     free_rate = rate_between(free_delivered, free_started + SETTLED_S, free_started + RUN_S)
     print(f"throttled producer: {rate / 1024:.0f} KiB/s against a quota of {QUOTA_BYTES_PER_S / 1024:.0f} KiB/s "
           f"({rate / QUOTA_BYTES_PER_S:.3f}); {len(throttles)} throttle events, max "
-          f"{max(t for _, t in throttles)} ms; the other client: {free_rate / 1024:.0f} KiB/s, "
+          f"{max((t for _, t in throttles), default=0) * 1000:.0f} ms; the other client: {free_rate / 1024:.0f} KiB/s, "
           f"{len(free_throttles)} throttle events")
     assert abs(rate / QUOTA_BYTES_PER_S - 1) <= 0.10
-    assert throttles and all(t > 0 for _, t in throttles)
+    # librdkafka calls throttle_cb with each answer's throttle time once it changes, 0 when it ends
+    assert throttles and max(t for _, t in throttles) > 0
     assert not free_throttles and free_rate > 3 * QUOTA_BYTES_PER_S
     assert edge_node.edge.quotas.produce.throttled_requests > 0
 
 
 def test_kafka_python_producer__throttle_time_in_its_metrics(edge_node):
     from kafka import KafkaProducer
-    assert alter(edge_node, [([(CLIENT_ID, "kp")], [(PRODUCER_BYTE_RATE, 65536.0)])]) == [None]
+    assert alter(edge_node, [([(CLIENT_ID, "kp")], [(PRODUCER_BYTE_RATE, 262144.0)])]) == [None]
     producer = KafkaProducer(bootstrap_servers=edge_node.bootstrap, client_id="kp", acks="all", linger_ms=5)
     try:
-        started = time.monotonic()
-        while time.monotonic() - started < 4:
+        for _ in range(48):   # 768 KiB: three seconds' worth at the quota
             producer.send("orders", b"y" * 16384)
         producer.flush(TIMEOUT_S)
-        metrics = producer.metrics()["producer-metrics"]
+        metrics = producer.metrics()
     finally:
         producer.close(TIMEOUT_S)
-    assert metrics["produce-throttle-time-max"] > 0
+    # kafka-python 3 keeps the brokers' throttle times in its connection metrics (throttle-time-max, ms)
+    throttle_ms_max = max(values["throttle-time-max"] for values in metrics.values() if "throttle-time-max" in values)
+    assert throttle_ms_max > 0
 
 
 def test_consumer_over_quota__held_to_it(edge_node):
     from confluent_kafka import Consumer
     total_bytes = int(QUOTA_BYTES_PER_S * (RUN_S + 4))
-    started, delivered, _ = confluent_run(edge_node, client_id="filler", topic="orders", run_s=2.5,
+    started, delivered, _ = confluent_run(edge_node, client_id="filler", topic="orders", run_s=1.0,
                                           value_bytes=16384)
     assert sum(size for _, size in delivered) >= total_bytes / 4
     filled = sum(size for _, size in delivered)
@@ -235,5 +237,5 @@ def test_consumer_over_quota__held_to_it(edge_node):
     rate = rate_between(received, started + SETTLED_S, started + RUN_S)
     print(f"throttled consumer: {rate / 1024:.0f} KiB/s against a quota of {QUOTA_BYTES_PER_S / 4096:.0f} KiB/s; "
           f"{len(throttles)} throttle events; {filled} bytes were there")
-    assert throttles
+    assert throttles and max(throttles) > 0
     assert abs(rate / (QUOTA_BYTES_PER_S / 4) - 1) <= 0.10

@@ -202,3 +202,20 @@ def test_no_quota_anywhere__nothing_measured():
     manager = ClientQuotaManager(PRODUCER_BYTE_RATE)
     assert manager.record_and_get_throttle_time_ms(ClientQuotas(), "u", "c", 10 ** 12, 0) == 0
     assert manager.sensor_count == 0 and manager.max_value_in_quota_window(ClientQuotas(), "u", "c") is None
+
+
+@pytest.mark.parametrize("request_bytes", [16_384, 65_536])
+def test_greedy_client__kafka_default_window__held_to_its_quota_over_whole_cycles(request_bytes):
+    """A client that sends again as soon as its throttle time has passed (5 ms a
+    round trip), on a fake clock, under Kafka's default window (11 samples of
+    1 s): the first request's allowance (10 windows' worth) comes at once, so
+    the rate is Kafka's over whole 11-second cycles: 33 s at the quota within 10%."""
+    clock = FakeClock(now_ms=0)
+    manager = ClientQuotaManager(PRODUCER_BYTE_RATE)
+    configured = ClientQuotas({frozenset({CD}): {PRODUCER_BYTE_RATE: float(1 << 20)}})
+    sent = 0
+    while clock.now_ms() < 33_000:
+        throttle_ms = manager.record_and_get_throttle_time_ms(configured, "u", "c", request_bytes, clock.now_ms())
+        sent += request_bytes
+        clock.advance(5 + throttle_ms)
+    assert abs(sent / 33 / (1 << 20) - 1) <= 0.10
