@@ -18,8 +18,10 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from kio.schema.errors import ErrorCode
+from kio.schema.alter_client_quotas.v0 import request as alter_quotas_v0
 from kio.schema.alter_client_quotas.v1 import request as alter_quotas_v1
 from kio.schema.alter_partition_reassignments.v1 import request as alter_reassignments_v1
+from kio.schema.describe_client_quotas.v0 import request as describe_quotas_v0
 from kio.schema.describe_client_quotas.v1 import request as describe_quotas_v1
 from kio.schema.create_acls.v3 import request as create_acls_v3
 from kio.schema.delete_acls.v3 import request as delete_acls_v3
@@ -87,22 +89,24 @@ def seeds():
     list_reassignments = list_reassignments_v0.ListPartitionReassignmentsRequest(
         timeout=TIMEOUT, topics=(list_reassignments_v0.ListPartitionReassignmentsTopics(
             name="orders", partition_indexes=(i32(0),)),))
-    describe_quotas = describe_quotas_v1.DescribeClientQuotasRequest(strict=False, components=(
-        describe_quotas_v1.ComponentData(entity_type="user", match_type=i8(0), match="alice"),
-        describe_quotas_v1.ComponentData(entity_type="client-id", match_type=i8(2), match=None)))
-    alter_quotas = alter_quotas_v1.AlterClientQuotasRequest(validate_only=False, entries=(
-        alter_quotas_v1.EntryData(entity=(alter_quotas_v1.EntityData(entity_type="user", entity_name="alice"),
-                                          alter_quotas_v1.EntityData(entity_type="client-id", entity_name=None)),
-                                  ops=(alter_quotas_v1.OpData(key="producer_byte_rate", value=f64(1024.0),
-                                                              remove=False),
-                                       alter_quotas_v1.OpData(key="consumer_byte_rate", value=f64(0.0),
-                                                              remove=True))),))
+    quota_seeds = []
+    for version, (describe_quotas, alter_quotas) in enumerate(((describe_quotas_v0, alter_quotas_v0),
+                                                               (describe_quotas_v1, alter_quotas_v1))):
+        quota_seeds.append(request_frame(48, version, describe_quotas.DescribeClientQuotasRequest(
+            strict=False, components=(
+                describe_quotas.ComponentData(entity_type="user", match_type=i8(0), match="alice"),
+                describe_quotas.ComponentData(entity_type="client-id", match_type=i8(2), match=None)))))
+        quota_seeds.append(request_frame(49, version, alter_quotas.AlterClientQuotasRequest(
+            validate_only=False, entries=(alter_quotas.EntryData(
+                entity=(alter_quotas.EntityData(entity_type="user", entity_name="alice"),
+                        alter_quotas.EntityData(entity_type="client-id", entity_name=None)),
+                ops=(alter_quotas.OpData(key="producer_byte_rate", value=f64(1024.0), remove=False),
+                     alter_quotas.OpData(key="consumer_byte_rate", value=f64(0.0), remove=True))),))))
     return [request_frame(0, 9, produce), request_frame(1, 12, fetch), request_frame(2, 7, listing),
             request_frame(8, 8, commit), request_frame(9, 8, offsets), request_frame(10, 4, find),
             request_frame(30, 3, create_acls), request_frame(29, 3, describe_acls), request_frame(31, 3, delete_acls),
             request_frame(43, 2, elect), request_frame(43, 2, elect_every), request_frame(45, 1, reassign),
-            request_frame(46, 0, list_reassignments), request_frame(48, 1, describe_quotas),
-            request_frame(48, 0, describe_quotas), request_frame(49, 1, alter_quotas), request_frame(49, 0, alter_quotas)]
+            request_frame(46, 0, list_reassignments), *quota_seeds]
 
 
 SEEDS = seeds()
