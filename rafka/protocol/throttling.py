@@ -22,6 +22,13 @@ request or answer frame, never by its records. An answer is decoded and
 re-encoded only when throttled. Bounded: sensors (core.client_quotas.MAX_SENSORS),
 one mute per open connection (dropped when it closes or expires).
 
+Per broker as Kafka's, with one network process per broker (rafka up's
+default): a broker run with several (SO_REUSEPORT) measures in each process the
+connections the kernel gave it, so a client spread over k of them may get up to
+k times its quota. Not enforced here (yet): request_percentage (Kafka's request
+time quota), controller_mutation_rate and the ip connection_creation_rate; they
+are stored, validated and described.
+
 Rates use the injected clock (milliseconds); mutes are deadlines on the event
 loop's clock, where the server's timers run.
 Callers: protocol.edge (EdgeDispatcher.dispatch), tests.

@@ -239,3 +239,40 @@ def test_consumer_over_quota__held_to_it(edge_node):
           f"{len(throttles)} throttle events; {filled} bytes were there")
     assert throttles and max(throttles) > 0
     assert abs(rate / (QUOTA_BYTES_PER_S / 4) - 1) <= 0.10
+
+
+def test_throttled_connection__answered_at_once__next_request_waits_out_the_mute__other_connection_not(edge_node):
+    """KIP-219 at the broker: the over-quota Produce is answered at once with its
+    throttle time; the next request on that connection, sent right behind it, is
+    started only once the throttle time has passed; a request of another client
+    on another connection meanwhile is answered at once."""
+    from rafka.core.records import RecordInput, encode_batch
+    from rafka.protocol.producing import produce_request
+    assert alter(edge_node, [([(CLIENT_ID, "burst")], [(PRODUCER_BYTE_RATE, 65536.0)])]) == [None]
+    big = encode_batch([RecordInput(b"b" * 200_000, b"k")])   # ~3x the 1 s window's allowance
+    small = encode_batch([RecordInput(b"s", b"k")])
+
+    async def run():
+        burst = await Connection.open("127.0.0.1", edge_node.port, client_id="burst")
+        other = await Connection.open("127.0.0.1", edge_node.port, client_id="other")
+        try:
+            first = asyncio.ensure_future(burst.request(produce_request(
+                topic="orders", partition=0, records=big, acks=-1, timeout_ms=5000)))
+            second = asyncio.ensure_future(burst.request(produce_request(
+                topic="orders", partition=0, records=small, acks=-1, timeout_ms=5000)))
+            answer = await first
+            answered_s = time.monotonic()
+            elsewhere = await other.request(produce_request(topic="other", partition=0, records=small, acks=-1,
+                                                            timeout_ms=5000))
+            elsewhere_s = time.monotonic() - answered_s
+            await second
+            return answer, elsewhere, elsewhere_s, time.monotonic() - answered_s
+        finally:
+            await burst.close()
+            await other.close()
+    answer, elsewhere, elsewhere_s, second_s = asyncio.run(run())
+    throttle_s = answer.throttle_time.total_seconds()
+    # (200 KB / 1 s - 64 KiB/s) / 64 KiB/s * 1 s
+    assert 1.8 < throttle_s < 2.4
+    assert second_s >= throttle_s - 0.05
+    assert elsewhere.throttle_time.total_seconds() == 0 and elsewhere_s < throttle_s / 4
