@@ -3,6 +3,7 @@
 `up`, `down` and `status` act on a running Ray cluster (`--address`, else
 RAY_ADDRESS, else "auto"); `topics` speaks kafka-topics.sh; `consumer-groups`,
 `lag`, `dump-offsets` and the console clients are in cli_groups.py, `acls` in cli_acls.py,
+`configs` (client quotas) in cli_configs.py,
 `delete-records` and `log-dirs` in cli_records.py, `transactions` in cli_transactions.py,
 `leader-election` and `reassign-partitions` in cli_partitions.py. Errors print as Kafka's tools
 print them ("Error while executing topic command : ...") and exit 1.
@@ -14,7 +15,7 @@ import argparse
 import os
 import sys
 
-from rafka import cli_acls, cli_groups, cli_partitions, cli_records, cli_transactions
+from rafka import cli_acls, cli_configs, cli_groups, cli_partitions, cli_records, cli_transactions
 from rafka.quiet import own_stderr, quiet_logs
 from rafka.cluster_errors import NotRunning, UsageError
 from rafka.core.errors import KafkaError
@@ -331,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     users.add_argument("--iterations", type=int, default=4096, help="with --add (at least 4096)")
     cli_groups.add_parsers(sub)
     cli_acls.add_parser(sub)
+    cli_configs.add_parser(sub)
     cli_records.add_parsers(sub)
     cli_transactions.add_parser(sub)
     verify = sub.add_parser("verify", help="a verifiable producer and consumers under faults, checked "
@@ -402,6 +404,7 @@ COMMANDS = {"up": cmd_up, "users": cmd_users, "down": cmd_down, "status": cmd_st
             "console-producer": lambda args: cli_groups.cmd_console_producer(_connect(args), args),
             "console-consumer": lambda args: cli_groups.cmd_console_consumer(_connect(args), args),
             "acls": lambda args: cli_acls.cmd_acls(_connect(args).admin(), args),
+            "configs": lambda args: cli_configs.cmd_configs(_connect(args).admin(), args),
             "delete-records": lambda args: cli_records.cmd_delete_records(_connect(args).admin(), args),
             "log-dirs": lambda args: cli_records.cmd_log_dirs(_connect(args).admin(), args),
             "transactions": cmd_transactions}

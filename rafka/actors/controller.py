@@ -837,6 +837,20 @@ class ControllerActor:
             await asyncio.gather(self._push_image(), self.brokers_current())
         return results
 
+    async def alter_client_quotas(self, entries: list, validate_only: bool = False) -> list:
+        """AlterClientQuotas (protocol.handlers.client_quotas.Alteration each): per
+        entry None or its typed error (core.metadata.handle_alter_client_quotas).
+        Committed, then the new image goes to every node before the answer, so
+        every broker throttles by the new quotas once the client hears of them."""
+        async with self._lock:
+            records, results = self.metadata.handle_alter_client_quotas(entries)
+            if validate_only or not records:
+                return results
+            self._commit(records)
+        logger.info("client quotas: %d values changed", len(records))
+        await asyncio.gather(self._push_image(), self.brokers_current())
+        return results
+
     async def delete_topic(self, name: str) -> None:
         """Remove the topic from the metadata first (clients stop finding it), then
         its replicas' logs, actors and placement groups. A replica whose broker is
@@ -1644,6 +1658,7 @@ class _TopicAdminOnActorLoop:
         self.alter_topic_config = hop(controller.alter_topic_config)
         self.create_acls = hop(controller.create_acls)
         self.delete_acls = hop(controller.delete_acls)
+        self.alter_client_quotas = hop(controller.alter_client_quotas)
         self.elect_leaders = hop(controller.elect_leaders)
         self.alter_partition_reassignments = hop(controller.alter_partition_reassignments)
         self.list_partition_reassignments = hop(controller.list_partition_reassignments)

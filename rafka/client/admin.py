@@ -46,7 +46,7 @@ from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
 from rafka.core.transaction_shard import TransactionListing, TxnMarker
-from rafka.protocol import (acl_requests, admin_requests, cluster_requests, fetching, group_requests,
+from rafka.protocol import (acl_requests, quota_requests, admin_requests, cluster_requests, fetching, group_requests,
                             txn_admin_requests, txn_markers)
 from rafka.protocol.network import coordinator_channel
 from rafka.protocol.txn_admin_requests import DescribedTransaction
@@ -374,6 +374,27 @@ class Admin:
             return []
         return self._metadata.ask_any_node(acl_requests.delete_acls_request(list(filters)),
                                            acl_requests.delete_acls_answer, what="delete ACLs")
+
+    # --- client quotas (kafka-configs.sh --entity-type users|clients), over the wire -------------
+
+    def describe_client_quotas(self, components: list[tuple[str, str | None]], *, strict: bool = False,
+                               any_name: frozenset[str] = frozenset()) -> list[tuple[list, dict[str, float]]]:
+        """The quota entities the filter matches, each with its values
+        (DescribeClientQuotas, from a node's image): `components` (entity type,
+        name; None: the default), `any_name`: types matched by any name."""
+        return self._metadata.ask_any_node(quota_requests.describe_request(components, strict=strict,
+                                                                           any_name=any_name),
+                                           quota_requests.describe_answer, what="describe client quotas")
+
+    def alter_client_quotas(self, entries: list[tuple[list, list[tuple[str, float | None]]]], *,
+                            validate_only: bool = False) -> list[KafkaError | None]:
+        """AlterClientQuotas to any broker (it relays to the controller, which
+        commits and pushes the quotas to every broker before it answers): per
+        entry (entity, ops: (key, value; None removes it)), None or why not."""
+        if not entries:
+            return []
+        return self._metadata.ask_any_node(quota_requests.alter_request(entries, validate_only=validate_only),
+                                           quota_requests.alter_answer, what="alter client quotas")
 
     # --- transactions (kafka-transactions.sh), over the wire ---------------------------------
 

@@ -31,6 +31,10 @@ Invariants:
     is open to everyone until SASL is required, then closed (Kafka's
     allow.everyone.if.no.acl.found, true on an open cluster, false once logins are).
 
+  * `client_quotas` are the controller's quota configs at the image's version
+    (core.client_quotas): each broker throttles its clients by them, with no
+    call to the controller.
+
 Pure data, no I/O. Callers: the controller (build), the actors' Metadata handler
 and partition lookups (read), the broker nodes (broker_view, and the internal
 endpoints they route to), rafka.client's metadata cache and the coordinators
@@ -46,6 +50,7 @@ from typing import Any
 
 from rafka.core.acl import NO_ACLS, AclOperation, Acls, Resource, ResourceType, authorize, \
     authorize_by_resource_type, user_principal
+from rafka.core.client_quotas import NO_CLIENT_QUOTAS, ClientQuotas
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_of_actor_name,
                                     coordinator_actor_name, transaction_coordinator_actor_name)
 from rafka.core.errors import CoordinatorNotAvailable, LeaderNotAvailable, UnknownTopicOrPartition
@@ -95,6 +100,7 @@ class ClusterImage:
     transaction_coordinator_nodes: tuple[int, ...] = ()
     acls: Acls = NO_ACLS          # the ACL bindings (core.acl), with the version of their last change
     super_users: frozenset[str] = SUPER_USERS   # Kafka's super.users, rafka's own user always among them
+    client_quotas: ClientQuotas = NO_CLIENT_QUOTAS   # per user / client id (core.client_quotas)
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource: Resource) -> bool:
         """Whether `principal`, connected from `host`, may do `operation` on `resource`."""
@@ -246,4 +252,5 @@ def build_image(metadata: ClusterMetadata, version: int, *, super_users: frozens
                         scram_credentials=dict(metadata.scram_credentials),
                         sasl_required=metadata.sasl_required, brokers=dict(sorted(brokers.items())),
                         transaction_coordinator_nodes=transaction_coordinators, acls=metadata.acls(),
-                        super_users=SUPER_USERS | frozenset(super_users))
+                        super_users=SUPER_USERS | frozenset(super_users),
+                        client_quotas=metadata.client_quotas())

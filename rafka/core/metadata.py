@@ -42,6 +42,11 @@ Invariants:
   `acl_version` counts the ACL records replayed, so an image's `acls` say which
   set it holds; only valid bindings are recorded (core.acl.validate_new_binding),
   at most MAX_ACL_CHANGES_PER_REQUEST records per Create/DeleteAcls
+  client quotas (core.client_quotas) hold only valid values and no empty entity;
+  `client_quota` records are Kafka's ClientQuotaRecord (one key of one entity, set
+  or removed), at most MAX_QUOTA_RECORDS_PER_REQUEST per AlterClientQuotas, and
+  `client_quota_version` counts them, so an image's `client_quotas` say which
+  configs they are
   a topic's config is its overrides only, every one valid together (TopicConfig),
   min.insync.replicas never above its replication factor; `topic_config` records
   replace the whole set (AlterConfigs and IncrementalAlterConfigs end there)
@@ -61,6 +66,7 @@ from typing import Any
 
 from rafka.core.acl import (MAX_ACL_CHANGES_PER_REQUEST, NO_ACLS, AclBinding, AclBindingFilter, Acls,
                             validate_new_binding)
+from rafka.core.client_quotas import ClientQuotas, alteration_records, replayed
 from rafka.core.config import SET, ConfigOp, TopicConfig, altered_overrides
 from rafka.core.errors import (ElectionNotNeeded, EligibleLeadersNotAvailable, FencedLeaderEpoch, InvalidConfig,
                                InvalidPartitions, InvalidReplicaAssignment, InvalidReplicationFactor, InvalidRequest,
@@ -236,6 +242,9 @@ class ClusterMetadata:
         self.acl_bindings: set[AclBinding] = set()
         self.acl_version = 0         # ACL records replayed: the version of `acls()`
         self._acls: Acls = NO_ACLS   # the indexed bindings at acl_version, made when first asked for
+        self.client_quota_values: dict[frozenset, dict[str, float]] = {}   # by entity (core.client_quotas)
+        self.client_quota_version = 0
+        self._client_quotas = ClientQuotas()
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -298,6 +307,9 @@ class ClusterMetadata:
                 raise ValueError(f"metadata record removes an ACL that is not there: {record}")
             self.acl_bindings.remove(binding)
             self.acl_version += 1
+        elif kind == "client_quota":
+            replayed(self.client_quota_values, record)
+            self.client_quota_version += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -619,6 +631,19 @@ class ClusterMetadata:
         if self._acls.version != self.acl_version:
             self._acls = Acls(self.acl_bindings, version=self.acl_version)
         return self._acls
+
+    def client_quotas(self) -> ClientQuotas:
+        """The quota configs, immutable, made again only after they changed."""
+        if self._client_quotas.version != self.client_quota_version:
+            self._client_quotas = ClientQuotas({e: dict(v) for e, v in self.client_quota_values.items()},
+                                               version=self.client_quota_version)
+        return self._client_quotas
+
+    def handle_alter_client_quotas(self, entries: list) -> tuple[list[Record], list[KafkaError | None]]:
+        """AlterClientQuotas: per entry (entity pairs, ops of (key, value or None
+        to remove)) None or why not, and the records (Kafka's
+        ClientQuotaControlManager.alterClientQuotas)."""
+        return alteration_records(self.client_quotas(), entries)
 
     def handle_create_acls(self, bindings: Sequence[AclBinding]) -> tuple[list[Record], list[KafkaError | None]]:
         """CreateAcls: per binding, None (created, or there already) or why not

@@ -179,6 +179,9 @@ class Dispatcher:
         self.request_metrics = request_metrics if request_metrics is not None else RequestMetrics()
         self._clock_s = clock_s
         self._latency_by_key: dict[tuple[int, int], Histogram] = {}   # (API key, version)
+        # connection id -> the event loop time until which the server starts none of
+        # its requests (a throttled client's, protocol.throttling); read by the server
+        self.channel_mutes: dict[str, float] = {}
 
     def parse(self, frame: bytes, *, connection_id: str = "", session: Session = ANONYMOUS_SESSION) -> ParsedRequest:
         """Header and body of one request frame (without its size prefix)."""

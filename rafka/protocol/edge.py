@@ -6,7 +6,7 @@ keep their own nodes as the internal listener (core.cluster_image).
 Routes, by API:
   * answered here from the broker view of the cluster image: ApiVersions,
     Metadata, FindCoordinator, DescribeConfigs, InitProducerId without a transactional
-    id, DescribeAcls, DescribeCluster, SASL; DescribeLogDirs from this broker's disk;
+    id, DescribeAcls, DescribeClientQuotas, DescribeCluster, SASL; DescribeLogDirs from this broker's disk;
   * partition APIs (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
     DeleteRecords): each
     partition goes to its leader replica's actor when that replica runs on this
@@ -28,8 +28,8 @@ Routes, by API:
     this broker, else NOT_COORDINATOR from here; ListTransactions asks every
     transaction coordinator here. InitProducerId without one is answered here
     (an idempotent producer's id, from the controller);
-  * topic, config and ACL administration, leader elections and partition
-    reassignments: to the controller's node, from any broker
+  * topic, config, ACL and client quota administration, leader elections and
+    partition reassignments: to the controller's node, from any broker
     (Kafka's brokers forward it to the controller, KIP-590); tried again once on
     a new connection if the first is lost, then answered REQUEST_TIMED_OUT
     (retriable) as Kafka's forwarding answers an unreachable controller
@@ -75,6 +75,10 @@ administration too, and no actor needs a second, impersonated principal.
     offsets answered TOPIC_AUTHORIZATION_FAILED, or left out of an all-offsets
     answer).
 
+Client quotas (protocol.throttling): a Produce or a consumer's Fetch of a client
+with a byte-rate quota is measured here, per broker, and answered with its
+throttle time, its connection muted for that time (KIP-219).
+
 Invariants: the handlers here read only the image (broker view and internal
 endpoints) and never wait on Ray; every upstream request is one the client sent
 (or a part of it), so bounds on client requests bound the relayed ones.
@@ -111,6 +115,7 @@ from rafka.protocol.entities import load_response_schema
 from rafka.protocol.framing import decode_response_header, pack_request_header, peek_api_key_and_version
 from rafka.protocol.hot_writers import WrittenBody, body_pieces
 from rafka.protocol.pipelining import admission
+from rafka.protocol.throttling import QUOTA_APIS, EdgeQuotas
 
 logger = logging.getLogger(__name__)
 
@@ -161,8 +166,8 @@ TRANSACTION_LIST_APIS = {24: ("transactions", "results_by_transaction"), 65: ("t
 LIST_TRANSACTIONS_KEY = 66
 TRANSACTION_APIS = frozenset(SINGLE_TRANSACTION_APIS) | frozenset(TRANSACTION_LIST_APIS) | {LIST_TRANSACTIONS_KEY}
 # Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls,
-# ElectLeaders, Alter/ListPartitionReassignments
-CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46})
+# ElectLeaders, Alter/ListPartitionReassignments, AlterClientQuotas
+CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46, 49})
 WRITE_TXN_MARKERS_KEY = 27
 # every API routed to the actors (the rest is answered here): one set lookup a request
 ROUTED_APIS = (frozenset(PARTITION_APIS) | SINGLE_GROUP_APIS | frozenset(GROUP_LIST_APIS) | CONTROLLER_APIS
@@ -202,13 +207,15 @@ class EdgeDispatcher(Dispatcher):
     partition and group hosts refuse, its Metadata is `view`'s): they answer
     what is local and what no actor here can; `image()`: the newest cluster image
     (internal endpoints); `view()`: its broker view; `upstream_login()`: the
-    cluster's SASL login when the actors' listeners require one."""
+    cluster's SASL login when the actors' listeners require one;
+    `quota_options`: protocol.throttling.EdgeQuotas' (clock, quota window)."""
 
     def __init__(self, table: DispatchTable, *, broker_id: int, image: Callable[[], ClusterImage],
                  view: Callable[[], ClusterImage],
                  upstream_login: Callable[[], Awaitable[SaslLogin | None]] | None = None,
-                 upstream_tls=None, **dispatcher_options) -> None:
+                 upstream_tls=None, quota_options: dict | None = None, **dispatcher_options) -> None:
         super().__init__(table, **dispatcher_options)
+        self.quotas = EdgeQuotas(self.channel_mutes, **(quota_options or {}))
         self.broker_id = broker_id
         self._image = image
         self._view = view
@@ -228,6 +235,8 @@ class EdgeDispatcher(Dispatcher):
             parsed = self.parse(frame, connection_id=connection_id, session=session)
             if not parsed.is_unsupported_api_versions:
                 try:
+                    if api_key in QUOTA_APIS and self.quotas.applies(parsed):   # protocol.throttling
+                        return await self.quotas.serve(parsed, frame, connection_id, self._route)
                     return await self._route(parsed, frame, connection_id)
                 finally:
                     self._observe(parsed, started_s)
@@ -530,6 +539,7 @@ class EdgeDispatcher(Dispatcher):
     async def connection_closed(self, connection_id: str) -> None:
         """The client's connection closed: so do its upstream connections (an
         actor drops their parked requests)."""
+        self.channel_mutes.pop(connection_id, None)
         for key in [k for k in self._channels if k[0] == connection_id]:
             self._opening.pop(key, None)
             for channel in self._channels.pop(key):
@@ -564,6 +574,7 @@ class ControllerUnreachable:
     async def _unreachable(self, *args, **kwargs):
         raise RequestTimedOut("the controller could not be reached from this broker; retry")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _unreachable
+    alter_client_quotas = _unreachable
     elect_leaders = alter_partition_reassignments = list_partition_reassignments = _unreachable
 
 

@@ -17,6 +17,9 @@ node's ApiVersions for the whole cluster (kafka-python does) work:
     on the controller's node (its topic_admin_host), NOT_CONTROLLER elsewhere
     (a broker's edge relays them to the controller; `acl_admin` stands in for
     the controller where a test node keeps the metadata itself);
+  * client quotas: DescribeClientQuotas on every node from its image;
+    AlterClientQuotas as CreateAcls (`quota_admin` stands in for the controller
+    in tests);
   * leader elections and partition reassignments (ElectLeaders,
     Alter/ListPartitionReassignments): as CreateAcls, on the controller's node
     (`elections_admin` stands in for the controller in tests);
@@ -36,6 +39,7 @@ from rafka.core.errors import NotController
 from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
 from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions,
+                                     client_quotas,
                                      consumer_group, delete_records, describe_cluster, describe_configs, describe_log_dirs,
                                      describe_producers, describe_transactions, end_txn, fetch, find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
@@ -68,6 +72,7 @@ class _NotController:
         raise NotController("this node is not the controller: send topic administration to the "
                             "controller Metadata names")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _refuse
+    alter_client_quotas = _refuse
     elect_leaders = alter_partition_reassignments = list_partition_reassignments = _refuse
 
 
@@ -77,6 +82,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                alter_topic_config: alter_configs.AlterTopicConfig | None = None,
                acl_admin: acls.AclAdmin | None = None,
                elections_admin: partition_admin.PartitionAdmin | None = None,
+               quota_admin: client_quotas.QuotaAdmin | None = None,
                log_dirs: describe_log_dirs.LogDirs | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `transactions`: a TransactionHost
@@ -87,6 +93,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     `acl_admin`: where CreateAcls / DeleteAcls go (default: topic_admin_host);
     `elections_admin`: where ElectLeaders and the partition reassignment APIs go
     (default: topic_admin_host);
+    `quota_admin`: where AlterClientQuotas goes (default: topic_admin_host);
     `log_dirs`: the node's log dirs for DescribeLogDirs (a broker's; none: no log dir)."""
     partitions = partitions or _NoPartitions(image)
     groups = groups or _NoGroups()
@@ -107,4 +114,5 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         *topic_admin.routes(admin),
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
         *partition_admin.routes(elections_admin or admin),
+        *client_quotas.routes(image, quota_admin or admin),
         *sasl.routes()], image=image)

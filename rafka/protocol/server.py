@@ -21,6 +21,10 @@ Invariants:
   * Each request is dispatched with its connection's Session: the client's
     address, and the principal of its SASL login (protocol.sasl), ANONYMOUS
     until then or without one.
+  * A connection the dispatcher mutes (`channel_mutes`: a throttled client,
+    protocol.throttling) starts no request until the mute's deadline; its
+    answers already due still go out (KIP-219: answer first, then mute), and
+    reading pauses once a frame waits, as for any frame not started.
   * stop() closes the listening socket and every connection, and returns once
     their tasks have ended.
   * Answers that are ready together go out in one write (a parked Produce's
@@ -185,6 +189,7 @@ class _KafkaConnection(asyncio.Protocol):
         self._eof = False
         self._last_request_s = asyncio.get_running_loop().time()
         self._gate = None if server.sasl is None else SaslGate(server.sasl, server.dispatcher)
+        self._unmute: asyncio.TimerHandle | None = None   # set while muted with a frame waiting
         self.session = ANONYMOUS_SESSION   # who is on this connection: its address once made, its login once done
 
     def idle_since(self, now_s: float) -> float:
@@ -227,6 +232,8 @@ class _KafkaConnection(asyncio.Protocol):
     def connection_lost(self, error: Exception | None) -> None:
         """`closed` is done once every request task of the connection has ended."""
         requests = list(self._started)
+        if self._unmute is not None:
+            self._unmute.cancel()
         for request in requests:
             request.cancel()
         self._started.clear()
@@ -247,7 +254,11 @@ class _KafkaConnection(asyncio.Protocol):
 
     def _start_next(self) -> None:
         """Start the read frames that may start now: in order, one at a time until
-        each admits the next or is answered, at most max_pipelined_requests unanswered."""
+        each admits the next or is answered, at most max_pipelined_requests unanswered, none while the connection is muted."""
+        mutes = self.server.dispatcher.channel_mutes
+        if mutes and self._frames and self._muted(mutes):
+            self._update_reading()
+            return
         while self._frames and self._holder is None and len(self._started) < self.server.max_pipelined_requests:
             frame = self._frames.popleft()
             request = self._holder = asyncio.get_running_loop().create_task(self._answer(frame))
@@ -264,6 +275,24 @@ class _KafkaConnection(asyncio.Protocol):
             return answer
         admitting(self._admit_next)
         return await self.server.dispatcher.dispatch(frame, connection_id=self.connection_id, session=self.session)
+
+    def _muted(self, mutes: dict[str, float]) -> bool:
+        """Whether the dispatcher mutes this connection now; if so, a timer starts
+        the waiting frames at the deadline."""
+        until = mutes.get(self.connection_id)
+        if until is None:
+            return False
+        loop = asyncio.get_running_loop()
+        if loop.time() >= until:
+            del mutes[self.connection_id]
+            return False
+        if self._unmute is None:
+            self._unmute = loop.call_at(until, self._unmuted)
+        return True
+
+    def _unmuted(self) -> None:
+        self._unmute = None
+        self._start_next()
 
     def _admit_next(self) -> None:
         """The newest request let the next one start (it waits for replication)."""

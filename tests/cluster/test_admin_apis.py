@@ -101,3 +101,39 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
     done = wait_for_leader(cluster, "moved", 0, newer_than_epoch=leading["leader_epoch"] + 1)
     assert (done["leader"], done["leader_epoch"]) == (leading["leader"], leading["leader_epoch"] + 2)
     assert [offset for offset, _ in read_back(cluster, "moved")] == moved_acked
+
+
+def test_client_quotas__rafka_configs_through_a_broker__every_broker_throttles(cluster):
+    """`rafka configs` alters a client id's producer_byte_rate over the wire (a
+    broker relays AlterClientQuotas to the controller, which pushes the image
+    before it answers) and describes it back; a confluent-kafka producer of that
+    client id writing to partitions led by every broker is then throttled by
+    each broker on its own (throttle_cb names the broker), under Kafka's default
+    quota window."""
+    import types
+    from confluent_kafka import Producer
+    from rafka.cli_configs import cmd_configs
+
+    admin = cluster.admin()
+    admin.create_topic("quoted", partitions=3, replication_factor=1)
+    lines: list[str] = []
+    args = types.SimpleNamespace(alter=True, describe=False, entities=[["clients", "slow", True]],
+                                 add_config="producer_byte_rate=65536", delete_config=None)
+    assert cmd_configs(admin, args, out=lines.append) == 0
+    args = types.SimpleNamespace(alter=False, describe=True, entities=[["clients", "slow", True]])
+    assert cmd_configs(admin, args, out=lines.append) == 0
+    assert lines == ["Completed updating config for client slow.",
+                     "Quota configs for client-id 'slow' are producer_byte_rate=65536.0"]
+
+    throttled_by: set[int] = set()
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "client.id": "slow", "acks": "all",
+                         "linger.ms": 5, "throttle_cb": lambda event: event.throttle_time > 0 and
+                         throttled_by.add(event.broker_id)})
+    for partition in range(3):
+        for _ in range(64):   # 1 MiB to each broker: past the window's 10 * 64 KiB allowance
+            producer.produce("quoted", b"z" * 16384, partition=partition)
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    # three partitions of one replica each: Kafka's assignment puts one on each broker
+    assert throttled_by == {0, 1, 2}
+    print(f"throttled by brokers {sorted(throttled_by)}")

@@ -155,13 +155,16 @@ class ProtocolNode:
 
     def __init__(self, directory, topics: dict[str, int], *, configs: dict[str, dict] | None = None, sasl=None,
                  tls=None, edge: bool = False, brokers: int = 1, require_sasl: bool = False,
-                 super_users: frozenset[str] = frozenset(), coordinator_options: dict | None = None) -> None:
+                 super_users: frozenset[str] = frozenset(), coordinator_options: dict | None = None,
+                 quota_options: dict | None = None) -> None:
         """`edge`: clients bootstrap at a broker's node (protocol.edge) in front of
         the actors' nodes, as in a cluster; `brokers`: how many brokers the
         partitions are spread over (replicas of brokers > 0 are refused by broker
         0's edge, as not led there; only broker 0 runs an edge);
         `coordinator_options`: LocalCoordinator's (consumer groups' session timeout
-        and heartbeat interval)."""
+        and heartbeat interval); `quota_options`: the edge's client quotas'
+        (protocol.throttling.EdgeQuotas: clock, quota window)."""
+        self.quota_options = quota_options
         self.coordinator_options = coordinator_options or {}
         self.directory = directory
         self.topics = topics
@@ -241,7 +244,7 @@ class ProtocolNode:
         dispatcher = Dispatcher(node_table(image=self.image, allocate_producer_id=self._allocate_producer_id,
                                            partitions=self, groups=self.coordinator,
                                            list_groups=self.coordinator.list_groups, acl_admin=self,
-                                           elections_admin=self,
+                                           elections_admin=self, quota_admin=self,
                                            transactions=self.transactions,
                                            log_dirs=None if self.with_edge else self._log_dirs))
         # One server (port) per actor, as in a cluster, all answering from one table:
@@ -267,7 +270,8 @@ class ProtocolNode:
                 node_table(image=lambda: self.view, allocate_producer_id=self._allocate_producer_id,
                            topic_admin_host=ControllerUnreachable(lambda: self.view),   # as actors.broker
                            log_dirs=self._log_dirs),
-                broker_id=0, image=self.image, view=lambda: self.view, upstream_login=self._cluster_login)
+                broker_id=0, image=self.image, view=lambda: self.view, upstream_login=self._cluster_login,
+                quota_options=self.quota_options)
             server = ProtocolServer(self.edge, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
             self.servers.insert(0, server)
             apply(self.metadata.handle_register_node(broker_actor_name(0), "127.0.0.1", await server.start())[0])
@@ -298,6 +302,13 @@ class ProtocolNode:
         records, results = self.metadata.handle_delete_acls(filters)
         self._apply(records)
         self._rebuild_image()
+        return results
+
+    async def alter_client_quotas(self, entries, validate_only=False):   # (protocol.handlers.client_quotas)
+        records, results = self.metadata.handle_alter_client_quotas(entries)
+        if not validate_only:
+            self._apply(records)
+            self._rebuild_image()
         return results
 
     async def elect_leaders(self, election_type, partitions):   # (protocol.handlers.partition_admin)

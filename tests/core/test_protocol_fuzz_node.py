@@ -1,13 +1,16 @@
 """Fuzz the whole table a node serves: mutated Produce, Fetch, ListOffsets,
 OffsetCommit, OffsetFetch, FindCoordinator, Metadata, CreateAcls, DescribeAcls,
-DeleteAcls, ElectLeaders, AlterPartitionReassignments and
-ListPartitionReassignments frames go through the in-process node's dispatcher.
+DeleteAcls, ElectLeaders, AlterPartitionReassignments,
+ListPartitionReassignments, DescribeClientQuotas and AlterClientQuotas frames go through the in-process node's dispatcher.
 Whatever the bytes: no exception but a ProtocolError, bounded time, and no state
 change that no answer acknowledged (the log grows only when a Produce answer
 says NONE; committed offsets change only when an OffsetCommit answer says NONE;
 ACL bindings only when a CreateAcls or DeleteAcls answer says NONE for some
 entry; partitions' leaders and replicas only when an ElectLeaders or
-AlterPartitionReassignments answer says NONE for some partition)."""
+AlterPartitionReassignments answer says NONE for some partition; client quotas
+only when an AlterClientQuotas answer says NONE for some entry). The same
+frames through a broker's edge whose clients have byte-rate quotas (Produce and
+Fetch measured, throttled answers rewritten) crash nothing either."""
 
 import datetime
 import time
@@ -15,7 +18,11 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from kio.schema.errors import ErrorCode
+from kio.schema.alter_client_quotas.v0 import request as alter_quotas_v0
+from kio.schema.alter_client_quotas.v1 import request as alter_quotas_v1
 from kio.schema.alter_partition_reassignments.v1 import request as alter_reassignments_v1
+from kio.schema.describe_client_quotas.v0 import request as describe_quotas_v0
+from kio.schema.describe_client_quotas.v1 import request as describe_quotas_v1
 from kio.schema.create_acls.v3 import request as create_acls_v3
 from kio.schema.delete_acls.v3 import request as delete_acls_v3
 from kio.schema.describe_acls.v3 import request as describe_acls_v3
@@ -27,7 +34,7 @@ from kio.schema.list_partition_reassignments.v0 import request as list_reassignm
 from kio.schema.offset_commit.v8 import request as commit_v8
 from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.produce.v9 import request as produce_v9
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.static.primitive import f64, i8, i16, i32, i32Timedelta, i64
 
 from rafka.core.records import RecordInput, encode_batch
 from rafka.protocol.errors import ProtocolError
@@ -82,11 +89,24 @@ def seeds():
     list_reassignments = list_reassignments_v0.ListPartitionReassignmentsRequest(
         timeout=TIMEOUT, topics=(list_reassignments_v0.ListPartitionReassignmentsTopics(
             name="orders", partition_indexes=(i32(0),)),))
+    quota_seeds = []
+    for version, (describe_quotas, alter_quotas) in enumerate(((describe_quotas_v0, alter_quotas_v0),
+                                                               (describe_quotas_v1, alter_quotas_v1))):
+        quota_seeds.append(request_frame(48, version, describe_quotas.DescribeClientQuotasRequest(
+            strict=False, components=(
+                describe_quotas.ComponentData(entity_type="user", match_type=i8(0), match="alice"),
+                describe_quotas.ComponentData(entity_type="client-id", match_type=i8(2), match=None)))))
+        quota_seeds.append(request_frame(49, version, alter_quotas.AlterClientQuotasRequest(
+            validate_only=False, entries=(alter_quotas.EntryData(
+                entity=(alter_quotas.EntityData(entity_type="user", entity_name="alice"),
+                        alter_quotas.EntityData(entity_type="client-id", entity_name=None)),
+                ops=(alter_quotas.OpData(key="producer_byte_rate", value=f64(1024.0), remove=False),
+                     alter_quotas.OpData(key="consumer_byte_rate", value=f64(0.0), remove=True))),))))
     return [request_frame(0, 9, produce), request_frame(1, 12, fetch), request_frame(2, 7, listing),
             request_frame(8, 8, commit), request_frame(9, 8, offsets), request_frame(10, 4, find),
             request_frame(30, 3, create_acls), request_frame(29, 3, describe_acls), request_frame(31, 3, delete_acls),
             request_frame(43, 2, elect), request_frame(43, 2, elect_every), request_frame(45, 1, reassign),
-            request_frame(46, 0, list_reassignments)]
+            request_frame(46, 0, list_reassignments), *quota_seeds]
 
 
 SEEDS = seeds()
@@ -115,17 +135,20 @@ def acknowledged(frame: bytes, response: bytes, api_key: int) -> bool:
         return any(p.error_code == ErrorCode.none for r in body.replica_election_results for p in r.partition_result)
     if api_key == 45:
         return any(p.error_code == ErrorCode.none for t in body.responses for p in t.partitions)
+    if api_key == 49:
+        return any(e.error_code == ErrorCode.none for e in body.entries)
     return any(p.error_code == ErrorCode.none for t in body.topics for p in t.partitions)
 
 
 def state(node):
     return (node.endpoints[("orders", 0)].replica.log.log_end_offset,
             node.coordinator.shard.fetch_offsets("fuzzed"), frozenset(node.metadata.acl_bindings),
+            node.metadata.client_quota_version,
             tuple((name, topic.partitions) for name, topic in sorted(node.metadata.topics.items())))
 
 
-# Produce, OffsetCommit, CreateAcls, DeleteAcls, ElectLeaders, AlterPartitionReassignments
-CHANGING_APIS = (0, 8, 30, 31, 43, 45)
+# Produce, OffsetCommit, CreateAcls, DeleteAcls, ElectLeaders, AlterPartitionReassignments, AlterClientQuotas
+CHANGING_APIS = (0, 8, 30, 31, 43, 45, 49)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -149,3 +172,34 @@ def test_fuzz__seeds_are_answered(node):
     dispatcher = node.servers[0].dispatcher
     for seed in SEEDS:
         assert node.call(dispatcher.dispatch(seed, connection_id="fuzz")) is not None
+
+
+@pytest.fixture(scope="module")
+def edge_node(tmp_path_factory):
+    """Through a broker's edge, the fuzzing client ("test-client") over tiny
+    produce and fetch quotas, so that throttled answers are rewritten too."""
+    with ProtocolNode(tmp_path_factory.mktemp("fuzz-edge"), {"orders": 1}, edge=True,
+                      quota_options={"quota_window_num": 2}) as node:
+        node.call(node.alter_client_quotas([([("client-id", "test-client")],
+                                             [("producer_byte_rate", 64.0), ("consumer_byte_rate", 64.0)])]))
+        yield node
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(frame=mutated(SEEDS))
+def test_fuzz__edge_with_quotas__protocol_errors_only__bounded(edge_node, frame):
+    started = time.perf_counter()
+    try:
+        node_answer = edge_node.call(edge_node.edge.dispatch(frame, connection_id="fuzz"))
+    except ProtocolError:
+        node_answer = None
+    assert time.perf_counter() - started < WORK_SECONDS_MAX
+    if node_answer is not None:
+        assert int.from_bytes(node_answer[:4], "big") == len(node_answer) - 4
+
+
+def test_fuzz__edge_with_quotas__seeds_answered__throttled_in_throttle_time(edge_node):
+    for seed in SEEDS:
+        assert edge_node.call(edge_node.edge.dispatch(seed, connection_id="fuzz-seeds")) is not None
+    assert edge_node.edge.quotas.produce.throttled_requests + edge_node.edge.quotas.fetch.throttled_requests > 0
