@@ -213,7 +213,8 @@ class ConsumerGroupMembership:
                 "consumer_group_heartbeat", self.member_id, epoch, instance_id=self.group_instance_id,
                 rebalance_timeout_ms=self.max_poll_interval_ms, subscribed_topic_names=topics,
                 server_assignor=self.server_assignor,
-                owned=[] if epoch == JOIN_EPOCH else sorted(by_id.items(), key=lambda item: str(item[0]))
+                owned=[] if epoch == JOIN_EPOCH else sorted(((topic_id, sorted(parts)) for topic_id, parts in by_id.items()),
+                                                      key=lambda item: str(item[0]))
             ).result(timeout=self.request_timeout_s)
         except Exception as error:
             cause = kafka_cause(error)
@@ -228,7 +229,11 @@ class ConsumerGroupMembership:
                     self._state, self._fatal = MemberState.FATAL, cause if isinstance(cause, KafkaError) \
                         else KafkaError(str(cause))
             return self.heartbeat_interval_s
-        self._take_answer(epoch, answer)
+        try:
+            self._take_answer(epoch, answer)
+        except Exception as error:   # an assigned topic id not known yet: the next heartbeat brings it again
+            logger.warning("group %s: heartbeat answer not taken: %r", self.coordinator.group_id, error)
+            return self.retry_backoff_s
         return self.heartbeat_interval_s
 
     def _take_answer(self, sent_epoch: int, answer: dict) -> None:
