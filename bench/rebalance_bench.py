@@ -200,6 +200,7 @@ def one_round(bootstrap: str, protocol: str, member_class, group: str, stop_gap_
             stops[p] = max(g for g, _ in gaps)
             resumed_at[p] = max(b for _, b in gaps)
     joined_reads = [reads.first_read[(joiner.name, p)] for p in joiner.owned]
+    unowned = {p: spans for p, spans in unowned.items() if spans}
     owned_again = {}   # partition -> its first read after its last span without an owner
     for p, spans in unowned.items():
         back = spans[-1][1] if spans[-1][1] is not None else end
