@@ -47,6 +47,14 @@ group.instance.id (a static member, KIP-345): within the session timeout it take
 its old place and partitions and nobody else is rebalanced. Members are spread
 across the broker nodes with a SPREAD placement group. `stop()` closes each
 consumer with LeaveGroup, so the group empties at once.
+
+`group_protocol="consumer"` (KIP-848) runs the same loop on the new protocol: the
+coordinator assigns, commits carry the member epoch, and a commit refused
+because the epoch moved on (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH) is dropped
+as above. A member killed there never sent its static leave (epoch -2), so its
+restart is refused (UNRELEASED_INSTANCE_ID) until the coordinator fences the
+old one at its session timeout: the member waits and joins again, as a new
+consumer, every `UNRELEASED_RETRY_S`.
 """
 
 from __future__ import annotations
@@ -60,7 +68,8 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from rafka.actors.replica import NAMESPACE
-from rafka.core.errors import IllegalGeneration, KafkaError, RebalanceInProgress, UnknownMemberId
+from rafka.core.errors import (FencedMemberEpoch, IllegalGeneration, KafkaError, RebalanceInProgress,
+                               StaleMemberEpoch, UnknownMemberId, UnreleasedInstanceId)
 from rafka.core.member_batch import Recovery, batch_span, output_records, recovery_for, rewind_positions
 from rafka.core.structs import TopicPartition
 from rafka.placement.groups import BROKER_RESOURCE, in_bundle
@@ -72,6 +81,8 @@ MEMBER_CPU = 0.01
 # partitions' committed offsets unstable this long.
 MEMBER_TRANSACTION_TIMEOUT_MS = 10_000
 PRODUCER_CLOSE_TIMEOUT_S = 5.0
+UNRELEASED_RETRY_S = 1.0
+_REFUSED_COMMITS = (IllegalGeneration, UnknownMemberId, RebalanceInProgress, StaleMemberEpoch, FencedMemberEpoch)
 _handling = threading.local()   # the generation of the batch the member's handler is handling
 
 
@@ -103,9 +114,12 @@ class ConsumerMemberActor:
                    "group_instance_id": member_actor_name(group_id, index),
                    **({"isolation_level": "read_committed"} if exactly_once else {}),
                    **cluster_client_options(), **consumer_options}
-        self.consumer = Consumer(cluster_bootstrap_servers, group_id=group_id, enable_auto_commit=False,
-                                 **options)
-        self.consumer.subscribe(topics)
+        def new_consumer():
+            consumer = Consumer(cluster_bootstrap_servers, group_id=group_id, enable_auto_commit=False, **options)
+            consumer.subscribe(topics)
+            return consumer
+        self._new_consumer = new_consumer
+        self.consumer = new_consumer()
         self.handler = handler
         self.index = index
         self.poll_timeout_s = poll_timeout_s
@@ -124,7 +138,7 @@ class ConsumerMemberActor:
                           "member_id": "", "generation": -1, "error": None, "started_s": time.time(),
                           "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
                           "refused_commits": 0, "exactly_once": exactly_once, "written": 0,
-                          "aborted_batches": 0, "producers": 0}
+                          "aborted_batches": 0, "producers": 0, "unreleased_waits": 0}
         self._loop = threading.Thread(target=self._run, daemon=True, name=f"member-{index}")
         self._loop.start()
 
@@ -133,7 +147,14 @@ class ConsumerMemberActor:
             if self.exactly_once:   # before the first poll: ends what a killed predecessor left open
                 self._output_producer()
             while not self._stopping.is_set():
-                records = self.consumer.poll(timeout=self.poll_timeout_s)
+                try:
+                    records = self.consumer.poll(timeout=self.poll_timeout_s)
+                except UnreleasedInstanceId:   # KIP-848: the killed predecessor's session still holds the id
+                    self._progress["unreleased_waits"] += 1
+                    self.consumer.close(leave_group=False)
+                    self._stopping.wait(UNRELEASED_RETRY_S)
+                    self.consumer = self._new_consumer()
+                    continue
                 joined = self.consumer.group_metadata()
                 self._progress.update(assignment=sorted(tuple(tp) for tp in self.consumer.assignment()),
                                       member_id=joined.member_id, generation=joined.generation_id)
@@ -172,7 +193,7 @@ class ConsumerMemberActor:
         ends = batch_span(records).end_offsets
         try:
             self.consumer.commit_sync({tp: offset for tp, offset in ends.items()})
-        except (IllegalGeneration, UnknownMemberId, RebalanceInProgress) as error:
+        except _REFUSED_COMMITS as error:
             logger.info("member %d: commit refused, the group moved on: %s", self.index, error)
             self._progress["refused_commits"] += 1
             return

@@ -56,6 +56,12 @@ KIP-429) it keeps its partitions through the join, and afterwards revokes only
 those the leader moved away (then rejoins at once, so that their new owner gets
 them in the next round) and tells on_partitions_assigned only the new ones. When the group moved on without it (evicted, fenced,
 poll interval exceeded) it calls on_partitions_lost instead: no commit is tried.
+With `group_protocol="consumer"` (KIP-848, client.consumer_membership) the
+coordinator assigns: poll reconciles to the assignment the heartbeats brought,
+revoking what left (commit with auto-commit, on_partitions_revoked) before taking
+what is new (on_partitions_assigned), then acknowledges; commits carry the member
+epoch, and one refused as STALE_MEMBER_EPOCH (the epoch moved on while it was
+sent) is sent again with the new epoch by commit_sync.
 Not thread-safe: one thread uses a consumer, as with Kafka's (the heartbeat
 thread touches only the membership's flags).
 """
@@ -71,14 +77,16 @@ import threading
 import time
 from collections.abc import Iterable
 
+from rafka.client.consumer_membership import ConsumerGroupMembership
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
 from rafka.protocol.network import ClientNetwork, client_security
 from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause, submit_to_leader
 from rafka.core.config import INT, ConfigDef, at_least
-from rafka.core.errors import (FencedInstanceId, IllegalGeneration, IllegalStateError, KafkaError,
-                               NoOffsetForPartitionError, OffsetOutOfRange, RebalanceInProgress, RequestTimedOut,
-                               UnknownMemberId, UnknownTopicOrPartition)
+from rafka.core.errors import (FencedInstanceId, FencedMemberEpoch, IllegalGeneration, IllegalStateError,
+                               InvalidConfig, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
+                               RebalanceInProgress, RequestTimedOut, StaleMemberEpoch, UnknownMemberId,
+                               UnknownTopicOrPartition)
 from rafka.core.isolation import IsolationLevel, batches_to_skip, parse_isolation_level
 from rafka.core.offset_reset import parse_auto_offset_reset
 from rafka.core.records import decode_batches, iter_batches
@@ -88,7 +96,9 @@ from rafka.core.structs import (ConsumerGroupMetadata, ConsumerRecord, OffsetAnd
 from rafka.protocol import fetching
 
 logger = logging.getLogger(__name__)
-_MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId, FencedInstanceId)
+_MEMBERSHIP_ERRORS = (RebalanceInProgress, IllegalGeneration, UnknownMemberId, FencedInstanceId, FencedMemberEpoch,
+                      StaleMemberEpoch)
+GROUP_PROTOCOLS = ("classic", "consumer")   # Kafka's group.protocol
 # commit_async's bound: as many as the coordinator starts together on one
 # connection (actors.coordinator.PIPELINED_REQUESTS_PER_CONNECTION), all of which
 # its next append carries.
@@ -181,12 +191,20 @@ class Consumer:
                  group_id: str | None = None, enable_auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, session_timeout_ms: int = 45_000,
                  heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
-                 partition_assignment_strategy: str | list[str] = "range", metadata_max_age_ms: int = 300_000,
+                 partition_assignment_strategy: str | list[str] | None = None, metadata_max_age_ms: int = 300_000,
+                 group_protocol: str = "classic", group_remote_assignor: str | None = None,
                  group_instance_id: str | None = None, isolation_level: str = "read_uncommitted",
                  security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
                  sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
                  ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self.auto_offset_reset, self._reset_duration_ms = parse_auto_offset_reset(auto_offset_reset)
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise InvalidConfig(f"Invalid value {group_protocol} for configuration group.protocol: String must be "
+                                f"one of: {', '.join(GROUP_PROTOCOLS)}")
+        if group_protocol == "consumer" and partition_assignment_strategy is not None:
+            raise InvalidConfig("partition.assignment.strategy cannot be set when group.protocol=consumer: the "
+                                "coordinator assigns (group.remote.assignor names its assignor)")
+        self.group_protocol = group_protocol
         self.isolation_level = parse_isolation_level(isolation_level)
         self.max_poll_records = MAX_POLL_RECORDS.parse(max_poll_records)
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -228,10 +246,14 @@ class Consumer:
                                         heartbeat_interval_ms=heartbeat_interval_ms,
                                         max_poll_interval_ms=max_poll_interval_ms,
                                         request_timeout_ms=request_timeout_ms,
-                                        partition_assignment_strategy=partition_assignment_strategy,
+                                        partition_assignment_strategy=partition_assignment_strategy or "range",
                                         group_instance_id=group_instance_id, partitions_of=self._partitions_of)
+        self._consumer_membership_options = dict(
+            max_poll_interval_ms=max_poll_interval_ms, request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms, topic_id=self._topic_id, group_instance_id=group_instance_id,
+            server_assignor=group_remote_assignor)
         self.group_instance_id = group_instance_id
-        self._membership: GroupMembership | None = None
+        self._membership: GroupMembership | ConsumerGroupMembership | None = None
         self._subscribed_topics: tuple[str, ...] | None = None
         self._subscribed_pattern: re.Pattern | None = None
         self._listener = ConsumerRebalanceListener()
@@ -267,6 +289,15 @@ class Consumer:
                 continue
         return counts
 
+    def _topic_id(self, topic: str, fresh: bool):
+        """The topic's id (None if it does not exist); `fresh`: asked again."""
+        if fresh:
+            self._metadata.invalidate(topic)
+        try:
+            return self._metadata.topic_id(topic)
+        except UnknownTopicOrPartition:
+            return None
+
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
 
@@ -288,8 +319,13 @@ class Consumer:
         self._pattern_checked_s = time.monotonic()
         self._listener = listener or ConsumerRebalanceListener()
         if self._membership is None:
-            self._membership = GroupMembership(self._coordinator, **self._membership_options)
-        self._membership.request_rejoin()
+            self._membership = (ConsumerGroupMembership(self._coordinator, **self._consumer_membership_options)
+                                if self.group_protocol == "consumer"
+                                else GroupMembership(self._coordinator, **self._membership_options))
+        if self.group_protocol == "consumer":
+            self._membership.subscribe(self._subscribed_topics)
+        else:
+            self._membership.request_rejoin()
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """Kafka's groupMetadata(): group id, generation and member id of the last
@@ -328,12 +364,18 @@ class Consumer:
             topics = self._matching_topics()
             if topics != self._subscribed_topics:
                 self._subscribed_topics = topics
-                membership.request_rejoin()
+                if self.group_protocol == "consumer":
+                    membership.subscribe(topics)
+                else:
+                    membership.request_rejoin()
         if membership.take_lost():
             lost = set(self._partitions)
             self._partitions.clear()
             if lost:
                 self._listener.on_partitions_lost(lost)
+        if self.group_protocol == "consumer":
+            self._reconcile(membership)
+            return
         if not membership.rejoin_needed():
             return
         owned = sorted(self._partitions)
@@ -352,6 +394,22 @@ class Consumer:
             added = assigned
         self._assign(sorted(assigned))
         self._listener.on_partitions_assigned(added)
+
+    def _reconcile(self, membership: ConsumerGroupMembership) -> None:
+        """KIP-848, as Kafka's ConsumerMembershipManager: revoke what the target
+        leaves out, then take what it adds, then acknowledge (the coordinator hands
+        a partition to its next owner only once this member reported it gone)."""
+        target = membership.take_target()
+        if target is None:
+            return
+        assigned = {TopicPartition(*tp) for tp in target}
+        owned = set(self._partitions)
+        revoked = owned - assigned
+        if revoked:
+            self._revoke(revoked)
+        self._assign(sorted(assigned))
+        self._listener.on_partitions_assigned(assigned - owned)   # even empty, as Kafka's
+        membership.acknowledge(tuple(tp) for tp in assigned)
 
     def _revoke(self, revoked: set[TopicPartition]) -> None:
         """Commit what was consumed of `revoked` (with auto-commit), tell the
@@ -666,13 +724,26 @@ class Consumer:
         self._wait_for_async_commits(timeout)
         self._run_commit_callbacks()
         request = self._commit_request(offsets)
-        if request:
+        if not request:
+            return
+        deadline_s = time.monotonic() + (self.default_api_timeout_s if timeout is None else timeout)
+        while True:
+            identity = self._identity()
             try:
-                response = self._group().call("commit_offsets", request, *self._identity(), timeout_s=timeout)
+                response = self._group().call("commit_offsets", request, *identity,
+                                              timeout_s=max(0.0, deadline_s - time.monotonic()))
+            except StaleMemberEpoch:
+                # KIP-848: the member's epoch moved on while the commit was sent (Kafka's
+                # CommitRequestManager retries with the latest one); while it is a member
+                if self._identity()[1] > 0 and time.monotonic() < deadline_s:
+                    time.sleep(self.retry_backoff_s)
+                    continue
+                raise
             except _MEMBERSHIP_ERRORS as error:   # Kafka's CommitFailedException: rejoin
                 self._membership.commit_failed(error)
                 raise
             self._raise_partition_error(response)
+            return
 
     def commit_async(self, offsets: dict | None = None, callback=None) -> None:
         """One attempt, never retried; `callback(offsets, exception)` runs in a later

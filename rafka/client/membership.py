@@ -2,7 +2,8 @@
 (join, sync, heartbeat, leave), as Kafka's ConsumerCoordinator.
 
 `CoordinatorClient` sends a group's requests (Kafka's JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups,
+Heartbeat, LeaveGroup, ConsumerGroupHeartbeat (client.consumer_membership, the
+new protocol's member), OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups,
 DeleteGroups) to its coordinator's Kafka endpoint: the coordinator of the
 group's `__consumer_offsets` partition (`abs(hash(group)) % N`), found with
 FindCoordinator (client.metadata) and looked up afresh after a retriable error
@@ -60,6 +61,8 @@ _CALLS = {
     "delete_offsets": (group_requests.offset_delete_request,
                        lambda response, _: group_requests.offset_delete_answer(response)),
     "describe_group": (group_requests.describe_request, group_requests.describe_answer),
+    "consumer_group_heartbeat": (group_requests.consumer_group_heartbeat_request,
+                                 lambda response, _: group_requests.consumer_group_heartbeat_answer(response)),
     "consumer_group_describe": (group_requests.consumer_group_describe_request,
                                 group_requests.consumer_group_describe_answer),
     "delete_group": (group_requests.delete_groups_request, group_requests.delete_groups_answer),

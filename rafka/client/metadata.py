@@ -91,6 +91,11 @@ class MetadataCache:
     def partition_count(self, topic: str) -> int:
         return len(self._topic(topic).partitions)
 
+    def topic_id(self, topic: str):
+        """The topic's id (KIP-516), as the cache holds it: a KIP-848 member names
+        its partitions by topic id."""
+        return self._topic(topic).topic_id
+
     def leader_address(self, topic: str, partition: int) -> tuple[Address, int]:
         """((host, port) of the partition's leader, its leader epoch);
         LeaderNotAvailable while it has no leader or the leader's endpoint is not

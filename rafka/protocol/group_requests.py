@@ -14,9 +14,10 @@ Invariants:
   (core.errors.error_for_code); an error it returns as a value (per partition in
   OffsetCommit and OffsetDelete) is a value here too;
   one fixed version per API, the newest the handlers route: JoinGroup v7,
-  SyncGroup v5, Heartbeat v4, LeaveGroup v5, OffsetCommit v8, OffsetFetch v8,
+  SyncGroup v5, Heartbeat v4, LeaveGroup v5, OffsetCommit v9 (v8's fields; a
+  KIP-848 member's epoch in generation_id_or_member_epoch), OffsetFetch v8,
   DescribeGroups v5, ListGroups v4, DeleteGroups v2, OffsetDelete v0,
-  ConsumerGroupDescribe v1
+  ConsumerGroupHeartbeat v1, ConsumerGroupDescribe v1
   (handlers.group_membership, group_offsets, group_admin). rafka's clients find
   a group's coordinator with FindCoordinator (protocol.cluster_requests).
 
@@ -24,7 +25,9 @@ Membership as Kafka's consumer runs it: a join offers the consumer's assignors
 as protocols, each with Kafka's consumer protocol subscription as metadata (and
 a group.instance.id for a static member); the leader's join answer lists every
 member's subscription, the leader's sync carries every member's assignment
-(encoded here), and every member reads its own from its sync answer.
+(encoded here), and every member reads its own from its sync answer. The new
+protocol's member (KIP-848) sends ConsumerGroupHeartbeat: partitions by topic id
+both ways.
 
 Callers: client.membership's CoordinatorClient (for client.consumer, the member
 actors, client.admin and spark_bridge.stream), client.admin (ListGroups), tests.
@@ -36,6 +39,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 
 from kio.schema.consumer_group_describe.v1 import request as consumer_group_describe_v1
+from kio.schema.consumer_group_heartbeat.v1 import request as consumer_group_heartbeat_v1
 from kio.schema.delete_groups.v2 import request as delete_groups_v2
 from kio.schema.describe_groups.v5 import request as describe_groups_v5
 from kio.schema.errors import ErrorCode
@@ -43,7 +47,7 @@ from kio.schema.heartbeat.v4 import request as heartbeat_v4
 from kio.schema.join_group.v7 import request as join_group_v7
 from kio.schema.leave_group.v5 import request as leave_group_v5
 from kio.schema.list_groups.v4 import request as list_groups_v4
-from kio.schema.offset_commit.v8 import request as offset_commit_v8
+from kio.schema.offset_commit.v9 import request as offset_commit_v9
 from kio.schema.offset_delete.v0 import request as offset_delete_v0
 from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.sync_group.v5 import request as sync_group_v5
@@ -57,7 +61,7 @@ PROTOCOL_TYPE = "consumer"
 NO_GENERATION = -1           # a commit from outside the group protocol (assign mode)
 NO_OFFSET = -1               # OffsetFetch: nothing committed for the partition
 
-# OffsetCommit v8 has no group-level error: the handler writes a refused commit's
+# OffsetCommit v9 has no group-level error: the handler writes a refused commit's
 # error (NOT_COORDINATOR, ILLEGAL_GENERATION, ...) on every partition. The Ray
 # method raises those and returns only these as values (core.offset_store's
 # per-partition checks, and Kafka's other per-partition ones), so every other
@@ -72,9 +76,9 @@ def _error(code: ErrorCode, what: str) -> KafkaError:
     return error_for_code(code, f"{what}: {name}")
 
 
-def _check(code: ErrorCode, what: str) -> None:
+def _check(code: ErrorCode, what: str, message: str | None = None) -> None:
     if code != ErrorCode.none:
-        raise _error(code, what)
+        raise _error(code, f"{what}: {message}" if message else what)
 
 
 def _ms(duration_ms: int) -> i32Timedelta:
@@ -163,24 +167,56 @@ def leave_answer(response) -> None:
         _check(member.error_code, f"LeaveGroup of member {member.member_id!r}")
 
 
+def consumer_group_heartbeat_request(
+        group_id: str, member_id: str, member_epoch: int, *, instance_id: str | None = None,
+        rebalance_timeout_ms: int = -1, subscribed_topic_names: Iterable[str] | None = None,
+        server_assignor: str | None = None, owned: Iterable[tuple[object, Iterable[int]]] | None = None
+) -> consumer_group_heartbeat_v1.ConsumerGroupHeartbeatRequest:
+    """ConsumerGroupHeartbeat v1 (KIP-848): `member_epoch` 0 joins, -1 leaves, -2 a
+    static member's temporary leave; None (or -1 for the timeout) is "unchanged
+    since the last heartbeat"; `owned`: [(topic id, partitions)]."""
+    module = consumer_group_heartbeat_v1
+    return module.ConsumerGroupHeartbeatRequest(
+        group_id=group_id, member_id=member_id, member_epoch=i32(member_epoch), instance_id=instance_id,
+        rebalance_timeout=_ms(rebalance_timeout_ms),
+        subscribed_topic_names=None if subscribed_topic_names is None else tuple(subscribed_topic_names),
+        server_assignor=server_assignor,
+        topic_partitions=None if owned is None else tuple(
+            module.TopicPartitions(topic_id=topic_id, partitions=tuple(i32(p) for p in sorted(parts)))
+            for topic_id, parts in owned))
+
+
+def consumer_group_heartbeat_answer(response) -> dict:
+    """{member_id, member_epoch, heartbeat_interval_ms, assignment}: the assignment
+    as {topic id: [partitions]}, or None when the coordinator left it out
+    (unchanged); an error raises with the coordinator's message."""
+    _check(response.error_code, "ConsumerGroupHeartbeat", response.error_message)
+    assignment = None if response.assignment is None else {
+        t.topic_id: sorted(int(p) for p in t.partitions) for t in response.assignment.topic_partitions}
+    return {"member_id": response.member_id, "member_epoch": int(response.member_epoch),
+            "heartbeat_interval_ms": int(response.heartbeat_interval.total_seconds() * 1000),
+            "assignment": assignment}
+
+
 # --- offsets: OffsetCommit, OffsetFetch, OffsetDelete -----------------------------------
 
 def commit_request(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str]],
                    member_id: str = "", generation: int = NO_GENERATION,
-                   group_instance_id: str | None = None) -> offset_commit_v8.OffsetCommitRequest:
-    """OffsetCommit v8. offsets: {(topic, partition): (offset, leader_epoch, metadata)};
-    no member id and generation -1: a commit from outside the group protocol."""
+                   group_instance_id: str | None = None) -> offset_commit_v9.OffsetCommitRequest:
+    """OffsetCommit v9. offsets: {(topic, partition): (offset, leader_epoch, metadata)};
+    no member id and generation -1: a commit from outside the group protocol;
+    a KIP-848 member sends its member epoch as the generation."""
     # plain ints where kio says i32/i64 (the same ints at runtime; its checked
     # constructors were most of a commit's cost in its member)
     by_topic: dict[str, list] = {}
-    partition_type = offset_commit_v8.OffsetCommitRequestPartition
+    partition_type = offset_commit_v9.OffsetCommitRequestPartition
     for (topic, partition), (offset, leader_epoch, metadata) in sorted(offsets.items()):
         by_topic.setdefault(topic, []).append(partition_type(
             partition_index=partition, committed_offset=offset, committed_leader_epoch=leader_epoch,
             committed_metadata=metadata))
-    return offset_commit_v8.OffsetCommitRequest(
+    return offset_commit_v9.OffsetCommitRequest(
         group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id,
-        group_instance_id=group_instance_id, topics=tuple(offset_commit_v8.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+        group_instance_id=group_instance_id, topics=tuple(offset_commit_v9.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
                                              for t, ps in by_topic.items()))
 
 

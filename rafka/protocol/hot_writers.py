@@ -1,5 +1,5 @@
 """Writers for the messages on the data path: Produce v9, Fetch v12 and
-OffsetCommit v8 (framing packs their headers). Requests and the commit answer are
+OffsetCommit v8-9 (framing packs their headers). Requests and the commit answer are
 written from their kio entities, each exactly as kio's generic writer writes that
 entity; the broker's Produce and Fetch answers are written from values
 (`produce_answer_v9`, `fetch_answer_v12`) as a WrittenBody, exactly as kio writes
@@ -37,6 +37,8 @@ from kio.schema.fetch.v12 import request as kio_fetch_request_v12
 from kio.schema.fetch.v12 import response as kio_fetch_response_v12
 from kio.schema.offset_commit.v8 import request as kio_offset_commit_request_v8
 from kio.schema.offset_commit.v8 import response as kio_offset_commit_response_v8
+from kio.schema.offset_commit.v9 import request as kio_offset_commit_request_v9
+from kio.schema.offset_commit.v9 import response as kio_offset_commit_response_v9
 from kio.schema.produce.v9 import request as kio_produce_request_v9
 from kio.schema.produce.v9 import response as kio_produce_response_v9
 from kio.serial import entity_writer
@@ -259,6 +261,9 @@ WRITERS: dict[type, Callable[[Any], list]] = {
     kio_fetch_request_v12.FetchRequest: _fetch_request_v12,
     kio_offset_commit_request_v8.OffsetCommitRequest: _offset_commit_request_v8,
     kio_offset_commit_response_v8.OffsetCommitResponse: _offset_commit_response_v8,
+    # v9 has v8's fields (it only says the client knows KIP-848's member epochs)
+    kio_offset_commit_request_v9.OffsetCommitRequest: _offset_commit_request_v8,
+    kio_offset_commit_response_v9.OffsetCommitResponse: _offset_commit_response_v8,
 }
 
 

@@ -14,6 +14,8 @@ from kio.schema.fetch.v12 import request as fetch_request
 from kio.schema.fetch.v12 import response as fetch_response
 from kio.schema.offset_commit.v8 import request as commit_request
 from kio.schema.offset_commit.v8 import response as commit_response
+from kio.schema.offset_commit.v9 import request as commit_request_v9
+from kio.schema.offset_commit.v9 import response as commit_response_v9
 from kio.schema.produce.v9 import request as produce_request
 from kio.schema.produce.v9 import response as produce_response
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -64,17 +66,25 @@ fetch_requests = st.builds(
                                            partitions=tuples(int32s))),
     rack_id=names)
 
-commit_requests = st.builds(
-    commit_request.OffsetCommitRequest, group_id=names, generation_id_or_member_epoch=int32s, member_id=names,
-    group_instance_id=st.none() | names, topics=tuples(st.builds(
-        commit_request.OffsetCommitRequestTopic, name=names, partitions=tuples(st.builds(
-            commit_request.OffsetCommitRequestPartition, partition_index=int32s, committed_offset=int64s,
-            committed_leader_epoch=int32s, committed_metadata=st.none() | names)))))
+def commit_requests_of(module):
+    return st.builds(
+        module.OffsetCommitRequest, group_id=names, generation_id_or_member_epoch=int32s, member_id=names,
+        group_instance_id=st.none() | names, topics=tuples(st.builds(
+            module.OffsetCommitRequestTopic, name=names, partitions=tuples(st.builds(
+                module.OffsetCommitRequestPartition, partition_index=int32s, committed_offset=int64s,
+                committed_leader_epoch=int32s, committed_metadata=st.none() | names)))))
 
-commit_responses = st.builds(
-    commit_response.OffsetCommitResponse, throttle_time=millis, topics=tuples(st.builds(
-        commit_response.OffsetCommitResponseTopic, name=names, partitions=tuples(st.builds(
-            commit_response.OffsetCommitResponsePartition, partition_index=int32s, error_code=errors)))))
+
+def commit_responses_of(module):
+    return st.builds(
+        module.OffsetCommitResponse, throttle_time=millis, topics=tuples(st.builds(
+            module.OffsetCommitResponseTopic, name=names, partitions=tuples(st.builds(
+                module.OffsetCommitResponsePartition, partition_index=int32s, error_code=errors)))))
+
+
+# v9 has v8's fields: one writer serves both versions
+commit_requests = commit_requests_of(commit_request) | commit_requests_of(commit_request_v9)
+commit_responses = commit_responses_of(commit_response) | commit_responses_of(commit_response_v9)
 
 
 def test_every_hand_written_writer_is_tested_here():
@@ -82,7 +92,8 @@ def test_every_hand_written_writer_is_tested_here():
     and fetch_request_v12, are what two of them call), and the two answers written
     from values further down: a new writer fails here until it is added."""
     assert set(WRITERS) == {produce_request.ProduceRequest, fetch_request.FetchRequest,
-                            commit_request.OffsetCommitRequest, commit_response.OffsetCommitResponse}
+                            commit_request.OffsetCommitRequest, commit_response.OffsetCommitResponse,
+                            commit_request_v9.OffsetCommitRequest, commit_response_v9.OffsetCommitResponse}
     written = {name for name in dir(hot_writers) if name.endswith(("_v8", "_v9", "_v12"))}
     assert {name for name in written if not name.startswith("kio_")} == {
         "_produce_request_v9", "produce_request_v9", "produce_answer_v9", "_fetch_request_v12",
