@@ -73,8 +73,30 @@ class Reads:
         return all(self.times[p] and self.times[p][-1] >= since for p in range(PARTITIONS))
 
 
-class ConfluentMember:
+class Member:
+    """One member: its consumer polled by a thread of its own, which records every
+    read and what the member owns after each poll. Subclasses make the consumer
+    (`_consumer`) and name the partitions one poll read (`_read_partitions`)."""
+
     def __init__(self, bootstrap: str, group: str, name: str, protocol: str, reads: Reads) -> None:
+        self.name, self.reads = name, reads
+        self.consumer = self._consumer(bootstrap, group, name, protocol)
+        self.consumer.subscribe([TOPIC])
+        self.owned: set[int] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for partition in self._read_partitions():
+                self.reads.read(self.name, partition)
+            self.owned = {tp.partition for tp in self.consumer.assignment()}
+        self.consumer.close()
+
+
+class ConfluentMember(Member):
+    def _consumer(self, bootstrap: str, group: str, name: str, protocol: str):
         from confluent_kafka import Consumer
         config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
                   "auto.offset.reset": "latest", "fetch.wait.max.ms": 100, "enable.auto.commit": True}
@@ -84,41 +106,21 @@ class ConfluentMember:
             config.update({"session.timeout.ms": 10_000, "heartbeat.interval.ms": HEARTBEAT_MS,
                            "partition.assignment.strategy": "range" if protocol == "eager"
                            else "cooperative-sticky"})
-        self.name, self.reads = name, reads
-        self.consumer = Consumer(config)
-        self.consumer.subscribe([TOPIC])
-        self.owned: set[int] = set()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True, name=name)
-        self.thread.start()
+        return Consumer(config)
 
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            message = self.consumer.poll(0.05)
-            if message is not None and message.error() is None:
-                self.reads.read(self.name, message.partition())
-            self.owned = {tp.partition for tp in self.consumer.assignment()}
-        self.consumer.close()
+    def _read_partitions(self) -> list[int]:
+        message = self.consumer.poll(0.05)
+        return [message.partition()] if message is not None and message.error() is None else []
 
 
-class RafkaMember:
-    def __init__(self, bootstrap: str, group: str, name: str, protocol: str, reads: Reads) -> None:
+class RafkaMember(Member):
+    def _consumer(self, bootstrap: str, group: str, name: str, protocol: str):
         from rafka.client.consumer import Consumer
-        self.name, self.reads = name, reads
-        self.consumer = Consumer(bootstrap, group_id=group, client_id=name, group_protocol="consumer",
-                                 auto_offset_reset="latest", fetch_max_wait_ms=100)
-        self.consumer.subscribe([TOPIC])
-        self.owned: set[int] = set()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True, name=name)
-        self.thread.start()
+        return Consumer(bootstrap, group_id=group, client_id=name, group_protocol="consumer",
+                        auto_offset_reset="latest", fetch_max_wait_ms=100)
 
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            for record in self.consumer.poll(timeout=0.05):
-                self.reads.read(self.name, record.partition)
-            self.owned = {tp.partition for tp in self.consumer.assignment()}
-        self.consumer.close()
+    def _read_partitions(self) -> list[int]:
+        return [record.partition for record in self.consumer.poll(timeout=0.05)]
 
 
 def produce_forever(bootstrap: str, interval_s: float, stop: threading.Event) -> None:

@@ -28,6 +28,7 @@ from rafka.core.errors import IllegalStateError, KafkaError
 from rafka.core.history import (ABORT, ABORTED, COMMIT, FAILED, INDETERMINATE, OK, READ_COMMITTED, Assigned, Poll,
                                 Resume, Txn)
 from rafka.core.structs import TopicPartition
+from rafka.verify.tail_reader import follow_partitions
 
 CTP_GROUP = "verify-ctp"          # the consume-transform-produce chain's group
 
@@ -273,22 +274,9 @@ class TransactionalWorkload:
         incarnation = self._next_incarnation.get(name, 0)
         self._next_incarnation[name] = incarnation + 1
         partitions = [TopicPartition(o.txn_topic, p) for p in range(o.partitions)]
-        with self.cluster.consumer(isolation_level="read_committed", auto_offset_reset="earliest",
-                                   fetch_max_wait_ms=100, client_id=name, request_timeout_ms=10_000,
-                                   default_api_timeout_ms=20_000) as consumer:
-            consumer.assign(partitions)
-            while not self.stopping.is_set():
-                try:
-                    records = consumer.poll(timeout=0.5)
-                except KafkaError as error:   # e.g. a leader change mid-poll: the next poll retries
-                    if not error.retriable:
-                        self.errors.append(f"{name}: poll: {error}")
-                    continue
-                now_ms = self.clock.now_ms()
-                for record in records:
-                    self.history.log(Poll(name, incarnation, None, None, record.topic, record.partition,
-                                          record.offset, record.value.decode(errors="replace"), now_ms,
-                                          READ_COMMITTED))
+        follow_partitions(self.cluster, partitions, name=name, incarnation=incarnation, stopping=self.stopping,
+                          errors=self.errors, history=self.history, clock=self.clock, auto_offset_reset="earliest",
+                          isolation_level=READ_COMMITTED)
 
     def _wait_for_stable_offsets(self, timeout_s: float) -> None:
         """Until the transactional topics' LSO is their HW on every partition: every

@@ -42,6 +42,7 @@ from rafka.core.history import (ABORT, FAILED, INDETERMINATE, OK, READ_COMMITTED
                                 Assigned, Commit, CommittedRead, FinalRead, HistoryWriter, Poll, Resume, Send, Txn,
                                 event_from_json)
 from rafka.core.structs import TopicPartition
+from rafka.verify.tail_reader import follow_partitions
 from rafka.verify.transactions import CTP_GROUP, TransactionalWorkload, transactional_id
 
 GROUP = "verify-members"          # the driver-side members' group
@@ -353,19 +354,8 @@ class Workload(TransactionalWorkload):
     def _read_tail(self, name: str) -> None:
         o = self.options
         partitions = [TopicPartition(o.topic, p) for p in range(o.partitions)]
-        with self.cluster.consumer(auto_offset_reset="latest", fetch_max_wait_ms=100, client_id=name,
-                                   request_timeout_ms=10_000, default_api_timeout_ms=20_000) as consumer:
-            consumer.assign(partitions)
-            while not self.stopping.is_set():
-                try:
-                    records = consumer.poll(timeout=0.5)
-                except KafkaError as error:   # e.g. a leader change mid-poll: the next poll retries
-                    if not error.retriable:
-                        self.errors.append(f"{name}: poll: {error}")
-                    continue
-                for record in records:
-                    self.history.log(Poll(name, 0, None, None, record.topic, record.partition, record.offset,
-                                          record.value.decode(errors="replace"), self.clock.now_ms()))
+        follow_partitions(self.cluster, partitions, name=name, incarnation=0, stopping=self.stopping,
+                          errors=self.errors, history=self.history, clock=self.clock, auto_offset_reset="latest")
 
     def _observe_commits(self, name: str) -> None:
         admin = self.cluster.admin()

@@ -90,6 +90,22 @@ class Member:
         return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
 
 
+def assert_one_member_caught_up(node, *, client_id: str, end_offset: int) -> str:
+    """The group as `rafka consumer-groups --describe` reads it (ConsumerGroupDescribe
+    behind DescribeGroups' Dead): Stable under the uniform assignor, one member
+    (`client_id`) owning every partition with its commits at `end_offset` and lag 0.
+    Returns the member's id."""
+    admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=30_000)
+    group = admin.describe_consumer_group(GROUP)
+    (member_id,) = group["members"]
+    assert (group["state"], group["assignor"], group["members"][member_id]["client_id"]) == (
+        "Stable", "uniform", client_id)
+    rows = admin.consumer_group_lag(GROUP)
+    assert sorted((r["partition"], r["current_offset"], r["lag"], r["consumer_id"]) for r in rows) == [
+        (p, end_offset, 0, member_id) for p in range(PARTITIONS)]
+    return member_id
+
+
 def produce(node, count: int) -> None:
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all"})
@@ -178,15 +194,7 @@ def test_confluent_kafka__kip848_members_join_leave_and_crash__assignments_conve
 
     ends = {("orders", p): 100 for p in range(PARTITIONS)}
     run(node, [first], 60, lambda: committed(node) == ends)
-    # as `rafka consumer-groups --describe` reads them: ConsumerGroupDescribe behind DescribeGroups' Dead
-    admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=30_000)
-    group = admin.describe_consumer_group(GROUP)
-    (member_id,) = group["members"]
-    assert (group["state"], group["assignor"], group["members"][member_id]["client_id"]) == (
-        "Stable", "uniform", "first")
-    rows = admin.consumer_group_lag(GROUP)
-    assert sorted((r["partition"], r["current_offset"], r["lag"], r["consumer_id"]) for r in rows) == [
-        (p, 100, 0, member_id) for p in range(PARTITIONS)]
+    assert_one_member_caught_up(node, client_id="first", end_offset=100)
     first.consumer.close()
     crashed_reads = {tuple(map(int, line.split())) for line in reads_file.read_text().splitlines() if line}
     everything = {(p, o) for p in range(PARTITIONS) for o in range(100)}
