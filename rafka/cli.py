@@ -216,7 +216,8 @@ def cmd_verify(args) -> int:
         process_fault_gap_s=_gap(args.process_fault_gap_s, "--process-fault-gap-s"),
         workload=WorkloadOptions(topic=args.topic, partitions=args.partitions, producers=args.producers,
                                  members=args.members, member_actors=args.member_actors, acks=args.acks,
-                                 idempotence=not args.no_idempotence, transactions=not args.no_transactions))
+                                 idempotence=not args.no_idempotence, transactions=not args.no_transactions,
+                                 group_protocol=args.group_protocol))
     if args.address or os.environ.get("RAY_ADDRESS"):
         result = run(_connect(args), options)
     else:
@@ -348,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--faults", help="comma-separated fault kinds (default: all; 'none' for none)")
     verify.add_argument("--out", default="verify-out", help="where history.jsonl and report.txt go")
     verify.add_argument("--seed", type=int, default=0)
+    verify.add_argument("--group-protocol", default="eager", choices=["eager", "cooperative", "static", "consumer"],
+                        help="how the driver-side members run their group (consumer: KIP-848)")
     verify.add_argument("--no-transactions", action="store_true",
                         help="without the transactional producers and read_committed readers")
     verify.add_argument("--fault-gap-s", default="0.5,2.0",

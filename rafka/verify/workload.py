@@ -49,6 +49,17 @@ GROUP = "verify-members"          # the driver-side members' group
 ACTOR_GROUP = "verify-actors"     # the member actors' group
 
 
+# The driver-side members' Consumer options per group protocol (WorkloadOptions.group_protocol).
+GROUP_PROTOCOL_OPTIONS = {
+    "eager": lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500},
+    "cooperative": lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500,
+                                 "partition_assignment_strategy": "cooperative-sticky"},
+    "static": lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500,
+                            "group_instance_id": name},
+    "consumer": lambda name: {"group_protocol": "consumer"},
+}
+
+
 class RunClock:
     """Milliseconds since the run started, on the wall clock (shared with actors)."""
 
@@ -111,6 +122,11 @@ class WorkloadOptions:
     window: int = 32                          # sends in flight per producer, at most
     member_lifetime_s: tuple[float, float] = (5.0, 20.0)
     commit_every_polls: int = 3
+    # How the driver-side members run their group (issue 29): "eager" (classic,
+    # range), "cooperative" (classic, cooperative-sticky), "static" (classic, range,
+    # a group.instance.id per member, kept across its incarnations) or "consumer"
+    # (KIP-848, the coordinator assigns).
+    group_protocol: str = "eager"
     # Transactions (issue 28): producers of `<topic>-txn`, read_committed readers.
     transactions: bool = True
     txn_producers: int = 2
@@ -273,23 +289,28 @@ class Workload(TransactionalWorkload):
     def _member_incarnation(self, name: str, incarnation: int, until_s: float) -> None:
         o = self.options
         consumer = self.cluster.consumer(group_id=GROUP, auto_offset_reset="earliest", enable_auto_commit=False,
-                                         session_timeout_ms=6_000, heartbeat_interval_ms=500,
                                          max_poll_records=100, fetch_max_wait_ms=100, client_id=name,
-                                         request_timeout_ms=10_000, default_api_timeout_ms=20_000)
+                                         request_timeout_ms=10_000, default_api_timeout_ms=20_000,
+                                         **GROUP_PROTOCOL_OPTIONS[o.group_protocol](name))
+        # Eager protocols hand a member its whole assignment at each rebalance (after
+        # revoking everything); cooperative and KIP-848 ones only what moves.
+        incremental = o.group_protocol in ("cooperative", "consumer")
         history, clock, workload = self.history, self.clock, self
         owned: set[TopicPartition] = set()   # this incarnation's partitions, across rebalances
 
         class Listener:
             def on_partitions_revoked(self, revoked):
-                pass
+                if incremental:
+                    owned.difference_update(revoked)
 
             def on_partitions_lost(self, lost):
                 owned.difference_update(lost)
 
             def on_partitions_assigned(self, assigned):
                 generation = consumer.group_metadata().generation_id
+                everything = set(assigned) | (owned if incremental else set())
                 history.log(Assigned(name, incarnation, GROUP, generation,
-                                     tuple(sorted((tp.topic, tp.partition) for tp in assigned)), clock.now_ms()))
+                                     tuple(sorted((tp.topic, tp.partition) for tp in everything)), clock.now_ms()))
                 # A partition this member keeps across the rebalance goes on from its
                 # own position, as Kafka's consumer does (it is not a resume); only a
                 # partition new to it starts at the group's committed offset.
@@ -299,7 +320,8 @@ class Workload(TransactionalWorkload):
                 # first poll came after the member's own commits of it, which the
                 # checker rightly took as a resume behind an acked commit).
                 new = set(assigned) - owned
-                owned.clear()
+                if not incremental:
+                    owned.clear()
                 owned.update(assigned)
                 try:
                     committed = consumer.committed(new) if new else {}
