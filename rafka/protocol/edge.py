@@ -49,7 +49,9 @@ were all abandoned is replaced for new requests (at most MAX_CHANNELS per actor
 per client connection; beyond that, new requests queue behind). They close with
 the client's connection. An actor that cannot be reached (restarting, gone)
 gets the answer this node gives for work that is not here: retriable errors that
-send the client back to Metadata.
+send the client back to Metadata; one the image still names is first tried again
+for a few seconds, the client's later requests to it waiting in order behind (a
+request answered for it while a later one reached it would break that order).
 
 Who asks: relayed requests reach the actors on the broker's own connections
 (the cluster's login, a super user, on every cluster), so what the client's
@@ -121,6 +123,11 @@ logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 MAX_CHANNELS = 3           # upstream connections per actor per client connection
+# An actor the newest image names that refuses a connection (starting, restarting)
+# is tried again every UPSTREAM_OPEN_RETRY_MS, up to UPSTREAM_OPEN_WAIT_MS in all,
+# before its requests are answered for it (`_open`).
+UPSTREAM_OPEN_WAIT_MS = 5_000
+UPSTREAM_OPEN_RETRY_MS = 50
 Endpoint = tuple[str, int]
 
 
@@ -213,8 +220,10 @@ class EdgeDispatcher(Dispatcher):
     def __init__(self, table: DispatchTable, *, broker_id: int, image: Callable[[], ClusterImage],
                  view: Callable[[], ClusterImage],
                  upstream_login: Callable[[], Awaitable[SaslLogin | None]] | None = None,
-                 upstream_tls=None, quota_options: dict | None = None, **dispatcher_options) -> None:
+                 upstream_tls=None, quota_options: dict | None = None,
+                 upstream_open_wait_ms: int = UPSTREAM_OPEN_WAIT_MS, **dispatcher_options) -> None:
         super().__init__(table, **dispatcher_options)
+        self.upstream_open_wait_ms = upstream_open_wait_ms
         self.quotas = EdgeQuotas(self.channel_mutes, **(quota_options or {}))
         self.broker_id = broker_id
         self._image = image
@@ -223,6 +232,8 @@ class EdgeDispatcher(Dispatcher):
         self._upstream_tls = upstream_tls
         self._channels: dict[tuple[str, Endpoint], list[Connection]] = {}
         self._opening: dict[tuple[str, Endpoint], asyncio.Lock] = {}
+        # (client connection, actor) -> when an open of it was last given up (loop time)
+        self._given_up_s: dict[tuple[str, Endpoint], float] = {}
         self.relayed_requests = 0
         self.split_requests = 0
 
@@ -521,7 +532,13 @@ class EdgeDispatcher(Dispatcher):
         lock = self._opening.get(key)
         if lock is None:
             lock = self._opening[key] = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        queued_s = loop.time()
         async with lock:
+            if self._given_up_s.get(key, -1.0) >= queued_s:
+                # queued behind an open given up: fails with it, so that no request read
+                # before that failure reaches the actor ahead of it
+                raise NetworkException(f"{endpoint[0]}:{endpoint[1]} did not accept a connection")
             channels = [c for c in self._channels.get(key, ()) if not c.closed]
             for old in channels[:-1]:     # done with what was abandoned on them
                 if old.unanswered == 0:
@@ -529,17 +546,50 @@ class EdgeDispatcher(Dispatcher):
                     await old.close()
             primary = channels[-1] if channels else None
             if primary is None or (primary.unanswered and not primary.waited_on and len(channels) < MAX_CHANNELS):
-                login = await self._upstream_login() if self._upstream_login is not None else None
-                primary = await Connection.open(*endpoint, client_id=f"broker-{self.broker_id}",
-                                                max_in_flight_requests=16, sasl=login, tls=self._upstream_tls)
+                try:
+                    primary = await self._open(endpoint)
+                except NetworkException:
+                    self._given_up_s[key] = loop.time()
+                    raise
                 channels.append(primary)
             self._channels[key] = channels
             return primary
+
+    async def _open(self, endpoint: Endpoint) -> Connection:
+        """A new upstream connection to the actor at `endpoint`. One that refuses it
+        while the newest image still names it (starting, or restarting after Ray
+        restarted its process) is tried again, every UPSTREAM_OPEN_RETRY_MS for up to
+        `upstream_open_wait_ms`, while the requests behind this one (same client
+        connection, same actor) wait in order behind it, and fail with it if it is
+        given up (`_channel`). Answering it for the actor at once and relaying the
+        next one a moment later, once the actor listens, reordered a client's
+        requests to one partition, which a Kafka broker never does: an idempotent
+        producer's second batch was written first, and its first then refused
+        OUT_OF_ORDER_SEQUENCE_NUMBER (`rafka demo` and `rafka verify`, on a cluster
+        just started). An actor the image no longer names is answered for at once:
+        its partitions moved, and the client is sent back to Metadata."""
+        attempts_left = max(1, self.upstream_open_wait_ms // UPSTREAM_OPEN_RETRY_MS)
+        while True:
+            attempts_left -= 1
+            try:
+                login = await self._upstream_login() if self._upstream_login is not None else None
+                return await Connection.open(*endpoint, client_id=f"broker-{self.broker_id}",
+                                             max_in_flight_requests=16, sasl=login, tls=self._upstream_tls)
+            except NetworkException:
+                if attempts_left == 0 or not self._names(endpoint):
+                    raise
+            await asyncio.sleep(UPSTREAM_OPEN_RETRY_MS / 1000)
+
+    def _names(self, endpoint: Endpoint) -> bool:
+        """Whether the newest image names an actor at `endpoint`."""
+        return any((node.host, node.port) == endpoint for node in self._image().nodes.values())
 
     async def connection_closed(self, connection_id: str) -> None:
         """The client's connection closed: so do its upstream connections (an
         actor drops their parked requests)."""
         self.channel_mutes.pop(connection_id, None)
+        for key in [k for k in self._given_up_s if k[0] == connection_id]:
+            del self._given_up_s[key]
         for key in [k for k in self._channels if k[0] == connection_id]:
             self._opening.pop(key, None)
             for channel in self._channels.pop(key):

@@ -123,12 +123,17 @@ def test_partition_led_by_another_broker__not_leader_or_follower__and_no_leader_
         assert view.topics["orders"].partitions[elsewhere].offline_nodes == (1,)
 
 
+def _replica_server(node, partition: int = 0):
+    replica_node = node.image().nodes[node.image().node_of_actor(node.image().replica_actor("orders", partition, 0))]
+    return next(s for s in node.servers if s._server is not None and s.port == replica_node.port)
+
+
 def test_actor_unreachable__retriable_error_and_the_client_connection_stays(node):
-    """A replica whose node is gone (restarting): the edge answers
-    NOT_LEADER_OR_FOLLOWER for its partition, as for any partition not led here,
-    and keeps serving the connection."""
-    replica_node = node.image().nodes[node.image().node_of_actor(node.image().replica_actor("orders", 0, 0))]
-    server = next(s for s in node.servers if s._server is not None and s.port == replica_node.port)
+    """A replica whose node is gone (restarting) past the edge's wait for it: the
+    edge answers NOT_LEADER_OR_FOLLOWER for its partition, as for any partition not
+    led here, and keeps serving the connection."""
+    server = _replica_server(node)
+    node.edge.upstream_open_wait_ms = 200
     node.call(server.stop())
 
     async def go():
@@ -142,6 +147,39 @@ def test_actor_unreachable__retriable_error_and_the_client_connection_stays(node
     first, second = asyncio.run(go())
     assert first.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
     assert second.responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+def test_actor_not_listening_yet__the_requests_to_it_wait_in_order__none_answered_for_it(node):
+    """A replica the image names that does not accept connections yet (its process
+    starting): the edge tries it again while the client's requests to it wait
+    behind; once it listens, both are written in the order sent. Before, the
+    first was answered NOT_LEADER_OR_FOLLOWER at once and the second relayed once
+    the replica listened, so an idempotent producer's second batch was written
+    first and its retried first batch refused OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    from tests.harness import wait_until
+    server = _replica_server(node)
+    port = server.port
+    node.call(server.stop())
+    edge = node.edge
+
+    async def go():
+        connection = await Connection.open("127.0.0.1", node.port)
+        try:
+            first = asyncio.ensure_future(connection.request(produce_request(batch(b"a"))))
+            second = asyncio.ensure_future(connection.request(produce_request(batch(b"b"))))
+            # the edge is trying the replica: its open for this connection holds the lock
+            await asyncio.to_thread(wait_until, lambda: any(
+                lock.locked() for (_, endpoint), lock in list(edge._opening.items()) if endpoint[1] == port),
+                timeout_s=10, what="the edge trying the replica")
+            server.requested_port = port
+            await asyncio.to_thread(node.call, server.start())
+            return await first, await second
+        finally:
+            await connection.close()
+    first, second = asyncio.run(go())
+    answers = [(a.responses[0].partition_responses[0].error_code, a.responses[0].partition_responses[0].base_offset)
+               for a in (first, second)]
+    assert answers == [(ErrorCode.none, 0), (ErrorCode.none, 1)]
 
 
 def test_client_connection_closed__its_upstream_connections_close(node):
