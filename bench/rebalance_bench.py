@@ -50,6 +50,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # a checkout's rafka first
 
+from tests.harness import wait_until  # noqa: E402  (after the path: tests.harness from a checkout)
+
 TOPIC, PARTITIONS, MEMBERS = "rebalance-bench", 60, 6
 HEARTBEAT_MS = 1_000
 STEADY_TIMEOUT_S, SETTLE_TIMEOUT_S, WATCH_AFTER_S, STEADY_WINDOW_S = 90.0, 90.0, 3.0, 5.0
@@ -136,15 +138,6 @@ def produce_forever(bootstrap: str, interval_s: float, stop: threading.Event) ->
     producer.flush(10)
 
 
-def wait(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} not met in {timeout_s}s")
-
-
 def one_round(bootstrap: str, protocol: str, member_class, group: str, stop_gap_s: float) -> dict:
     reads = Reads()
     members = []
@@ -152,8 +145,9 @@ def one_round(bootstrap: str, protocol: str, member_class, group: str, stop_gap_
         members.append(member_class(bootstrap, group, f"{protocol}-{i}", protocol, reads))
         time.sleep(HEARTBEAT_MS / 1000 / MEMBERS)
     try:
-        wait(lambda: sorted(p for m in members for p in m.owned) == list(range(PARTITIONS))
-             and reads.all_read_since(time.monotonic() - 1.0), STEADY_TIMEOUT_S, f"{protocol}: six members steady")
+        wait_until(lambda: sorted(p for m in members for p in m.owned) == list(range(PARTITIONS))
+                   and reads.all_read_since(time.monotonic() - 1.0), STEADY_TIMEOUT_S,
+                   what=f"{protocol}: six members steady")
         time.sleep(STEADY_WINDOW_S)
         t0 = time.monotonic()
         steady_gap_s = max(max((b - a for a, b in zip(ts, ts[1:])), default=0.0)
@@ -184,7 +178,7 @@ def one_round(bootstrap: str, protocol: str, member_class, group: str, stop_gap_
             return (joiner.owned and owned == list(range(PARTITIONS))
                     and all((joiner.name, p) in reads.first_read for p in joiner.owned)
                     and reads.all_read_since(now - stop_gap_s))
-        wait(settled, SETTLE_TIMEOUT_S, f"{protocol}: the joiner's rebalance settled")
+        wait_until(settled, SETTLE_TIMEOUT_S, what=f"{protocol}: the joiner's rebalance settled")
         time.sleep(WATCH_AFTER_S)
         end = time.monotonic()
         watching.set()

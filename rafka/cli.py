@@ -212,8 +212,9 @@ def cmd_verify(args) -> int:
     options = VerifyOptions(
         duration_s=args.duration_s, out_dir=args.out, seed=args.seed,
         faults=tuple(k for k in kinds if k != "none"),
-        fault_gap_s=_gap(args.fault_gap_s, "--fault-gap-s"),
-        process_fault_gap_s=_gap(args.process_fault_gap_s, "--process-fault-gap-s"),
+        **{field: _gap(text, flag) for field, text, flag in (
+            ("fault_gap_s", args.fault_gap_s, "--fault-gap-s"),
+            ("process_fault_gap_s", args.process_fault_gap_s, "--process-fault-gap-s")) if text is not None},
         workload=WorkloadOptions(topic=args.topic, partitions=args.partitions, producers=args.producers,
                                  members=args.members, member_actors=args.member_actors, acks=args.acks,
                                  idempotence=not args.no_idempotence, transactions=not args.no_transactions,
@@ -353,10 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how the driver-side members run their group (consumer: KIP-848)")
     verify.add_argument("--no-transactions", action="store_true",
                         help="without the transactional producers and read_committed readers")
-    verify.add_argument("--fault-gap-s", default="0.5,2.0",
-                        help="MIN,MAX seconds between the cluster healing and the next replica fault")
-    verify.add_argument("--process-fault-gap-s", default="2.0,6.0",
-                        help="MIN,MAX seconds between two process faults")
+    verify.add_argument("--fault-gap-s",
+                        help="MIN,MAX seconds between the cluster healing and the next replica fault "
+                             "(default: rafka.verify.VerifyOptions.fault_gap_s)")
+    verify.add_argument("--process-fault-gap-s",
+                        help="MIN,MAX seconds between two process faults "
+                             "(default: rafka.verify.VerifyOptions.process_fault_gap_s)")
+
     cli_partitions.add_parsers(sub)
 
     for p in sub.choices.values():

@@ -125,7 +125,8 @@ def cmd_reassign_partitions(admin, args, out=print) -> int:
     moves = parse_reassignment_json(args.reassignment_json_file)
     plural = "s" if len(moves) > 1 else ""
     if args.execute or args.cancel:
-        results = admin.alter_partition_reassignments(moves if args.execute else dict.fromkeys(moves))
+        results = (admin.alter_partition_reassignments(moves) if args.execute
+                   else admin.cancel_partition_reassignments(moves))
         failed = {tp: error for tp, error in results.items() if error is not None}
         if failed:
             out("Error reassigning partition(s):" if args.execute else "Error cancelling partition reassignment(s):")

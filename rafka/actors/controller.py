@@ -921,26 +921,9 @@ class ControllerActor:
             records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
                                                                      await self._read_live_brokers())
             records = self._commit_reassignment(topic, partition, records, state)
-            moving = state.adding or state.removing   # else only the order changed: nothing starts or stops
-            unwatched = self._unwatched_until_announced([(topic, partition)] if moving else [])
-        if moving:
-            try:
-                await self._after_replica_change(topic, partition, state, removed={})
-            finally:
-                self._starting.difference_update(unwatched)
+        if state.adding or state.removing:   # else only the order changed: nothing starts or stops
+            await self._after_replica_change(topic, partition, state, removed={})
         return self._describe_topic(topic)["partitions"][partition]
-
-    def _unwatched_until_announced(self, partitions) -> set[tuple[str, int]]:
-        """Under the lock, with a commit that gives these partitions a new leader
-        epoch (an election, a reassignment's start, cancel or completion): they are
-        left out of the watch loop until the epoch is announced, or the loop would
-        find the leader, not told yet, at the old epoch, take it for a lost one and
-        elect another. The caller ends the hold (`_starting.difference_update`) once
-        announced; partitions already held (being created) are not returned, so
-        their hold is not ended early."""
-        unwatched = {tp for tp in partitions if tp not in self._starting}
-        self._starting.update(unwatched)
-        return unwatched
 
     def _commit_reassignment(self, topic: str, partition: int, records: list[dict],
                              state: PartitionState) -> list[dict]:
@@ -988,16 +971,17 @@ class ControllerActor:
                 if records and (brokers is None or state.adding or state.removing):   # else only the order changed
                     changed.append((topic, partition, state, removed))
                 results.append(None)
-            unwatched = self._unwatched_until_announced([(topic, partition) for topic, partition, _, _ in changed])
         if changed:
             await self.brokers_current()
 
             async def after() -> None:
-                try:
-                    await asyncio.gather(*(self._after_replica_change(topic, partition, state, removed=removed)
-                                           for topic, partition, state, removed in changed), return_exceptions=True)
-                finally:
-                    self._starting.difference_update(unwatched)
+                results = await asyncio.gather(*(self._after_replica_change(topic, partition, state, removed=removed)
+                                                 for topic, partition, state, removed in changed),
+                                               return_exceptions=True)
+                for (topic, partition, _, _), result in zip(changed, results):
+                    if isinstance(result, Exception):   # the watch loop completes what is left
+                        logger.warning("%s-%d: starting or stopping the moved replicas failed: %s",
+                                       topic, partition, result)
             task = asyncio.get_running_loop().create_task(after())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
@@ -1014,13 +998,9 @@ class ControllerActor:
             adding = self._actors_of(topic, partition, self.metadata.partition(topic, partition).adding)
             records, state = self.metadata.handle_cancel_reassignment(topic, partition)
             self._commit(records)
-            unwatched = self._unwatched_until_announced([(topic, partition)] if records else [])
         if records:
             logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, list(adding))
-            try:
-                await self._after_replica_change(topic, partition, state, removed=adding)
-            finally:
-                self._starting.difference_update(unwatched)
+            await self._after_replica_change(topic, partition, state, removed=adding)
         return self._describe_topic(topic)["partitions"][partition]
 
     async def _complete_reassignment(self, topic: str, partition: int) -> bool:
@@ -1029,14 +1009,10 @@ class ControllerActor:
             removing = self._actors_of(topic, partition, self.metadata.partition(topic, partition).removing)
             records, state = self.metadata.handle_complete_reassignment(topic, partition)
             self._commit(records)
-            unwatched = self._unwatched_until_announced([(topic, partition)] if records else [])
         if records:
             logger.info("%s-%d: reassignment complete, replicas %s on brokers %s", topic, partition,
                         list(state.replicas), list(state.brokers))
-            try:
-                await self._after_replica_change(topic, partition, state, removed=removing)
-            finally:
-                self._starting.difference_update(unwatched)
+            await self._after_replica_change(topic, partition, state, removed=removing)
         return bool(records)
 
     def _actors_of(self, topic: str, partition: int, replica_ids) -> dict[int, str]:
@@ -1235,18 +1211,14 @@ class ControllerActor:
             records, results = self.metadata.handle_elect_leaders(election_type, partitions,
                                                                   self._serving_replicas)
             elected = [(topic, partition) for topic, partition, error in results if error is None]
-            unwatched = self._unwatched_until_announced(elected)
             self._commit(records)
-        try:
-            for topic, partition in elected:
-                state = self.metadata.partition(topic, partition)
-                logger.info("%s-%d: %s election: leader %d at epoch %d, ISR %s", topic, partition,
-                            "unclean" if election_type == UNCLEAN_ELECTION else "preferred", state.leader,
-                            state.leader_epoch, list(state.isr))
-            await asyncio.gather(*(self._announce(topic, partition, self.metadata.partition(topic, partition))
-                                   for topic, partition in elected))
-        finally:
-            self._starting.difference_update(unwatched)
+        for topic, partition in elected:
+            state = self.metadata.partition(topic, partition)
+            logger.info("%s-%d: %s election: leader %d at epoch %d, ISR %s", topic, partition,
+                        "unclean" if election_type == UNCLEAN_ELECTION else "preferred", state.leader,
+                        state.leader_epoch, list(state.isr))
+        await asyncio.gather(*(self._announce(topic, partition, self.metadata.partition(topic, partition))
+                               for topic, partition in elected))
         if elected:
             self.leader_elections.observe((time.monotonic() - started_s) * 1000)
             await self.brokers_current()
@@ -1310,7 +1282,14 @@ class ControllerActor:
         restarted = sorted(r for r, role in role_by_replica.items() if role == RESTARTED)
         if self._stopping or self.metadata.partition(topic, partition) != state:
             return   # changed meanwhile (an ISR change, another check): look again next round
-        if state.online and role_by_replica[state.leader] != ("leader", state.leader_epoch):
+        seen = role_by_replica[state.leader] if state.online else None
+        if state.online and seen != ("leader", state.leader_epoch):
+            if seen is not None and seen[0] in ("leader", "follower") and seen[1] < state.leader_epoch:
+                # Alive, at an epoch before the one a commit gave it (an election, a
+                # reassignment's start, cancel or completion) and not told yet: told,
+                # not taken for lost (electing another would move leadership for nothing).
+                await self._announce(topic, partition, state)
+                return
             if state.leader not in restarted:
                 unavailable = sorted(set(unavailable) | {state.leader})
             await self.elect_leader(topic, partition, unavailable, restarted, partition_epoch=state.partition_epoch)

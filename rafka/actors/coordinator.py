@@ -75,6 +75,8 @@ from rafka.protocol.pipelining import admit_next
 PIPELINED_REQUESTS_PER_CONNECTION = 16
 
 
+IMAGE_ASK_INTERVAL_MS = 250   # a topic missing from the image: the controller asked at most this often
+
 class GroupCoordinatorActor:
     def __init__(self, *, offsets_partition: int, offsets_partition_count: int,
                  offsets_commit_timeout_ms: int = 5_000, offset_metadata_max_bytes: int = 4096,
@@ -86,6 +88,7 @@ class GroupCoordinatorActor:
         self.partition = offsets_partition
         self.partition_count = offsets_partition_count
         self.clock = SystemClock()
+        self._image_asked_ms = -IMAGE_ASK_INTERVAL_MS   # when the controller was last asked for an image
         self.shard = CoordinatorShard(
             offsets=OffsetStore(offset_metadata_max_bytes=offset_metadata_max_bytes,
                                 offsets_retention_ms=int(offsets_retention_minutes * 60_000)),
@@ -158,11 +161,15 @@ class GroupCoordinatorActor:
 
     async def _topic_metadata(self, topics: set[str] | None) -> dict:
         """{topic: (topic id, partition count)} (None: of every topic) from the newest
-        cluster image (asked of the controller afresh only when a topic is not in it
-        yet: a topic just created). A consumer group (KIP-848) sees a count that
-        grows, or a topic its regex matches, at its members' next heartbeats, as
-        Kafka's sees a new metadata image."""
-        if topics is not None and not set(topics) <= set(self.serving.image.topics):
+        cluster image (asked of the controller afresh when a topic is not in it yet,
+        a topic just created; at most every IMAGE_ASK_INTERVAL_MS, since a KIP-848
+        member subscribed to a topic that does not exist asks at every heartbeat).
+        A consumer group (KIP-848) sees a count that grows, or a topic its regex
+        matches, at its members' next heartbeats, as Kafka's sees a new metadata
+        image."""
+        if (topics is not None and not set(topics) <= set(self.serving.image.topics)
+                and self.clock.now_ms() - self._image_asked_ms >= IMAGE_ASK_INTERVAL_MS):
+            self._image_asked_ms = self.clock.now_ms()
             await self.log.refresh_image()
         image = self.serving.image
         names = image.topics if topics is None else topics

@@ -152,7 +152,8 @@ class ConsumerMemberActor:
                 except UnreleasedInstanceId:   # KIP-848: the killed predecessor's session still holds the id
                     self._progress["unreleased_waits"] += 1
                     self.consumer.close(leave_group=False)
-                    self._stopping.wait(UNRELEASED_RETRY_S)
+                    if self._stopping.wait(UNRELEASED_RETRY_S):
+                        break   # stopped while waiting: no new consumer (the closed one is closed again: a no-op)
                     self.consumer = self._new_consumer()
                     continue
                 joined = self.consumer.group_metadata()

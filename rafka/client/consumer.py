@@ -81,7 +81,7 @@ from rafka.client.consumer_membership import ConsumerGroupMembership
 from rafka.client.membership import CoordinatorClient, GroupMembership
 from rafka.client.metadata import MetadataCache
 from rafka.protocol.network import ClientNetwork, client_security
-from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause, submit_to_leader
+from rafka.protocol.retry import ask_leader, is_retriable, kafka_cause, retry_until, submit_to_leader
 from rafka.core.config import INT, ConfigDef, at_least
 from rafka.core.errors import (FencedInstanceId, FencedMemberEpoch, IllegalGeneration, IllegalStateError,
                                InvalidConfig, KafkaError, NoOffsetForPartitionError, OffsetOutOfRange,
@@ -726,24 +726,27 @@ class Consumer:
         request = self._commit_request(offsets)
         if not request:
             return
-        deadline_s = time.monotonic() + (self.default_api_timeout_s if timeout is None else timeout)
-        while True:
-            identity = self._identity()
-            try:
-                response = self._group().call("commit_offsets", request, *identity,
-                                              timeout_s=max(0.0, deadline_s - time.monotonic()))
-            except StaleMemberEpoch:
-                # KIP-848: the member's epoch moved on while the commit was sent (Kafka's
-                # CommitRequestManager retries with the latest one); while it is a member
-                if self._identity()[1] > 0 and time.monotonic() < deadline_s:
-                    time.sleep(self.retry_backoff_s)
-                    continue
-                raise
-            except _MEMBERSHIP_ERRORS as error:   # Kafka's CommitFailedException: rejoin
-                self._membership.commit_failed(error)
-                raise
-            self._raise_partition_error(response)
-            return
+        group = self._group()
+
+        def stale_while_member(error: BaseException) -> bool:
+            # KIP-848: the member's epoch moved on while the commit was sent (Kafka's
+            # CommitRequestManager retries with the latest one), while it is a member
+            return isinstance(kafka_cause(error), StaleMemberEpoch) and self._identity()[1] > 0
+        try:
+            # the identity read at each attempt: a retry after STALE_MEMBER_EPOCH carries the new epoch
+            response = retry_until(
+                lambda remaining_s: group.submit("commit_offsets", request, *self._identity()).result(
+                    timeout=remaining_s),
+                timeout_s=self.default_api_timeout_s if timeout is None else timeout,
+                retry_backoff_s=self.retry_backoff_s, what=f"commit_offsets for group {self.group_id!r}",
+                retriable=lambda error: is_retriable(error) or stale_while_member(error),
+                on_retry=lambda error: None if stale_while_member(error) else group.invalidate())
+        except StaleMemberEpoch:   # no longer a member: not a reason to rejoin
+            raise
+        except _MEMBERSHIP_ERRORS as error:   # Kafka's CommitFailedException: rejoin
+            self._membership.commit_failed(error)
+            raise
+        self._raise_partition_error(response)
 
     def commit_async(self, offsets: dict | None = None, callback=None) -> None:
         """One attempt, never retried; `callback(offsets, exception)` runs in a later

@@ -220,7 +220,7 @@ class ConsumerGroupMembership:
             cause = kafka_cause(error)
             if isinstance(cause, _FENCED):
                 self._fence(epoch, cause)
-            elif is_retriable(error) or isinstance(error, TimeoutError):
+            elif is_retriable(error):
                 self.coordinator.invalidate()
                 return self.retry_backoff_s
             else:

@@ -36,7 +36,7 @@ import collections
 import dataclasses
 import ipaddress
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Optional
 
 from rafka.core.errors import InvalidRequest, KafkaError, UnknownServerError, UnsupportedVersion
@@ -62,13 +62,6 @@ MAX_SENSORS = 10_000
 INACTIVE_SENSOR_EXPIRATION_MS = 3_600_000   # ClientQuotaManager.InactiveSensorExpirationTimeSeconds
 QUOTA_WINDOW_NUM_DEFAULT = 11               # quota.window.num
 QUOTA_WINDOW_SIZE_S_DEFAULT = 1             # quota.window.size.seconds
-
-Entity = frozenset   # of (entity type, name or None for the default)
-
-
-def entity_of(pairs: Iterable[tuple[str, Optional[str]]]) -> frozenset:
-    return frozenset(pairs)
-
 
 def entity_text(entity: frozenset) -> str:
     """As Kafka's ClientQuotaEntity prints: ClientQuotaEntity(entries={user=alice})."""

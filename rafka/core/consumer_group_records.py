@@ -135,9 +135,7 @@ class CurrentAssignmentValue:
 KEY_VERSIONS = {ConsumerGroupMetadataKey: 3, PartitionMetadataKey: 4, MemberMetadataKey: 5,
                 TargetAssignmentMetadataKey: 6, TargetAssignmentMemberKey: 7, CurrentAssignmentKey: 8}
 _KEY_BY_VERSION = {version: cls for cls, version in KEY_VERSIONS.items()}
-ConsumerGroupKey = (ConsumerGroupMetadataKey | PartitionMetadataKey | MemberMetadataKey | TargetAssignmentMetadataKey
-                    | TargetAssignmentMemberKey | CurrentAssignmentKey)
-_INT32, _INT8 = struct.Struct(">i"), struct.Struct(">b")
+_INT32 = struct.Struct(">i")
 
 
 # --- keys -----------------------------------------------------------------------------

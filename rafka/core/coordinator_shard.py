@@ -553,7 +553,7 @@ class CoordinatorShard:
         started_ms = self.clock.now_ms()
         retention_due = started_ms >= self._next_retention_check_ms
         if retention_due:
-            candidates = set(self.groups.groups) | set(self.offsets.offsets_by_group)
+            candidates = set(self.groups.groups) | set(self.offsets.offsets_by_group) | set(self.consumer_groups.groups)
         else:
             candidates = {g for g in self.groups.groups if self.groups.has_silent_members(g, started_ms)}
         candidates |= {g for g in self.consumer_groups.groups
@@ -580,7 +580,10 @@ class CoordinatorShard:
     def _expired(self, group: str, now_ms: int) -> list[Record]:
         """KIP-211, decided now for one group (its lock held): tombstones for its
         offsets past retention, and if it is Empty past retention with no offsets
-        left, a tombstone of the group itself (it becomes Dead)."""
+        left, a tombstone of the group itself (it becomes Dead). A consumer group
+        (KIP-848) with no member and no offset left is deleted at once, every
+        record of it (Kafka's cleanupGroupMetadata, maybeDeleteGroup): else each
+        group id ever used would stay in memory and in the partition for good."""
         state = self.groups.groups.get(group)
         empty_since_ms = {} if state is None else {
             group: state.state_since_ms if state.state is GroupState.EMPTY else None}
@@ -590,8 +593,10 @@ class CoordinatorShard:
         records = self.offsets.handle_expire(now_ms, empty_since_ms, only_group=group).records
         expiring = {(key.topic, key.partition) for key, _ in records}
         since_ms = empty_since_ms.get(group)
-        if (since_ms is not None and not set(self.offsets.fetch(group)) - expiring
-                and not self.offsets.has_open_transactions(group)
+        offsets_left = bool(set(self.offsets.fetch(group)) - expiring) or self.offsets.has_open_transactions(group)
+        if modern is not None and not modern.members and not offsets_left:
+            records += self.consumer_groups.tombstones(group)
+        elif (since_ms is not None and not offsets_left
                 and now_ms - since_ms >= self.offsets.offsets_retention_ms):
             records.append((GroupKey(group), None))
         return records

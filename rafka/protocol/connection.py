@@ -82,16 +82,17 @@ class Connection(asyncio.Protocol):
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "rafka", request_timeout_ms: int = 30_000,
                    max_in_flight_requests: int = 5, sasl: SaslLogin | None = None,
-                   tls: ssl.SSLContext | None = None) -> Connection:
+                   tls: ssl.SSLContext | None = None, connect_timeout_ms: int | None = None) -> Connection:
         """Connected (over TLS with `tls`: SslAuthenticationFailed if its handshake
-        fails), and, with `sasl`, logged in (SaslAuthenticationFailed if refused)."""
+        fails), and, with `sasl`, logged in (SaslAuthenticationFailed if refused).
+        The connect waits `connect_timeout_ms` (default: `request_timeout_ms`)."""
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(loop.create_connection(
                 lambda: cls(client_id=client_id, request_timeout_ms=request_timeout_ms,
                             max_in_flight_requests=max_in_flight_requests), host, port,
                 ssl=tls, server_hostname=host if tls is not None else None),
-                request_timeout_ms / 1000)
+                (request_timeout_ms if connect_timeout_ms is None else connect_timeout_ms) / 1000)
         except ssl.SSLError as error:   # before OSError, whose subclass it is: no retry clears it
             raise SslAuthenticationFailed(f"TLS handshake with {host}:{port} failed: {error}") from None
         except (OSError, asyncio.TimeoutError) as error:

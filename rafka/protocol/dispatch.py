@@ -67,11 +67,12 @@ from rafka.core.metrics import Histogram, RequestMetrics
 from rafka.protocol.bounds import KIO_DECODE_ERRORS, DeclaredSizeTooLarge, check_entity
 from rafka.protocol.errors import (MalformedRequestBody, UnknownApiKey,
                                    UnsupportedApiVersion)
-from rafka.protocol.framing import (RequestHeader, decode_request_header, encode_response_header,
-                                    peek_api_key_and_version)
+from rafka.protocol.framing import (RequestHeader, decode_request_header, decode_response_header,
+                                    encode_response_header, pack_request_header, peek_api_key_and_version)
 from rafka.protocol.hot_writers import WrittenBody, body_pieces
 
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 FETCH_KEY = 1
 _FETCH_FOLLOWER = -1   # Kafka's RequestMetrics tell a replica's Fetch from a consumer's
 # ApiVersionsRequest.json: "flexibleVersions": "3+" (used only for versions kio
@@ -272,6 +273,23 @@ class Dispatcher:
                               supported_api_versions=self.table.supported_api_versions,
                               principal=session.principal, client_host=session.client_host,
                               image=self.table.image() if self.table.image is not None else None)
+
+
+def request_frame(context: RequestContext, body: Any) -> bytes:
+    """The request `body` under `context`'s header, as a frame without its size
+    prefix: what the edge relays to an actor for a request it split or changed."""
+    header = pack_request_header(header_version=body.__header_schema__.__version__, api_key=context.api_key,
+                                 api_version=context.api_version, correlation_id=context.correlation_id,
+                                 client_id=context.client_id)
+    return b"".join((header, *body_pieces(body)))
+
+
+def read_answer(context: RequestContext, answer: bytes) -> Any:
+    """The response entity of an answer frame (without its size prefix) to a
+    request under `context`."""
+    response_type = load_response_schema(context.api_key, context.api_version)
+    _, offset = decode_response_header(answer, header_version=response_type.__header_schema__.__version__)
+    return entity_reader(response_type)(answer, offset)[0]
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:

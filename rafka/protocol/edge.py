@@ -111,12 +111,12 @@ from rafka.core.offsets_schema import partition_for_group
 from rafka.protocol.authorization import check_of, config_acl_resource, decide, gate
 from rafka.core.transaction_log import partition_for as partition_for_transaction
 from rafka.protocol.connection import Connection, SaslLogin
-from rafka.protocol.dispatch import (ANONYMOUS_SESSION, DispatchTable, Dispatcher, ParsedRequest, Session,
-                                    encode_response)
-from rafka.protocol.entities import load_response_schema
-from rafka.protocol.framing import decode_response_header, pack_request_header, peek_api_key_and_version
-from rafka.protocol.hot_writers import WrittenBody, body_pieces
+from rafka.protocol.dispatch import (ANONYMOUS_SESSION, FETCH_KEY, PRODUCE_KEY, DispatchTable, Dispatcher,
+                                    ParsedRequest, Session, encode_response, read_answer, request_frame)
+from rafka.protocol.framing import peek_api_key_and_version
+from rafka.protocol.hot_writers import WrittenBody
 from rafka.protocol.pipelining import admission
+from rafka.protocol.retry import retry_until_async
 from rafka.protocol.throttling import QUOTA_APIS, EdgeQuotas
 
 logger = logging.getLogger(__name__)
@@ -124,8 +124,9 @@ logger = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 MAX_CHANNELS = 3           # upstream connections per actor per client connection
 # An actor the newest image names that refuses a connection (starting, restarting)
-# is tried again every UPSTREAM_OPEN_RETRY_MS, up to UPSTREAM_OPEN_WAIT_MS in all,
-# before its requests are answered for it (`_open`).
+# is tried again every UPSTREAM_OPEN_RETRY_MS until UPSTREAM_OPEN_WAIT_MS have
+# passed (each connect bounded by what is left), then its requests are answered
+# for it (`_open`).
 UPSTREAM_OPEN_WAIT_MS = 5_000
 UPSTREAM_OPEN_RETRY_MS = 50
 Endpoint = tuple[str, int]
@@ -150,8 +151,6 @@ PARTITION_APIS = {
     21: _PartitionApi("topics", "partitions", "partition_index", "topics", "partitions"),   # DeleteRecords
     61: _PartitionApi("topics", "partition_indexes", None, "topics", "partitions", any_replica=True),
 }
-PRODUCE_KEY = 0
-FETCH_KEY = 1
 # APIs about one group, named by group_id
 # OffsetCommit, Join, Heartbeat, Leave, Sync, TxnOffsetCommit, OffsetDelete, ConsumerGroupHeartbeat
 SINGLE_GROUP_APIS = frozenset({8, 11, 12, 13, 14, 28, 47, 68})
@@ -232,7 +231,7 @@ class EdgeDispatcher(Dispatcher):
         self._upstream_tls = upstream_tls
         self._channels: dict[tuple[str, Endpoint], list[Connection]] = {}
         self._opening: dict[tuple[str, Endpoint], asyncio.Lock] = {}
-        # (client connection, actor) -> when an open of it was last given up (loop time)
+        # (client connection, actor) -> when an open of it was last given up (`_clock_s`)
         self._given_up_s: dict[tuple[str, Endpoint], float] = {}
         self.relayed_requests = 0
         self.split_requests = 0
@@ -478,18 +477,12 @@ class EdgeDispatcher(Dispatcher):
         """One part of a split request: the answer entity (None for acks=0).
         `on_written()` once it is sent on (or answered here: nothing to order)."""
         if endpoint is not None:
-            context = parsed.context
-            header = pack_request_header(header_version=body.__header_schema__.__version__, api_key=context.api_key,
-                                         api_version=context.api_version, correlation_id=context.correlation_id,
-                                         client_id=context.client_id)
-            frame = b"".join((header, *body_pieces(body)))
-            answer = await self._relay(connection_id, endpoint, frame, expect_response, on_written)
+            answer = await self._relay(connection_id, endpoint, request_frame(parsed.context, body), expect_response,
+                                       on_written)
             if answer is None:
                 return None
             if answer is not _UNREACHABLE:
-                response_type = load_response_schema(context.api_key, context.api_version)
-                _, offset = decode_response_header(answer, header_version=response_type.__header_schema__.__version__)
-                return entity_reader(response_type)(answer, offset)[0]
+                return read_answer(parsed.context, answer)
         if on_written is not None:
             on_written()
         answer = await parsed.route.handler(body, parsed.context)
@@ -532,8 +525,7 @@ class EdgeDispatcher(Dispatcher):
         lock = self._opening.get(key)
         if lock is None:
             lock = self._opening[key] = asyncio.Lock()
-        loop = asyncio.get_running_loop()
-        queued_s = loop.time()
+        queued_s = self._clock_s()
         async with lock:
             if self._given_up_s.get(key, -1.0) >= queued_s:
                 # queued behind an open given up: fails with it, so that no request read
@@ -549,7 +541,7 @@ class EdgeDispatcher(Dispatcher):
                 try:
                     primary = await self._open(endpoint)
                 except NetworkException:
-                    self._given_up_s[key] = loop.time()
+                    self._given_up_s[key] = self._clock_s()
                     raise
                 channels.append(primary)
             self._channels[key] = channels
@@ -568,17 +560,18 @@ class EdgeDispatcher(Dispatcher):
         OUT_OF_ORDER_SEQUENCE_NUMBER (`rafka demo` and `rafka verify`, on a cluster
         just started). An actor the image no longer names is answered for at once:
         its partitions moved, and the client is sent back to Metadata."""
-        attempts_left = max(1, self.upstream_open_wait_ms // UPSTREAM_OPEN_RETRY_MS)
-        while True:
-            attempts_left -= 1
-            try:
-                login = await self._upstream_login() if self._upstream_login is not None else None
-                return await Connection.open(*endpoint, client_id=f"broker-{self.broker_id}",
-                                             max_in_flight_requests=16, sasl=login, tls=self._upstream_tls)
-            except NetworkException:
-                if attempts_left == 0 or not self._names(endpoint):
-                    raise
-            await asyncio.sleep(UPSTREAM_OPEN_RETRY_MS / 1000)
+        async def attempt(remaining_s: float) -> Connection:
+            login = await self._upstream_login() if self._upstream_login is not None else None
+            return await Connection.open(*endpoint, client_id=f"broker-{self.broker_id}",
+                                         connect_timeout_ms=max(1, int(remaining_s * 1000)),
+                                         max_in_flight_requests=16, sasl=login, tls=self._upstream_tls)
+        try:
+            return await retry_until_async(
+                attempt, timeout_s=self.upstream_open_wait_ms / 1000, retry_backoff_s=UPSTREAM_OPEN_RETRY_MS / 1000,
+                what=f"connecting to {endpoint[0]}:{endpoint[1]}", clock=self._clock_s,
+                retriable=lambda error: isinstance(error, NetworkException) and self._names(endpoint))
+        except RequestTimedOut as error:   # the wait is over: answered for the actor as unreachable
+            raise NetworkException(str(error)) from None
 
     def _names(self, endpoint: Endpoint) -> bool:
         """Whether the newest image names an actor at `endpoint`."""

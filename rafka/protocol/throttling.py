@@ -39,24 +39,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import struct
 from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 from kio.static.primitive import i32, i32Timedelta
 
 from rafka.core.client_quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QUOTA_WINDOW_NUM_DEFAULT,
                                       QUOTA_WINDOW_SIZE_S_DEFAULT, ClientQuotaManager, user_of_principal)
 from rafka.core.clock import SystemClock
-from rafka.protocol.dispatch import ParsedRequest, encode_response
+from rafka.protocol.dispatch import FETCH_KEY, PRODUCE_KEY, ParsedRequest, encode_response, read_answer, request_frame
 from rafka.protocol.entities import load_response_schema, make
-from rafka.protocol.framing import decode_response_header, pack_request_header
-from rafka.protocol.hot_writers import body_pieces
 
-PRODUCE_KEY, FETCH_KEY = 0, 1
 QUOTA_APIS = frozenset({PRODUCE_KEY, FETCH_KEY})
-_SIZE = struct.Struct(">i")
 
 Route = Callable[[ParsedRequest, bytes, str], Awaitable["bytes | None"]]
 
@@ -100,7 +94,7 @@ class EdgeQuotas:
         cap = self.fetch.max_value_in_quota_window(quotas, user, context.client_id)
         if cap is not None and int(parsed.body.max_bytes) > cap:
             parsed = dataclasses.replace(parsed, body=dataclasses.replace(parsed.body, max_bytes=i32(int(cap))))
-            frame = _reframed(parsed)
+            frame = request_frame(parsed.context, parsed.body)
         answer = await route(parsed, frame, connection_id)
         if answer is None:
             return None
@@ -129,20 +123,7 @@ def _ms(milliseconds: int) -> i32Timedelta:
 
 
 def _with_throttle(parsed: ParsedRequest, answer: bytes, throttle_ms: int) -> bytes:
-    """`answer` (a size-prefixed response frame) with its throttle_time set."""
-    context = parsed.context
-    response_type = load_response_schema(context.api_key, context.api_version)
-    if "throttle_time" not in {f.name for f in dataclasses.fields(response_type)}:
-        return answer   # Produce v0 has none: the mute alone tells
-    _, offset = decode_response_header(answer[4:], header_version=response_type.__header_schema__.__version__)
-    entity, _ = entity_reader(response_type)(answer[4:], offset)
-    return encode_response(context.correlation_id, dataclasses.replace(entity, throttle_time=_ms(throttle_ms)))
-
-
-def _reframed(parsed: ParsedRequest) -> bytes:
-    """The request frame (without its size prefix) of `parsed` as it now is."""
-    context, body = parsed.context, parsed.body
-    header = pack_request_header(header_version=body.__header_schema__.__version__, api_key=context.api_key,
-                                 api_version=context.api_version, correlation_id=context.correlation_id,
-                                 client_id=context.client_id)
-    return b"".join((header, *body_pieces(body)))
+    """`answer` (a size-prefixed response frame) with its throttle_time set (every
+    Produce and Fetch version the edge serves has the field)."""
+    entity = read_answer(parsed.context, answer[4:])
+    return encode_response(parsed.context.correlation_id, dataclasses.replace(entity, throttle_time=_ms(throttle_ms)))

@@ -51,11 +51,12 @@ LOCAL_ONLY = {"sigkill-leader", "sigkill-member", "pause-leader", "restart-broke
               "restart-cluster", "sigkill-txn-coordinator"}
 TRANSACTIONAL = {"kill-txn-coordinator", "sigkill-txn-coordinator", "kill-txn-leader"}
 AIM_S = 3.0   # how long a transactional fault watches for its moment before striking anyway
+WATCH_INTERVAL_S = 0.005   # between two asks of a coordinator while watching (a marker round lasts longer)
 
 
 class FaultInjector:
     def __init__(self, cluster, history, clock, *, kinds, topic: str, gap_s: tuple[float, float],
-                 process_gap_s: tuple[float, float] = (2.0, 6.0), txn_topic: str | None = None,
+                 process_gap_s: tuple[float, float], txn_topic: str | None = None,
                  transactional_ids=(), heal_timeout_s: float = 90.0, member_actors=None, restart_cluster=None,
                  seed: int = 0) -> None:
         self.cluster = cluster
@@ -216,16 +217,27 @@ class FaultInjector:
 
     def _kill_leader(self) -> str:
         topic, partition, state = self._partition()
-        ray.kill(self._replica(topic, partition, state["leader"]), no_restart=False)
-        self._wait_for_new_leader(topic, partition, state["leader_epoch"])
-        return f"{topic}-{partition} replica {state['leader']} (Ray kill)"
+        how = self._kill_partition_leader(topic, partition, state, sigkill=False)
+        return f"{topic}-{partition} replica {state['leader']} ({how})"
 
     def _sigkill_leader(self) -> str:
         topic, partition, state = self._partition()
-        pid = ray.get(self._replica(topic, partition, state["leader"]).describe.remote(), timeout=10)["pid"]
-        os.kill(pid, signal.SIGKILL)
+        how = self._kill_partition_leader(topic, partition, state, sigkill=True)
+        return f"{topic}-{partition} replica {state['leader']} ({how})"
+
+    def _kill_partition_leader(self, topic: str, partition: int, state: dict, *, sigkill: bool) -> str:
+        """The leader's actor killed (by Ray, or SIGKILL to its process), then
+        waited on until the controller elected another; how it was killed."""
+        replica = self._replica(topic, partition, state["leader"])
+        if sigkill:
+            pid = ray.get(replica.describe.remote(), timeout=10)["pid"]
+            os.kill(pid, signal.SIGKILL)
+            how = f"SIGKILL pid {pid}"
+        else:
+            ray.kill(replica, no_restart=False)
+            how = "Ray kill"
         self._wait_for_new_leader(topic, partition, state["leader_epoch"])
-        return f"{topic}-{partition} replica {state['leader']} (SIGKILL pid {pid})"
+        return how
 
     def _kill_follower(self) -> str:
         topic, partition, state = self._partition()
@@ -301,46 +313,46 @@ class FaultInjector:
 
     # --- transactional faults -----------------------------------------------------------
 
-    def _txn_coordinator(self) -> tuple[int, str, object]:
-        """(partition, transactional id, actor): the coordinator of one of the
-        workload's transactional ids."""
+    def _txn_coordinator(self) -> tuple[int, object]:
+        """(partition, actor): the coordinator of one of the workload's
+        transactional ids."""
         snapshot = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=10)["topics"]
         transactional_id = self.random.choice(self.transactional_ids)
         partition = partition_for(transactional_id, len(snapshot[TRANSACTION_STATE_TOPIC]["partitions"]))
-        return partition, transactional_id, _actor(transaction_coordinator_actor_name(partition))
+        return partition, _actor(transaction_coordinator_actor_name(partition))
 
-    def _watch_transactions(self, coordinator, states: tuple[str, ...], timeout_s: float) -> str | None:
-        """Asks the coordinator (ListTransactions) until one of the workload's
-        transactional ids is in one of `states`; "<id> in <state>", or None after
-        `timeout_s`."""
+    def _watch_transactions(self, coordinator, states: tuple[str, ...], timeout_s: float
+                            ) -> tuple[str, str] | None:
+        """Asks the coordinator (ListTransactions), every WATCH_INTERVAL_S, until one
+        of the workload's transactional ids is in one of `states`: (id, state), or
+        None after `timeout_s`."""
         deadline_s = time.monotonic() + timeout_s
         while time.monotonic() < deadline_s:
             try:
                 listings, _ = ray.get(coordinator.list_transactions.remote(states=states), timeout=2)
             except (ray.exceptions.RayError, ValueError):   # loading, or restarting: ask again
-                time.sleep(0.05)
-                continue
-            mine = [f"{t.transactional_id} in {t.state}" for t in listings
-                    if t.transactional_id in self.transactional_ids]
+                listings = []
+            mine = [(t.transactional_id, t.state) for t in listings if t.transactional_id in self.transactional_ids]
             if mine:
                 return mine[0]
+            time.sleep(WATCH_INTERVAL_S)
         return None
 
     def _aim_at_markers(self, coordinator) -> str:
         found = self._watch_transactions(coordinator, ("PrepareCommit", "PrepareAbort"), AIM_S)
         if found is not None:
-            return f"{found}: between EndTxn and its markers"
+            return f"{found[0]} in {found[1]}: between EndTxn and its markers"
         found = self._watch_transactions(coordinator, ("Ongoing",), 0.5)
-        return f"{found}: open" if found is not None else "no transaction of the workload seen open"
+        return f"{found[0]} in {found[1]}: open" if found is not None else "no transaction of the workload seen open"
 
     def _kill_txn_coordinator(self) -> str:
-        partition, _, coordinator = self._txn_coordinator()
+        partition, coordinator = self._txn_coordinator()
         moment = self._aim_at_markers(coordinator)
         ray.kill(coordinator, no_restart=False)
         return f"txn-coordinator {partition} (Ray kill; {moment})"
 
     def _sigkill_txn_coordinator(self) -> str:
-        partition, _, coordinator = self._txn_coordinator()
+        partition, coordinator = self._txn_coordinator()
         pid = ray.get(coordinator.ping.remote(), timeout=10)["pid"]
         moment = self._aim_at_markers(coordinator)
         os.kill(pid, signal.SIGKILL)
@@ -350,13 +362,13 @@ class FaultInjector:
         """The leader of a partition of the transactional topic that an open
         transaction of the workload wrote to (watched for up to AIM_S; else any
         partition of the topic), killed by Ray and by SIGKILL in turn."""
-        _, _, coordinator = self._txn_coordinator()
+        _, coordinator = self._txn_coordinator()
         open_on, partition, deadline_s = None, None, time.monotonic() + AIM_S
         while partition is None and time.monotonic() < deadline_s:
             found = self._watch_transactions(coordinator, ("Ongoing",), max(0.0, deadline_s - time.monotonic()))
             if found is None:
                 break
-            found = found.split(" in ")[0]
+            found = found[0]
             try:
                 described = ray.get(coordinator.describe_transaction.remote(found), timeout=2)
             except (ray.exceptions.RayError, ValueError):
@@ -367,17 +379,9 @@ class FaultInjector:
         snapshot = ray.get(self.cluster.controller.metadata_snapshot.remote(), timeout=10)["topics"]
         partitions = snapshot[self.txn_topic]["partitions"]
         state = partitions[partition] if partition is not None else self.random.choice(partitions)
-        replica = self._replica(self.txn_topic, state["partition"], state["leader"])
         sigkill = self.local and self._txn_leader_turn % 2 == 1
         self._txn_leader_turn += 1
-        if sigkill:
-            pid = ray.get(replica.describe.remote(), timeout=10)["pid"]
-            os.kill(pid, signal.SIGKILL)
-            how = f"SIGKILL pid {pid}"
-        else:
-            ray.kill(replica, no_restart=False)
-            how = "Ray kill"
-        self._wait_for_new_leader(self.txn_topic, state["partition"], state["leader_epoch"])
+        how = self._kill_partition_leader(self.txn_topic, state["partition"], state, sigkill=sigkill)
         moment = f"{open_on} open on it" if open_on is not None else "no open transaction of the workload seen"
         return f"{self.txn_topic}-{state['partition']} replica {state['leader']} ({how}; {moment})"
 

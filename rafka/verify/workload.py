@@ -49,14 +49,16 @@ GROUP = "verify-members"          # the driver-side members' group
 ACTOR_GROUP = "verify-actors"     # the member actors' group
 
 
-# The driver-side members' Consumer options per group protocol (WorkloadOptions.group_protocol).
-GROUP_PROTOCOL_OPTIONS = {
-    "eager": lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500},
-    "cooperative": lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500,
-                                 "partition_assignment_strategy": "cooperative-sticky"},
-    "static": lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500,
-                            "group_instance_id": name},
-    "consumer": lambda name: {"group_protocol": "consumer"},
+# Per group protocol (WorkloadOptions.group_protocol): whether it hands a member
+# only the partitions that move (incremental; else the whole assignment after
+# revoking everything), and the driver-side members' Consumer options.
+MEMBER_GROUP_PROTOCOLS = {
+    "eager": (False, lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500}),
+    "cooperative": (True, lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500,
+                                        "partition_assignment_strategy": "cooperative-sticky"}),
+    "static": (False, lambda name: {"session_timeout_ms": 6_000, "heartbeat_interval_ms": 500,
+                                    "group_instance_id": name}),
+    "consumer": (True, lambda name: {"group_protocol": "consumer"}),
 }
 
 
@@ -288,13 +290,11 @@ class Workload(TransactionalWorkload):
 
     def _member_incarnation(self, name: str, incarnation: int, until_s: float) -> None:
         o = self.options
+        incremental, protocol_options = MEMBER_GROUP_PROTOCOLS[o.group_protocol]
         consumer = self.cluster.consumer(group_id=GROUP, auto_offset_reset="earliest", enable_auto_commit=False,
                                          max_poll_records=100, fetch_max_wait_ms=100, client_id=name,
                                          request_timeout_ms=10_000, default_api_timeout_ms=20_000,
-                                         **GROUP_PROTOCOL_OPTIONS[o.group_protocol](name))
-        # Eager protocols hand a member its whole assignment at each rebalance (after
-        # revoking everything); cooperative and KIP-848 ones only what moves.
-        incremental = o.group_protocol in ("cooperative", "consumer")
+                                         **protocol_options(name))
         history, clock, workload = self.history, self.clock, self
         owned: set[TopicPartition] = set()   # this incarnation's partitions, across rebalances
 

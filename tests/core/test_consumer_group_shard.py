@@ -150,6 +150,35 @@ def test_delete_consumer_group__refused_with_members__tombstones_once_empty():
     on_a_shard(scenario)
 
 
+def test_consumer_group_left_empty__deleted_by_the_retention_check_once_no_offset_is_left():
+    """Kafka's cleanupGroupMetadata: a consumer group with no member and no offset
+    left is deleted (its every record tombstoned); one with offsets stays until
+    they expire. Before, an emptied consumer group stayed in memory and in the
+    partition for good."""
+    async def scenario(shard, partition, clock):
+        await heartbeat(shard, "a", 0)
+        await heartbeat(shard, "a", -1, owned=None)
+        assert G in shard.consumer_groups.groups
+        await shard.tick()   # the first tick checks retention
+        assert G not in shard.consumer_groups.groups
+        assert G not in reloaded(partition, clock).consumer_groups.groups
+    on_a_shard(scenario)
+
+
+def test_consumer_group_left_empty_with_offsets__kept_until_they_expire():
+    async def scenario(shard, partition, clock):
+        a = await heartbeat(shard, "a", 0)
+        await shard.commit_offsets(G, {("orders", 0): (7, -1, "")}, "a", a.member_epoch)
+        await heartbeat(shard, "a", -1, owned=None)
+        await shard.tick()
+        assert G in shard.consumer_groups.groups
+        clock.advance(shard.offsets.offsets_retention_ms + shard.offsets_retention_check_interval_ms)
+        await shard.tick()
+        assert G not in shard.consumer_groups.groups
+        assert G not in reloaded(partition, clock).consumer_groups.groups
+    on_a_shard(scenario)
+
+
 def test_offset_delete_of_a_consumer_group__a_subscribed_topics_refused():
     async def scenario(shard, partition, clock):
         await heartbeat(shard, "a", 0)

@@ -40,7 +40,7 @@ from rafka.core.errors import KafkaError
 from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
-from rafka.protocol.handlers.partitions import error_code_of
+from rafka.protocol.handlers.partitions import error_code_of, error_message_of
 
 DESCRIBE_CLIENT_QUOTAS_KEY, ALTER_CLIENT_QUOTAS_KEY = 48, 49
 VERSIONS = (0, 1)
@@ -56,10 +56,6 @@ class QuotaAdmin(Protocol):
     async def alter_client_quotas(self, entries: list[Alteration], validate_only: bool
                                   ) -> list[KafkaError | None]:
         """Per entry, in order: None (altered, or valid with validate_only) or why not."""
-
-
-def _message(error: BaseException | None) -> str | None:
-    return None if error is None else str(getattr(error, "message", error))
 
 
 def routes(image: Callable[[], ClusterImage], admin: QuotaAdmin) -> list[Route]:
@@ -80,7 +76,7 @@ def routes(image: Callable[[], ClusterImage], admin: QuotaAdmin) -> list[Route]:
                 error = refused
         if error is not None:
             return make(response_type, throttle_time=_NO_THROTTLE, error_code=error_code_of(error),
-                        error_message=_message(error), entries=None)
+                        error_message=error_message_of(error), entries=None)
         return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                     entries=tuple(make(module.EntryData,
                                        entity=tuple(module.EntityData(entity_type=t, entity_name=n)
@@ -104,7 +100,7 @@ def routes(image: Callable[[], ClusterImage], admin: QuotaAdmin) -> list[Route]:
         except Exception as error:   # the request as a whole: every entry answers it
             results = [error] * len(entries)
         return make(response_type, throttle_time=_NO_THROTTLE, entries=tuple(
-            make(module.EntryData, error_code=error_code_of(result), error_message=_message(result),
+            make(module.EntryData, error_code=error_code_of(result), error_message=error_message_of(result),
                  entity=tuple(module.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
                               for e in entry.entity))
             for entry, result in zip(request.entries, results)))

@@ -42,7 +42,7 @@ from rafka.core.metadata import PREFERRED_ELECTION, ElectionResult
 from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
-from rafka.protocol.handlers.partitions import error_code_of
+from rafka.protocol.handlers.partitions import by_topic, error_code_of, error_message_of
 from rafka.protocol.handlers.topic_admin import within
 
 ELECT_LEADERS_KEY, ALTER_REASSIGNMENTS_KEY, LIST_REASSIGNMENTS_KEY = 43, 45, 46
@@ -67,17 +67,6 @@ class PartitionAdmin(Protocol):
                                            ) -> list[OngoingReassignment]: ...
 
 
-def _message(error: BaseException | None) -> str | None:
-    return None if error is None else str(getattr(error, "message", error))
-
-
-def _by_topic(items) -> dict[str, list]:
-    """(topic, ...) items grouped by topic, topics in their first order."""
-    grouped: dict[str, list] = {}
-    for item in items:
-        grouped.setdefault(item[0], []).append(item)
-    return grouped
-
 
 def routes(admin: PartitionAdmin) -> list[Route]:
     async def elect_leaders(request, context: RequestContext):
@@ -100,9 +89,9 @@ def routes(admin: PartitionAdmin) -> list[Route]:
                     replica_election_results=tuple(
                         make(module.ReplicaElectionResult, topic=topic, partition_result=tuple(
                             make(module.PartitionResult, partition_id=i32(partition), error_code=error_code_of(error),
-                                 error_message=_message(error))
+                                 error_message=error_message_of(error))
                             for _, partition, error in items))
-                        for topic, items in _by_topic(results).items()))
+                        for topic, items in by_topic((item[0], item) for item in results).items()))
 
     async def alter_reassignments(request, context: RequestContext):
         response_type = load_response_schema(ALTER_REASSIGNMENTS_KEY, context.api_version)
@@ -111,7 +100,8 @@ def routes(admin: PartitionAdmin) -> list[Route]:
         answer = dict(throttle_time=_NO_THROTTLE, allow_replication_factor_change=allow_change)
         refusal = decide(context, request).refusal
         if refusal is not None:
-            return make(response_type, **answer, error_code=error_code_of(refusal), error_message=_message(refusal),
+            return make(response_type, **answer, error_code=error_code_of(refusal),
+                        error_message=error_message_of(refusal),
                         responses=())
         moves = [(t.name, int(p.partition_index), None if p.replicas is None else [int(b) for b in p.replicas])
                  for t in request.topics for p in t.partitions]
@@ -123,10 +113,10 @@ def routes(admin: PartitionAdmin) -> list[Route]:
         return make(response_type, **answer, error_code=ErrorCode.none, error_message=None, responses=tuple(
             make(module.ReassignableTopicResponse, name=topic, partitions=tuple(
                 make(module.ReassignablePartitionResponse, partition_index=i32(partition),
-                     error_code=error_code_of(error), error_message=_message(error))
+                     error_code=error_code_of(error), error_message=error_message_of(error))
                 for _, partition, _, error in items))
-            for topic, items in _by_topic([(*move[:2], move[2], error)
-                                           for move, error in zip(moves, errors)]).items()))
+            for topic, items in by_topic((move[0], (*move[:2], move[2], error))
+                                         for move, error in zip(moves, errors)).items()))
 
     async def list_reassignments(request, context: RequestContext):
         response_type = load_response_schema(LIST_REASSIGNMENTS_KEY, context.api_version)
@@ -134,7 +124,7 @@ def routes(admin: PartitionAdmin) -> list[Route]:
         refusal = decide(context, request).refusal
         if refusal is not None:
             return make(response_type, throttle_time=_NO_THROTTLE, error_code=error_code_of(refusal),
-                        error_message=_message(refusal), topics=())
+                        error_message=error_message_of(refusal), topics=())
         named = None if request.topics is None else [(t.name, [int(p) for p in t.partition_indexes])
                                                       for t in request.topics]
         try:
@@ -142,14 +132,14 @@ def routes(admin: PartitionAdmin) -> list[Route]:
                                    int(request.timeout.total_seconds() * 1000))
         except KafkaError as error:
             return make(response_type, throttle_time=_NO_THROTTLE, error_code=error_code_of(error),
-                        error_message=_message(error), topics=())
+                        error_message=error_message_of(error), topics=())
         return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                     topics=tuple(make(module.OngoingTopicReassignment, name=topic, partitions=tuple(
                         make(module.OngoingPartitionReassignment, partition_index=i32(partition),
                              replicas=tuple(i32(b) for b in replicas), adding_replicas=tuple(i32(b) for b in adding),
                              removing_replicas=tuple(i32(b) for b in removing))
                         for _, partition, replicas, adding, removing in items))
-                        for topic, items in _by_topic(ongoing).items()))
+                        for topic, items in by_topic((item[0], item) for item in ongoing).items()))
 
     return [Route(ELECT_LEADERS_KEY, 0, 2, elect_leaders), Route(ALTER_REASSIGNMENTS_KEY, 0, 1, alter_reassignments),
             Route(LIST_REASSIGNMENTS_KEY, 0, 0, list_reassignments)]

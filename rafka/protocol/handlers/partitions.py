@@ -58,6 +58,11 @@ class PartitionHost(Protocol):
     def endpoint(self, topic: str, partition: int) -> PartitionEndpoint | None: ...
 
 
+def error_message_of(error: BaseException | None) -> str | None:
+    """The message an answer carries beside `error_code_of`'s code (None for None)."""
+    return None if error is None else str(getattr(error, "message", error))
+
+
 def error_code_of(error: BaseException | None) -> ErrorCode:
     """Kafka's code for a typed error (NONE for None); anything else is a bug here,
     logged, and UNKNOWN_SERVER_ERROR to the client (Kafka's Errors.forException)."""
