@@ -1284,10 +1284,12 @@ class ControllerActor:
             return   # changed meanwhile (an ISR change, another check): look again next round
         seen = role_by_replica[state.leader] if state.online else None
         if state.online and seen != ("leader", state.leader_epoch):
-            if seen is not None and seen[0] in ("leader", "follower") and seen[1] < state.leader_epoch:
+            if (seen is not None and seen != RESTARTED and seen[0] in ("leader", "follower")
+                    and seen[1] < state.leader_epoch):
                 # Alive, at an epoch before the one a commit gave it (an election, a
                 # reassignment's start, cancel or completion) and not told yet: told,
-                # not taken for lost (electing another would move leadership for nothing).
+                # not taken for lost (electing another would move leadership for
+                # nothing). A restarted one is elected anew, at a new epoch, as before.
                 await self._announce(topic, partition, state)
                 return
             if state.leader not in restarted:
