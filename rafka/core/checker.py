@@ -36,6 +36,7 @@ Pure: no Ray, no I/O. Callers: rafka.verify (the run's report), the checker's te
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -126,6 +127,18 @@ class HistoryIndex:
     committed_final_logs: dict[TopicPartition, FinalLog] = dataclasses.field(default_factory=dict)
     # Every Poll and Resume in logged order: nonmonotonic-poll reads them interleaved.
     positions: list[Poll | Resume] = dataclasses.field(default_factory=list)
+
+    @functools.cached_property
+    def txn_by_value(self) -> dict[str, tuple[Txn, str, int]]:
+        """value -> (its transaction, topic, partition), for the transaction rules;
+        built once per index (read after the index is complete)."""
+        found: dict[str, tuple[Txn, str, int]] = {}
+        for txn in self.txns:
+            for topic, partition, value in txn.writes:
+                if value in found:
+                    raise InvalidHistory(f"{value!r} written by two transactions: {found[value][0]!r} and {txn!r}")
+                found[value] = (txn, topic, partition)
+        return found
 
 
 History = Union[Iterable[Event], HistoryIndex]
@@ -559,17 +572,6 @@ def check_resume_mismatch(history: History) -> list[Anomaly]:
 # transaction.
 
 
-def _txn_by_value(index: HistoryIndex) -> dict[str, tuple[Txn, str, int]]:
-    """value -> (its transaction, topic, partition)."""
-    found: dict[str, tuple[Txn, str, int]] = {}
-    for txn in index.txns:
-        for topic, partition, value in txn.writes:
-            if value in found:
-                raise InvalidHistory(f"{value!r} written by two transactions: {found[value][0]!r} and {txn!r}")
-            found[value] = (txn, topic, partition)
-    return found
-
-
 def _committed_offsets_by_value(index: HistoryIndex) -> dict[TopicPartition, dict[str, list[int]]]:
     """Per partition read read_committed at the end: value -> the offsets holding it."""
     found: dict[TopicPartition, dict[str, list[int]]] = {}
@@ -608,7 +610,7 @@ def check_aborted_read(history: History) -> list[Anomaly]:
     One anomaly per such Poll or final record; the evidence is the transaction and
     the Poll (or the final log there)."""
     index = index_history(history)
-    by_value = _txn_by_value(index)
+    by_value = index.txn_by_value
     offsets = _committed_offsets_by_value(index)
     gone: dict[int, bool] = {}   # id(indeterminate txn) -> none of its writes stayed visible
 
@@ -670,7 +672,7 @@ def check_txn_duplicate(history: History) -> list[Anomaly]:
     read (a committed transaction's records appear once). One anomaly per value;
     the evidence is the transaction and the final log at each offset."""
     index = index_history(history)
-    by_value = _txn_by_value(index)
+    by_value = index.txn_by_value
     anomalies = []
     for tp, values in _committed_offsets_by_value(index).items():
         log = index.committed_final_logs[tp]
@@ -720,7 +722,7 @@ def check_torn_read(history: History) -> list[Anomaly]:
     evidence is the transaction (if any), the stretch's first and last Polls and
     the final log at the first skipped offset."""
     index = index_history(history)
-    by_value = _txn_by_value(index)
+    by_value = index.txn_by_value
     stretches: list[list[Poll]] = []
     current: dict[tuple, list[Poll]] = {}
     for event in index.positions:
@@ -772,7 +774,7 @@ def check_read_past_lso(history: History) -> list[Anomaly]:
     Txn.end_requested_ms): it was read while the transaction was open, above the
     LSO. One anomaly per such Poll; the evidence is the transaction and the Poll."""
     index = index_history(history)
-    by_value = _txn_by_value(index)
+    by_value = index.txn_by_value
     anomalies = []
     for poll in index.polls:
         found = by_value.get(poll.value)
