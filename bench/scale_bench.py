@@ -322,6 +322,8 @@ def main() -> None:
                         help="how long each client publishes for the aggregate rate")
     parser.add_argument("--modules", action="store_true", help="print the modules a replica adds to a bare actor")
     parser.add_argument("--no-librdkafka", action="store_true")
+    parser.add_argument("--replication-factor", type=int, default=3, choices=(1, 2, 3),
+                        help="of the measured topic (1 separates replication's cost from the processes')")
     parser.add_argument("--profile", action="store_true", help="py-spy partition 0's leader during rafka's publish")
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--only-idle", action="store_true",
@@ -357,7 +359,8 @@ def main() -> None:
                 bare_modules = set(ray.get(bare[0].__ray_call__.remote(_module_names)))
                 for handle in bare:
                     ray.kill(handle)
-            admin.create_topic(topic, partitions=count, replication_factor=3, config={"min.insync.replicas": "2"})
+            admin.create_topic(topic, partitions=count, replication_factor=args.replication_factor,
+                               config={"min.insync.replicas": str(min(2, args.replication_factor))})
             if not args.rate_only:
                 # the pool refills after the creation (new processes: not at rest), then
                 # the creation's churn ends (endpoints registered, images pushed, first

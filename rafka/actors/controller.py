@@ -29,7 +29,7 @@ Brokers: a broker that is down keeps its replicas (they restart with its disk wh
 it comes back); one gone longer than `broker_replacement_timeout_ms` has its
 replicas reassigned to live brokers (Kafka's partition reassignment: the new
 replica catches up and joins the ISR before the old one is dropped). Operators
-reassign by hand with `reassign_partition` (`rafka reassign-partitions`).
+reassign by hand over the wire (AlterPartitionReassignments, `rafka reassign-partitions`).
 
 Brokers' nodes: every live broker runs `network_processes` broker actors
 (actors.broker) on the broker's fixed port, the Kafka nodes clients see; the
@@ -153,6 +153,12 @@ def _free_port(taken=()) -> int:
     with socket.socket() as probe:   # every port of the range taken: any free one
         probe.bind(("", 0))
         return probe.getsockname()[1]
+
+
+def _starts_or_stops(records: list[dict], brokers: list[int] | None, state: PartitionState) -> bool:
+    """Whether a staged move starts or stops a replica: a cancel, or a move that
+    adds or removes one (a new order of the same brokers only reorders)."""
+    return bool(records) and (brokers is None or bool(state.adding or state.removing))
 
 
 def cluster_bootstrap_servers() -> str:
@@ -913,17 +919,32 @@ class ControllerActor:
         await self.brokers_current()
         return self._describe_topic(name)
 
-    async def reassign_partition(self, topic: str, partition: int, brokers: list[int]) -> dict:
-        """Move the partition's replicas onto `brokers` (kafka-reassign-partitions
-        --execute): new replicas start now and catch up; the watch loop drops the
-        replaced ones once every new one is in the ISR."""
+    async def reassign_partition(self, topic: str, partition: int, brokers: list[int] | None) -> dict:
+        """Move the partition's replicas onto `brokers` (None: cancel its move, the
+        replicas being added go): new replicas start now and catch up; the watch
+        loop drops the replaced ones once every new one is in the ISR. The broker
+        replacement check's; the wire's is alter_partition_reassignments."""
         async with self._lock:
-            records, state = self.metadata.handle_reassign_partition(topic, partition, brokers,
-                                                                     await self._read_live_brokers())
-            records = self._commit_reassignment(topic, partition, records, state)
-        if state.adding or state.removing:   # else only the order changed: nothing starts or stops
-            await self._after_replica_change(topic, partition, state, removed={})
+            live = await self._read_live_brokers() if brokers is not None else ()
+            records, state, removed = self._stage_reassignment(topic, partition, brokers, live)
+        if _starts_or_stops(records, brokers, state):
+            await self._after_replica_change(topic, partition, state, removed=removed)
         return self._describe_topic(topic)["partitions"][partition]
+
+    def _stage_reassignment(self, topic: str, partition: int, brokers: list[int] | None, live, *,
+                            allow_replication_factor_change: bool = True
+                            ) -> tuple[list[dict], PartitionState, dict[int, str]]:
+        """Under the lock: one partition's move onto `brokers` (None: its cancel)
+        validated (core.metadata.handle_alter_reassignment, its typed errors) and
+        committed; (the records, the new state, the replicas to stop: {id: actor})."""
+        adding = self._actors_of(topic, partition, self.metadata.partition(topic, partition).adding)
+        records, state = self.metadata.handle_alter_reassignment(
+            topic, partition, brokers, live, allow_replication_factor_change=allow_replication_factor_change)
+        if brokers is None:
+            self._commit(records)
+            logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, list(adding))
+            return records, state, adding
+        return self._commit_reassignment(topic, partition, records, state), state, {}
 
     def _commit_reassignment(self, topic: str, partition: int, records: list[dict],
                              state: PartitionState) -> list[dict]:
@@ -955,20 +976,12 @@ class ControllerActor:
             live = await self._read_live_brokers()
             for topic, partition, brokers in moves:
                 try:
-                    adding = self._actors_of(topic, partition, self.metadata.partition(topic, partition).adding)
-                    records, state = self.metadata.handle_alter_reassignment(
+                    records, state, removed = self._stage_reassignment(
                         topic, partition, brokers, live, allow_replication_factor_change=allow_replication_factor_change)
                 except KafkaError as error:
                     results.append(error)
                     continue
-                if brokers is None:   # the replicas being added go
-                    self._commit(records)
-                    logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, list(adding))
-                    removed = adding
-                else:
-                    records = self._commit_reassignment(topic, partition, records, state)
-                    removed = {}
-                if records and (brokers is None or state.adding or state.removing):   # else only the order changed
+                if _starts_or_stops(records, brokers, state):
                     changed.append((topic, partition, state, removed))
                 results.append(None)
         if changed:
@@ -991,17 +1004,6 @@ class ControllerActor:
         """ListPartitionReassignments: (topic, partition, replicas, adding,
         removing) of each partition moving, as broker ids (core.metadata.reassignments)."""
         return self.metadata.reassignments(partitions)
-
-    async def cancel_reassignment(self, topic: str, partition: int) -> dict:
-        """kafka-reassign-partitions --cancel: drop the replicas being added."""
-        async with self._lock:
-            adding = self._actors_of(topic, partition, self.metadata.partition(topic, partition).adding)
-            records, state = self.metadata.handle_cancel_reassignment(topic, partition)
-            self._commit(records)
-        if records:
-            logger.info("%s-%d: reassignment cancelled, replicas %s stopped", topic, partition, list(adding))
-            await self._after_replica_change(topic, partition, state, removed=adding)
-        return self._describe_topic(topic)["partitions"][partition]
 
     async def _complete_reassignment(self, topic: str, partition: int) -> bool:
         """True if the reassignment completed now (every staying replica in the ISR)."""
@@ -1079,7 +1081,7 @@ class ControllerActor:
             moving_to_lost = [r for r in state.adding if state.broker_of(r) in lost]
             if moving_to_lost and state.online:   # a move onto a broker that left: undo it first
                 try:
-                    await self.cancel_reassignment(name, partition)
+                    await self.reassign_partition(name, partition, None)
                     state = self.metadata.partition(name, partition)
                 except Exception as error:
                     logger.warning("%s-%d: cancelling the move to a lost broker failed: %s", name, partition, error)

@@ -13,6 +13,10 @@ Choices made for this stack (Ray 2.60, RayDP 1.6.5, PySpark 3.5.7, JDK 17):
   executors fetch themselves (spark_bridge/source.py)
   the session time zone is UTC, so Kafka timestamps (UTC ms) read back unchanged
   executor memory is passed as a string ("1g"): Spark reads a bare number as MiB
+  RayDP's app master actor runs on the driver's node (a custom resource of that
+  node, 0 CPUs): left to Ray it may land on a broker node, and losing that
+  broker then ends the Spark application, which on the driver's node it cannot
+  outlive anyway
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ def init_spark(cluster, app_name: str = "rafka", num_executors: int = 2, executo
                 "spark.executor.extraJavaOptions": _JDK17_OPENS,
                 "spark.ray.raydp_app_master.extraJavaOptions": _JDK17_OPENS,
                 "spark.sql.execution.arrow.pyspark.enabled": "true",
+                **_app_master_on_this_node(),
                 **(configs or {})}
     spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory,
                              fault_tolerant_mode=False, placement_group=group,
@@ -72,6 +77,19 @@ def init_spark(cluster, app_name: str = "rafka", num_executors: int = 2, executo
                                f"registered in {ready_timeout_s}s")
         time.sleep(0.2)
     return spark
+
+
+def _app_master_on_this_node() -> dict[str, str]:
+    """RayDP's settings that place its app master (a Python actor starting the
+    Java one) on the driver's node: the head node's resource when the driver
+    runs there, else the node's address resource (one per host)."""
+    from ray._common.constants import HEAD_NODE_RESOURCE_NAME
+    here = ray.get_runtime_context().get_node_id()
+    (node,) = [n for n in ray.nodes() if n["NodeID"] == here]
+    resource = (HEAD_NODE_RESOURCE_NAME if HEAD_NODE_RESOURCE_NAME in node["Resources"]
+                else f"node:{node['NodeManagerAddress']}")
+    prefix = "spark.ray.raydp_spark_master.actor.resource."
+    return {prefix + "CPU": "0", prefix + resource: "0.001"}
 
 
 def _registered_executors(spark) -> int:

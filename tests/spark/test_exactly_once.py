@@ -127,3 +127,44 @@ def test_stream_topic__topic_sink_task_killed_after_sending__output_holds_every_
     assert set(uncommitted) == set(expected) and len(uncommitted) == 60 + 20 + 10
     ends = admin.end_offsets([TopicPartition("eos-in", 0), TopicPartition("eos-in", 1)])
     assert admin.list_consumer_group_offsets("eos-query", require_stable=True) == ends
+
+
+def test_topic_sink__stale_plan_fails_with_commit_failed_writing_nothing__range_already_committed_writes_nothing(
+        cluster, spark):
+    """A batch planned from an offset the group has since left (another run of the
+    query moved it) fails its task with COMMIT_FAILED and writes nothing; one whose
+    range the group already passed (an attempt that committed, then was lost)
+    writes nothing and succeeds."""
+    from rafka.core.offset_ranges import OffsetRange
+    from rafka.spark_bridge import TopicSink
+    from rafka.spark_bridge.source import release, to_dataframe
+    admin = cluster.admin()
+    admin.create_topic("stale-in", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    admin.create_topic("stale-out", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    with cluster.producer(acks="all") as producer:
+        for i in range(10):
+            producer.send("stale-in", value=b"in-%02d" % i, partition=0)
+        producer.flush()
+    input_tp, output_tp = TopicPartition("stale-in", 0), TopicPartition("stale-out", 0)
+    admin.alter_consumer_group_offsets("stale-query", {input_tp: 4})
+    sink = TopicSink("stale-out")
+
+    ranges = [OffsetRange("stale-in", 0, 0, 10)]   # planned when the group had no offset
+    df = to_dataframe(spark, ranges, one_partition_per_range=True)
+    try:
+        with pytest.raises(Exception, match="CommitFailed"):
+            sink.write(df, ranges, group_id="stale-query", committed={})
+    finally:
+        release(df)
+    assert admin.end_offsets([output_tp]) == {output_tp: 0}
+    assert admin.list_consumer_group_offsets("stale-query", require_stable=True) == {input_tp: 4}
+
+    admin.alter_consumer_group_offsets("stale-query", {input_tp: 10})
+    ranges = [OffsetRange("stale-in", 0, 4, 10)]   # planned from 4; the group is at its end already
+    df = to_dataframe(spark, ranges, one_partition_per_range=True)
+    try:
+        assert sink.write(df, ranges, group_id="stale-query", committed={0: 4}) == 0
+    finally:
+        release(df)
+    assert admin.end_offsets([output_tp]) == {output_tp: 0}
+    assert read_values(spark, "stale-out", "read_uncommitted") == []

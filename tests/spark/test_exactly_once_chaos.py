@@ -1,17 +1,19 @@
-"""Chaos: a Spark stream topic to topic through TopicSink (part of issue 28's
-must-show) while a running Ray read task and a Spark executor are killed
-mid-run; the output read read_committed holds every input record exactly once
-and the group's committed offsets equal the input's end offsets.
+"""Chaos: a Spark stream topic to topic through TopicSink (issue 28's must-show)
+while a running Ray read task, a broker and a Spark executor are killed mid-run;
+the output read read_committed holds every input record exactly once and the
+group's committed offsets equal the input's end offsets.
 
 The faults strike in order, each once the stream has committed further than
 when the one before struck (so each lands mid-run): a Ray worker while it runs
-a read task (its process titled `ray::read_range_as_ipc`) is SIGKILLed, then a
-RayDP executor's process.
+a read task (its process titled `ray::read_range_as_ipc`) is SIGKILLed; the
+node of a broker is removed (its replicas and any coordinator it holds die with
+it: the leader of input partition 0 when its node holds no Spark actor) and,
+once the stream has gone on without it, brought back on its disk; then a RayDP
+executor's process is SIGKILLed (the stream finishes on the other).
 
-Not here yet: the must-show's broker kill. Removing a broker's node mid-run
-(tried three ways, see the branch's history) left the stream without a live
-executor and it stopped making progress (Spark logged both executors lost,
-though the node chosen held neither per Ray's actor table); not yet understood.
+The broker removed is one whose node runs no executor: its executor would go
+with it, and losing an executor is the fault after it. The app master runs on
+the driver's node (session.py), never a broker's.
 """
 
 import os
@@ -23,7 +25,7 @@ import psutil
 import pytest
 
 from rafka.core.structs import TopicPartition
-from tests.harness import wait_until
+from tests.harness import wait_for_leader, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark]
 
@@ -60,7 +62,20 @@ def kill_an_executor() -> str:
     return live[0][0]
 
 
-def test_stream_topic__read_task_and_executor_killed__output_holds_every_input_once(cluster, spark):
+def broker_to_remove(cluster, spark) -> int:
+    """A broker whose node runs no executor, the leader of input partition 0 when
+    it qualifies."""
+    from rafka.spark_bridge import executor_nodes
+    spark_nodes = executor_nodes(spark)
+    state = wait_for_leader(cluster, "chaos-in", 0)
+    leader = state["brokers"][state["replicas"].index(state["leader"])]
+    candidates = [leader] + [b for b in state["brokers"] if b != leader]
+    free = [b for b in candidates if cluster.node_of_broker(b) not in spark_nodes]
+    assert free, f"every broker's node runs an executor: {spark_nodes}"
+    return free[0]
+
+
+def test_stream_topic__read_task_broker_and_executor_killed__output_holds_every_input_once(cluster, spark):
     from rafka.spark_bridge import TopicSink, read_topic, stream_topic
     admin = cluster.admin()
     for topic in ("chaos-in", "chaos-out"):
@@ -92,6 +107,10 @@ def test_stream_topic__read_task_and_executor_killed__output_holds_every_input_o
 
     kill_a_running_read_task(time.monotonic() + 120)
     progressed_past(max(0, committed_total(admin)))
+    broker = broker_to_remove(cluster, spark)
+    cluster.remove_node(cluster.node_of_broker(broker))
+    progressed_past(max(0, committed_total(admin)))
+    cluster.add_node(broker)                             # the broker back, with its disk
     kill_an_executor()
     stream.join(timeout=300)
     assert not stream.is_alive(), "the stream did not finish"

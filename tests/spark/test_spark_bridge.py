@@ -44,6 +44,13 @@ def test_executors_run_on_different_nodes(spark):
     assert len(executor_nodes(spark)) == 2
 
 
+def test_app_master_runs_on_the_drivers_node__no_broker_loss_ends_the_application(spark):
+    from ray._private.state import actors
+    masters = {info["Address"]["NodeID"] for info in actors().values()
+               if info.get("State") == "ALIVE" and "RayDPSparkMaster" in (info.get("ActorClassName") or "")}
+    assert masters == {ray.get_runtime_context().get_node_id()}
+
+
 def test_read_topic__exactly_hw_minus_start_rows_per_partition_with_kafka_schema(spark, known):
     from rafka.spark_bridge import read_topic
     df = read_topic(spark, "known")
