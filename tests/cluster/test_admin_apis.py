@@ -292,3 +292,48 @@ def test_acls__a_binding_added_then_removed__takes_effect_within_a_second_on_eve
     assert produce_codes(leaders) == {0: ErrorCode.none, 1: ErrorCode.none, 2: ErrorCode.none}
     print(f"allowed everywhere {time.monotonic() - answered_s:.3f} s after the answer")
     admin.delete_topic("acl-probe")
+
+
+def test_request_percentage__rafka_configs_through_a_broker__every_broker_throttles_that_client_only(cluster):
+    """`rafka configs` gives client id `chatty` a request_percentage no request
+    fits in (0.001: 10 us a second); each broker then answers its Metadata with a
+    throttle time of the 1 s quota window (the bound of Kafka's request-time
+    throttle), another client's with none; the quota deleted, none for chatty."""
+    import asyncio
+    import types
+
+    from kio.schema.metadata.v12 import request as metadata_v12
+
+    from rafka.cli_configs import cmd_configs
+    from rafka.protocol.connection import Connection
+
+    admin = cluster.admin()
+
+    def configs(**change):
+        args = types.SimpleNamespace(**{"alter": True, "describe": False, "entities": [["clients", "chatty", True]],
+                                        "add_config": None, "delete_config": None, **change})
+        assert cmd_configs(admin, args, out=lambda line: None) == 0
+
+    metadata = metadata_v12.MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                            include_topic_authorized_operations=False)
+
+    def throttle_s_by_broker(client_id):
+        async def ask(address):
+            host, port = address.rsplit(":", 1)
+            connection = await Connection.open(host, int(port), client_id=client_id, request_timeout_ms=5_000)
+            try:
+                return (await connection.request(metadata)).throttle_time.total_seconds()
+            finally:
+                await connection.close()
+
+        async def every_broker():
+            return await asyncio.gather(*(ask(address) for address in cluster.bootstrap_servers.split(",")))
+        return asyncio.run(every_broker())
+
+    configs(add_config="request_percentage=0.001")
+    try:
+        assert throttle_s_by_broker("chatty") == [1.0, 1.0, 1.0]
+        assert throttle_s_by_broker("quiet") == [0, 0, 0]
+    finally:
+        configs(delete_config="request_percentage")
+    assert throttle_s_by_broker("chatty") == [0, 0, 0]
