@@ -57,6 +57,11 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
     first = wait_for_leader(cluster, "elected", 0)
     preferred = first["replicas"][0]
     assert first["leader"] == preferred
+    # the followers in the ISR first: a follower slow to start (a loaded machine) is out
+    # of it, and with the preferred replica taken away too nobody could lead but it
+    # (the partition offline, then the preferred elected again at a newer epoch)
+    wait_until(lambda: len(partition_state(cluster, "elected", 0)["isr"]) == 3, timeout_s=TIMEOUT_S,
+               what="every replica of elected in the ISR")
     ray.get(cluster.controller.elect_leader.remote("elected", 0, [preferred]), timeout=TIMEOUT_S)
     moved = wait_for_leader(cluster, "elected", 0, newer_than_epoch=first["leader_epoch"])
     assert moved["leader"] != preferred and preferred not in moved["isr"]
