@@ -2,7 +2,8 @@
 id, their defaults, and ip), their validation (ClientQuotaControlManager), their
 description (ClientQuotasImage.describe), which config applies to a client
 (DefaultQuotaCallback's precedence) and the rate each broker measures
-(Rate over SampledStat) and throttles by (ClientQuotaManager, QuotaUtils).
+(Rate over SampledStat) and throttles by (ClientQuotaManager, QuotaUtils;
+ClientRequestQuotaManager for request_percentage).
 
 Invariants:
   * an entity is a set of (entity type, name) pairs, one per type, the name None
@@ -18,7 +19,11 @@ Invariants:
     `quota_window_size_s` each, divided by the elapsed time since the oldest one,
     taken as at least `quota_window_num - 1` whole windows; a recorded value that
     takes the rate over the limit is throttled for
-    `(rate - limit) / limit * window_ms`, rounded (QuotaUtils.throttleTime);
+    `(rate - limit) / limit * window_ms`, rounded (QuotaUtils.throttleTime); a
+    request-time throttle at most one quota window (boundedThrottleTime);
+  * request_percentage measures time as Kafka's ClientRequestQuotaManager: a
+    request that took t seconds to handle records 100 * t, so a rate of 100 is
+    one thread busy all the time for that client;
   * bounded: at most MAX_SENSORS sensors per manager (the least recently used goes
     first; Kafka drops a sensor inactive for an hour, as here too), at most
     quota_window_num + 1 samples per sensor, MAX_QUOTA_RECORDS_PER_REQUEST records
@@ -62,6 +67,12 @@ MAX_SENSORS = 10_000
 INACTIVE_SENSOR_EXPIRATION_MS = 3_600_000   # ClientQuotaManager.InactiveSensorExpirationTimeSeconds
 QUOTA_WINDOW_NUM_DEFAULT = 11               # quota.window.num
 QUOTA_WINDOW_SIZE_S_DEFAULT = 1             # quota.window.size.seconds
+PERCENTAGE_PER_NS = 100.0 / 1_000_000_000    # ClientRequestQuotaManager.NanosToPercentagePerSecond
+
+
+def request_percentage_of(handling_ns: int) -> float:
+    """What a request that took `handling_ns` records against request_percentage."""
+    return handling_ns * PERCENTAGE_PER_NS
 
 def entity_text(entity: frozenset) -> str:
     """As Kafka's ClientQuotaEntity prints: ClientQuotaEntity(entries={user=alice})."""
@@ -378,7 +389,8 @@ class SampledRate:
 
 class ClientQuotaManager:
     """One quota type's sensors on one broker (Kafka's ClientQuotaManager for
-    `key`: producer_byte_rate or consumer_byte_rate)."""
+    `key`: producer_byte_rate or consumer_byte_rate; its ClientRequestQuotaManager
+    for request_percentage, whose throttle time is bounded by one quota window)."""
 
     def __init__(self, key: str, *, quota_window_num: int = QUOTA_WINDOW_NUM_DEFAULT,
                  quota_window_size_s: int = QUOTA_WINDOW_SIZE_S_DEFAULT, max_sensors: int = MAX_SENSORS) -> None:
@@ -389,6 +401,9 @@ class ClientQuotaManager:
         self.quota_window_num = quota_window_num
         self.quota_window_ms = quota_window_size_s * 1000
         self.max_sensors = max_sensors
+        # ClientRequestQuotaManager.throttleTime: QuotaUtils.boundedThrottleTime by
+        # quota.window.size.seconds; the byte rates are not bounded
+        self.throttle_time_max_ms = self.quota_window_ms if key == REQUEST_PERCENTAGE else None
         self._sensors: collections.OrderedDict[tuple[str, str], tuple[SampledRate, list[int]]] = \
             collections.OrderedDict()
         self.throttled_requests = 0
@@ -410,8 +425,9 @@ class ClientQuotaManager:
 
     def record_and_get_throttle_time_ms(self, quotas: ClientQuotas, user: str, client_id: str, value: float,
                                         now_ms: int) -> int:
-        """Record `value` (bytes) for the client; the throttle time its rate now
-        needs (0: within its quota, or no quota of this type anywhere)."""
+        """Record `value` (bytes, or request_percentage_of the handling time) for
+        the client; the throttle time its rate now needs (0: within its quota, or
+        no quota of this type anywhere)."""
         if not quotas.enabled(self.key):
             return 0
         tags, limit = quotas.resolve(self.key, user, client_id)
@@ -423,7 +439,8 @@ class ClientQuotaManager:
         if observed <= limit:
             return 0
         self.throttled_requests += 1
-        return int(round((observed - limit) / limit * rate.window_size_ms(now_ms)))
+        throttle_ms = int(round((observed - limit) / limit * rate.window_size_ms(now_ms)))
+        return throttle_ms if self.throttle_time_max_ms is None else min(throttle_ms, self.throttle_time_max_ms)
 
     def unrecord(self, quotas: ClientQuotas, user: str, client_id: str, value: float, now_ms: int) -> None:
         """Take back a recorded value (a throttled Fetch answers no data)."""

@@ -15,18 +15,25 @@ class SystemClock:
         """Monotonic milliseconds (timeouts, lag timers)."""
         return time.monotonic_ns() // 1_000_000
 
+    def monotonic_ns(self) -> int:
+        """Monotonic nanoseconds (the time a request's handling takes)."""
+        return time.monotonic_ns()
+
 
 class FakeClock:
     def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self._now_ms = now_ms
+        self._now_ns = now_ms * 1_000_000
 
     def now_ms(self) -> int:
-        return self._now_ms
+        return self._now_ns // 1_000_000
 
     def monotonic_ms(self) -> int:
-        return self._now_ms
+        return self._now_ns // 1_000_000
 
-    def advance(self, ms: int) -> None:
+    def monotonic_ns(self) -> int:
+        return self._now_ns
+
+    def advance(self, ms: float) -> None:
         if ms < 0:
             raise ValueError("a clock does not go back")
-        self._now_ms += ms
+        self._now_ns += round(ms * 1_000_000)

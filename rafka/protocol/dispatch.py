@@ -216,21 +216,26 @@ class Dispatcher:
         started_s = self._clock_s()
         parsed = self.parse(frame, connection_id=connection_id, session=session)
         try:
-            if parsed.is_unsupported_api_versions:
-                response = self.unsupported_api_versions_response(parsed.route)
-            else:
-                response = await parsed.route.handler(parsed.body, parsed.context)
-                if response is None:
-                    return None
-                expected = load_response_schema(parsed.context.api_key, parsed.context.api_version)
-                answered = response.entity_type if type(response) is WrittenBody else type(response)
-                if answered is not expected:   # a handler bug, not the client's
-                    raise TypeError(f"handler for API key {parsed.context.api_key} v"
-                                    f"{parsed.context.api_version} returned {answered.__qualname__}"
-                                    f" from {answered.__module__}, not {expected.__module__}")
-            return encode_response(parsed.context.correlation_id, response)
+            return await self.answer(parsed)
         finally:
             self._observe(parsed, started_s)
+
+    async def answer(self, parsed: ParsedRequest) -> bytes | None:
+        """The size-prefixed answer of this node's handler to a parsed request (None:
+        no answer is due)."""
+        if parsed.is_unsupported_api_versions:
+            response = self.unsupported_api_versions_response(parsed.route)
+        else:
+            response = await parsed.route.handler(parsed.body, parsed.context)
+            if response is None:
+                return None
+            expected = load_response_schema(parsed.context.api_key, parsed.context.api_version)
+            answered = response.entity_type if type(response) is WrittenBody else type(response)
+            if answered is not expected:   # a handler bug, not the client's
+                raise TypeError(f"handler for API key {parsed.context.api_key} v"
+                                f"{parsed.context.api_version} returned {answered.__qualname__}"
+                                f" from {answered.__module__}, not {expected.__module__}")
+        return encode_response(parsed.context.correlation_id, response)
 
     def _observe(self, parsed: ParsedRequest, started_s: float) -> None:
         """Count and time a request from `started_s` to now."""

@@ -78,8 +78,9 @@ administration too, and no actor needs a second, impersonated principal.
     answer).
 
 Client quotas (protocol.throttling): a Produce or a consumer's Fetch of a client
-with a byte-rate quota is measured here, per broker, and answered with its
-throttle time, its connection muted for that time (KIP-219).
+with a byte-rate quota is measured here, per broker, and so is the time this
+node spends on each request of a client with a request_percentage; over either,
+the answer carries its throttle time, its connection muted for that time (KIP-219).
 
 Invariants: the handlers here read only the image (broker view and internal
 endpoints) and never wait on Ray; every upstream request is one the client sent
@@ -117,7 +118,7 @@ from rafka.protocol.framing import peek_api_key_and_version
 from rafka.protocol.hot_writers import WrittenBody
 from rafka.protocol.pipelining import admission
 from rafka.protocol.retry import retry_until_async
-from rafka.protocol.throttling import QUOTA_APIS, EdgeQuotas
+from rafka.protocol.throttling import EdgeQuotas
 
 logger = logging.getLogger(__name__)
 
@@ -240,17 +241,22 @@ class EdgeDispatcher(Dispatcher):
 
     async def dispatch(self, frame, *, connection_id: str = "", session: Session = ANONYMOUS_SESSION) -> bytes | None:
         api_key, _ = peek_api_key_and_version(frame)
-        if api_key in ROUTED_APIS:
-            started_s = self._clock_s()
-            parsed = self.parse(frame, connection_id=connection_id, session=session)
-            if not parsed.is_unsupported_api_versions:
-                try:
-                    if api_key in QUOTA_APIS and self.quotas.applies(parsed):   # protocol.throttling
-                        return await self.quotas.serve(parsed, frame, connection_id, self._route)
-                    return await self._route(parsed, frame, connection_id)
-                finally:
-                    self._observe(parsed, started_s)
-        return await super().dispatch(frame, connection_id=connection_id, session=session)
+        routed = api_key in ROUTED_APIS
+        if not routed and not self.quotas.times(api_key, self._view()):
+            return await super().dispatch(frame, connection_id=connection_id, session=session)
+        started_s = self._clock_s()
+        started_ns = self.quotas.clock.monotonic_ns()
+        parsed = self.parse(frame, connection_id=connection_id, session=session)
+        serve = self._route if routed and not parsed.is_unsupported_api_versions else self._answer_here
+        try:
+            if self.quotas.applies(parsed):   # protocol.throttling
+                return await self.quotas.serve(parsed, frame, connection_id, serve, started_ns=started_ns)
+            return await serve(parsed, frame, connection_id)
+        finally:
+            self._observe(parsed, started_s)
+
+    async def _answer_here(self, parsed: ParsedRequest, frame, connection_id: str) -> bytes | None:
+        return await self.answer(parsed)
 
     async def _route(self, parsed: ParsedRequest, frame, connection_id: str) -> bytes | None:
         api_key = parsed.context.api_key

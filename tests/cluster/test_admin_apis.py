@@ -57,6 +57,11 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
     first = wait_for_leader(cluster, "elected", 0)
     preferred = first["replicas"][0]
     assert first["leader"] == preferred
+    # the followers in the ISR first: a follower slow to start (a loaded machine) is out
+    # of it, and with the preferred replica taken away too nobody could lead but it
+    # (the partition offline, then the preferred elected again at a newer epoch)
+    wait_until(lambda: len(partition_state(cluster, "elected", 0)["isr"]) == 3, timeout_s=TIMEOUT_S,
+               what="every replica of elected in the ISR")
     ray.get(cluster.controller.elect_leader.remote("elected", 0, [preferred]), timeout=TIMEOUT_S)
     moved = wait_for_leader(cluster, "elected", 0, newer_than_epoch=first["leader_epoch"])
     assert moved["leader"] != preferred and preferred not in moved["isr"]
@@ -137,3 +142,203 @@ def test_client_quotas__rafka_configs_through_a_broker__every_broker_throttles(c
     # three partitions of one replica each: Kafka's assignment puts one on each broker
     assert throttled_by == {0, 1, 2}
     print(f"throttled by brokers {sorted(throttled_by)}")
+
+
+def test_incremental_alter_configs__retention_lowered__old_segments_deleted_on_every_replica(cluster):
+    """confluent-kafka's incremental_alter_configs lowers retention.ms on an RF3
+    topic holding two-hour-old records then new ones: the change applies on every
+    replica at once (the image reaches them before the answer), each replica's
+    retention deletes the old segments (their files gone from its broker's log
+    dir), every replica's log starts at the same offset past the old records, and
+    a consumer from the earliest offset starts there, as Kafka's."""
+    import os
+    import time
+
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = cluster.admin()
+    admin.create_topic("aging", partitions=1, replication_factor=3,
+                       config={"min.insync.replicas": "2", "segment.bytes": "300"})
+    old_ms = int(time.time() * 1000) - 2 * 3_600_000
+    with cluster.producer(acks="all", linger_ms=0) as producer:   # one batch per record
+        for i in range(10):
+            producer.send("aging", b"old-%d" % i, partition=0, timestamp_ms=old_ms).result(timeout=TIMEOUT_S)
+        for i in range(5):
+            producer.send("aging", b"new-%d" % i, partition=0).result(timeout=TIMEOUT_S)
+    log_dirs = {broker: dirs[0]["log_dir"] for broker, dirs in admin.describe_log_dirs().items()}
+
+    def segments(broker):
+        return sorted(int(name.removesuffix(".log"))
+                      for name in os.listdir(os.path.join(log_dirs[broker], "aging-0")) if name.endswith(".log"))
+    brokers = admin.replica_brokers(["aging"])[("aging", 0)]
+    before = {broker: segments(broker) for broker in brokers}
+    assert all(len(kept) > 2 and kept[0] == 0 for kept in before.values()), before   # 7 days: nothing old yet
+    assert {describe_replica("aging", 0, r)["log_start_offset"] for r in range(3)} == {0}
+
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    change = ConfigResource(ConfigResource.Type.TOPIC, "aging", incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    assert client.incremental_alter_configs([change])[change].result(TIMEOUT_S) is None
+    described = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "aging")])
+    assert next(iter(described.values())).result(TIMEOUT_S)["retention.ms"].value == "3600000"
+
+    def starts():
+        found = {describe_replica("aging", 0, r)["log_start_offset"] for r in range(3)}
+        return found if len(found) == 1 and found != {0} else None
+    (start,) = wait_until(starts, timeout_s=TIMEOUT_S, what="every replica's old segments deleted")
+    assert 0 < start <= 10, "the new records outlive an hour's retention"
+    for broker in brokers:
+        kept = segments(broker)
+        assert kept[0] == start and set(before[broker]) - set(kept) == {b for b in before[broker] if b < start}
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "aging-readers",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe(["aging"])
+        first = wait_until(lambda: consumer.poll(0.5), timeout_s=TIMEOUT_S, what="a record from the earliest")
+        assert first.error() is None and first.offset() == start
+    finally:
+        consumer.close()
+    admin.delete_topic("aging")
+
+
+def test_acls__a_binding_added_then_removed__takes_effect_within_a_second_on_every_broker(cluster):
+    """A DENY of everything on one topic for this cluster's clients (User:ANONYMOUS,
+    no SASL here), created with confluent-kafka's AdminClient: within a second of
+    the answer every broker hides the topic in Metadata and the leader's broker of
+    each partition (one on each broker) refuses a Produce with
+    TOPIC_AUTHORIZATION_FAILED, writing nothing; deleted, within a second every
+    broker lists it and takes the Produce again."""
+    import asyncio
+    import datetime
+    import time
+
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+    from kio.schema.errors import ErrorCode
+    from kio.schema.metadata.v12 import request as metadata_v12
+    from kio.schema.produce.v9 import request as produce_v9
+    from kio.static.primitive import i16, i32, i32Timedelta
+
+    from rafka.core.records import RecordInput, encode_batch
+    from rafka.protocol.connection import Connection
+
+    admin = cluster.admin()
+    admin.create_topic("acl-probe", partitions=3, replication_factor=1)
+    brokers = cluster.bootstrap_servers.split(",")
+    assert len(brokers) == 3
+
+    async def ask(address, request):
+        host, port = address.rsplit(":", 1)
+        connection = await Connection.open(host, int(port), request_timeout_ms=5_000)
+        try:
+            return await connection.request(request)
+        finally:
+            await connection.close()
+
+    def metadata_codes():
+        request = metadata_v12.MetadataRequest(
+            topics=(metadata_v12.MetadataRequestTopic(topic_id=None, name="acl-probe"),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        async def every_broker():
+            return await asyncio.gather(*(ask(address, request) for address in brokers))
+        answers = asyncio.run(every_broker())
+        return {address: answer.topics[0].error_code for address, answer in zip(brokers, answers)}, answers[0]
+
+    def produce_codes(leaders):
+        """Each partition's Produce at its leader's broker: {partition: error code}."""
+        async def one(partition, address):
+            request = produce_v9.ProduceRequest(
+                transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+                topic_data=(produce_v9.TopicProduceData(name="acl-probe", partition_data=(
+                    produce_v9.PartitionProduceData(index=i32(partition),
+                                                    records=encode_batch([RecordInput(b"v", None, 0)])),)),))
+            answer = await ask(address, request)
+            return answer.responses[0].partition_responses[0].error_code
+        async def every_partition():
+            return await asyncio.gather(*(one(p, address) for p, address in sorted(leaders.items())))
+        codes = asyncio.run(every_partition())
+        return dict(zip(sorted(leaders), codes))
+
+    def log_ends():
+        tps = [("acl-probe", p) for p in range(3)]
+        return admin.end_offsets(tps)
+
+    codes, described = wait_until(lambda: (lambda found: found if set(found[0].values()) == {ErrorCode.none}
+                                           else None)(metadata_codes()), timeout_s=TIMEOUT_S,
+                                  what="acl-probe listed by every broker")
+    addresses = {b.node_id: f"{b.host}:{b.port}" for b in described.brokers}
+    leaders = {p.partition_index: addresses[p.leader_id] for p in described.topics[0].partitions}
+    assert len(set(leaders.values())) == 3, "one partition led on each broker"
+    assert produce_codes(leaders) == {0: ErrorCode.none, 1: ErrorCode.none, 2: ErrorCode.none}
+
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    deny = AclBinding(ResourceType.TOPIC, "acl-probe", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                      AclOperation.ALL, AclPermissionType.DENY)
+    try:
+        (created,) = client.create_acls([deny], request_timeout=TIMEOUT_S).values()
+        created.result(TIMEOUT_S)
+        answered_s = time.monotonic()
+        wait_until(lambda: set(metadata_codes()[0].values()) == {ErrorCode.topic_authorization_failed},
+                   timeout_s=1.0, what="every broker hiding acl-probe")
+        ends = log_ends()
+        assert produce_codes(leaders) == {p: ErrorCode.topic_authorization_failed for p in range(3)}
+        print(f"denied everywhere {time.monotonic() - answered_s:.3f} s after the answer")
+        assert log_ends() == ends
+    finally:
+        (deleted,) = client.delete_acls([AclBindingFilter(
+            ResourceType.TOPIC, "acl-probe", ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
+            AclPermissionType.ANY)], request_timeout=TIMEOUT_S).values()
+        assert deleted.result(TIMEOUT_S) == [deny]
+    answered_s = time.monotonic()
+    wait_until(lambda: set(metadata_codes()[0].values()) == {ErrorCode.none}, timeout_s=1.0,
+               what="every broker listing acl-probe again")
+    assert produce_codes(leaders) == {0: ErrorCode.none, 1: ErrorCode.none, 2: ErrorCode.none}
+    print(f"allowed everywhere {time.monotonic() - answered_s:.3f} s after the answer")
+    admin.delete_topic("acl-probe")
+
+
+def test_request_percentage__rafka_configs_through_a_broker__every_broker_throttles_that_client_only(cluster):
+    """`rafka configs` gives client id `chatty` a request_percentage no request
+    fits in (0.001: 10 us a second); each broker then answers its Metadata with a
+    throttle time of the 1 s quota window (the bound of Kafka's request-time
+    throttle), another client's with none; the quota deleted, none for chatty."""
+    import asyncio
+    import types
+
+    from kio.schema.metadata.v12 import request as metadata_v12
+
+    from rafka.cli_configs import cmd_configs
+    from rafka.protocol.connection import Connection
+
+    admin = cluster.admin()
+
+    def configs(**change):
+        args = types.SimpleNamespace(**{"alter": True, "describe": False, "entities": [["clients", "chatty", True]],
+                                        "add_config": None, "delete_config": None, **change})
+        assert cmd_configs(admin, args, out=lambda line: None) == 0
+
+    metadata = metadata_v12.MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                            include_topic_authorized_operations=False)
+
+    def throttle_s_by_broker(client_id):
+        async def ask(address):
+            host, port = address.rsplit(":", 1)
+            connection = await Connection.open(host, int(port), client_id=client_id, request_timeout_ms=5_000)
+            try:
+                return (await connection.request(metadata)).throttle_time.total_seconds()
+            finally:
+                await connection.close()
+
+        async def every_broker():
+            return await asyncio.gather(*(ask(address) for address in cluster.bootstrap_servers.split(",")))
+        return asyncio.run(every_broker())
+
+    configs(add_config="request_percentage=0.001")
+    try:
+        assert throttle_s_by_broker("chatty") == [1.0, 1.0, 1.0]
+        assert throttle_s_by_broker("quiet") == [0, 0, 0]
+    finally:
+        configs(delete_config="request_percentage")
+    assert throttle_s_by_broker("chatty") == [0, 0, 0]

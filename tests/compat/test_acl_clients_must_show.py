@@ -259,3 +259,118 @@ def test_kafka_python__allowed_works__forbidden_refused(node):
     finally:
         admin.close()
     assert "invoices" not in node.metadata.topics and "orders" in node.metadata.topics
+
+
+def changeable(node):
+    """What a refused request could have changed: logs, topics, groups and their
+    offsets, transactional state, bindings."""
+    groups = node.call(node.coordinator.list_groups())
+    return ({k: e.replica.log.log_end_offset for k, e in node.endpoints.items()}, set(node.metadata.topics),
+            sorted((g["group"], g["state"]) for g in groups),
+            {g["group"]: node.call(node.coordinator.fetch_offsets(g["group"])) for g in groups},
+            list(node.transactions.records), set(node.metadata.acl_bindings))
+
+
+def test_kafka_python__every_forbidden_request__kafkas_error__nothing_changes(node):
+    """Produce, fetch, join, list offsets, describe configs, a transactional id and
+    a group deletion, each refused with Kafka's code through kafka-python, and
+    nothing anywhere changed by them."""
+    import kafka.errors as errors
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.protocol.admin import DescribeConfigsRequest
+    before = changeable(node)
+
+    def produce(user, topic):
+        producer = KafkaProducer(**kafka_python(node, user, retries=0, max_block_ms=10_000))
+        try:
+            producer.send(topic, b"refused").get(TIMEOUT_S)
+        finally:
+            producer.close()
+    with pytest.raises(errors.TopicAuthorizationFailedError):
+        produce("bob", "orders")          # read only
+    with pytest.raises(errors.TopicAuthorizationFailedError):
+        produce("alice", "secret")        # nothing granted
+
+    def consumer(user, group):
+        return KafkaConsumer(**kafka_python(node, user, group_id=group, auto_offset_reset="earliest",
+                                            enable_auto_commit=False))
+    alice = consumer("alice", "billing")
+    try:
+        alice.assign([TopicPartition("secret", 0)])
+        with pytest.raises(errors.TopicAuthorizationFailedError):   # its committed offset, refused
+            alice.poll(TIMEOUT_S * 1000)
+    finally:
+        alice.close()
+    stranger = consumer("alice", "other")
+    try:
+        stranger.subscribe(["orders"])
+        with pytest.raises(errors.GroupAuthorizationFailedError):
+            stranger.poll(TIMEOUT_S * 1000)
+    finally:
+        stranger.close()
+    bob = consumer("bob", "billing")
+    try:
+        with pytest.raises(errors.TopicAuthorizationFailedError):
+            bob.end_offsets([TopicPartition("secret", 0)])
+        assert bob.end_offsets([TopicPartition("orders", 0)]) == {TopicPartition("orders", 0): log_end(node, "orders")}
+    finally:
+        bob.close()
+
+    admin = KafkaAdminClient(**kafka_python(node, "bob"))
+    try:
+        # kafka-python's describe_configs drops each resource's error code: the answer
+        # itself, read through its own connection, carries Kafka's
+        async def describe_configs():
+            return await admin._manager.send(DescribeConfigsRequest(
+                resources=[(2, "secret", None), (2, "orders", None)], include_synonyms=False))
+        answer = admin._manager.run(describe_configs)
+        assert {(r.resource_name, r.error_code, len(r.configs)) for r in answer.results} == {
+            ("secret", errors.TopicAuthorizationFailedError.errno, 0),
+            ("orders", errors.TopicAuthorizationFailedError.errno, 0)}   # read is not describe_configs
+        assert dict(admin.delete_groups(["billing"])) == {"billing": "GroupAuthorizationFailedError"}
+    finally:
+        admin.close()
+
+    producer = KafkaProducer(**kafka_python(node, "alice", transactional_id="t1", max_block_ms=10_000))
+    try:
+        with pytest.raises(errors.TransactionalIdAuthorizationFailedError):
+            producer.init_transactions()
+    finally:
+        producer.close()
+    assert changeable(node) == before
+
+
+def test_prefixed_deny__wins_over_a_literal_allow__and_goes_with_its_removal(node):
+    """Kafka's rule: any matching DENY refuses, whatever pattern allows; bob's
+    literal READ on orders is overridden by a prefixed DENY on `ord`, alice's
+    grants untouched; once removed, bob reads again."""
+    from confluent_kafka import KafkaError
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import TopicAuthorizationFailedError
+    tp = TopicPartition("orders", 0)
+
+    def bob_reads():
+        """kafka-python, no group: the records from offset 0 (a refused Fetch raises)."""
+        bob = KafkaConsumer(**kafka_python(node, "bob", group_id=None, enable_auto_commit=False))
+        try:
+            # READ denied leaves the DESCRIBE his literal READ implies (a DENY implies
+            # nothing, as Kafka's): he still finds the partition and its offsets
+            assert bob.end_offsets([tp]) == {tp: log_end(node, "orders")}
+            bob.assign([tp])
+            bob.seek(tp, 0)
+            return bob.poll(TIMEOUT_S * 1000).get(tp, [])
+        finally:
+            bob.close()
+    assert produce_error(node, "alice", "orders") is None
+    assert acls(node, "--add --deny-principal User:bob --operation Read --topic ord --resource-pattern-type "
+                      "prefixed") == 0
+    try:
+        values, error = consume(node, "bob", "billing", "orders", commit=False)
+        assert not values and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        with pytest.raises(TopicAuthorizationFailedError):
+            bob_reads()
+        assert produce_error(node, "alice", "orders") is None   # alice's grants stand
+    finally:
+        assert acls(node, "--remove --deny-principal User:bob --operation Read --topic ord "
+                          "--resource-pattern-type prefixed") == 0
+    assert bob_reads()

@@ -276,3 +276,53 @@ def test_throttled_connection__answered_at_once__next_request_waits_out_the_mute
     assert 1.8 < throttle_s < 2.4
     assert second_s >= throttle_s - 0.05
     assert elsewhere.throttle_time.total_seconds() == 0 and elsewhere_s < throttle_s / 4
+
+
+def test_request_percentage__over_it__each_answer_throttled_at_most_a_window__muted__other_client_not(edge_node):
+    """Kafka's request-time quota at the broker: a client whose request_percentage
+    (0.001: 10 us of this node's time a second) any request exceeds gets Metadata
+    and Produce answers (no byte-rate quota here) with the throttle time, at most
+    the 1 s quota window (ClientRequestQuotaManager's bound); its next request,
+    sent right behind, starts once that has passed; its Fetch is answered empty
+    (Kafka's throttled fetch); another client's requests meanwhile are answered at
+    once, unthrottled."""
+    from kio.schema.metadata.v12 import request as metadata_v12
+    from rafka.core.client_quotas import REQUEST_PERCENTAGE
+    from rafka.core.records import RecordInput, encode_batch
+    from rafka.protocol.fetching import fetch_request
+    from rafka.protocol.producing import produce_request
+    assert alter(edge_node, [([(CLIENT_ID, "chatty")], [(REQUEST_PERCENTAGE, 0.001)])]) == [None]
+    metadata = metadata_v12.MetadataRequest(topics=(metadata_v12.MetadataRequestTopic(topic_id=None, name="orders"),),
+                                            allow_auto_topic_creation=False,
+                                            include_topic_authorized_operations=False)
+    small = encode_batch([RecordInput(b"s", b"k")])
+
+    async def run():
+        chatty = await Connection.open("127.0.0.1", edge_node.port, client_id="chatty")
+        quiet = await Connection.open("127.0.0.1", edge_node.port, client_id="quiet")
+        try:
+            first = asyncio.ensure_future(chatty.request(metadata))
+            second = asyncio.ensure_future(chatty.request(produce_request(
+                topic="orders", partition=0, records=small, acks=-1, timeout_ms=5000)))
+            answer = await first
+            answered_s = time.monotonic()
+            elsewhere = [await quiet.request(metadata), await quiet.request(produce_request(
+                topic="other", partition=0, records=small, acks=-1, timeout_ms=5000))]
+            elsewhere_s = time.monotonic() - answered_s
+            produced = await second
+            second_s = time.monotonic() - answered_s
+            fetched = await chatty.request(fetch_request(
+                topic="orders", partition=0, replica_id=-1, fetch_offset=0, leader_epoch=-1, last_fetched_epoch=-1,
+                log_start_offset=-1, max_bytes=1 << 20, max_wait_ms=0))
+            return answer, produced, fetched, second_s, elsewhere, elsewhere_s
+        finally:
+            await chatty.close()
+            await quiet.close()
+    answer, produced, fetched, second_s, elsewhere, elsewhere_s = asyncio.run(run())
+    assert answer.throttle_time.total_seconds() == 1.0 and answer.topics[0].error_code == ErrorCode.none
+    assert second_s >= 1.0 - 0.05
+    assert produced.throttle_time.total_seconds() == 1.0
+    assert produced.responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert fetched.throttle_time.total_seconds() == 1.0 and fetched.responses == ()
+    assert [a.throttle_time.total_seconds() for a in elsewhere] == [0, 0] and elsewhere_s < 0.5
+    assert edge_node.edge.quotas.request.throttled_requests == 3

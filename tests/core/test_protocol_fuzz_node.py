@@ -1,29 +1,43 @@
 """Fuzz the whole table a node serves: mutated Produce, Fetch, ListOffsets,
 OffsetCommit, OffsetFetch, FindCoordinator, Metadata, CreateAcls, DescribeAcls,
 DeleteAcls, ElectLeaders, AlterPartitionReassignments,
-ListPartitionReassignments, DescribeClientQuotas and AlterClientQuotas frames go through the in-process node's dispatcher.
-Whatever the bytes: no exception but a ProtocolError, bounded time, and no state
-change that no answer acknowledged (the log grows only when a Produce answer
-says NONE; committed offsets change only when an OffsetCommit answer says NONE;
-ACL bindings only when a CreateAcls or DeleteAcls answer says NONE for some
-entry; partitions' leaders and replicas only when an ElectLeaders or
-AlterPartitionReassignments answer says NONE for some partition; client quotas
-only when an AlterClientQuotas answer says NONE for some entry). The same
-frames through a broker's edge whose clients have byte-rate quotas (Produce and
-Fetch measured, throttled answers rewritten) crash nothing either."""
+ListPartitionReassignments, DescribeClientQuotas, AlterClientQuotas,
+DeleteRecords, DescribeCluster, DescribeLogDirs, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs and OffsetForLeaderEpoch frames go through the
+in-process node's dispatcher. Whatever the bytes: no exception but a
+ProtocolError, bounded time, and no state change that no answer acknowledged
+(the log grows only when a Produce answer says NONE, its start moves only when
+a DeleteRecords answer says NONE; committed offsets change only when an
+OffsetCommit answer says NONE; ACL bindings only when a CreateAcls or
+DeleteAcls answer says NONE for some entry; partitions' leaders and replicas
+only when an ElectLeaders or AlterPartitionReassignments answer says NONE for
+some partition; client quotas only when an AlterClientQuotas answer says NONE
+for some entry). The same frames through a broker's edge whose clients have
+byte-rate quotas (Produce and Fetch measured, throttled answers rewritten)
+crash nothing either; nor do they from principals granted nothing on a node
+with SASL required, at the actors' nodes and at a broker's edge, and those
+change nothing at all."""
 
 import datetime
 import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.schema.alter_client_quotas.v0 import request as alter_quotas_v0
 from kio.schema.alter_client_quotas.v1 import request as alter_quotas_v1
 from kio.schema.alter_partition_reassignments.v1 import request as alter_reassignments_v1
 from kio.schema.describe_client_quotas.v0 import request as describe_quotas_v0
 from kio.schema.describe_client_quotas.v1 import request as describe_quotas_v1
+from kio.schema.alter_configs.v2 import request as alter_configs_v2
 from kio.schema.create_acls.v3 import request as create_acls_v3
+from kio.schema.delete_records.v2 import request as delete_records_v2
+from kio.schema.describe_cluster.v1 import request as describe_cluster_v1
+from kio.schema.describe_configs.v4 import request as describe_configs_v4
+from kio.schema.describe_log_dirs.v4 import request as describe_log_dirs_v4
+from kio.schema.incremental_alter_configs.v1 import request as incremental_alter_configs_v1
+from kio.schema.offset_for_leader_epoch.v4 import request as epoch_v4
 from kio.schema.delete_acls.v3 import request as delete_acls_v3
 from kio.schema.describe_acls.v3 import request as describe_acls_v3
 from kio.schema.elect_leaders.v2 import request as elect_leaders_v2
@@ -36,9 +50,13 @@ from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import f64, i8, i16, i32, i32Timedelta, i64
 
+from rafka.core.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from rafka.core.records import RecordInput, encode_batch
+from rafka.protocol.dispatch import Session
 from rafka.protocol.errors import ProtocolError
+from rafka.protocol.sasl import SaslListener
 from tests.core.protocol_node import ProtocolNode
+from tests.core.test_sasl_scram import Users
 from tests.core.test_protocol_dispatch import read_response, request_frame
 from tests.core.test_protocol_fuzz import mutated
 
@@ -102,11 +120,38 @@ def seeds():
                         alter_quotas.EntityData(entity_type="client-id", entity_name=None)),
                 ops=(alter_quotas.OpData(key="producer_byte_rate", value=f64(1024.0), remove=False),
                      alter_quotas.OpData(key="consumer_byte_rate", value=f64(0.0), remove=True))),))))
+    delete_records = delete_records_v2.DeleteRecordsRequest(timeout=TIMEOUT, topics=(
+        delete_records_v2.DeleteRecordsTopic(name="orders", partitions=(
+            delete_records_v2.DeleteRecordsPartition(partition_index=i32(0), offset=i64(-1)),)),))
+    describe_cluster = describe_cluster_v1.DescribeClusterRequest(include_cluster_authorized_operations=True)
+    log_dirs_every = describe_log_dirs_v4.DescribeLogDirsRequest(topics=None)
+    log_dirs = describe_log_dirs_v4.DescribeLogDirsRequest(topics=(
+        describe_log_dirs_v4.DescribableLogDirTopic(topic="orders", partitions=(i32(0), i32(7))),))
+    describe_configs = describe_configs_v4.DescribeConfigsRequest(include_synonyms=True, resources=(
+        describe_configs_v4.DescribeConfigsResource(resource_type=i8(2), resource_name="orders",
+                                                    configuration_keys=None),
+        describe_configs_v4.DescribeConfigsResource(resource_type=i8(4), resource_name="0",
+                                                    configuration_keys=("log.retention.ms",))))
+    alter_configs = alter_configs_v2.AlterConfigsRequest(validate_only=False, resources=(
+        alter_configs_v2.AlterConfigsResource(resource_type=i8(2), resource_name="orders", configs=(
+            alter_configs_v2.AlterableConfig(name="retention.ms", value="60000"),)),))
+    incremental = incremental_alter_configs_v1.IncrementalAlterConfigsRequest(validate_only=False, resources=(
+        incremental_alter_configs_v1.AlterConfigsResource(resource_type=i8(2), resource_name="orders", configs=(
+            incremental_alter_configs_v1.AlterableConfig(name="retention.ms", config_operation=i8(0),
+                                                         value="60000"),
+            incremental_alter_configs_v1.AlterableConfig(name="cleanup.policy", config_operation=i8(2),
+                                                         value="compact"))),))
+    epoch_end = epoch_v4.OffsetForLeaderEpochRequest(replica_id=i32(-1), topics=(epoch_v4.OffsetForLeaderTopic(
+        topic="orders", partitions=(epoch_v4.OffsetForLeaderPartition(
+            partition=i32(0), current_leader_epoch=i32(0), leader_epoch=i32(0)),)),))
     return [request_frame(0, 9, produce), request_frame(1, 12, fetch), request_frame(2, 7, listing),
             request_frame(8, 8, commit), request_frame(9, 8, offsets), request_frame(10, 4, find),
             request_frame(30, 3, create_acls), request_frame(29, 3, describe_acls), request_frame(31, 3, delete_acls),
             request_frame(43, 2, elect), request_frame(43, 2, elect_every), request_frame(45, 1, reassign),
-            request_frame(46, 0, list_reassignments), *quota_seeds]
+            request_frame(46, 0, list_reassignments), *quota_seeds, request_frame(21, 2, delete_records),
+            request_frame(60, 1, describe_cluster), request_frame(35, 4, log_dirs_every),
+            request_frame(35, 4, log_dirs), request_frame(32, 4, describe_configs),
+            request_frame(33, 2, alter_configs), request_frame(44, 1, incremental), request_frame(23, 4, epoch_end)]
 
 
 SEEDS = seeds()
@@ -137,18 +182,22 @@ def acknowledged(frame: bytes, response: bytes, api_key: int) -> bool:
         return any(p.error_code == ErrorCode.none for t in body.responses for p in t.partitions)
     if api_key == 49:
         return any(e.error_code == ErrorCode.none for e in body.entries)
+    if api_key in (33, 44):
+        return any(r.error_code == ErrorCode.none for r in body.responses)
     return any(p.error_code == ErrorCode.none for t in body.topics for p in t.partitions)
 
 
 def state(node):
-    return (node.endpoints[("orders", 0)].replica.log.log_end_offset,
+    log = node.endpoints[("orders", 0)].replica.log
+    return (log.log_start_offset, log.log_end_offset,
             node.coordinator.shard.fetch_offsets("fuzzed"), frozenset(node.metadata.acl_bindings),
             node.metadata.client_quota_version,
-            tuple((name, topic.partitions) for name, topic in sorted(node.metadata.topics.items())))
+            tuple((name, topic.partitions, topic.config) for name, topic in sorted(node.metadata.topics.items())))
 
 
-# Produce, OffsetCommit, CreateAcls, DeleteAcls, ElectLeaders, AlterPartitionReassignments, AlterClientQuotas
-CHANGING_APIS = (0, 8, 30, 31, 43, 45, 49)
+# Produce, OffsetCommit, DeleteRecords, CreateAcls, DeleteAcls, AlterConfigs, ElectLeaders,
+# IncrementalAlterConfigs, AlterPartitionReassignments, AlterClientQuotas
+CHANGING_APIS = (0, 8, 21, 30, 31, 33, 43, 44, 45, 49)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -203,3 +252,58 @@ def test_fuzz__edge_with_quotas__seeds_answered__throttled_in_throttle_time(edge
     for seed in SEEDS:
         assert edge_node.call(edge_node.edge.dispatch(seed, connection_id="fuzz-seeds")) is not None
     assert edge_node.edge.quotas.produce.throttled_requests + edge_node.edge.quotas.fetch.throttled_requests > 0
+
+
+# --- principals granted nothing, SASL required ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def guarded_node(tmp_path_factory):
+    """SASL required (a resource no binding names is closed) and alice granted
+    orders; the fuzzing principals are granted nothing."""
+    users = Users()
+    users.add("alice", "alice-secret")
+    with ProtocolNode(tmp_path_factory.mktemp("fuzz-guarded"), {"orders": 1}, edge=True, brokers=2,
+                      sasl=SaslListener(users.credential_for), require_sasl=True) as node:
+        node.call(node.create_acls([AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*",
+                                               AclOperation.ALL, AclPermissionType.ALLOW)]))
+        yield node
+
+
+def everything(node):
+    """All a request could change, whatever it is."""
+    return (state(node), node.coordinator.shard.fetch_offsets("billing"),
+            tuple(node.metadata.nodes.items()),
+            len(node.transactions.records))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(frame=mutated(SEEDS), principal=st.sampled_from(["User:mallory", "User:ANONYMOUS"]),
+       at_edge=st.booleans())
+def test_fuzz__unauthorized_principals__protocol_errors_only__bounded__nothing_changes(
+        guarded_node, frame, principal, at_edge):
+    dispatcher = guarded_node.edge if at_edge else guarded_node.servers[1].dispatcher
+    before = everything(guarded_node)
+    started = time.perf_counter()
+    try:
+        answer = guarded_node.call(dispatcher.dispatch(frame, connection_id="fuzz-guarded",
+                                                       session=Session(principal=principal)))
+    except ProtocolError:
+        answer = None
+    assert time.perf_counter() - started < WORK_SECONDS_MAX
+    if answer is not None:
+        assert int.from_bytes(answer[:4], "big") == len(answer) - 4
+    assert everything(guarded_node) == before
+
+
+def test_fuzz__unauthorized_principals__every_seed_answered_and_refused(guarded_node):
+    """Each seed, unmutated, from a principal granted nothing: answered, and
+    nothing changes (the mutated ones above rest on these being refused)."""
+    before = everything(guarded_node)
+    for at_edge in (False, True):
+        dispatcher = guarded_node.edge if at_edge else guarded_node.servers[1].dispatcher
+        for seed in SEEDS:
+            answer = guarded_node.call(dispatcher.dispatch(seed, connection_id="fuzz-guarded-seeds",
+                                                           session=Session(principal="User:mallory")))
+            assert answer is not None
+    assert everything(guarded_node) == before
