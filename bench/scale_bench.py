@@ -285,14 +285,14 @@ def aggregate_rates(cluster, topic: str, partitions: int, seconds: float, *, lib
             machine_cpu[0], samplers)
 
 
-def print_rates(rate_rows, seconds: float) -> None:
+def print_rates(rate_rows, seconds: float, replication_factor: int = 3) -> None:
     """One row per partition count; `x 1p` is the rate over the 1-partition row's."""
     one = next((row for row in rate_rows if row[0] == 1), None)
 
     def times_one(rate, column: int) -> str:
         return "-" if rate is None or one is None or one[column] is None else f"{rate / one[column]:.2f}"
     print(f"\naggregate acks=all rate, {RATE_RECORD_BYTES} B records round-robin over every partition, "
-          f"RF3, min ISR 2, {seconds:g} s each, {os.cpu_count()} cores")
+          f"RF{replication_factor}, min ISR {min(2, replication_factor)}, {seconds:g} s each, {os.cpu_count()} cores")
     print(f"{'partitions':>10}{'rdk agg rec/s':>15}{'x 1p':>6}{'rafka agg rec/s':>17}{'x 1p':>6}{'rafka MB/s':>11}"
           f"{'leaders CPU%':>13}{'followers CPU%':>15}{'brokers CPU%':>13}{'driver CPU%':>12}{'machine CPU%':>13}")
     for count, rdk_rate, rafka_rate, leader_cpu, follower_cpu, broker_cpu, driver_cpu, machine_cpu in rate_rows:
@@ -414,7 +414,7 @@ def main() -> None:
         print(f"\nreplica pool: {controller_options['replica_pool_size']} idle replica actors per broker")
         print_idle(rows)
     if rate_rows:
-        print_rates(rate_rows, args.rate_s)
+        print_rates(rate_rows, args.rate_s, args.replication_factor)
     for count, sampler in profiles:
         print(f"\n{count} partitions, partition 0:")
         print(report(sampler))
