@@ -260,11 +260,26 @@ def leader_and_follower_pids(cluster, topic: str, timeout_s: float = 60.0) -> tu
     return [pid for n, pid in pids.items() if n in leaders], [pid for n, pid in pids.items() if n not in leaders]
 
 
+def follower_fetches(cluster, topic: str) -> tuple[int, int]:
+    """(fetch answers that brought records, bytes they brought) summed over the
+    topic's replicas since their processes started (the actors' describe)."""
+    import ray
+
+    from rafka.core.actor_names import NAMESPACE
+    partitions = cluster.admin().describe_topics([topic])[topic]["partitions"]
+    handles = [ray.get_actor(actor, namespace=NAMESPACE) for p in partitions for actor in p["actors"].values()]
+    described = ray.get([h.describe.remote() for h in handles])
+    return (sum(d.get("fetches_with_records", 0) for d in described),
+            sum(d.get("fetched_bytes", 0) for d in described))
+
+
 def aggregate_rates(cluster, topic: str, partitions: int, seconds: float, *, librdkafka: bool,
-                    profile: bool) -> tuple[float | None, float, float, float, float, float, float, list]:
+                    profile: bool) -> tuple[float | None, float, float, float, float, float, float, float, float, list]:
     """(librdkafka acked records/s or None, rafka's acked records/s, CPU % of the
     leaders, of the followers, of the brokers' network processes, of this driver
-    and of the whole machine during rafka's publish, samplers)."""
+    and of the whole machine during rafka's publish, the followers' fetch round
+    trips that brought records per second and KiB per such round trip during it,
+    samplers)."""
     wait_for_wire(cluster, topic)
     rdk_rate = None
     if librdkafka:
@@ -276,13 +291,16 @@ def aggregate_rates(cluster, topic: str, partitions: int, seconds: float, *, lib
     from rafka.core.actor_names import BROKER_ACTOR_PREFIX
     broker_pids = [pid for name, pid in rafka_actor_pids().items() if name.startswith(BROKER_ACTOR_PREFIX)]
     quiesce()
+    fetches_before, fetched_before = follower_fetches(cluster, topic)
     with (cpu_percent_while(leader_pids) as leader_cpu, cpu_percent_while(follower_pids) as follower_cpu,
           cpu_percent_while(broker_pids) as broker_cpu,
           cpu_percent_while([os.getpid()]) as driver_cpu, machine_cpu_percent_while() as machine_cpu,
           sampled(profile, cluster, topic, "rafka") as samplers):
         acked, elapsed_s = publish(cluster, topic, RATE_RECORD_BYTES, seconds, partitions=partitions)
+    fetches_after, fetched_after = follower_fetches(cluster, topic)   # after the flush: every ack replicated
+    fetches = fetches_after - fetches_before
     return (rdk_rate, acked / elapsed_s, sum(leader_cpu), sum(follower_cpu), sum(broker_cpu), sum(driver_cpu),
-            machine_cpu[0], samplers)
+            machine_cpu[0], fetches / elapsed_s, (fetched_after - fetched_before) / 1024 / max(1, fetches), samplers)
 
 
 def print_rates(rate_rows, seconds: float, replication_factor: int = 3) -> None:
@@ -294,14 +312,18 @@ def print_rates(rate_rows, seconds: float, replication_factor: int = 3) -> None:
     print(f"\naggregate acks=all rate, {RATE_RECORD_BYTES} B records round-robin over every partition, "
           f"RF{replication_factor}, min ISR {min(2, replication_factor)}, {seconds:g} s each, {os.cpu_count()} cores")
     print(f"{'partitions':>10}{'rdk agg rec/s':>15}{'x 1p':>6}{'rafka agg rec/s':>17}{'x 1p':>6}{'rafka MB/s':>11}"
-          f"{'leaders CPU%':>13}{'followers CPU%':>15}{'brokers CPU%':>13}{'driver CPU%':>12}{'machine CPU%':>13}")
-    for count, rdk_rate, rafka_rate, leader_cpu, follower_cpu, broker_cpu, driver_cpu, machine_cpu in rate_rows:
+          f"{'leaders CPU%':>13}{'followers CPU%':>15}{'brokers CPU%':>13}{'driver CPU%':>12}{'machine CPU%':>13}"
+          f"{'fetches/s':>10}{'KiB/fetch':>10}")
+    for (count, rdk_rate, rafka_rate, leader_cpu, follower_cpu, broker_cpu, driver_cpu, machine_cpu, fetch_rate,
+         fetch_kib) in rate_rows:
         print(f"{count:>10}{f'{rdk_rate:,.0f}' if rdk_rate is not None else '-':>15}{times_one(rdk_rate, 1):>6}"
               f"{rafka_rate:>17,.0f}{times_one(rafka_rate, 2):>6}{rafka_rate * RATE_RECORD_BYTES / 1e6:>11.1f}"
-              f"{leader_cpu:>13.0f}{follower_cpu:>15.0f}{broker_cpu:>13.0f}{driver_cpu:>12.0f}{machine_cpu:>13.0f}")
+              f"{leader_cpu:>13.0f}{follower_cpu:>15.0f}{broker_cpu:>13.0f}{driver_cpu:>12.0f}{machine_cpu:>13.0f}"
+              f"{fetch_rate:>10,.0f}{fetch_kib:>10.1f}")
     print("x 1p: over the 1-partition row; CPU%: during rafka's publish, % of one core, summed over the "
           "partitions' leaders, their followers, the brokers' network processes, this driver (rafka's Producer), "
-          "and every process on the machine")
+          "and every process on the machine; fetches/s: the followers' fetch answers that brought records, "
+          "per second of rafka's publish, and the KiB each brought")
     if one is None:
         return
     for count, rdk_rate, rafka_rate, *_ in rate_rows:

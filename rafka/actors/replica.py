@@ -175,6 +175,7 @@ class ReplicaActor:
         self.opened_log_end_offset = -1
         self.opened_after_clean_shutdown = False
         self.fetched_bytes = 0    # appended from the leader since this process started
+        self.fetches_with_records = 0   # the leader's answers that brought records (bytes per round trip)
         self.replica_fetch_max_bytes = replica_fetch_max_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.idle_fetch_max_wait_ms = idle_fetch_max_wait_ms
@@ -589,6 +590,7 @@ class ReplicaActor:
                         records=answer.records, high_watermark=answer.high_watermark,
                         log_start_offset=answer.log_start_offset, log_end_offset=-1, leader_epoch=leader_epoch))
                     self.fetched_bytes += len(answer.records)
+                    self.fetches_with_records += bool(answer.records)
                     self._notify()
                 except asyncio.CancelledError:
                     raise
@@ -663,7 +665,7 @@ class ReplicaActor:
         identity = {"node_id": self.node_id, "broker_id": self.broker_id, "topic_id": self.topic_id, "pid": os.getpid(),
                     "actor": self.actor_name, "opened_log_end_offset": self.opened_log_end_offset,
                     "opened_after_clean_shutdown": self.opened_after_clean_shutdown,
-                    "fetched_bytes": self.fetched_bytes}
+                    "fetched_bytes": self.fetched_bytes, "fetches_with_records": self.fetches_with_records}
         if self.storage_error is not None:
             return {**identity, "role": OFFLINE, "leader_epoch": -1, "error": str(self.storage_error)}
         if self.replica is None:
