@@ -74,7 +74,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from rafka.actors.replica import NAMESPACE
 from rafka.core.errors import (FencedMemberEpoch, IllegalGeneration, KafkaError, RebalanceInProgress,
                                StaleMemberEpoch, UnknownMemberId, UnreleasedInstanceId)
-from rafka.core.member_batch import Recovery, batch_span, output_records, recovery_for, rewind_positions
+from rafka.core.member_batch import (OwedCommits, Recovery, batch_span, output_records, recovery_for,
+                                     rewind_positions)
 from rafka.core.structs import TopicPartition
 from rafka.placement.groups import BROKER_RESOURCE, in_bundle
 
@@ -136,7 +137,7 @@ class ConsumerMemberActor:
                                      else {"acks": "all"}),
                                   **(producer_options or {})}
         self.producer = None
-        self._owed: dict = {}   # offsets refused STALE_MEMBER_EPOCH, committed again after the next poll
+        self._owed = OwedCommits()   # refused STALE_MEMBER_EPOCH, committed again after the next poll
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._progress = {"handled": 0, "batches": 0, "committed": {}, "assignment": [],
@@ -211,22 +212,20 @@ class ConsumerMemberActor:
             logger.info("member %d: commit refused for a stale member epoch, sent again after the next poll: %s",
                         self.index, error)
             self._progress["refused_commits"] += 1
-            self._owed.update(offsets)
+            self._owed.refused(offsets)
             return False
         except _REFUSED_COMMITS as error:
             logger.info("member %d: commit refused, the group moved on: %s", self.index, error)
             self._progress["refused_commits"] += 1
             return False
-        for tp in offsets:
-            self._owed.pop(tp, None)
+        self._owed.settled(offsets)
         self._progress["committed"] = {**self._progress["committed"], **offsets}
         return True
 
     def _commit_owed(self) -> None:
         """The offsets refused STALE_MEMBER_EPOCH, committed again for the partitions
         still owned after this poll (with the epoch it brought)."""
-        owned = self.consumer.assignment()
-        owed, self._owed = {tp: offset for tp, offset in self._owed.items() if tp in owned}, {}
+        owed = self._owed.due(self.consumer.assignment())
         if owed:
             self._commit(owed)
 
