@@ -50,8 +50,12 @@ consumer with LeaveGroup, so the group empties at once.
 
 `group_protocol="consumer"` (KIP-848) runs the same loop on the new protocol: the
 coordinator assigns, commits carry the member epoch, and a commit refused
-because the epoch moved on (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH) is dropped
-as above. A member killed there never sent its static leave (epoch -2), so its
+because the member was fenced (FENCED_MEMBER_EPOCH) is dropped as above. One
+refused STALE_MEMBER_EPOCH (the member's epoch moved on while it was sent; Kafka's
+consumer, like rafka's, does not resend it) is owed: committed again after the
+next poll, for the partitions the member still owns then, before any newer
+commit of theirs (and dropped where one succeeded meanwhile), so a partition the
+member keeps is committed to its end even when no record follows. A member killed there never sent its static leave (epoch -2), so its
 restart is refused (UNRELEASED_INSTANCE_ID) until the coordinator fences the
 old one at its session timeout: the member waits and joins again, as a new
 consumer, every `UNRELEASED_RETRY_S`.
@@ -70,7 +74,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from rafka.actors.replica import NAMESPACE
 from rafka.core.errors import (FencedMemberEpoch, IllegalGeneration, KafkaError, RebalanceInProgress,
                                StaleMemberEpoch, UnknownMemberId, UnreleasedInstanceId)
-from rafka.core.member_batch import Recovery, batch_span, output_records, recovery_for, rewind_positions
+from rafka.core.member_batch import (OwedCommits, Recovery, batch_span, output_records, recovery_for,
+                                     rewind_positions)
 from rafka.core.structs import TopicPartition
 from rafka.placement.groups import BROKER_RESOURCE, in_bundle
 
@@ -132,6 +137,7 @@ class ConsumerMemberActor:
                                      else {"acks": "all"}),
                                   **(producer_options or {})}
         self.producer = None
+        self._owed = OwedCommits()   # refused STALE_MEMBER_EPOCH, committed again after the next poll
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._progress = {"handled": 0, "batches": 0, "committed": {}, "assignment": [],
@@ -159,6 +165,8 @@ class ConsumerMemberActor:
                 joined = self.consumer.group_metadata()
                 self._progress.update(assignment=sorted(tuple(tp) for tp in self.consumer.assignment()),
                                       member_id=joined.member_id, generation=joined.generation_id)
+                if self._owed:
+                    self._commit_owed()
                 if not records:
                     continue
                 if self.exactly_once:
@@ -192,13 +200,34 @@ class ConsumerMemberActor:
             for future in sent:
                 future.result()   # a record that failed for good stops the member, uncommitted
         ends = batch_span(records).end_offsets
+        if self._commit(ends):
+            self._batch_committed(records, ends, len(output))
+
+    def _commit(self, offsets: dict) -> bool:
+        """commit_sync; False if refused because the group moved on (a stale epoch's
+        offsets owed, see the module's note). A success settles what it covers."""
         try:
-            self.consumer.commit_sync({tp: offset for tp, offset in ends.items()})
+            self.consumer.commit_sync(dict(offsets))
+        except StaleMemberEpoch as error:
+            logger.info("member %d: commit refused for a stale member epoch, sent again after the next poll: %s",
+                        self.index, error)
+            self._progress["refused_commits"] += 1
+            self._owed.refused(offsets)
+            return False
         except _REFUSED_COMMITS as error:
             logger.info("member %d: commit refused, the group moved on: %s", self.index, error)
             self._progress["refused_commits"] += 1
-            return
-        self._batch_committed(records, ends, len(output))
+            return False
+        self._owed.settled(offsets)
+        self._progress["committed"] = {**self._progress["committed"], **offsets}
+        return True
+
+    def _commit_owed(self) -> None:
+        """The offsets refused STALE_MEMBER_EPOCH, committed again for the partitions
+        still owned after this poll (with the epoch it brought)."""
+        owed = self._owed.due(self.consumer.assignment())
+        if owed:
+            self._commit(owed)
 
     def _handle_in_transaction(self, records, joined) -> None:
         """Exactly once: the output and the batch's offsets in one transaction; a

@@ -60,8 +60,11 @@ With `group_protocol="consumer"` (KIP-848, client.consumer_membership) the
 coordinator assigns: poll reconciles to the assignment the heartbeats brought,
 revoking what left (commit with auto-commit, on_partitions_revoked) before taking
 what is new (on_partitions_assigned), then acknowledges; commits carry the member
-epoch, and one refused as STALE_MEMBER_EPOCH (the epoch moved on while it was
-sent) is sent again with the new epoch by commit_sync.
+epoch. A commit refused STALE_MEMBER_EPOCH (the epoch moved on while it was sent)
+is resent, with the new epoch, only by the auto-commit before a revocation, while
+the consumer is a member, as Kafka's CommitRequestManager
+(maybeAutoCommitSyncBeforeRevocation); commit_sync raises it, as Kafka's
+commitSync throws CommitFailedException, and the member stays in the group.
 Not thread-safe: one thread uses a consumer, as with Kafka's (the heartbeat
 thread touches only the membership's flags).
 """
@@ -108,6 +111,16 @@ CONSUMER_IN_FLIGHT_REQUESTS_PER_CONNECTION = 100
 # refuses a fetch of 0 bytes (Kafka's allows it), so no poll would return a record.
 MAX_POLL_RECORDS = ConfigDef("max.poll.records", INT, 500, at_least(1))
 MAX_PARTITION_FETCH_BYTES = ConfigDef("max.partition.fetch.bytes", INT, 1_048_576, at_least(1))
+
+
+_INLINE_FLAGS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.VERBOSE, "x"), (re.ASCII, "a"))
+
+
+def regex_source(pattern: re.Pattern) -> str:
+    """The pattern as the text a coordinator compiles (SubscribedTopicRegex): its
+    flags as inline ones, so a case-insensitive pattern stays one."""
+    letters = "".join(letter for flag, letter in _INLINE_FLAGS if pattern.flags & flag)
+    return f"(?{letters}){pattern.pattern}" if letters else pattern.pattern
 
 
 class ConsumerRebalanceListener:
@@ -193,7 +206,8 @@ class Consumer:
                  heartbeat_interval_ms: int = 3_000, max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: str | list[str] | None = None, metadata_max_age_ms: int = 300_000,
                  group_protocol: str = "classic", group_remote_assignor: str | None = None,
-                 group_instance_id: str | None = None, isolation_level: str = "read_uncommitted",
+                 group_instance_id: str | None = None, client_rack: str | None = None,
+                 isolation_level: str = "read_uncommitted",
                  security_protocol: str = "PLAINTEXT", sasl_mechanism: str | None = None,
                  sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
                  ssl_cafile: str | None = None, ssl_check_hostname: bool = True) -> None:
@@ -250,8 +264,8 @@ class Consumer:
                                         group_instance_id=group_instance_id, partitions_of=self._partitions_of)
         self._consumer_membership_options = dict(
             max_poll_interval_ms=max_poll_interval_ms, request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms, topic_id=self._topic_id, group_instance_id=group_instance_id,
-            server_assignor=group_remote_assignor)
+            retry_backoff_ms=retry_backoff_ms, topic_id=self._topic_id, topic_name=self._metadata.topic_name,
+            group_instance_id=group_instance_id, server_assignor=group_remote_assignor, rack_id=client_rack)
         self.group_instance_id = group_instance_id
         self._membership: GroupMembership | ConsumerGroupMembership | None = None
         self._subscribed_topics: tuple[str, ...] | None = None
@@ -303,9 +317,12 @@ class Consumer:
 
     def subscribe(self, topics: Iterable[str] = (), pattern: str | re.Pattern | None = None,
                   listener: ConsumerRebalanceListener | None = None) -> None:
-        """Join the group for `topics` (or every topic matching `pattern`, internal
-        topics excluded, re-checked every `metadata_max_age_ms`). Partitions come
-        from the group's assignor in poll."""
+        """Join the group for `topics` (or every topic matching `pattern` whole,
+        internal topics excluded). Partitions come from the group's assignor in
+        poll. The classic protocol matches the pattern here, against the topics
+        asked again every `metadata_max_age_ms`; the consumer protocol (KIP-848)
+        sends it to the coordinator (SubscribedTopicRegex), which matches it as
+        topics come and go, and subscription() is then the assigned topics."""
         self._check_open()
         if self.group_id is None:
             raise IllegalStateError("subscribe needs a group_id (use assign without one)")
@@ -315,14 +332,19 @@ class Consumer:
         if self._partitions and not self._subscribed():
             raise IllegalStateError("Subscription to topics, partitions and pattern are mutually exclusive")
         self._subscribed_pattern = re.compile(pattern) if pattern is not None else None
-        self._subscribed_topics = tuple(sorted(set(topics))) if topics else self._matching_topics()
+        # KIP-848: the coordinator resolves a pattern (SubscribedTopicRegex); the
+        # topics are then those of the assignment
+        regex = self.group_protocol == "consumer" and pattern is not None
+        self._subscribed_topics = tuple(sorted(set(topics))) if topics else () if regex else self._matching_topics()
         self._pattern_checked_s = time.monotonic()
         self._listener = listener or ConsumerRebalanceListener()
         if self._membership is None:
             self._membership = (ConsumerGroupMembership(self._coordinator, **self._consumer_membership_options)
                                 if self.group_protocol == "consumer"
                                 else GroupMembership(self._coordinator, **self._membership_options))
-        if self.group_protocol == "consumer":
+        if regex:
+            self._membership.subscribe(regex=regex_source(self._subscribed_pattern))
+        elif self.group_protocol == "consumer":
             self._membership.subscribe(self._subscribed_topics)
         else:
             self._membership.request_rejoin()
@@ -358,16 +380,13 @@ class Consumer:
         """In poll: rejoin when the group rebalances or the pattern's topics changed."""
         membership = self._membership
         membership.polled()
-        if self._subscribed_pattern is not None and \
+        if self._subscribed_pattern is not None and self.group_protocol == "classic" and \
                 time.monotonic() - self._pattern_checked_s >= self.metadata_max_age_s:
             self._pattern_checked_s = time.monotonic()
             topics = self._matching_topics()
             if topics != self._subscribed_topics:
                 self._subscribed_topics = topics
-                if self.group_protocol == "consumer":
-                    membership.subscribe(topics)
-                else:
-                    membership.request_rejoin()
+                membership.request_rejoin()
         if membership.take_lost():
             lost = set(self._partitions)
             self._partitions.clear()
@@ -408,6 +427,8 @@ class Consumer:
         if revoked:
             self._revoke(revoked)
         self._assign(sorted(assigned))
+        if self._subscribed_pattern is not None:   # the coordinator's match: the assigned topics
+            self._subscribed_topics = tuple(sorted({tp.topic for tp in assigned}))
         self._listener.on_partitions_assigned(assigned - owned)   # even empty, as Kafka's
         membership.acknowledge(tuple(tp) for tp in assigned)
 
@@ -416,8 +437,8 @@ class Consumer:
         listener, drop them."""
         if self.enable_auto_commit:
             try:
-                self.commit_sync({tp: self._partitions[tp].position for tp in revoked
-                                  if self._partitions[tp].position is not None})
+                self._commit_sync({tp: self._partitions[tp].position for tp in revoked
+                                   if self._partitions[tp].position is not None}, None, stale_retried=True)
             except KafkaError as error:  # the next owner re-reads the uncommitted window
                 logger.warning("group %s: commit before rebalance failed: %s", self.group_id, error)
         self._listener.on_partitions_revoked(revoked)
@@ -720,7 +741,13 @@ class Consumer:
         """Commits `offsets` ({tp: offset or OffsetAndMetadata}), default the current
         positions; retries retriable errors until `timeout` (default_api_timeout_ms).
         Earlier async commits finish first (their callbacks run before it returns),
-        so none of them can land after this one."""
+        so none of them can land after this one. KIP-848: STALE_MEMBER_EPOCH is
+        raised, not retried (Kafka's commitSync)."""
+        self._commit_sync(offsets, timeout, stale_retried=False)
+
+    def _commit_sync(self, offsets: dict | None, timeout: float | None, *, stale_retried: bool) -> None:
+        """commit_sync; `stale_retried`: STALE_MEMBER_EPOCH retried with the member's
+        latest epoch while it is a member (Kafka's auto-commit before revocation)."""
         self._wait_for_async_commits(timeout)
         self._run_commit_callbacks()
         request = self._commit_request(offsets)
@@ -729,9 +756,8 @@ class Consumer:
         group = self._group()
 
         def stale_while_member(error: BaseException) -> bool:
-            # KIP-848: the member's epoch moved on while the commit was sent (Kafka's
-            # CommitRequestManager retries with the latest one), while it is a member
-            return isinstance(kafka_cause(error), StaleMemberEpoch) and self._identity()[1] > 0
+            # KIP-848: the member's epoch moved on while the commit was sent
+            return stale_retried and isinstance(kafka_cause(error), StaleMemberEpoch) and self._identity()[1] > 0
         try:
             # the identity read at each attempt: a retry after STALE_MEMBER_EPOCH carries the new epoch
             response = retry_until(
@@ -741,7 +767,7 @@ class Consumer:
                 retry_backoff_s=self.retry_backoff_s, what=f"commit_offsets for group {self.group_id!r}",
                 retriable=lambda error: is_retriable(error) or stale_while_member(error),
                 on_retry=lambda error: None if stale_while_member(error) else group.invalidate())
-        except StaleMemberEpoch:   # no longer a member: not a reason to rejoin
+        except StaleMemberEpoch:   # the epoch moved on, or no longer a member: not a reason to rejoin
             raise
         except _MEMBERSHIP_ERRORS as error:   # Kafka's CommitFailedException: rejoin
             self._membership.commit_failed(error)

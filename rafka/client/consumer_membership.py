@@ -4,10 +4,17 @@ heartbeat request manager run it.
 
 The coordinator assigns; the member heartbeats (ConsumerGroupHeartbeat) and
 reconciles. A heartbeat thread sends one every interval the coordinator names,
-and at once when the consumer has something to acknowledge. Every heartbeat is a
-full one (rebalance timeout, subscribed topic names, owned partitions, as a
-joining one), so every answer carries the member's assignment: the member keeps
-no record of what it last sent, and a lost answer costs nothing. What the
+and at once when the consumer has something to acknowledge. Heartbeats are
+partial, as Kafka's HeartbeatState builds them: a joining member sends every
+field (rebalance timeout, subscribed topic names or regex, server assignor, rack
+id, owned partitions); later heartbeats send a field only when it changed since
+the last one sent (null: unchanged), owned partitions once after each
+reconciliation. After any failed heartbeat (an error answer, a lost connection, an
+answer not taken) the next one is full again, so the coordinator answers it with
+the whole assignment: what was lost costs one full heartbeat. A regex
+subscription (`subscribe(regex=...)`) is the coordinator's to resolve
+(SubscribedTopicRegex): it matches it against every topic as topics come and go,
+and the member learns the topics' names from its assignment's ids. What the
 answers mean:
   an assignment other than the one last handed to the consumer -> a target:
       the consumer's thread, in poll, revokes what it owns outside the target
@@ -44,6 +51,7 @@ the member actors.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -61,6 +69,18 @@ _FENCED = (FencedMemberEpoch, UnknownMemberId)
 Partition = tuple[str, int]
 
 
+@dataclasses.dataclass
+class SentFields:
+    """What the heartbeats sent last (Kafka's HeartbeatState.SentFields): a field
+    equal to its value here goes as null. `owned_version`: the reconciliation
+    whose owned partitions were reported."""
+    rebalance_timeout_ms: int = -1
+    topics: tuple[str, ...] | None = None
+    regex: str | None = None
+    server_assignor: str | None = None
+    owned_version: int | None = None
+
+
 class MemberState(enum.Enum):
     """Kafka's MemberState, as far as a member that reconciles in poll needs it."""
     UNSUBSCRIBED = "unsubscribed"   # not in the group: no heartbeats
@@ -72,27 +92,36 @@ class MemberState(enum.Enum):
 
 class ConsumerGroupMembership:
     """`topic_id(name, fresh)`: the topic's id from the consumer's metadata (`fresh`:
-    looked up again, for an assigned id that none of the subscribed topics has). `server_assignor`:
-    Kafka's group.remote.assignor ("uniform", "range"), None for the coordinator's default."""
+    looked up again, for an assigned id that none of the subscribed topics has);
+    `topic_name(id)`: the name of a topic by id, for a regex subscription's
+    assigned topics (None if no topic has it). `server_assignor`: Kafka's
+    group.remote.assignor ("uniform", "range"), None for the coordinator's
+    default. `rack_id`: Kafka's client.rack, sent when joining."""
 
     def __init__(self, coordinator: CoordinatorClient, *, max_poll_interval_ms: int, request_timeout_ms: int,
                  retry_backoff_ms: int, topic_id: Callable[[str, bool], object],
+                 topic_name: Callable[[object], str | None] | None = None,
                  group_instance_id: str | None = None, server_assignor: str | None = None,
-                 clock=None) -> None:
+                 rack_id: str | None = None, clock=None) -> None:
         self.coordinator = coordinator
         self.max_poll_interval_ms = max_poll_interval_ms
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.group_instance_id = group_instance_id
         self.server_assignor = server_assignor
+        self.rack_id = rack_id
         self._topic_id = topic_id
+        self._topic_name = topic_name
         self._clock = clock or SystemClock()
         self.member_id = str(uuid.uuid4())
         self._lock = threading.Lock()
         self._state = MemberState.UNSUBSCRIBED
         self.member_epoch = JOIN_EPOCH
         self._topics: tuple[str, ...] = ()
+        self._regex: str | None = None
         self._owned: frozenset[Partition] = frozenset()    # what the consumer holds, as last acknowledged
+        self._owned_version = 0                             # acknowledgments so far
+        self._sent = SentFields()
         self._handed: frozenset[Partition] | None = None   # the assignment last handed to the consumer
         self._target: frozenset[Partition] | None = None   # a newer one, not yet taken
         self._lost = False
@@ -105,10 +134,11 @@ class ConsumerGroupMembership:
 
     # --- the consumer's thread ----------------------------------------------------------
 
-    def subscribe(self, topics: tuple[str, ...]) -> None:
-        """Join (or tell the group a new subscription at the next heartbeat)."""
+    def subscribe(self, topics: tuple[str, ...] = (), *, regex: str | None = None) -> None:
+        """Join (or tell the group a new subscription at the next heartbeat):
+        topic names, or a regex the coordinator matches whole against every topic."""
         with self._lock:
-            self._topics = tuple(sorted(topics))
+            self._topics, self._regex = tuple(sorted(topics)), regex
             if self._state is MemberState.UNSUBSCRIBED:
                 self._state, self.member_epoch = MemberState.JOINING, JOIN_EPOCH
         self._start_heartbeats()
@@ -153,6 +183,7 @@ class ConsumerGroupMembership:
         """The consumer now holds exactly `owned`: report it at once."""
         with self._lock:
             self._owned = frozenset(owned)
+            self._owned_version += 1
         self._wake.set()
 
     def commit_failed(self, error: BaseException) -> None:
@@ -168,7 +199,8 @@ class ConsumerGroupMembership:
             was_member = self._state is MemberState.MEMBER
             epoch = LEAVE_EPOCH if self.group_instance_id is None or leave_group else STATIC_LEAVE_EPOCH
             self._state, self.member_epoch = MemberState.UNSUBSCRIBED, JOIN_EPOCH
-            self._topics, self._owned, self._handed, self._target = (), frozenset(), None, None
+            self._topics, self._regex, self._owned, self._handed, self._target = (), None, frozenset(), None, None
+            self._sent = SentFields()
         if was_member and leave_group is not False:
             self._send_leave(epoch)
 
@@ -203,20 +235,16 @@ class ConsumerGroupMembership:
         with self._lock:
             if self._state not in (MemberState.JOINING, MemberState.MEMBER):
                 return self.heartbeat_interval_s
-            epoch, topics, owned = self.member_epoch, self._topics, self._owned
+            epoch = self.member_epoch
+            fields = self._changed_fields()
         try:
-            ids = {topic: self._topic_id(topic, False) for topic in {t for t, _ in owned}}
-            by_id: dict = {}
-            for topic, partition in owned:
-                by_id.setdefault(ids[topic], []).append(partition)
-            answer = self.coordinator.submit(
-                "consumer_group_heartbeat", self.member_id, epoch, instance_id=self.group_instance_id,
-                rebalance_timeout_ms=self.max_poll_interval_ms, subscribed_topic_names=topics,
-                server_assignor=self.server_assignor,
-                owned=[] if epoch == JOIN_EPOCH else sorted(((topic_id, sorted(parts)) for topic_id, parts in by_id.items()),
-                                                      key=lambda item: str(item[0]))
-            ).result(timeout=self.request_timeout_s)
+            if "owned" in fields:
+                fields["owned"] = self._by_topic_id(fields["owned"])
+            answer = self.coordinator.submit("consumer_group_heartbeat", self.member_id, epoch,
+                                             instance_id=self.group_instance_id, **fields
+                                             ).result(timeout=self.request_timeout_s)
         except Exception as error:
+            self._reset_sent()
             cause = kafka_cause(error)
             if isinstance(cause, _FENCED):
                 self._fence(epoch, cause)
@@ -231,10 +259,48 @@ class ConsumerGroupMembership:
             return self.heartbeat_interval_s
         try:
             self._take_answer(epoch, answer)
-        except Exception as error:   # an assigned topic id not known yet: the next heartbeat brings it again
+        except Exception as error:   # an assigned topic id not known yet: the next (full) heartbeat brings it again
+            self._reset_sent()
             logger.warning("group %s: heartbeat answer not taken: %r", self.coordinator.group_id, error)
             return self.retry_backoff_s
         return self.heartbeat_interval_s
+
+    def _changed_fields(self) -> dict:
+        """The heartbeat's fields that changed since the last one sent (all of them
+        when joining), as Kafka's HeartbeatState.buildRequestData; marks them sent.
+        Called under `_lock`."""
+        full, sent = self._state is MemberState.JOINING, self._sent
+        fields: dict = {}
+        if full or sent.rebalance_timeout_ms != self.max_poll_interval_ms:
+            fields["rebalance_timeout_ms"] = sent.rebalance_timeout_ms = self.max_poll_interval_ms
+        if full or sent.topics != self._topics:
+            fields["subscribed_topic_names"] = sent.topics = self._topics
+        # "" clears a regex the coordinator holds: sent when one was and is no more
+        if (full and self._regex is not None) or sent.regex != self._regex:
+            fields["subscribed_topic_regex"] = self._regex if self._regex is not None else ""
+            sent.regex = self._regex
+        if self.server_assignor is not None and (full or sent.server_assignor != self.server_assignor):
+            fields["server_assignor"] = sent.server_assignor = self.server_assignor
+        if full and self.rack_id is not None:
+            fields["rack_id"] = self.rack_id
+        if full or sent.owned_version != self._owned_version:
+            # joining owns nothing (epoch 0 must report no partitions)
+            fields["owned"] = frozenset() if self.member_epoch == JOIN_EPOCH else self._owned
+            sent.owned_version = self._owned_version
+        return fields
+
+    def _reset_sent(self) -> None:
+        """The next heartbeat is a full one (Kafka resets its HeartbeatState after
+        any failed heartbeat): the coordinator answers it with the whole assignment."""
+        with self._lock:
+            self._sent = SentFields()
+
+    def _by_topic_id(self, owned) -> list:
+        """[(topic id, sorted partitions)] of owned partitions, sorted by topic id."""
+        by_id: dict = {}
+        for topic, partition in owned:
+            by_id.setdefault(self._topic_id(topic, False), []).append(partition)
+        return sorted(((topic_id, sorted(parts)) for topic_id, parts in by_id.items()), key=lambda item: str(item[0]))
 
     def _take_answer(self, sent_epoch: int, answer: dict) -> None:
         assignment = None
@@ -254,13 +320,20 @@ class ConsumerGroupMembership:
 
     def _names_of(self, assignment: dict) -> dict:
         """{topic id: name} of the assignment's topics (subscribed ones; looked up
-        afresh once for an id not known, e.g. a topic made again)."""
+        afresh once for an id not known, e.g. a topic made again; with a regex, any
+        topic the coordinator matched)."""
         with self._lock:
-            topics = self._topics
+            topics, regex = self._topics, self._regex
         names = {self._topic_id(t, False): t for t in topics}
         if any(topic_id not in names for topic_id in assignment):
             names = {self._topic_id(t, True): t for t in topics}
         names.pop(None, None)   # a subscribed topic that does not exist
+        if regex is not None and self._topic_name is not None:
+            for topic_id in assignment:
+                if topic_id not in names:
+                    name = self._topic_name(topic_id)
+                    if name is not None:
+                        names[topic_id] = name
         missing = [topic_id for topic_id in assignment if topic_id not in names]
         if missing:
             raise KafkaError(f"assigned topic ids {missing} are not subscribed topics")

@@ -96,6 +96,19 @@ class MetadataCache:
         its partitions by topic id."""
         return self._topic(topic).topic_id
 
+    def topic_name(self, topic_id) -> str | None:
+        """The name of the topic with this id (a KIP-848 regex member's assignment
+        names topics the consumer never asked for): the cache's, else every topic
+        asked afresh; None if no topic has it."""
+        for asked in (False, True):
+            if asked:
+                self.topic_names()
+            with self._lock:
+                found = [name for name, topic in self._topics.items() if topic.topic_id == topic_id]
+            if found:
+                return found[0]
+        return None
+
     def leader_address(self, topic: str, partition: int) -> tuple[Address, int]:
         """((host, port) of the partition's leader, its leader epoch);
         LeaderNotAvailable while it has no leader or the leader's endpoint is not

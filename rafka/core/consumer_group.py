@@ -273,7 +273,9 @@ class ConsumerGroups:
             records.append(reconciled.assignment_record(group_id))
             self._track_revocation(group, reconciled, now_ms)
         group.session_deadline_ms[member_id] = now_ms + self.session_timeout_ms
-        full = joining or (rebalance_timeout_ms != NOT_SET and names is not None and owned is not None)
+        # Kafka's isFullRequest: what a client sends after a lost answer (a regex alone subscribes too)
+        full = joining or (rebalance_timeout_ms != NOT_SET and (names is not None or subscribed_topic_regex is not None)
+                           and owned is not None)
         sent = reconciled.assigned if full or reconciled.assigned != member.assigned else None
         return records, HeartbeatAnswer(member_id, reconciled.member_epoch, self.heartbeat_interval_ms, sent)
 

@@ -95,6 +95,35 @@ def rewind_positions(span: BatchSpan, committed: dict[tuple[str, int], int | Non
     return positions
 
 
+class OwedCommits:
+    """Offsets a member's commit was refused for a stale member epoch (KIP-848
+    STALE_MEMBER_EPOCH: the epoch moved on while the commit was sent; Kafka's
+    consumer, like rafka's, does not resend it). The member commits them again
+    after its next poll (`due`), for the partitions it still owns then: a kept
+    partition is committed to its end even if no record follows. A later commit
+    that succeeds settles its partitions' debts: sent after it, an owed offset
+    would move the committed offset back."""
+
+    def __init__(self) -> None:
+        self._owed: dict = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._owed)
+
+    def refused(self, offsets: dict) -> None:
+        self._owed.update(offsets)
+
+    def settled(self, offsets) -> None:
+        for tp in offsets:
+            self._owed.pop(tp, None)
+
+    def due(self, owned) -> dict:
+        """What to commit now, for the partitions owned; the rest is dropped (their
+        next owner reads from the last committed offset)."""
+        owed, self._owed = {tp: offset for tp, offset in self._owed.items() if tp in owned}, {}
+        return owed
+
+
 class Recovery(enum.Enum):
     ABORT = "abort the transaction, read the batch again"
     NEW_PRODUCER = "a new producer for the transactional id, read the batch again"

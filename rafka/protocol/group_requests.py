@@ -169,18 +169,20 @@ def leave_answer(response) -> None:
 
 def consumer_group_heartbeat_request(
         group_id: str, member_id: str, member_epoch: int, *, instance_id: str | None = None,
-        rebalance_timeout_ms: int = -1, subscribed_topic_names: Iterable[str] | None = None,
+        rack_id: str | None = None, rebalance_timeout_ms: int = -1,
+        subscribed_topic_names: Iterable[str] | None = None, subscribed_topic_regex: str | None = None,
         server_assignor: str | None = None, owned: Iterable[tuple[object, Iterable[int]]] | None = None
 ) -> consumer_group_heartbeat_v1.ConsumerGroupHeartbeatRequest:
     """ConsumerGroupHeartbeat v1 (KIP-848): `member_epoch` 0 joins, -1 leaves, -2 a
     static member's temporary leave; None (or -1 for the timeout) is "unchanged
-    since the last heartbeat"; `owned`: [(topic id, partitions)]."""
+    since the last heartbeat"; `subscribed_topic_regex` "" drops the member's regex;
+    `owned`: [(topic id, partitions)]."""
     module = consumer_group_heartbeat_v1
     return module.ConsumerGroupHeartbeatRequest(
         group_id=group_id, member_id=member_id, member_epoch=i32(member_epoch), instance_id=instance_id,
-        rebalance_timeout=_ms(rebalance_timeout_ms),
+        rack_id=rack_id, rebalance_timeout=_ms(rebalance_timeout_ms),
         subscribed_topic_names=None if subscribed_topic_names is None else tuple(subscribed_topic_names),
-        server_assignor=server_assignor,
+        subscribed_topic_regex=subscribed_topic_regex, server_assignor=server_assignor,
         topic_partitions=None if owned is None else tuple(
             module.TopicPartitions(topic_id=topic_id, partitions=tuple(i32(p) for p in sorted(parts)))
             for topic_id, parts in owned))
@@ -324,7 +326,8 @@ def consumer_group_describe_answer(response, group_id: str) -> dict:
                   f"ConsumerGroupDescribe of group {group_id!r}")
     _check(group.error_code, f"ConsumerGroupDescribe of group {group_id!r}")
     members = {m.member_id: {"client_id": m.client_id, "host": m.client_host, "group_instance_id": m.instance_id,
-                             "topics": sorted(m.subscribed_topic_names),
+                             "rack_id": m.rack_id, "topics": sorted(m.subscribed_topic_names),
+                             "topic_regex": m.subscribed_topic_regex,
                              "assignment": sorted((t.topic_name, int(p)) for t in m.assignment.topic_partitions
                                                   for p in t.partitions)}
                for m in group.members}

@@ -93,14 +93,20 @@ class Member:
         self._thread.start()
 
     def _run(self) -> None:
+        commit_owed = False
         while not self._stop.is_set():
             try:
                 records = self.consumer.poll(timeout=0.1)
                 self.read |= {(r.partition, r.offset) for r in records}
                 self.owned = {tp.partition for tp in self.consumer.assignment()}
-                if records:
+                if records or commit_owed:
+                    commit_owed = True
                     self.consumer.commit_sync()
-            except KafkaError as error:   # a refused commit: the next one or the next owner covers it
+                    commit_owed = False
+            except KafkaError as error:
+                # a refused commit (STALE_MEMBER_EPOCH included: commit_sync does not
+                # resend it, as Kafka's): committed again after the next poll, for the
+                # partitions still owned; the next owner covers the others
                 self.errors.append(repr(error))
         self.consumer.close()
 

@@ -333,6 +333,39 @@ def test_run_consumer_group__members_on_different_nodes_handle_everything_and_st
     assert admin.describe_consumer_group("invoicing")["state"] == "Empty"
 
 
+def test_run_consumer_group__member_actor_killed_in_a_group_of_three__rejoins_in_its_place__the_two_others_not_rebalanced(
+        cluster, tmp_path):
+    """KIP-345 for member actors: each is a static member named after its actor, so
+    the one Ray restarts after a kill joins again within its session timeout under
+    the same group.instance.id and takes its old partitions; the group's generation
+    does not move, so the two others keep their member ids, generation and
+    partitions (an eager rebalance would have moved all three to a new one)."""
+    fill(cluster, "parcels", 30, partitions=6)
+    group = cluster.run_consumer_group("parcels", ["parcels"], recording_handler(str(tmp_path)), members=3,
+                                       session_timeout_ms=20_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100)
+    admin = cluster.admin()
+
+    def settled():
+        """Stable with three members, each reporting the coordinator's assignment."""
+        coordinator_view = admin.describe_consumer_group("parcels")
+        members = coordinator_view["members"]
+        described = group.describe()
+        return (coordinator_view["state"] == "Stable" and len(members) == 3
+                and all(d is not None and d["member_id"] in members
+                        and sorted(map(tuple, d["assignment"])) == sorted(members[d["member_id"]]["assignment"])
+                        for d in described)) and described
+    before = wait_until(settled, timeout_s=60, what="three members report the coordinator's assignment")
+    assert len({d["generation"] for d in before}) == 1 and all(d["assignment"] for d in before)
+    ray.kill(group.members[0], no_restart=False)
+    after = wait_until(lambda: (lambda now: now and now[0]["pid"] != before[0]["pid"] and now)(settled()),
+                       timeout_s=60, what="the killed member restarted and back in the group")
+    assert after[0]["member_id"] != before[0]["member_id"]      # a new incarnation, in the old one's place
+    for old, new in zip(before, after):
+        assert (new["generation"], new["assignment"]) == (old["generation"], old["assignment"])
+    assert [d["member_id"] for d in after[1:]] == [d["member_id"] for d in before[1:]]
+    group.stop()
+
+
 def receipts_handler(directory: str, *, poison_offset: int, pause_s: float):
     """An exactly-once member's handler: a receipt per payment, to the same
     partition of `receipts`. Once in the whole run (the first batch to reach

@@ -12,6 +12,7 @@ import pytest
 import ray
 
 import rafka
+from rafka.core.errors import StaleMemberEpoch
 from tests.harness import TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS, handled_records, recording_handler, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -84,13 +85,19 @@ def test_member_actors__kip848__split_killed_member_rejoins_after_its_session_th
                              auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100)
     third.subscribe([TOPIC])
     third_read = set()
+    commit_owed = False
 
     def polling_third(condition):
         def check():
+            nonlocal commit_owed
             records = third.poll(timeout=0.1)
             third_read.update((r.partition, r.offset) for r in records)
-            if records:
-                third.commit_sync()
+            if records or commit_owed:
+                try:
+                    third.commit_sync()
+                    commit_owed = False
+                except StaleMemberEpoch:   # the epoch moved on while it was sent: commit again after the next poll
+                    commit_owed = True
             return condition()
         return check
     try:

@@ -373,3 +373,153 @@ def test_confluent_kafka__static_member_restarted_within_its_session__same_parti
         for c in (a, b, b_again):
             if c is not None:
                 c.close()
+
+
+class CooperativeMember:
+    """A confluent-kafka consumer with cooperative-sticky (KIP-429): what it read, and
+    its rebalance callbacks in order (librdkafka hands cooperative callbacks only
+    the partitions that move)."""
+
+    def __init__(self, bootstrap: str, name: str) -> None:
+        from confluent_kafka import Consumer
+        self.name = name
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "coop-three", "client.id": name,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+                                  "partition.assignment.strategy": "cooperative-sticky"})
+        self.events: list[tuple[str, frozenset]] = []
+        self.read: set[tuple[int, int]] = set()
+
+        def record(kind):
+            def callback(_, partitions):
+                if partitions:
+                    self.events.append((kind, frozenset(p.partition for p in partitions)))
+            return callback
+        self.consumer.subscribe(["coop"], on_assign=record("assigned"), on_revoke=record("revoked"),
+                                on_lost=record("lost"))
+
+    def poll(self) -> None:
+        """One poll, and an asynchronous commit of what it read: one thread polls
+        every member, and a synchronous commit would wait behind this member's
+        JoinGroup, parked until the others rejoin, which they do only when polled
+        (librdkafka holds a commit behind a pending JoinGroup)."""
+        message = self.consumer.poll(0.02)
+        if message is not None and message.error() is None:
+            self.read.add((message.partition(), message.offset()))
+            self.consumer.commit(message=message, asynchronous=True)
+
+    def commit_positions(self) -> None:
+        """What it read of the partitions it owns, committed again (a commit refused
+        mid-rebalance left a kept partition behind)."""
+        from confluent_kafka import KafkaException
+        try:
+            self.consumer.commit(asynchronous=True)
+        except KafkaException:   # nothing new to commit
+            pass
+
+    def owned(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def revoked(self) -> list[frozenset]:
+        return [partitions for kind, partitions in self.events if kind != "assigned"]
+
+
+def test_confluent_kafka__cooperative_sticky__second_and_third_join_one_leaves__only_what_moves_revoked__all_read_and_committed(
+        tmp_path):
+    """KIP-429 with librdkafka's cooperative-sticky: members join one by one and
+    one leaves while all consume and commit; a member that stays gives up only the
+    partitions that move (6 -> 3 -> 2 of 6 partitions: 3, then 1 each; nothing when
+    the leaver's partitions are shared out), is never told it lost any, and every
+    record is read and committed."""
+    from confluent_kafka import Producer
+    with ProtocolNode(tmp_path, {"coop": 6}, edge=True) as node:
+        producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all"})
+        produced = 0
+
+        def produce(count_per_partition: int) -> None:
+            nonlocal produced
+            for i in range(count_per_partition * 6):
+                producer.produce("coop", value=f"r{produced + i}".encode(), partition=i % 6)
+            assert producer.flush(30) == 0
+            produced += count_per_partition * 6
+
+        members: list[CooperativeMember] = []
+
+        def run_until(condition) -> None:
+            deadline = time.monotonic() + 60
+            while not condition():
+                assert time.monotonic() < deadline, {m.name: (m.owned(), m.events) for m in members}
+                for m in members:
+                    m.poll()
+                owned = [p for m in members for p in m.owned()]
+                assert len(owned) == len(set(owned)), {m.name: m.owned() for m in members}
+
+        def split(*sizes) -> bool:
+            return sorted(len(m.owned()) for m in members) == sorted(sizes) and \
+                set().union(*(m.owned() for m in members)) == set(range(6))
+
+        first = CooperativeMember(node.bootstrap, "first")
+        members.append(first)
+        produce(10)
+        run_until(lambda: split(6))
+        second = CooperativeMember(node.bootstrap, "second")
+        members.append(second)
+        produce(10)
+        run_until(lambda: split(3, 3))
+        assert [len(r) for r in first.revoked()] == [3]
+        third = CooperativeMember(node.bootstrap, "third")
+        members.append(third)
+        produce(10)
+        run_until(lambda: split(2, 2, 2))
+        assert [len(r) for r in first.revoked()] == [3, 1] and [len(r) for r in second.revoked()] == [1]
+        second.consumer.close()
+        members.remove(second)
+        produce(10)
+        run_until(lambda: split(3, 3) and len(set().union(first.read, second.read, third.read)) == produced)
+        assert [len(r) for r in first.revoked()] == [3, 1] and third.revoked() == []
+        assert all(kind != "lost" for m in (first, second, third) for kind, _ in m.events)
+        assert set().union(first.read, second.read, third.read) == {(p, o) for p in range(6)
+                                                                     for o in range(produced // 6)}
+        # the partitions the first member never gave up: it read every record of them, across every rebalance
+        kept = set(range(6)) - set().union(*first.revoked())
+        assert len(kept) == 2 and {(p, o) for p in kept for o in range(produced // 6)} <= first.read
+
+        def all_committed() -> bool:
+            for m in (first, third):
+                m.commit_positions()
+            return committed(node, "coop-three") == {("coop", p): produced // 6 for p in range(6)}
+        run_until(all_committed)
+        for m in (first, third):
+            m.consumer.close()
+
+
+def test_confluent_kafka__a_second_process_with_the_same_group_instance_id__the_first_fenced(tmp_path):
+    """KIP-345: a second librdkafka consumer with the first one's group.instance.id
+    takes its place (and its partitions); the first is told FENCED_INSTANCE_ID, a
+    fatal error, at its next heartbeat."""
+    from confluent_kafka import Consumer, KafkaError
+    with ProtocolNode(tmp_path, {"orders": 2}, edge=True) as node:
+        config = {"bootstrap.servers": node.bootstrap, "group.id": "static-twice", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+                  "group.instance.id": "host-a"}
+        first = Consumer(config)
+        first.subscribe(["orders"])
+        errors = []
+
+        def poll_first() -> None:
+            message = first.poll(0.05)
+            if message is not None and message.error() is not None:
+                errors.append(message.error())
+        poll_for([], 60, lambda: poll_first() or len(first.assignment()) == 2)
+        assert len(first.assignment()) == 2
+        second = Consumer(config)
+        second.subscribe(["orders"])
+        try:
+            poll_for([second], 60, lambda: poll_first() or (len(second.assignment()) == 2 and errors))
+            assert len(second.assignment()) == 2
+            # librdkafka's words for FENCED_INSTANCE_ID, raised as its fatal error
+            assert [e.code() for e in errors] == [KafkaError._FATAL]
+            assert "Static consumer fenced by other consumer with same group.instance.id" in errors[0].str()
+        finally:
+            second.close()
+            first.close()

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from rafka.client.consumer import Consumer, ConsumerRebalanceListener
-from rafka.core.errors import InvalidConfig, UnreleasedInstanceId
+from rafka.core.errors import InvalidConfig, StaleMemberEpoch, UnreleasedInstanceId
 from tests.compat.test_kip848_in_process import (EVERY, GROUP, PARTITIONS, SESSION_MS, assert_one_member_caught_up,
                                                  committed, converged, coordinator_view, described, produce)
 from tests.core.protocol_node import ProtocolNode
@@ -81,12 +81,17 @@ class Member:
                                  **options)
         self.consumer.subscribe(["orders"], listener=self.listener)
         self.read: set[tuple[int, int]] = set()
+        self.commit_owed = False
 
     def poll(self) -> None:
         records = self.consumer.poll(timeout=0.02)
         self.read |= {(r.partition, r.offset) for r in records}
-        if records:
-            self.consumer.commit_sync()
+        if records or self.commit_owed:
+            try:
+                self.consumer.commit_sync()
+                self.commit_owed = False
+            except StaleMemberEpoch:   # the epoch moved on while it was sent: commit again after the next poll
+                self.commit_owed = True
 
     def owned(self) -> set:
         return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}

@@ -448,3 +448,26 @@ def test_regex_subscription__matching_topics_assigned__a_new_match_reassigned__i
     answer = coordinator.heartbeat("a", 2, owned=answer.assignment, topics=("orders",), subscribed_topic_regex="")
     assert coordinator.group.members["a"].subscribed_topic_regex is None
     assert coordinator.group.target["a"] == orders(0, 1, 2, 3, 4, 5)
+
+
+def test_partial_heartbeat__null_fields_unchanged__nothing_written__full_one_answered_with_the_assignment():
+    """Kafka's client sends a field only when it changed since its last heartbeat
+    (null: unchanged): such a heartbeat writes nothing and changes nothing, and is
+    answered without the assignment. After a failed heartbeat the client sends a
+    full one (rebalance timeout, subscription, owned partitions), answered with the
+    whole assignment, also when its subscription is a regex alone (Kafka's
+    isFullRequest counts names or regex)."""
+    coordinator = Coordinator()
+    answer = coordinator.heartbeat("a", 0, topics=(), subscribed_topic_regex="ord.*", server_assignor="range",
+                                   rack_id="rack-a")
+    owned = answer.assignment
+    assert owned == orders(0, 1, 2, 3, 4, 5)
+    member, logged = coordinator.group.members["a"], len(coordinator.log)
+    answer = coordinator.heartbeat("a", 1, owned=None, topics=None, timeout_ms=-1)
+    assert (answer.member_epoch, answer.assignment, len(coordinator.log)) == (1, None, logged)
+    assert coordinator.group.members["a"] == member
+    assert (member.subscribed_topic_regex, member.server_assignor, member.rack_id, member.rebalance_timeout_ms) == (
+        "ord.*", "range", "rack-a", REBALANCE_MS)
+    # the answer to that one lost: the client's next heartbeat is full, regex and all
+    answer = coordinator.heartbeat("a", 1, owned=owned, topics=None, subscribed_topic_regex="ord.*")
+    assert (answer.member_epoch, answer.assignment, len(coordinator.log)) == (1, owned, logged)

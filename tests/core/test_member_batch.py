@@ -8,11 +8,12 @@ from rafka.core.errors import (FencedInstanceId, IllegalGeneration, InvalidProdu
                                ProducerFenced, RebalanceInProgress, RecordTooLarge, RequestTimedOut,
                                TopicAuthorizationFailed, TransactionAbortable, TransactionalIdAuthorizationFailed,
                                UnknownMemberId)
-from rafka.core.member_batch import (BatchSpan, Recovery, batch_span, output_records, recovery_for,
+from rafka.core.member_batch import (BatchSpan, OwedCommits, Recovery, batch_span, output_records, recovery_for,
                                      rewind_positions)
 from rafka.core.structs import ConsumerRecord, ProducerRecord
 
 pytestmark = pytest.mark.core
+A0, A1 = ("in", 0), ("in", 1)
 
 
 def record(partition, offset, topic="in"):
@@ -98,3 +99,19 @@ def test_rewind__a_commit_that_seemed_to_fail_but_landed__read_from_after_it():
 ])
 def test_recovery__by_error(error, expected):
     assert recovery_for(error) is expected
+
+
+def test_owed_commits__refused_for_a_stale_epoch__due_after_the_next_poll_for_owned_partitions_only():
+    owed = OwedCommits()
+    assert not owed and owed.due({A0}) == {}
+    owed.refused({A0: 10, A1: 7})
+    owed.refused({A0: 12})                        # a later refused batch of the same partition: its end
+    assert owed and owed.due({A0}) == {A0: 12}    # A1 moved to another member: its next owner reads it again
+    assert not owed and owed.due({A0, A1}) == {}  # paid once
+
+
+def test_owed_commits__a_later_commit_that_succeeded_settles_the_partition__never_sent_after_it():
+    owed = OwedCommits()
+    owed.refused({A0: 10, A1: 7})
+    owed.settled({A0: 15})                        # the next batch of A0 committed: 10 would move it back
+    assert owed.due({A0, A1}) == {A1: 7}
