@@ -375,16 +375,24 @@ class SampledRate:
 
     def window_size_ms(self, now_ms: int) -> int:
         self._purge(now_ms)
+        return self._window_size_ms(now_ms)
+
+    def _window_size_ms(self, now_ms: int) -> int:
+        """Kafka's Rate.windowSize, over samples already purged at `now_ms`."""
         elapsed_ms = now_ms - min(s.start_ms for s in self._samples)
         full = elapsed_ms // self.window_ms
         if full < self.window_num - 1:
             elapsed_ms += (self.window_num - 1 - full) * self.window_ms
         return max(elapsed_ms, 1)
 
-    def rate_per_s(self, now_ms: int) -> float:
+    def rate_and_window_ms(self, now_ms: int) -> tuple[float, int]:
+        """(the rate per second, the window it is measured over in ms), one purge."""
         self._purge(now_ms)
-        total = sum(s.value for s in self._samples)
-        return total / (self.window_size_ms(now_ms) / 1000.0)
+        window_ms = self._window_size_ms(now_ms)
+        return sum(s.value for s in self._samples) / (window_ms / 1000.0), window_ms
+
+    def rate_per_s(self, now_ms: int) -> float:
+        return self.rate_and_window_ms(now_ms)[0]
 
 
 class ClientQuotaManager:
@@ -435,11 +443,11 @@ class ClientQuotaManager:
         rate.record(value, now_ms)
         if limit is None:
             return 0
-        observed = rate.rate_per_s(now_ms)
+        observed, window_ms = rate.rate_and_window_ms(now_ms)
         if observed <= limit:
             return 0
         self.throttled_requests += 1
-        throttle_ms = int(round((observed - limit) / limit * rate.window_size_ms(now_ms)))
+        throttle_ms = int(round((observed - limit) / limit * window_ms))
         return throttle_ms if self.throttle_time_max_ms is None else min(throttle_ms, self.throttle_time_max_ms)
 
     def unrecord(self, quotas: ClientQuotas, user: str, client_id: str, value: float, now_ms: int) -> None:
