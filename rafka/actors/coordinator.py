@@ -77,6 +77,7 @@ PIPELINED_REQUESTS_PER_CONNECTION = 16
 
 IMAGE_ASK_INTERVAL_MS = 250   # a topic missing from the image: the controller asked at most this often
 
+
 class GroupCoordinatorActor:
     def __init__(self, *, offsets_partition: int, offsets_partition_count: int,
                  offsets_commit_timeout_ms: int = 5_000, offset_metadata_max_bytes: int = 4096,

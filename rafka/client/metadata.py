@@ -100,14 +100,15 @@ class MetadataCache:
         """The name of the topic with this id (a KIP-848 regex member's assignment
         names topics the consumer never asked for): the cache's, else every topic
         asked afresh; None if no topic has it."""
-        for asked in (False, True):
-            if asked:
-                self.topic_names()
-            with self._lock:
-                found = [name for name, topic in self._topics.items() if topic.topic_id == topic_id]
-            if found:
-                return found[0]
-        return None
+        found = self._cached_name(topic_id)
+        if found is None:
+            self.topic_names()   # every topic, asked afresh
+            found = self._cached_name(topic_id)
+        return found
+
+    def _cached_name(self, topic_id) -> str | None:
+        with self._lock:
+            return next((name for name, topic in self._topics.items() if topic.topic_id == topic_id), None)
 
     def leader_address(self, topic: str, partition: int) -> tuple[Address, int]:
         """((host, port) of the partition's leader, its leader epoch);
