@@ -126,11 +126,13 @@ class Connection(asyncio.Protocol):
     def closed(self) -> bool:
         return self._failure is not None
 
-    async def request(self, body: Any, *, expect_response: bool = True, timeout_ms: int | None = None) -> Any:
+    async def request(self, body: Any, *, expect_response: bool = True, timeout_ms: int | None = None,
+                      on_written: Callable[[], None] | None = None) -> Any:
         """Send one request (a kio request entity); its response entity, or None.
         `timeout_ms`: this request's own limit (a JoinGroup parks up to the rebalance
         timeout), else the connection's request timeout. Frames go out in call
-        order: each is queued on the transport synchronously, before any await."""
+        order: each is queued on the transport synchronously once it has a slot
+        (the slots are FIFO); `on_written()` then, when it is."""
         timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
         async with self._slots:
             if self._failure is not None:
@@ -143,6 +145,8 @@ class Connection(asyncio.Protocol):
                 response_type = load_response_schema(body.__api_key__, body.__version__)
                 self._pending.append((correlation_id, response_type, future))
             self._transport.write(frame)
+            if on_written is not None:   # its place on the connection is taken
+                on_written()
             if self._writable is not None:   # the node is not reading: wait until it does
                 await asyncio.shield(self._writable)
             if not expect_response:

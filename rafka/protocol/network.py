@@ -13,9 +13,13 @@ Kafka's NetworkClient is the model:
     the node is not dialled again before `reconnect_backoff_ms`, doubling up to
     `reconnect_backoff_max_ms` while it keeps failing (reconnect.backoff.ms and
     reconnect.backoff.max.ms);
-  * requests to one node go out in the order they were submitted (asyncio runs
-    the submitted tasks in order, and the Connection's slots and send lock are
-    FIFO), at most `max_in_flight_requests` unanswered at a time.
+  * requests to one node go out in the order they were submitted, at most
+    `max_in_flight_requests` unanswered at a time: each holds its node's turn
+    (`_turns`, a FIFO lock) from the call until its frame is written, the wait for
+    a connection being opened included. Without the turn a request submitted just
+    as the connection came up took it at once, ahead of those woken by the open:
+    an idempotent producer's fourth batch was written before its first, which the
+    leader then refused OUT_OF_ORDER_SEQUENCE_NUMBER (`rafka demo`, 1 run in 4).
 
 Invariants: connections are touched only on the loop's thread; `close()` fails
 what is pending and stops the thread; nothing here retries (the callers hold the
@@ -110,6 +114,7 @@ class NodeConnections:
         self.reconnect_backoff_max_s = reconnect_backoff_max_ms / 1000
         self._connections: dict[Address, Connection] = {}
         self._opening: dict[Address, asyncio.Future] = {}
+        self._turns: dict[Address, asyncio.Lock] = {}   # the order requests to a node are written in
         self._failures: dict[Address, tuple[int, float]] = {}   # address -> (failures in a row, not before)
 
     async def request(self, address: Address, request: Any, *, expect_response: bool = True,
@@ -119,12 +124,27 @@ class NodeConnections:
         the connection could not be made or was lost, or no answer came within
         `timeout_ms` (default request_timeout_ms)."""
         address = tuple(address)
-        connection = await self._connection(address)
+        turn = self._turns.get(address)
+        if turn is None:
+            turn = self._turns[address] = asyncio.Lock()
+        await turn.acquire()
+        written = False
+
+        def next_turn() -> None:   # this request's frame is on the connection (or it failed)
+            nonlocal written
+            if not written:
+                written = True
+                turn.release()
         try:
-            return await connection.request(request, expect_response=expect_response, timeout_ms=timeout_ms)
-        except NetworkException:
-            self._lost(address, connection)
-            raise
+            connection = await self._connection(address)
+            try:
+                return await connection.request(request, expect_response=expect_response, timeout_ms=timeout_ms,
+                                                on_written=next_turn)
+            except NetworkException:
+                self._lost(address, connection)
+                raise
+        finally:
+            next_turn()
 
     def backing_off(self, address: Address) -> bool:
         """Whether a connection to `address` failed lately and would not be dialled
