@@ -12,18 +12,22 @@ pytestmark = pytest.mark.core
 
 
 class _FrameRecorder:
-    """A node that reads frames and answers none: the topic names in the order
-    their Metadata requests arrived."""
+    """A node that reads frames and answers none; `all_arrived` is set once every
+    one of `names` has arrived (each a topic named in a Metadata request)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
         self.received = bytearray()
+        self.all_arrived = asyncio.Event()
 
-    def names_in_order(self, names: list[str]) -> list[str]:
-        return sorted(names, key=lambda name: self.received.find(name.encode()))
+    def names_in_order(self) -> list[str]:
+        return sorted(self.names, key=lambda name: self.received.find(name.encode()))
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while data := await reader.read(65536):
             self.received += data
+            if all(self.received.find(name.encode()) >= 0 for name in self.names):
+                self.all_arrived.set()
 
 
 def test_a_request_submitted_as_the_connection_opens__goes_after_those_that_waited_for_it(monkeypatch):
@@ -35,30 +39,28 @@ def test_a_request_submitted_as_the_connection_opens__goes_after_those_that_wait
     names = [f"ordered-topic-{index}" for index in range(4)]
 
     async def scenario() -> list[str]:
-        recorder = _FrameRecorder()
+        recorder = _FrameRecorder(names)
         server = await asyncio.start_server(recorder.serve, "127.0.0.1", 0)
         address = server.sockets[0].getsockname()[:2]
         nodes = NodeConnections(client_id="order")
-        submitted: list[asyncio.Task] = []
+        last_submitted = asyncio.get_running_loop().create_future()
         real_open = network.Connection.open
+
+        def submit(name: str) -> asyncio.Future:
+            return asyncio.ensure_future(nodes.request(address, cluster_requests.metadata_request([name]),
+                                                       expect_response=False))
 
         async def open_then_submit_one_more(*args, **kwargs):
             connection = await real_open(*args, **kwargs)
             # runs before the open's waiters are woken: the sender's step, submitting
-            asyncio.get_running_loop().call_soon(lambda: submitted.append(asyncio.ensure_future(
-                nodes.request(address, cluster_requests.metadata_request([names[3]]), expect_response=False))))
+            asyncio.get_running_loop().call_soon(lambda: last_submitted.set_result(submit(names[3])))
             return connection
         monkeypatch.setattr(network.Connection, "open", open_then_submit_one_more)
         try:
-            submitted.extend(asyncio.ensure_future(nodes.request(
-                address, cluster_requests.metadata_request([name]), expect_response=False)) for name in names[:3])
-            while len(submitted) < 4 or not all(task.done() for task in submitted):
-                await asyncio.sleep(0.01)
-            for task in submitted:
-                task.result()
-            while any(recorder.received.find(name.encode()) < 0 for name in names):
-                await asyncio.sleep(0.01)
-            return recorder.names_in_order(names)
+            first = [submit(name) for name in names[:3]]
+            await asyncio.wait_for(asyncio.gather(*first, await last_submitted), timeout=10)
+            await asyncio.wait_for(recorder.all_arrived.wait(), timeout=10)
+            return recorder.names_in_order()
         finally:
             await nodes.close()
             server.close()
