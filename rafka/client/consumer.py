@@ -4,7 +4,8 @@ Design, as Kafka's fetcher: each assigned partition has a position (the next
 offset to hand to the caller) and a fetch position (the next offset to ask the
 leader for). At most one fetch per partition is in flight; a fetch is Kafka's
 Fetch on the leader's endpoint (protocol.network, protocol.fetching), a long poll
-(`fetch_max_wait_ms`), all partitions' fetches in flight at once; an answer is
+(`fetch_max_wait_ms`, or until `fetch_min_bytes` of the partition can be
+answered), all partitions' fetches in flight at once; an answer is
 decoded into a per-partition
 buffer, so the next fetch goes out while the caller still works on the last one.
 `poll` hands out up to `max_poll_records` from the buffers, round-robin over the
@@ -111,6 +112,7 @@ CONSUMER_IN_FLIGHT_REQUESTS_PER_CONNECTION = 100
 # refuses a fetch of 0 bytes (Kafka's allows it), so no poll would return a record.
 MAX_POLL_RECORDS = ConfigDef("max.poll.records", INT, 500, at_least(1))
 MAX_PARTITION_FETCH_BYTES = ConfigDef("max.partition.fetch.bytes", INT, 1_048_576, at_least(1))
+FETCH_MIN_BYTES = ConfigDef("fetch.min.bytes", INT, 1, at_least(0))
 
 
 _INLINE_FLAGS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.VERBOSE, "x"), (re.ASCII, "a"))
@@ -198,7 +200,7 @@ class Consumer:
     (`cluster.bootstrap_servers`); options are kafka-python's, defaults Kafka's."""
 
     def __init__(self, bootstrap_servers, *, auto_offset_reset: str = "latest", max_poll_records: int = 500,
-                 fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1_048_576,
+                 fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1, max_partition_fetch_bytes: int = 1_048_576,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
                  default_api_timeout_ms: int = 60_000, client_id: str = "rafka-consumer",
                  group_id: str | None = None, enable_auto_commit: bool = True,
@@ -222,6 +224,7 @@ class Consumer:
         self.isolation_level = parse_isolation_level(isolation_level)
         self.max_poll_records = MAX_POLL_RECORDS.parse(max_poll_records)
         self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = FETCH_MIN_BYTES.parse(fetch_min_bytes)   # each partition's fetch waits for it
         self.max_partition_fetch_bytes = MAX_PARTITION_FETCH_BYTES.parse(max_partition_fetch_bytes)
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.request_timeout_s = request_timeout_ms / 1000
@@ -583,7 +586,7 @@ class Consumer:
                 fetch_offset=state.fetch_position, leader_epoch=leader_epoch,
                 last_fetched_epoch=fetching.NO_EPOCH, log_start_offset=-1,
                 max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms,
-                isolation_level=self.isolation_level))
+                min_bytes=self.fetch_min_bytes, isolation_level=self.isolation_level))
         except Exception as error:
             self._fetch_failed(tp, state, error)
             return

@@ -63,11 +63,12 @@ class LeaderAnswer:
 
 def fetch_request(*, topic: str, partition: int, replica_id: int, fetch_offset: int, leader_epoch: int,
                   last_fetched_epoch: int, log_start_offset: int, max_bytes: int, max_wait_ms: int,
-                  isolation_level: int = 0) -> WrittenBody:
+                  isolation_level: int = 0, min_bytes: int = 1) -> WrittenBody:
     """A Fetch v12 of one partition, written from these values (every fetch round
-    builds one: no kio entity for it). isolation_level 1: read_committed."""
+    builds one: no kio entity for it). isolation_level 1: read_committed;
+    `min_bytes`: the leader parks it up to max_wait_ms until it can answer that much."""
     return fetch_request_v12(
-        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
+        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
         isolation_level=isolation_level,
         session_id=0, session_epoch=-1, topics=[(topic, [(partition, leader_epoch, fetch_offset, last_fetched_epoch,
                                                           log_start_offset, max_bytes)])])

@@ -193,9 +193,11 @@ class HostedPartition:
         return result
 
     async def fetch(self, follower_id: int, fetch_offset: int, leader_epoch: int, max_bytes: int,
-                    max_wait_ms: int, last_fetched_epoch: int = -1, log_start_offset: int = -1) -> FetchResult:
+                    max_wait_ms: int, last_fetched_epoch: int = -1, log_start_offset: int = -1,
+                    min_bytes: int = 1) -> FetchResult:
         """A follower's fetch (replica Fetch on the wire); `log_start_offset`: the
-        follower's (-1 not said)."""
+        follower's (-1 not said). Parked until it can answer `min_bytes` (Kafka's
+        replica.fetch.min.bytes; rafka's followers ask 1) or `max_wait_ms` passed."""
         deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
         while True:
             replica = self._replica()
@@ -208,7 +210,8 @@ class HostedPartition:
                 self._wake_all(followers=False, others=True)   # acks=all produces, consumers' fetches, deletes
             remaining = deadline - asyncio.get_running_loop().time()
             behind_log_start = 0 <= log_start_offset < result.log_start_offset
-            if result.records or result.diverging_epoch is not None or behind_log_start or remaining <= 0:
+            if (len(result.records) >= min_bytes or result.diverging_epoch is not None or behind_log_start
+                    or remaining <= 0):
                 self.replication_bytes_out += len(result.records)
                 return result
             self.parked_follower_fetches += 1
@@ -219,16 +222,18 @@ class HostedPartition:
 
     async def consumer_fetch(self, fetch_offset: int, max_bytes: int, max_wait_ms: int,
                              leader_epoch: int | None = None,
-                             isolation_level: int = READ_UNCOMMITTED) -> FetchResult:
+                             isolation_level: int = READ_UNCOMMITTED, min_bytes: int = 1) -> FetchResult:
         """A consumer's fetch: only batches below the HW (read_committed: the LSO,
         with the aborted transactions among them). The LSO moves only when the
-        HW does or a marker is appended, and both wake the waiters here."""
+        HW does or a marker is appended, and both wake the waiters here. Parked
+        until it can answer `min_bytes` (the consumer's fetch.min.bytes) or
+        `max_wait_ms` passed: then it answers what there is (Kafka's DelayedFetch)."""
         deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
         while True:
             result = self._replica().fetch_for_consumer(fetch_offset=fetch_offset, max_bytes=max_bytes,
                                                         leader_epoch=leader_epoch, isolation_level=isolation_level)
             remaining = deadline - asyncio.get_running_loop().time()
-            if result.records or remaining <= 0:
+            if len(result.records) >= min_bytes or remaining <= 0:
                 if result.records:
                     self.bytes_out += len(result.records)
                     self.messages_out += count_records(result.records)

@@ -5,10 +5,14 @@ FetchSession), and what this handler does the same way:
   * no fetch sessions (KIP-227): every answer says session_id 0, which tells the
     client that no session was made and the next fetch must be a full one;
     a fetch naming a session (session_id != 0) gets FETCH_SESSION_ID_NOT_FOUND.
-  * the answer waits up to max_wait_ms while no partition has data and min_bytes
-    > 0 (rafka reads min_bytes as 1: a partition here answers as soon as it has
-    a batch below the HW); each partition reads at most min(partition_max_bytes,
-    max_bytes), and at least one whole batch (KIP-74, the log's rule).
+  * the answer waits up to max_wait_ms (none with min_bytes <= 0) until it can
+    hold min_bytes: Kafka sums the bytes over the request's partitions; here each
+    partition waits until it alone can answer min_bytes (a replica actor hosts one
+    partition, so a request to one is Kafka's rule exactly; a request spread over
+    several partitions of one node may wait longer than Kafka's, never past
+    max_wait_ms; protocol.edge answers a split one once a part has data). Each
+    partition reads at most min(partition_max_bytes, max_bytes), and at least one
+    whole batch (KIP-74, the log's rule).
   * an offset outside [log start, LEO]: OFFSET_OUT_OF_RANGE; an older
     current_leader_epoch: FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH
     (KIP-320; -1 skips the check); a partition not led here:
@@ -76,7 +80,9 @@ async def fetch(host: PartitionHost, request, version: int, decision: Decision =
     if session_id != 0:
         return make(response_type, throttle_time=_NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
                     session_id=i32(0), responses=())
-    max_wait_ms = int(request.max_wait.total_seconds() * 1000) if int(request.min_bytes) > 0 else 0
+    min_bytes = int(request.min_bytes)
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000) if min_bytes > 0 else 0
+    min_bytes = max(1, min_bytes)
     replica_fetch = int(request.replica_id) >= 0
     isolation_level = READ_UNCOMMITTED if replica_fetch else int(request.isolation_level)
 
@@ -86,9 +92,9 @@ async def fetch(host: PartitionHost, request, version: int, decision: Decision =
         if replica_fetch:
             return await endpoint.fetch(int(request.replica_id), int(wanted.fetch_offset), epoch, max_bytes,
                                         max_wait_ms, int(getattr(wanted, "last_fetched_epoch", -1)),
-                                        int(getattr(wanted, "log_start_offset", -1)))
+                                        int(getattr(wanted, "log_start_offset", -1)), min_bytes)
         return await endpoint.consumer_fetch(int(wanted.fetch_offset), max_bytes, max_wait_ms,
-                                             leader_epoch_or_none(epoch), isolation_level)
+                                             leader_epoch_or_none(epoch), isolation_level, min_bytes)
 
     rows = await serve_each(host, [(t.topic, p) for t in request.topics for p in t.partitions],
                             lambda wanted: int(wanted.partition), read, decision)
