@@ -122,3 +122,60 @@ def test_out_of_order_sequence_with_nothing_earlier_outstanding__fails_the_batch
             assert "epoch 0, sequence 0 (attempt 1" in logged[0]
         finally:
             producer.close(timeout=10)
+
+
+def test_in_flight_is_counted_per_connection__waiting_partitions_take_turns_and_grow_their_request(tmp_path):
+    """Kafka's max.in.flight.requests.per.connection counts requests on a
+    connection, not per partition: 8 partitions of one broker share its 5. The
+    3 partitions left waiting keep their batches in the producer, where records
+    sent meanwhile join them: each goes as one request once a slot frees. Counted
+    per partition (rafka before), 8 requests were outstanding at once and each
+    waiting partition sent two."""
+    import asyncio
+
+    from kio.serial import entity_reader
+    from rafka.protocol.hot_writers import write_body
+    with ProtocolNode(tmp_path, {"orders": 8}, edge=True) as node:
+        producer = Producer(node.bootstrap, acks="all", linger_ms=0, batch_size=1,
+                            max_in_flight_requests_per_connection=5)
+        for partition in range(8):   # metadata and connection ready, outside the measure
+            producer.send("orders", b"warm", partition=partition).result(timeout=10)
+        real_request = producer._network.nodes.request
+        gate = asyncio.Event()
+        outstanding, most_outstanding, requests = [0], [0], {p: 0 for p in range(8)}
+        all_sent = threading.Event()
+
+        async def request(address, body, **options):
+            if body.__api_key__ != 0:
+                return await real_request(address, body, **options)
+            produce, _ = entity_reader(body.entity_type)(write_body(body), 0)   # as the leader reads it
+            requests[produce.topic_data[0].partition_data[0].index] += 1
+            outstanding[0] += 1
+            most_outstanding[0] = max(most_outstanding[0], outstanding[0])
+            if outstanding[0] == 5:
+                all_sent.set()
+            try:
+                await gate.wait()
+                return await real_request(address, body, **options)
+            finally:
+                outstanding[0] -= 1
+        producer._network.nodes.request = request
+        loop_held = threading.Event()
+        producer._loop.call_soon_threadsafe(loop_held.wait)   # every first batch ready before one round
+        try:
+            first = [producer.send("orders", b"first", partition=p) for p in range(8)]
+            loop_held.set()
+            assert all_sent.wait(10)
+            waiting = [p for p in range(8) if requests[p] == 0]
+            assert len(waiting) == 3
+            later = [producer.send("orders", b"later", partition=p) for p in waiting for _ in range(2)]
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), producer._loop).result(10)   # a round of the loop
+            assert most_outstanding[0] == 5
+            producer._loop.call_soon_threadsafe(gate.set)
+            assert [f.result(timeout=10).offset for f in first] == [1] * 8
+            assert sorted(f.result(timeout=10).offset for f in later) == [2, 2, 2, 3, 3, 3]
+        finally:
+            producer._loop.call_soon_threadsafe(gate.set)
+            producer.close(timeout=10)
+        assert most_outstanding[0] == 5
+        assert [requests[p] for p in waiting] == [1, 1, 1]   # first and later records in one request
