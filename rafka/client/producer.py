@@ -672,6 +672,7 @@ class Producer:
                     continue
                 sendable.append(key_tp)
             self._node_waited = False
+            considered = sendable
             while sendable:   # rounds: one request per partition each, while its connection has a slot
                 again = []
                 for key_tp in sendable:
@@ -692,6 +693,10 @@ class Producer:
                     self._node_sending[node] += 1
                     again.append(key_tp)
                 sendable = again
+            for key_tp in considered:   # a retry now at the head of its queue, backing off
+                queue = self._ready[key_tp]
+                if queue and queue[0].not_before_s > now:
+                    due_s = min(due_s, queue[0].not_before_s - now)
         for batch, error in abandoned:
             self._finish(batch, -1, error, taken=False)
         if to_add:
