@@ -57,7 +57,7 @@ import dataclasses
 import enum
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from rafka.core.actor_names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from rafka.core.assignors import RangeAssignor, StickyAssignor, Subscription
@@ -76,6 +76,7 @@ LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 NOT_SET = -1            # rebalance timeout "unchanged since the last heartbeat"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+MAX_RESOLVED_REGEXES = 1_024   # regexes whose matches are kept (the oldest goes first)
 TopicMetadata = Mapping[str, tuple[uuid.UUID, int]]   # topic name -> (topic id, partition count)
 
 
@@ -116,13 +117,13 @@ class Member:
         return CurrentAssignmentKey(group_id, self.member_id), CurrentAssignmentValue(
             self.member_epoch, self.previous_member_epoch, int(self.state), self.assigned, self.pending_revocation)
 
-    def topics(self, known: Iterable[str]) -> set[str]:
+    def topics(self, known: Iterable[str], resolve: Callable[[str], frozenset[str]] | None = None) -> set[str]:
         """What it subscribes to: its topic names, and the `known` topics its regex
-        matches whole (Kafka's RE2J matches(); internal topics never match)."""
+        matches (`resolve(regex)`, else matched here: regex_matches)."""
         topics = set(self.subscribed_topic_names)
         if self.subscribed_topic_regex:
-            pattern = re.compile(self.subscribed_topic_regex)
-            topics |= {t for t in known if t not in INTERNAL_TOPICS and pattern.fullmatch(t)}
+            topics |= (resolve(self.subscribed_topic_regex) if resolve is not None
+                       else regex_matches(self.subscribed_topic_regex, known))
         return topics
 
     def reconciled_to(self, epoch: int) -> bool:
@@ -131,6 +132,13 @@ class Member:
     def with_epoch(self, epoch: int, **changes) -> Member:
         """Kafka's updateMemberEpoch: the previous epoch is the one it leaves."""
         return dataclasses.replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch, **changes)
+
+
+def regex_matches(regex: str, known: Iterable[str]) -> frozenset[str]:
+    """The `known` topics `regex` matches whole (Kafka's RE2J matches()); internal
+    topics never match."""
+    pattern = re.compile(regex)
+    return frozenset(t for t in known if t not in INTERNAL_TOPICS and pattern.fullmatch(t))
 
 
 @dataclasses.dataclass
@@ -201,6 +209,10 @@ class ConsumerGroups:
         self.max_group_size = max_group_size                  # group.consumer.max.size
         self.groups: dict[str, ConsumerGroup] = {}
         self.rebalances = 0    # group epoch bumps (Kafka's consumer-group-rebalance count)
+        # regex -> (the topic names it was matched against, its matches): a regex is
+        # matched again only when the topics changed, not at every heartbeat of every
+        # member (Kafka's coordinator resolves regexes once per metadata image too)
+        self._resolved_regexes: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
     # --- ConsumerGroupHeartbeat ----------------------------------------------------------
 
@@ -378,9 +390,20 @@ class ConsumerGroups:
         return [(CurrentAssignmentKey(group_id, member_id), None), (TargetAssignmentMemberKey(group_id, member_id), None),
                 (MemberMetadataKey(group_id, member_id), None)]
 
-    @staticmethod
-    def _subscribed_topics(members: Iterable[Member], topics: TopicMetadata) -> tuple[SubscribedTopic, ...]:
-        names = {t for m in members for t in m.topics(topics)}
+    def _subscribed_topics(self, members: Iterable[Member], topics: TopicMetadata) -> tuple[SubscribedTopic, ...]:
+        known: list[frozenset[str]] = []   # the names of `topics`, made once and only for a regex
+
+        def resolve(regex: str) -> frozenset[str]:
+            if not known:
+                known.append(frozenset(topics))
+            cached = self._resolved_regexes.pop(regex, None)   # re-inserted: the newest, evicted last
+            if cached is None or cached[0] != known[0]:
+                cached = (known[0], regex_matches(regex, known[0]))
+            self._resolved_regexes[regex] = cached
+            if len(self._resolved_regexes) > MAX_RESOLVED_REGEXES:
+                del self._resolved_regexes[next(iter(self._resolved_regexes))]
+            return cached[1]
+        names = {t for m in members for t in m.topics(topics, resolve)}
         return tuple(SubscribedTopic(topics[name][0], name, topics[name][1]) for name in sorted(names) if name in topics)
 
     def _target_assignment(self, group: ConsumerGroup, members: Mapping[str, Member],

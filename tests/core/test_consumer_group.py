@@ -471,3 +471,45 @@ def test_partial_heartbeat__null_fields_unchanged__nothing_written__full_one_ans
     # the answer to that one lost: the client's next heartbeat is full, regex and all
     answer = coordinator.heartbeat("a", 1, owned=owned, topics=None, subscribed_topic_regex="ord.*")
     assert (answer.member_epoch, answer.assignment, len(coordinator.log)) == (1, owned, logged)
+
+
+def test_a_regex_is_matched_once_per_set_of_topics__not_at_every_heartbeat_of_every_member(monkeypatch):
+    """Kafka's coordinator resolves a group's regexes when the metadata changes;
+    rafka matched each member's regex against every topic at each heartbeat (a
+    group of regex members over thousands of topics paid members x topics
+    matches per heartbeat). Three members on one regex: once the group is
+    stable, heartbeats match nothing; a topic created that matches is matched
+    (against the new set of topics) and subscribed at the next heartbeat."""
+    from rafka.core import consumer_group
+    everything = []   # the matches made against every topic (not the assignor's own, on a rebalance)
+    real = consumer_group.regex_matches
+
+    def counted(regex, known):
+        if "audit" in known:
+            everything.append(frozenset(known))
+        return real(regex, known)
+    monkeypatch.setattr(consumer_group, "regex_matches", counted)
+    coordinator = Coordinator()
+    clients = [Client(coordinator, name) for name in ("a", "b", "c")]
+    for _ in range(3):
+        for client in clients:
+            client.heartbeat(topics=(), subscribed_topic_regex="ord.*")
+    assert coordinator.group.state == "Stable"
+    assert everything == [frozenset(TOPICS)]
+    for _ in range(5):
+        for client in clients:
+            client.heartbeat(topics=None)
+    assert everything == [frozenset(TOPICS)]
+    coordinator.topics["orders-eu"] = (uuid.UUID(int=0xE5), 3)
+    clients[0].heartbeat(topics=None)
+    assert everything == [frozenset(TOPICS), frozenset({*TOPICS, "orders-eu"})]
+    assert [t.name for t in coordinator.group.subscribed_topics] == ["orders", "orders-eu"]
+
+
+def test_resolved_regexes_are_bounded__the_least_recently_used_goes(monkeypatch):
+    from rafka.core import consumer_group
+    monkeypatch.setattr(consumer_group, "MAX_RESOLVED_REGEXES", 2)
+    coordinator = Coordinator()
+    for name, regex in (("a", "ord.*"), ("b", "aud.*"), ("c", "o.*")):
+        Client(coordinator, name).heartbeat(topics=(), subscribed_topic_regex=regex)
+    assert list(coordinator.groups._resolved_regexes) == ["aud.*", "o.*"]   # each heartbeat resolves every member's
