@@ -215,18 +215,20 @@ def run_demo(nodes: int = 3, logs: Logs | None = None) -> int:
               "each partition's 3 replicas run on 3 distinct Ray nodes")
 
         producer = cluster.producer(acks="all", linger_ms=5)
-        print(f"\n1. producing {ORDERS_BEFORE_KILL} orders with acks=all")
-        first = send_orders(producer, 0, ORDERS_BEFORE_KILL)
-        acked = {value: future.result(timeout=60) for value, future in first}
-        before = print_partitions(admin, "orders")
+        try:   # on a failure too: what it still holds fails, and it closes before the cluster stops
+            print(f"\n1. producing {ORDERS_BEFORE_KILL} orders with acks=all")
+            first = send_orders(producer, 0, ORDERS_BEFORE_KILL)
+            acked = {value: future.result(timeout=60) for value, future in first}
+            before = print_partitions(admin, "orders")
 
-        victim = before["partitions"][0]
-        print(f"\n2. killing the leader of orders-0 (replica {victim['leader']}, epoch "
-              f"{victim['leader_epoch']}) while {ORDERS_AFTER_KILL} more orders are sent")
-        second = send_orders(producer, ORDERS_BEFORE_KILL, ORDERS_AFTER_KILL)
-        ray.kill(cluster.replica("orders", 0, victim["leader"]), no_restart=False)
-        acked.update({value: future.result(timeout=120) for value, future in second})
-        producer.close()
+            victim = before["partitions"][0]
+            print(f"\n2. killing the leader of orders-0 (replica {victim['leader']}, epoch "
+                  f"{victim['leader_epoch']}) while {ORDERS_AFTER_KILL} more orders are sent")
+            second = send_orders(producer, ORDERS_BEFORE_KILL, ORDERS_AFTER_KILL)
+            ray.kill(cluster.replica("orders", 0, victim["leader"]), no_restart=False)
+            acked.update({value: future.result(timeout=120) for value, future in second})
+        finally:
+            producer.close(timeout=10)
         after = wait_for(lambda: (p := admin.describe_topics(["orders"])["orders"]["partitions"][0])[
             "leader_epoch"] > victim["leader_epoch"] and p["high_watermark"] is not None and p,
             60, "a new leader is elected")

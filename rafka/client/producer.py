@@ -69,6 +69,7 @@ Thread-safe: any thread may call send/flush; one thread drives the transaction.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import itertools
@@ -575,12 +576,39 @@ class Producer:
             raise RequestTimedOut(f"flush did not complete in {timeout}s")
 
     def close(self, timeout: float | None = None) -> None:
+        """Kafka's close(timeout): send what is buffered and wait up to `timeout`
+        seconds (None: as long as it takes) until every record is acked or failed;
+        past it, every record still unfinished fails at once (IllegalStateError
+        "Producer is closed forcefully.", as kafka-python's forced close) and the
+        producer closes all the same: a timeout is not raised, and never leaves
+        the network open."""
         if self._closed:
             return
-        self.flush(timeout)
+        try:
+            self.flush(timeout)
+        except RequestTimedOut:
+            failed = asyncio.run_coroutine_threadsafe(self._fail_unfinished(), self._loop)
+            failed.result()
         with self._lock:
             self._closed = True
         self._network.close()
+
+    async def _fail_unfinished(self) -> None:
+        """On the network loop (where the sender runs, so none is sent meanwhile): the
+        producer closes, and every batch not yet finished fails; the answers of
+        those in flight, should they come, find nothing to finish (_on_answer)."""
+        error = IllegalStateError("Producer is closed forcefully.")
+        with self._lock:
+            self._closed = True
+            unsent = [*self._open.values(), *(batch for queue in self._ready.values() for batch in queue)]
+            self._open.clear()
+            for queue in self._ready.values():
+                queue.clear()
+        in_flight = list(self._in_flight.values())
+        self._in_flight.clear()
+        for batch, taken in [*((b, False) for b in unsent), *((b, True) for b in in_flight)]:
+            self._metrics["record-error-total"] += len(batch.records)   # the absorbed batches' records too
+            self._finish(batch, -1, error, taken=taken)
 
     def __enter__(self) -> Producer:
         return self
@@ -744,7 +772,9 @@ class Producer:
         batch is finished or retried at once, with no other wake-up in between (a
         sync send waits on this); then the sender goes on if its partition has
         batches waiting for the slot this request held."""
-        batch = self._in_flight.pop(answer)
+        batch = self._in_flight.pop(answer, None)
+        if batch is None:   # failed already: the producer was closed forcefully
+            return
         self._complete(answer, batch)
         if self._node_waited or self._ready.get((batch.topic, batch.partition)):
             self._wake()

@@ -179,3 +179,32 @@ def test_in_flight_is_counted_per_connection__waiting_partitions_take_turns_and_
             producer.close(timeout=10)
         assert most_outstanding[0] == 5
         assert [requests[p] for p in waiting] == [1, 1, 1]   # first and later records in one request
+
+
+def test_close_with_a_timeout__what_is_unfinished_fails_forcefully__close_returns_and_the_network_closes(tmp_path):
+    """Kafka's close(timeout): wait up to the timeout, then fail every record still
+    unfinished ("Producer is closed forcefully.") and close all the same. rafka's
+    raised RequestTimedOut and left its network open, the records' futures
+    pending for good."""
+    import asyncio
+
+    from rafka.core.errors import IllegalStateError
+    with ProtocolNode(tmp_path, {"orders": 2}) as node:
+        producer = Producer(node.bootstrap, acks="all", linger_ms=0)
+        real_request = producer._network.nodes.request
+        never = asyncio.Event()
+
+        async def request(address, body, **options):
+            if body.__api_key__ == 0:   # a Produce: unanswered (a leader that hangs)
+                await never.wait()
+            return await real_request(address, body, **options)
+        producer._network.nodes.request = request
+        futures = [producer.send("orders", b"x", partition=p % 2) for p in range(4)]
+        producer.close(timeout=0.2)
+        for future in futures:
+            with pytest.raises(IllegalStateError, match="closed forcefully"):
+                future.result(timeout=5)
+        assert producer.metrics()["record-error-total"] == 4
+        assert producer._network._closed and not producer._network._thread.is_alive()
+        with pytest.raises(RuntimeError):
+            producer.send("orders", b"after close")
