@@ -776,7 +776,7 @@ class Producer:
         if batch is None:   # failed already: the producer was closed forcefully
             return
         self._complete(answer, batch)
-        if self._node_waited or self._ready.get((batch.topic, batch.partition)):
+        if self._ready.get((batch.topic, batch.partition)):   # (one waiting on a connection: _finish woke it)
             self._wake()
 
     def _send(self, batch: _Batch) -> None:
@@ -944,6 +944,8 @@ class Producer:
                 self._recovering.discard(key_tp)   # in order again: back to full pipelining
             self._buffered_bytes -= batch.size_bytes
             self._lock.notify_all()
+        if taken and self._node_waited:   # a connection's slot is free: partitions wait on one
+            self._wake()
 
 
 def _group_metadata(group_metadata) -> ConsumerGroupMetadata:

@@ -19,6 +19,7 @@ from rafka.core.errors import (FencedInstanceId, FencedMemberEpoch, GroupIdNotFo
                                StaleMemberEpoch, UnknownMemberId, UnreleasedInstanceId, UnsupportedAssignor)
 from rafka.core.offsets_schema import decode_record, encode_key, encode_value
 
+pytestmark = pytest.mark.core
 G = "billing"
 ORDERS = uuid.UUID(int=0xA1)
 AUDIT = uuid.UUID(int=0xB2)
