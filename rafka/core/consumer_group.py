@@ -76,7 +76,7 @@ LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 NOT_SET = -1            # rebalance timeout "unchanged since the last heartbeat"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
-MAX_RESOLVED_REGEXES = 1_024   # regexes whose matches are kept (the oldest goes first)
+MAX_RESOLVED_REGEXES = 1_024   # regexes whose matches are kept (the least recently used goes first)
 TopicMetadata = Mapping[str, tuple[uuid.UUID, int]]   # topic name -> (topic id, partition count)
 
 
