@@ -28,9 +28,16 @@ def test_create_topic__each_partitions_replicas_on_three_distinct_nodes(cluster)
     described = admin.describe_topics(["placed"])["placed"]
     for p in described["partitions"]:
         assert len(set(p["replica_nodes"].values())) == 3 and None not in p["replica_nodes"].values()
-        assert p["leader_epoch"] == 0 and p["isr"] == p["replicas"]
+        assert p["leader_epoch"] == 0
         assert p["leader_node"] == p["replica_nodes"][p["leader"]]
     assert "placed" in admin.list_topics()
+    # Every replica in sync. Not asserted at the creation's instant: with this module's
+    # replica.lag.time.max.ms of 2 s, a follower whose process starts slowly on a loaded
+    # machine leaves the ISR and rejoins once caught up (a CI run saw ISR [0] just after
+    # the creation); the leader keeps epoch 0 through that.
+    wait_until(lambda: all(p["isr"] == p["replicas"] and p["leader_epoch"] == 0
+                           for p in admin.describe_topics(["placed"])["placed"]["partitions"]),
+               what="every replica of placed in its ISR at leader epoch 0")
 
 
 def test_leader_actor_killed__new_leader_next_epoch_and_acked_writes_survive(controller):
