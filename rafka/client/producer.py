@@ -672,8 +672,8 @@ class Producer:
 
     def _pump(self) -> None:
         """The sender's round, on the network loop: close batches past linger, send
-        what may go (per partition, up to the requests allowed in flight, none while
-        its topic's metadata is being fetched), then come back when the next linger
+        what may go (up to the requests allowed in flight per connection and per
+        partition, none while its topic's metadata is being fetched), then come back when the next linger
         or retry backoff is due. An answer that frees a slot, and a metadata fetch
         that ends, wake it too."""
         with self._wake_lock:
@@ -694,9 +694,6 @@ class Producer:
                     if key_tp not in self._adding_partitions:
                         to_add.add(key_tp)
                         self._adding_partitions.add(key_tp)
-                    continue
-                if queue[0].not_before_s > now:   # backing off after a failure
-                    due_s = min(due_s, queue[0].not_before_s - now)
                     continue
                 sendable.append(key_tp)
             self._node_waited = False
@@ -721,7 +718,7 @@ class Producer:
                     self._node_sending[node] += 1
                     again.append(key_tp)
                 sendable = again
-            for key_tp in considered:   # a retry now at the head of its queue, backing off
+            for key_tp in considered:   # a retry at the head of its queue, backing off: its timer
                 queue = self._ready[key_tp]
                 if queue and queue[0].not_before_s > now:
                     due_s = min(due_s, queue[0].not_before_s - now)

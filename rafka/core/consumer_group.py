@@ -391,20 +391,21 @@ class ConsumerGroups:
                 (MemberMetadataKey(group_id, member_id), None)]
 
     def _subscribed_topics(self, members: Iterable[Member], topics: TopicMetadata) -> tuple[SubscribedTopic, ...]:
-        known: list[frozenset[str]] = []   # the names of `topics`, made once and only for a regex
+        names: frozenset[str] | None = None   # of `topics`: made once, and only for a regex
 
         def resolve(regex: str) -> frozenset[str]:
-            if not known:
-                known.append(frozenset(topics))
+            nonlocal names
+            if names is None:
+                names = frozenset(topics)
             cached = self._resolved_regexes.pop(regex, None)   # re-inserted: the newest, evicted last
-            if cached is None or cached[0] != known[0]:
-                cached = (known[0], regex_matches(regex, known[0]))
+            if cached is None or cached[0] != names:
+                cached = (names, regex_matches(regex, names))
             self._resolved_regexes[regex] = cached
             if len(self._resolved_regexes) > MAX_RESOLVED_REGEXES:
                 del self._resolved_regexes[next(iter(self._resolved_regexes))]
             return cached[1]
-        names = {t for m in members for t in m.topics(topics, resolve)}
-        return tuple(SubscribedTopic(topics[name][0], name, topics[name][1]) for name in sorted(names) if name in topics)
+        wanted = {t for m in members for t in m.topics(topics, resolve)}
+        return tuple(SubscribedTopic(topics[name][0], name, topics[name][1]) for name in sorted(wanted) if name in topics)
 
     def _target_assignment(self, group: ConsumerGroup, members: Mapping[str, Member],
                            subscribed: tuple[SubscribedTopic, ...], targets: Mapping[str, TopicPartitions],
