@@ -54,7 +54,8 @@ def cmd_up(args) -> int:
                                  ("default_replication_factor", args.default_replication_factor),
                                  ("network_processes", args.network_processes),
                                  ("super_users", args.super_users),
-                                 ("replica_pool_size", args.replica_pool_size)) if v is not None}
+                                 ("replica_pool_size", args.replica_pool_size),
+                                 ("log_drop_behind_bytes", args.log_drop_behind_bytes)) if v is not None}
     controller = start_controller(args.data_dir, listener_port=args.listener_port, sasl=args.sasl, **options)
     brokers = _wait_for_brokers(controller, args.wait_for_brokers)
     snapshot = ray.get(controller.metadata_snapshot.remote())
@@ -294,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--replica-pool-size", type=int, metavar="N",
                     help="idle replica actors kept on each broker, so that new replicas start without "
                          "starting processes (default 4; each idle one is a process of ~60-70 MB)")
+    up.add_argument("--log-drop-behind-bytes", type=int, metavar="BYTES",
+                    help="each replica's log asks the kernel to drop from the page cache what it wrote "
+                         "more than BYTES ago (README, 'Page cache'); default 0: kept, as Kafka leaves it")
     up.add_argument("--num-partitions", type=int, metavar="N",
                     help="Kafka's num.partitions: a topic created with -1 partitions gets N (default 1)")
     up.add_argument("--default-replication-factor", type=int, metavar="N",

@@ -176,7 +176,7 @@ class ControllerActor:
                  fetch_max_wait_ms: int = 500, idle_fetch_max_wait_ms: int = 5_000,
                  leader_ping_timeout_ms: int = 2_000,
                  log_retention_check_interval_ms: int = 300_000, log_cleaner_backoff_ms: int = 15_000,
-                 replica_high_watermark_checkpoint_interval_ms: int = 5_000,
+                 replica_high_watermark_checkpoint_interval_ms: int = 5_000, log_drop_behind_bytes: int = 0,
                  broker_replacement_timeout_ms: int = 1_800_000, watch_interval_ms: int = 1_000,
                  listener_port: int = 0, sasl: bool = False, num_partitions: int = 1,
                  default_replication_factor: int = 1, network_processes: int = 1,
@@ -190,10 +190,15 @@ class ControllerActor:
         (a setting of the controller's start, as super.users is of a broker's);
         `replica_pool_size`: idle replica actors kept per broker
         (core.replica_pool), what a topic takes to come online without starting
-        processes."""
+        processes; `log_drop_behind_bytes`: each replica's log asks the kernel to
+        drop from the page cache what it wrote more than this many bytes ago
+        (core.segment; README, "Page cache"); 0, Kafka's way: the kernel keeps it."""
         self.super_users = parse_super_users(super_users)
         if network_processes < 1:
             raise ValueError(f"network_processes must be at least 1, not {network_processes}")
+        if log_drop_behind_bytes < 0:
+            raise ValueError(f"log_drop_behind_bytes must be at least 0, not {log_drop_behind_bytes}")
+        self.log_drop_behind_bytes = log_drop_behind_bytes
         self.data_dir = data_dir
         self.listener_port = listener_port
         self.network_processes = network_processes
@@ -642,7 +647,8 @@ class ControllerActor:
             fetch_max_wait_ms=self.fetch_max_wait_ms, idle_fetch_max_wait_ms=self.idle_fetch_max_wait_ms,
             log_retention_check_interval_ms=self.log_retention_check_interval_ms,
             log_cleaner_backoff_ms=self.log_cleaner_backoff_ms,
-            replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms)
+            replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms,
+            log_drop_behind_bytes=self.log_drop_behind_bytes)
 
     def _assign(self, topic: str, partition: int, replica_id: int, handle, state: PartitionState | None = None):
         """Tell the replica's actor which replica it holds (it answers as `ping`);

@@ -158,9 +158,11 @@ class ReplicaActor:
                  replica_fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
                  idle_fetch_max_wait_ms: int = 5_000, log_retention_check_interval_ms: int = 300_000,
                  log_cleaner_backoff_ms: int = 15_000,
-                 replica_high_watermark_checkpoint_interval_ms: int = 5_000) -> None:
+                 replica_high_watermark_checkpoint_interval_ms: int = 5_000,
+                 log_drop_behind_bytes: int = 0) -> None:
         """`name`: this actor's own name (`replica:b<broker>:<epoch>-<n>`), its
-        Kafka node's identity on the internal listener."""
+        Kafka node's identity on the internal listener; `log_drop_behind_bytes`:
+        the controller's (core.segment)."""
         self.actor_name = name
         self.node_id = ray.get_runtime_context().get_node_id()
         self.broker_id = node_broker_id()
@@ -180,6 +182,7 @@ class ReplicaActor:
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.idle_fetch_max_wait_ms = idle_fetch_max_wait_ms
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.log_drop_behind_bytes = log_drop_behind_bytes
         self.served = _ServedPartition(self)   # what each request calls (PartitionHost)
         self.hosted = HostedPartition(self.served.usable)   # the partition calls, with their waiting
         self.serving: NodeServing | None = None   # its Kafka node, once assigned
@@ -280,7 +283,8 @@ class ReplicaActor:
             self.replica = PartitionReplica(
                 topic=topic, partition=partition, replica_id=replica_id, directory=directory,
                 config=TopicConfig.from_dict(assignment.config), clock=SystemClock(),
-                replica_lag_time_max_ms=self.replica_lag_time_max_ms)
+                replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                drop_behind_bytes=self.log_drop_behind_bytes)
         except KafkaError as error:   # offline: answer every request with it, never lead
             logger.error("%s: log dir unusable, replica offline: %s", self.name, error)
             self.storage_error = error

@@ -49,7 +49,7 @@ from pathlib import Path
 from rafka.core import checkpoint
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
-from rafka.core.errors import (CorruptRecord, InvalidRecord, KafkaStorageError, OffsetOutOfRange,
+from rafka.core.errors import (CorruptRecord, InvalidConfig, InvalidRecord, KafkaStorageError, OffsetOutOfRange,
                                RecordListTooLarge, RecordTooLarge)
 from rafka.core.leader_epoch import LeaderEpochCache
 from rafka.core.producer_state import (ProducerStateTable, snapshot_offsets, snapshot_path,
@@ -110,7 +110,14 @@ class PartitionLog:
     def __init__(self, directory: str | os.PathLike, config: TopicConfig | None = None,
                  clock=None, *, rng: random.Random | None = None,
                  producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
-                 producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS) -> None:
+                 producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+                 drop_behind_bytes: int = 0) -> None:
+        """`drop_behind_bytes` (the broker's log_drop_behind_bytes): each segment asks
+        the kernel to drop from the page cache what it wrote more than this many bytes
+        ago (core.segment); 0: the kernel keeps what it likes, as Kafka leaves it."""
+        if drop_behind_bytes < 0:
+            raise InvalidConfig(f"log_drop_behind_bytes must be >= 0, got {drop_behind_bytes}")
+        self.drop_behind_bytes = drop_behind_bytes
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _lock_directory(self.directory)
@@ -330,7 +337,7 @@ class PartitionLog:
 
     def _segment_args(self) -> dict:
         return {"index_interval_bytes": self.config.index_interval_bytes,
-                "created_ms": self.clock.now_ms()}
+                "created_ms": self.clock.now_ms(), "drop_behind_bytes": self.drop_behind_bytes}
 
     def _add_segment(self, segment: Segment) -> None:
         """`segment` becomes the active one; it draws its own roll jitter, as each of

@@ -21,6 +21,10 @@ tail (the headers and positions of the batches from the last index entry on,
 while `_tail_complete`) is what a lookup at or past the last index entry would
 find by reading headers from the file: readers at the log's end (followers,
 caught-up consumers) find their batch in memory.
+With `drop_behind_bytes` (the broker's log_drop_behind_bytes), the segment
+advises the kernel to drop the page cache of what lies more than that many bytes
+behind its end (`_drop_behind`); advice never changes the file or what a read
+returns.
 Caller: PartitionLog only, from one thread.
 """
 
@@ -52,7 +56,7 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 class Segment:
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 created_ms: int) -> None:
+                 created_ms: int, drop_behind_bytes: int = 0) -> None:
         self.directory = Path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -78,28 +82,31 @@ class Segment:
         self._tail_complete = True
         self._index_file = None
         self._timeindex_file = None
+        self.drop_behind_bytes = drop_behind_bytes
+        self._drop_from = 0    # below this, the page cache was asked to drop the file's pages
+        self._drop_mark = 0    # below this, writeback was started (the last advice's end)
 
     # --- opening ------------------------------------------------------------------
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-               created_ms: int) -> Segment:
+               created_ms: int, drop_behind_bytes: int = 0) -> Segment:
         for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             (Path(directory) / segment_file_name(base_offset, suffix)).unlink(missing_ok=True)
         segment = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
-                      created_ms=created_ms)
+                      created_ms=created_ms, drop_behind_bytes=drop_behind_bytes)
         segment.txn_index.persist()
         segment._open_index_files(truncate=True)
         return segment
 
     @classmethod
     def open_trusted(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                     created_ms: int) -> Segment:
+                     created_ms: int, drop_behind_bytes: int = 0) -> Segment:
         """A flushed segment (below the recovery point): indexes are loaded if they
         are sane, else rebuilt from batch headers; only the tail after the last
         index entry is scanned."""
         segment = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
-                      created_ms=created_ms)
+                      created_ms=created_ms, drop_behind_bytes=drop_behind_bytes)
         if not segment._load_indexes():
             segment.rebuild(verify_crc=False)
             return segment
@@ -120,12 +127,12 @@ class Segment:
 
     @classmethod
     def open_recovering(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                        created_ms: int) -> tuple[Segment, int]:
+                        created_ms: int, drop_behind_bytes: int = 0) -> tuple[Segment, int]:
         """A segment that may hold an unflushed tail: every batch is checked (framing
         and CRC), the file is cut before the first bad one, indexes are rebuilt.
         Returns the segment and the number of bytes cut."""
         segment = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
-                      created_ms=created_ms)
+                      created_ms=created_ms, drop_behind_bytes=drop_behind_bytes)
         return segment, segment.rebuild(verify_crc=True)
 
     def rebuild(self, *, verify_crc: bool) -> int:
@@ -220,6 +227,20 @@ class Segment:
         for header in headers:
             self._track(header, position, index=True, write_index=True)
             position += header.size_bytes
+        if self.drop_behind_bytes and self.size_bytes - self._drop_mark >= 2 * self.drop_behind_bytes:
+            self._drop_behind()
+
+    def _drop_behind(self) -> None:
+        """Once per `drop_behind_bytes` appended: one advice (POSIX_FADV_DONTNEED)
+        over what lies more than `drop_behind_bytes` behind the end and was not
+        dropped yet. The kernel drops the clean pages (those the previous advice
+        started writing back) and starts writeback of the dirty ones (the next
+        advice drops them). Advisory only: no byte of the file changes, reads of a
+        dropped range come from the disk, nothing is flushed (durability is the
+        log's: replication and the flush at roll and close)."""
+        mark = self.size_bytes - self.drop_behind_bytes
+        os.posix_fadvise(self._fd, self._drop_from, mark - self._drop_from, os.POSIX_FADV_DONTNEED)
+        self._drop_from, self._drop_mark = self._drop_mark, mark
 
     def _track(self, header: BatchHeader, position: int, *, index: bool,
                write_index: bool = False) -> None:
@@ -391,6 +412,7 @@ class Segment:
         position, _ = found
         os.ftruncate(self._fd, position)
         self.size_bytes = position
+        self._drop_from, self._drop_mark = min(self._drop_from, position), min(self._drop_mark, position)
         self._close_index_files()
         self.rebuild(verify_crc=False)   # cuts the transaction index too
         return self.next_offset

@@ -54,6 +54,22 @@ def offsets_table(out):
     return {int(cells[2]): tuple(cells[3:6]) for cells in (line.split() for line in lines[header + 1:])}
 
 
+def replicas_drop_behind_bytes(address) -> set:
+    """The log_drop_behind_bytes every replica actor's log runs with (`rafka up`'s
+    option, through the controller), asked from a driver of its own."""
+    probe = (
+        "import ray\n"
+        "from rafka.core.actor_names import NAMESPACE\n"
+        "ray.init(address=%r, namespace=NAMESPACE, logging_level='ERROR', log_to_driver=False)\n"
+        "names = [a['name'] for a in ray.util.list_named_actors(all_namespaces=True) if a['name'].startswith('replica:')]\n"
+        "got = ray.get([ray.get_actor(n).__ray_call__.remote(lambda self: self.replica.log.drop_behind_bytes "
+        "if self.replica else None) for n in names])\n"
+        "print(sorted({g for g in got if g is not None}))\n") % address
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def check_group_commands(address):
     """console-producer / console-consumer with a group, then kafka-consumer-groups's
     --list, --describe, --reset-offsets (dry run, execute, refused while Stable),
@@ -241,8 +257,9 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
     # --sasl: every command below (console clients, groups, users) logs in as the cluster;
     # --listener-port 0: both brokers run on this one host (a port each, not 9092 for both)
     code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir), "--sasl", "--listener-port", "0",
-                         "--replica-pool-size", "2")
+                         "--replica-pool-size", "2", "--log-drop-behind-bytes", str(1 << 20))
     assert code == 0 and "2 broker node(s)" in out and "controller epoch 1" in out
+    assert replicas_drop_behind_bytes(ray_address) == {1 << 20}
     assert "listeners require SASL/SCRAM" in out
     assert "group coordinators: 1" in out and "transaction coordinators: 1" in out
 
