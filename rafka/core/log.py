@@ -112,7 +112,7 @@ class PartitionLog:
                  producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
                  producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
                  drop_behind_bytes: int = 0) -> None:
-        """`drop_behind_bytes` (the broker's log_drop_behind_bytes): each segment asks
+        """`drop_behind_bytes` (the controller's log_drop_behind_bytes): each segment asks
         the kernel to drop from the page cache what it wrote more than this many bytes
         ago (core.segment); 0: the kernel keeps what it likes, as Kafka leaves it."""
         if drop_behind_bytes < 0:

@@ -21,7 +21,7 @@ tail (the headers and positions of the batches from the last index entry on,
 while `_tail_complete`) is what a lookup at or past the last index entry would
 find by reading headers from the file: readers at the log's end (followers,
 caught-up consumers) find their batch in memory.
-With `drop_behind_bytes` (the broker's log_drop_behind_bytes), the segment
+With `drop_behind_bytes` (the controller's log_drop_behind_bytes), the segment
 advises the kernel to drop the page cache of what lies more than that many bytes
 behind its end (`_drop_behind`); advice never changes the file or what a read
 returns.
