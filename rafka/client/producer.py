@@ -7,8 +7,13 @@ producer id, epoch and the partition's next sequence) and sends it to the
 leader's Kafka endpoint as a Produce request (protocol.network: one connection per
 node). A retriable failure (leader moved, connection lost, ISR too small for a
 while) refreshes metadata and resends the same bytes after `retry_backoff_ms`,
-until `delivery_timeout_ms`: the leader drops a batch it has already written and
-answers with the original offsets, so a retry never duplicates (idempotence). A
+until `delivery_timeout_ms` since the batch was made: the leader drops a batch it
+has already written and answers with the original offsets, so a retry never
+duplicates (idempotence). Every record's future resolves by that timeout, as
+Kafka's: a batch still waiting then (no leader with an endpoint, a metadata
+fetch, a connection's slots full, a retry's backoff) fails with
+REQUEST_TIMED_OUT ("Expiring N record(s)"), and one in flight fails when its
+request ends, which is within `request_timeout_ms`. A
 request unanswered for `request_timeout_ms` closes its connection (Kafka's
 NetworkClient does the same), which fails, and so retries, everything in flight
 on it.
@@ -174,7 +179,6 @@ class _Batch:
     order: int = 0                            # close order on its partition: the send order
     absorbed: list = dataclasses.field(default_factory=list)   # (batch, index of its first record here)
     attempts: int = 0
-    first_send_s: float = 0.0
     not_before_s: float = 0.0
     node: object = None                       # the leader's address it was taken for: its connection's slot
 
@@ -300,7 +304,8 @@ class Producer:
         self._pump_scheduled = False
         self._requeued = False                  # a batch went back to its queue during this pump
         self._timer = None                      # the next linger or backoff due
-        self._refreshing: set[str] = set()      # topics whose metadata is being fetched
+        self._refreshing: set[str] = set()      # topics whose metadata is being fetched (or waits to be)
+        self._refreshed_s: dict[str, float] = {}   # topic -> when its last fetch ended (monotonic s)
         self._refresh_failures: dict[str, Exception] = {}
         self._adding_partitions: set[tuple[str, int]] = set()   # AddPartitionsToTxn in flight for them
 
@@ -658,6 +663,23 @@ class Producer:
             batch.records.extend(waiting.records)
             batch.size_bytes += waiting.size_bytes
 
+    def _expire_waiting(self, now_s: float) -> tuple[list[_Batch], float]:
+        """Under the lock: the batches waiting in their partitions' queues that were
+        created `delivery_timeout_ms` ago or more leave them, to be failed (Kafka's
+        RecordAccumulator.expiredBatches: from each queue's head, in send order);
+        with seconds until the next head reaches its timeout (infinity: none waits).
+        Whatever keeps a batch from going (no leader with an endpoint, a metadata
+        fetch, a full connection, a retry's backoff), its future resolves by then.
+        A batch in flight is not expired here: its request ends within
+        request_timeout_ms, and `_retry_or_fail` then sees its timeout."""
+        expired, next_due_s = [], float("inf")
+        for queue in self._ready.values():
+            while queue and queue[0].created_s + self.delivery_timeout_s <= now_s:
+                expired.append(queue.popleft())
+            if queue:
+                next_due_s = min(next_due_s, queue[0].created_s + self.delivery_timeout_s - now_s)
+        return expired, next_due_s
+
     # --- the sender: on the network's event loop ---------------------------------------
 
     def _wake(self) -> None:
@@ -683,6 +705,8 @@ class Producer:
             abandoned = (self._abandon_unsent() if self._txn is not None and self._txn.state in ABANDONING_STATES
                          else [])
             due_s = self._close_lingered(now)
+            expired, expiry_due_s = self._expire_waiting(now)
+            due_s = min(due_s, expiry_due_s)
             to_send, to_add, sendable = [], set(), []
             keys = list(self._ready)
             self._rotation = (self._rotation + 1) % max(1, len(keys))
@@ -724,6 +748,10 @@ class Producer:
                     due_s = min(due_s, queue[0].not_before_s - now)
         for batch, error in abandoned:
             self._finish(batch, -1, error, taken=False)
+        for batch in expired:
+            self._fail_for_good(batch, RequestTimedOut(
+                f"Expiring {len(batch.records)} record(s) for {batch.topic}-{batch.partition}: "
+                f"{(now - batch.created_s) * 1000:.0f} ms has passed since batch creation"), taken=False)
         if to_add:
             self._add_partitions(to_add)
         self._requeued = False
@@ -749,12 +777,17 @@ class Producer:
 
     def _refresh(self, topic: str) -> None:
         """Fetch the topic's metadata on a worker thread (a Ray call: never on the
-        loop); its partitions send nothing meanwhile, and go on once it is back."""
+        loop); its partitions send nothing meanwhile, and go on once it is back.
+        One fetch per topic at a time, and the next no sooner than retry_backoff_ms
+        after the last ended (Kafka's backoff between metadata requests): an answer
+        that still names no leader for a partition otherwise sends its batches
+        straight back for another fetch, in a loop."""
         if topic in self._refreshing:
             return
         self._refreshing.add(topic)
 
         def refreshed(done) -> None:
+            self._refreshed_s[topic] = time.monotonic()
             self._refreshing.discard(topic)
             error = done.exception()
             if error is not None:
@@ -762,7 +795,16 @@ class Producer:
             else:   # an older failure is stale now
                 self._refresh_failures.pop(topic, None)
             self._wake()
-        self._loop.run_in_executor(None, self._metadata.partition_count, topic).add_done_callback(refreshed)
+
+        def fetch() -> None:
+            if self._closed:
+                return
+            self._loop.run_in_executor(None, self._metadata.partition_count, topic).add_done_callback(refreshed)
+        wait_s = self._refreshed_s.get(topic, float("-inf")) + self.retry_backoff_s - time.monotonic()
+        if wait_s > 0:
+            self._loop.call_later(wait_s, fetch)
+        else:
+            fetch()
 
     def _on_answer(self, answer) -> None:
         """Done callback of a request (the network loop, where the sender runs): the
@@ -803,8 +845,6 @@ class Producer:
                 self._next_sequence[key_tp] = (sequence + len(batch.records)) % SEQUENCE_MODULUS
             batch.encoded_for = (self.producer_id, self.producer_epoch)
             batch.base_sequence = sequence
-            if not batch.first_send_s:
-                batch.first_send_s = time.monotonic()
         batch.attempts += 1
         self._metrics["record-send-total" if batch.attempts == 1 else "record-retry-total"] += len(batch.records)
         self._metrics["request-total"] += 1
@@ -843,7 +883,7 @@ class Producer:
     def _retry_or_fail(self, batch: _Batch, error: Exception) -> None:
         key_tp = (batch.topic, batch.partition)
         cause = kafka_cause(error)
-        expired = time.monotonic() - batch.first_send_s > self.delivery_timeout_s
+        expired = time.monotonic() - batch.created_s >= self.delivery_timeout_s   # Kafka's: since creation
         # A batch after one that failed finds its sequence out of order: it goes
         # again after that one (Kafka's TransactionManager.canRetry does the same).
         # "After one that failed" is known before that one's answer is: an earlier
@@ -864,11 +904,17 @@ class Producer:
                 self._requeue(batch)
             self._refresh(batch.topic)   # during the backoff
             return
-        failure = cause if isinstance(cause, Exception) else error
         if isinstance(cause, OutOfOrderSequence):   # as Kafka's Sender logs it: the leader lost track of us
             logger.error("%s-%d: the leader answered %s for producer id %d, epoch %d, sequence %d (attempt %d; "
                          "no earlier batch outstanding)", batch.topic, batch.partition, type(cause).__name__,
                          *batch.encoded_for, batch.base_sequence, batch.attempts)
+        self._fail_for_good(batch, cause if isinstance(cause, Exception) else error)
+
+    def _fail_for_good(self, batch: _Batch, failure: Exception, *, taken: bool = True) -> None:
+        """The batch will not be sent again (sender only). In a transaction, the
+        transaction cannot commit now; else, if it went out with a sequence of the
+        current epoch, whether the leader holds it is unknown, and a new epoch
+        begins (_bump_epoch). `taken`: as `_finish`'s."""
         self._metrics["record-error-total"] += len(batch.records)
         if self._txn is not None:
             # the transaction cannot commit (or, fenced, the producer is done); its
@@ -876,9 +922,10 @@ class Producer:
             with self._lock:
                 failure = self._txn.fail(TxnApi.PRODUCE, failure)
             self._wake()   # batches not sent yet fail too
-        elif self.producer_id != NO_PRODUCER_ID and batch.encoded_for == (self.producer_id, self.producer_epoch):
+        elif (self.producer_id != NO_PRODUCER_ID and batch.encoded is not None
+              and batch.encoded_for == (self.producer_id, self.producer_epoch)):
             self._bump_epoch()
-        self._finish(batch, -1, failure)
+        self._finish(batch, -1, failure, taken=taken)
 
     def _requeue(self, batch: _Batch) -> None:
         """Under the lock: a batch taken to send goes back to its partition's queue,

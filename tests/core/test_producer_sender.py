@@ -208,3 +208,82 @@ def test_close_with_a_timeout__what_is_unfinished_fails_forcefully__close_return
         assert producer._network._closed and not producer._network._thread.is_alive()
         with pytest.raises(RuntimeError):
             producer.send("orders", b"after close")
+
+
+class _NoLeaderEndpoint:
+    """The cache of a topic whose answers name a leader with no endpoint (a broker
+    the answering node's image does not list as live): every lookup of the leader
+    fails with LEADER_NOT_AVAILABLE and marks the topic stale, as MetadataCache's
+    does; each fetch takes the same answer again. Counts the fetches."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        self.stale = True
+        self.fetches = 0
+
+    def needs_refresh(self, topic: str) -> bool:
+        return self.stale
+
+    def partition_count(self, topic: str) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            self.fetches += 1
+        self.stale = False
+        return len(self.node.image().topics[topic].partitions)
+
+    def max_message_bytes(self, topic: str) -> int:
+        return 1_048_576
+
+    def leader_address(self, topic: str, partition: int):
+        from rafka.core.errors import LeaderNotAvailable
+        self.stale = True
+        raise LeaderNotAvailable(f"{topic}-{partition} has no leader with a Kafka endpoint yet")
+
+    def invalidate(self, topic: str) -> None:
+        self.stale = True
+
+
+def test_a_leader_with_no_endpoint_for_good__the_send_fails_at_delivery_timeout__metadata_asked_with_backoff(
+        tmp_path):
+    """Every record's future resolves by delivery_timeout_ms (Kafka's expiry of
+    waiting batches). In `rafka verify` a producer's batches went back for metadata
+    again and again (each answer naming a leader without an endpoint), never
+    reaching the one place the timeout was checked, a failed request: their
+    futures stayed pending for ten minutes, and metadata was asked in a busy loop.
+    An idempotent producer keeps its epoch: the batch never had a sequence."""
+    import time
+
+    from rafka.core.errors import RequestTimedOut
+    with ProtocolNode(tmp_path, {"orders": 1}) as node:
+        producer = Producer(node.bootstrap, acks="all", linger_ms=0, delivery_timeout_ms=600,
+                            retry_backoff_ms=100)
+        epoch = producer.producer_epoch
+        metadata = producer._metadata = _NoLeaderEndpoint(node)
+        try:
+            started_s = time.monotonic()
+            future = producer.send("orders", b"nowhere to go", partition=0)
+            error = future.exception(timeout=10)
+            waited_s = time.monotonic() - started_s
+            assert isinstance(error, RequestTimedOut) and "Expiring 1 record(s) for orders-0" in str(error)
+            assert 0.6 <= waited_s < 5
+            assert 2 <= metadata.fetches <= waited_s / 0.1 + 2   # one per backoff at most, not a busy loop
+            assert producer.producer_epoch == epoch
+            assert producer.metrics()["record-error-total"] == 1
+            producer.flush(timeout=5)   # nothing left buffered
+        finally:
+            producer.close(timeout=5)
+
+
+def test_a_metadata_fetch_that_never_returns__the_send_fails_at_delivery_timeout(tmp_path):
+    """The topic's fetch hangs (a controller that never answers): its batch waits
+    out of the sender's reach, and still fails at delivery_timeout_ms."""
+    from rafka.core.errors import RequestTimedOut
+    with ProtocolNode(tmp_path, {"slow": 1}) as node:
+        producer = Producer(None, acks=1, linger_ms=0, delivery_timeout_ms=500)
+        metadata = producer._metadata = _Metadata(node)
+        try:
+            future = producer.send("slow", b"waits for its metadata", partition=0)
+            assert metadata.fetched_off_main_thread.wait(10)
+            assert isinstance(future.exception(timeout=10), RequestTimedOut)
+        finally:
+            metadata.release.set()
+            producer.close(timeout=5)
