@@ -6,7 +6,8 @@ Two streams of faults overlap, as they would in production:
   replaced, the whole cluster restarted) run one after another in the calling
   thread, each once the cluster has healed (every partition online with its whole
   replica set in the ISR, every broker its metadata names live, every coordinator
-  loaded), so they never take down more than one broker's worth of replicas of a
+  loaded, every broker's network processes answering from the controller's current
+  image), so they never take down more than one broker's worth of replicas of a
   partition: a second broker lost on top of a first would make acks=all
   unavailable (min ISR 2), which is correct behaviour, not a finding;
 - process faults that hold no replica (the controller, the coordinator, a member
@@ -51,6 +52,7 @@ LOCAL_ONLY = {"sigkill-leader", "sigkill-member", "pause-leader", "restart-broke
               "restart-cluster", "sigkill-txn-coordinator"}
 TRANSACTIONAL = {"kill-txn-coordinator", "sigkill-txn-coordinator", "kill-txn-leader"}
 AIM_S = 3.0   # how long a transactional fault watches for its moment before striking anyway
+MAX_NETWORK_PROCESSES = 16   # a bound on a broker's network processes, looked up by name in turn
 WATCH_INTERVAL_S = 0.005   # between two asks of a coordinator while watching (a marker round lasts longer)
 
 
@@ -181,9 +183,28 @@ class FaultInjector:
             for c in range(len(snapshot.get(TRANSACTION_STATE_TOPIC, {}).get("partitions", []))):
                 if not ray.get(_actor(transaction_coordinator_actor_name(c)).ping.remote(), timeout=5)["loaded"]:
                     return f"transaction coordinator {c} not loaded"
-            return None
+            return self._brokers_behind(live)
         except (ray.exceptions.RayError, ValueError, KeyError) as error:
             return f"{type(error).__name__}: {error}"
+
+    def _brokers_behind(self, live: set[int]) -> str | None:
+        """What clients see: every network process of every live broker answers from
+        the controller's current image (or a newer one), so Metadata names every
+        live broker and every partition's leader there. The controller's own view
+        being whole is not enough: clients read a broker's."""
+        version = ray.get(self.cluster.controller.cluster_image.remote(), timeout=5).version
+        for broker_id in sorted(live):
+            for process in range(MAX_NETWORK_PROCESSES):
+                try:
+                    handle = _actor(broker_actor_name(broker_id, process))
+                except ValueError:   # no such process: the broker runs fewer
+                    if process == 0:
+                        return f"broker {broker_id} has no network process"
+                    break
+                held = ray.get(handle.describe.remote(), timeout=5)["image_version"]
+                if held < version:
+                    return f"broker {broker_id} process {process} answers from image {held}, the controller's is {version}"
+        return None
 
     # --- targets --------------------------------------------------------------------
 
