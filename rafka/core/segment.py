@@ -235,7 +235,9 @@ class Segment:
         over what lies more than `drop_behind_bytes` behind the end and was not
         dropped yet. The kernel drops the clean pages (those the previous advice
         started writing back) and starts writeback of the dirty ones (the next
-        advice drops them). Advisory only: no byte of the file changes, reads of a
+        advice drops them if their writeback has finished by then; with other I/O
+        on the disk some may not have, and they stay until the kernel evicts
+        them, as without the option). Advisory only: no byte of the file changes, reads of a
         dropped range come from the disk, nothing is flushed (durability is the
         log's: replication and the flush at roll and close)."""
         mark = self.size_bytes - self.drop_behind_bytes

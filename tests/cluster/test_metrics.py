@@ -24,6 +24,9 @@ from tests.harness import describe_replica, embedded_cluster, paused, replica, w
 pytestmark = pytest.mark.cluster
 
 REPORT_INTERVAL_MS = "1000"
+# every request kind the scenario sends; each network process exports its counts on its own clock,
+# so the scrape waits for all of them
+REQUESTS_SEEN = ("Produce", "FetchConsumer", "FetchFollower", "OffsetCommit", "JoinGroup", "SyncGroup", "Metadata")
 OLD_MS = 60_000    # the records' timestamps lie this far in the past: the group's time lag is at least this
 
 
@@ -121,8 +124,10 @@ def test_metrics__produce_consume_commit__traffic_requests_log_groups_and_lag(cl
                 and s.values("kafka_log_log_logendoffset", **topic) == [50] * 6
                 and s.total("kafka_server_brokertopicmetrics_replicationbytesin_total", **topic)
                 == 2 * s.total("kafka_server_brokertopicmetrics_bytesin_total", **topic)   # two followers each
-                and s.total("kafka_server_group_coordinator_metrics_offset_commit_total") >= 2)
-    scrape = scraped(settled, what="the group's lag and the topic's traffic in the scrape")
+                and s.total("kafka_server_group_coordinator_metrics_offset_commit_total") >= 2
+                and all(s.total("kafka_network_requestmetrics_requests_total", request=request) >= 1
+                        for request in REQUESTS_SEEN))
+    scrape = scraped(settled, what="the group's lag, the topic's traffic and the requests in the scrape")
     elapsed_s = time.monotonic() - started_s
 
     # every metric rafka exports is there, with its labels
@@ -144,7 +149,7 @@ def test_metrics__produce_consume_commit__traffic_requests_log_groups_and_lag(cl
 
     # requests: counted per request and version, timed per request
     assert scrape.total("kafka_network_requestmetrics_requests_total", request="Produce") >= 1
-    for request in ("FetchConsumer", "FetchFollower", "OffsetCommit", "JoinGroup", "SyncGroup", "Metadata"):
+    for request in REQUESTS_SEEN:
         assert scrape.total("kafka_network_requestmetrics_requests_total", request=request) >= 1, request
     for labels, count in scrape.series("kafka_network_requestmetrics_totaltimems_count", request="Produce"):
         assert scrape.values("kafka_network_requestmetrics_totaltimems_bucket", le="+Inf", **labels) == [count]
