@@ -35,13 +35,13 @@ TEST_COORDINATOR_OPTIONS = dict(offsets_commit_timeout_ms=2_000, group_initial_r
                                 group_min_session_timeout_ms=1_000)
 
 
-def embedded_cluster(**options):
-    """The 3-broker local cluster a test module shares (a context manager);
+def embedded_cluster(nodes: int = 3, **options):
+    """The local cluster of `nodes` brokers a test module shares (a context manager);
     `options` beside TEST_CLUSTER_OPTIONS (network_processes=2 for a module whose
     clients should meet two processes on each broker's port)."""
     import rafka
     # small offsets segments: the log cleaner compacts __consumer_offsets in every module
-    return rafka.local_cluster(nodes=3, coordinator_options=TEST_COORDINATOR_OPTIONS,
+    return rafka.local_cluster(nodes=nodes, coordinator_options=TEST_COORDINATOR_OPTIONS,
                                offsets_topic_segment_bytes=16_384, **{**TEST_CLUSTER_OPTIONS, **options})
 
 

@@ -13,10 +13,10 @@
 Importing this package does not import Spark or RayDP; each function does.
 """
 
-from rafka.spark_bridge.session import executor_nodes, init_spark, stop_spark
+from rafka.spark_bridge.session import executor_nodes, init_spark, session_nodes, stop_spark
 from rafka.spark_bridge.sink import TopicSink, write_topic
 from rafka.spark_bridge.source import KAFKA_ARROW_SCHEMA, TopicRead, read_dataset, read_topic, release
 from rafka.spark_bridge.stream import ParquetSink, stream_topic
 
 __all__ = ["KAFKA_ARROW_SCHEMA", "ParquetSink", "TopicRead", "executor_nodes", "init_spark", "read_dataset",
-           "read_topic", "release", "stop_spark", "stream_topic", "TopicSink", "write_topic"]
+           "read_topic", "release", "session_nodes", "stop_spark", "stream_topic", "TopicSink", "write_topic"]

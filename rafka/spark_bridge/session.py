@@ -119,6 +119,33 @@ def stop_spark() -> None:
             remove_placement_group(ray.util.get_placement_group(group["name"]))
 
 
+def session_nodes(spark) -> set[str]:
+    """The Ray node ids whose loss takes the session's executors down: the nodes
+    they run on, and the nodes of their owners, up the chain (RayDP's app master
+    actor owns them; the Java driver process RayDP starts for it owns that). Ray
+    destroys the actors a dead node's workers own. The app master actor and its
+    Java driver run on the driver's node, but the Java driver attaches to the
+    first live Ray node with its host's address in the GCS's order (Ray's C++
+    GetNodeToConnectForDriver, which has no preference for the head node as
+    Python drivers have): on a `local_cluster`, whose nodes share one address, that
+    can be any broker's node, and removing that node ends the session. Tests and
+    tools that remove a node while Spark runs pick one outside this set."""
+    from ray._private.state import actors
+    live = [info for info in actors().values() if info.get("State") == "ALIVE"]
+    by_address = {(info["Address"]["IPAddress"], info["Address"]["Port"]): info for info in live}
+    pending = [info for info in live if (info.get("Name") or "").startswith("raydp-executor")]
+    nodes, seen = set(), set()
+    while pending:
+        info = pending.pop()
+        owner = info["OwnerAddress"]
+        nodes |= {info["Address"]["NodeID"], owner["NodeID"]}
+        key = (owner["IPAddress"], owner["Port"])
+        if key in by_address and key not in seen:   # an owner that is an actor: its owner too
+            seen.add(key)
+            pending.append(by_address[key])
+    return nodes
+
+
 def executor_nodes(spark) -> set[str]:
     """The Ray node ids the session's executors (RayDP's Java actors) run on. Read
     from the GCS actor table (`ray._private.state`): the public state API needs

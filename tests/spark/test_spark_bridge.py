@@ -44,11 +44,23 @@ def test_executors_run_on_different_nodes(spark):
     assert len(executor_nodes(spark)) == 2
 
 
-def test_app_master_runs_on_the_drivers_node__no_broker_loss_ends_the_application(spark):
+def test_app_master_runs_on_the_drivers_node__session_nodes_names_every_node_the_executors_need(spark):
+    """RayDP's app master runs on the driver's node; the executors depend on the
+    nodes they run on and on those of their owners: the Java app master actor
+    and the Java driver that owns it, which attaches to the first node of this
+    host in the GCS's order (any of a local_cluster's). session_nodes names all."""
     from ray._private.state import actors
-    masters = {info["Address"]["NodeID"] for info in actors().values()
-               if info.get("State") == "ALIVE" and "RayDPSparkMaster" in (info.get("ActorClassName") or "")}
+
+    from rafka.spark_bridge import executor_nodes, session_nodes
+    live = [info for info in actors().values() if info.get("State") == "ALIVE"]
+    masters = {info["Address"]["NodeID"] for info in live if "RayDPSparkMaster" in (info.get("ActorClassName") or "")}
     assert masters == {ray.get_runtime_context().get_node_id()}
+    java_masters = [info for info in live if (info.get("ActorClassName") or "").endswith("RayAppMaster")]
+    assert len(java_masters) == 1
+    nodes = session_nodes(spark)
+    assert executor_nodes(spark) <= nodes
+    assert {java_masters[0]["Address"]["NodeID"], java_masters[0]["OwnerAddress"]["NodeID"]} <= nodes
+    assert len(nodes) <= 4
 
 
 def test_read_topic__exactly_hw_minus_start_rows_per_partition_with_kafka_schema(spark, known):
