@@ -70,7 +70,7 @@ from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
 from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential
 from rafka.protocol.connection import SaslLogin
-from rafka.core.errors import KafkaError, NotController
+from rafka.core.errors import KafkaError, NetworkException, NotController
 from rafka.core.metadata import UNCLEAN_ELECTION, ClusterMetadata, PartitionState, TopicMetadata
 from rafka.core.replica_pool import ReplicaPool
 from rafka.placement.brokers import broker_nodes, live_broker_ids
@@ -167,7 +167,11 @@ def cluster_bootstrap_servers() -> str:
     Clients take this function itself as their bootstrap_servers (client.metadata
     asks it again when no node it knows answers: a restarted local cluster's
     brokers listen on new ports). A control-plane lookup, by name, so it finds a
-    restarted controller."""
+    restarted controller. Out of the cluster (Ray shut down, a client left
+    open): NETWORK_EXCEPTION, never a Ray call, which would start a local Ray
+    instance of its own (seen at the exit of a `rafka verify` run)."""
+    if not ray.is_initialized():
+        raise NetworkException("not connected to the rafka cluster's Ray: no bootstrap servers to look up")
     return ray.get(ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).bootstrap_address.remote())
 
 
