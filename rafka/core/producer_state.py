@@ -153,8 +153,10 @@ class ProducerStateTable:
                 return appended
         expected = (entry.batches[-1].last_sequence + 1) % SEQUENCE_MODULUS if entry.batches else 0
         if header.base_sequence != expected:
-            raise OutOfOrderSequence(f"producer {header.producer_id} sent sequence "
-                                     f"{header.base_sequence}, expected {expected}")
+            kept = ", ".join(f"{b.first_sequence}-{b.last_sequence}@{b.first_offset}" for b in entry.batches)
+            raise OutOfOrderSequence(f"producer {header.producer_id} epoch {header.producer_epoch} sent sequence "
+                                     f"{header.base_sequence}-{last_sequence}, expected {expected} "
+                                     f"(batches kept: {kept or 'none'})")
         return None
 
     def check_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:

@@ -47,13 +47,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Callable
 
-from rafka.core.errors import NotLeaderOrFollower, RequestTimedOut
+from rafka.core.errors import NotLeaderOrFollower, OutOfOrderSequence, RequestTimedOut
 from rafka.core.producer_state import ActiveProducer
 from rafka.core.records import count_records
 from rafka.core.replica import (ACKS_ALL, READ_UNCOMMITTED, FetchResult, PartitionReplica, ProduceResult,
                                 Role)
+
+logger = logging.getLogger(__name__)
 
 # How long a marker may wait for the ISR (Kafka's coordinator sends markers with the
 # broker's request.timeout.ms, 30 s); the coordinator retries one that timed out.
@@ -143,7 +146,11 @@ class HostedPartition:
         """A Produce's first part, done at once and in request order: the append."""
         replica = self._replica()
         high_watermark = replica.log.high_watermark
-        result = replica.append(records, acks=acks)
+        try:
+            result = replica.append(records, acks=acks)
+        except OutOfOrderSequence as error:   # the client fails the batch: say what this leader held
+            logger.warning("%s: %s", replica.name, error)
+            raise
         if not result.duplicate:   # a produce's batches have dense offsets: one per record
             self.messages_in += result.last_offset - result.base_offset + 1
             self.bytes_in += len(records)

@@ -41,8 +41,8 @@ def test_retried_batch_after_a_lost_ack__answered_with_original_offsets_and_writ
 def test_sequence_gap__out_of_order_sequence_and_nothing_written(tmp_path):
     log, table = PartitionLog(tmp_path), ProducerStateTable()
     append(log, table, produced(0))
-    with pytest.raises(OutOfOrderSequence):
-        append(log, table, produced(5))
+    with pytest.raises(OutOfOrderSequence, match=r"sent sequence 5-6, expected 2 \(batches kept: 0-1@0\)"):
+        append(log, table, produced(5))   # the message says what the leader held (logged by the leader)
     assert log.log_end_offset == 2
 
 
