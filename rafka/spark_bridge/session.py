@@ -133,7 +133,7 @@ def session_nodes(spark) -> set[str]:
     from ray._private.state import actors
     live = [info for info in actors().values() if info.get("State") == "ALIVE"]
     by_address = {(info["Address"]["IPAddress"], info["Address"]["Port"]): info for info in live}
-    pending = [info for info in live if (info.get("Name") or "").startswith("raydp-executor")]
+    pending = [info for info in live if _is_executor(info)]
     nodes, seen = set(), set()
     while pending:
         info = pending.pop()
@@ -152,4 +152,9 @@ def executor_nodes(spark) -> set[str]:
     the dashboard, which rafka's embedded cluster does not start."""
     from ray._private.state import actors
     return {info["Address"]["NodeID"] for info in actors().values()
-            if info.get("State") == "ALIVE" and (info.get("Name") or "").startswith("raydp-executor")}
+            if info.get("State") == "ALIVE" and _is_executor(info)}
+
+
+def _is_executor(info: dict) -> bool:
+    """Whether a GCS actor-table entry is one of RayDP's executors."""
+    return (info.get("Name") or "").startswith("raydp-executor")

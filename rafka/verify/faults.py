@@ -193,17 +193,20 @@ class FaultInjector:
         live broker and every partition's leader there. The controller's own view
         being whole is not enough: clients read a broker's."""
         version = ray.get(self.cluster.controller.cluster_image.remote(), timeout=5).version
+        processes = {}   # (broker id, process) -> its describe(), all asked at once
         for broker_id in sorted(live):
             for process in range(MAX_NETWORK_PROCESSES):
                 try:
-                    handle = _actor(broker_actor_name(broker_id, process))
+                    processes[broker_id, process] = _actor(broker_actor_name(broker_id, process)).describe.remote()
                 except ValueError:   # no such process: the broker runs fewer
                     if process == 0:
                         return f"broker {broker_id} has no network process"
                     break
-                held = ray.get(handle.describe.remote(), timeout=5)["image_version"]
-                if held < version:
-                    return f"broker {broker_id} process {process} answers from image {held}, the controller's is {version}"
+        described = ray.get(list(processes.values()), timeout=5)
+        for (broker_id, process), answer in zip(processes, described):
+            if answer["image_version"] < version:
+                return (f"broker {broker_id} process {process} answers from image {answer['image_version']}, "
+                        f"the controller's is {version}")
         return None
 
     # --- targets --------------------------------------------------------------------
