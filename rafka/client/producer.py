@@ -858,9 +858,14 @@ class Producer:
             return
         answer = self._loop.create_task(self._network.nodes.request(
             address, self._produce_request(batch), expect_response=self.acks != ACKS_NONE))
-        if self.acks == ACKS_NONE:   # nobody waits for the request: its failure is dropped
-            answer.add_done_callback(lambda done: done.cancelled() or done.exception())
-            self._finish(batch, -1)
+        if self.acks == ACKS_NONE:
+            # Kafka's acks=0: the batch is done once its request is on the wire (its
+            # failure dropped: no answer, no retry), not before, so flush and close
+            # wait for the write; finished at once, close could drop it unsent.
+            def written(done) -> None:
+                done.cancelled() or done.exception()   # retrieved, so never logged as unretrieved
+                self._finish(batch, -1)
+            answer.add_done_callback(written)
             return
         self._in_flight[answer] = batch
         answer.add_done_callback(self._on_answer)
