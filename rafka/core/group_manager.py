@@ -267,8 +267,10 @@ class GroupManager:
                        for m, member in group.members.items()}
             replaced = dataclasses.replace(group, members=members,
                                            leader=new_id if group.leader == old_id else group.leader)
-            if (replaced.select_protocol() == group.protocol_name
-                    and new.metadata(group.protocol_name) == old.metadata(group.protocol_name)):
+            # Kafka's rule: only a change of the protocol the group would select next
+            # rebalances; other metadata (a restarted consumer owns no partitions
+            # yet, so its subscription differs) is stored for the next generation.
+            if replaced.select_protocol() == group.protocol_name:
                 next_state(group.state, GroupEvent.STATIC_MEMBER_REPLACED)
                 # JoinGroup v0-v8 cannot tell a leader to skip assigning (KIP-814): the
                 # answer names the old leader id, so the returning leader acts as a follower.

@@ -232,12 +232,29 @@ def test_static_leader_rejoins_stable__the_answer_names_its_old_id_as_leader_so_
                         now_ms=clock.now_ms()) == ([], b"A")
 
 
-def test_static_member_rejoins_with_other_metadata__the_group_rebalances():
+def test_static_member_rejoins_with_other_metadata__same_protocol_selected__no_rebalance_the_new_metadata_kept():
+    """Kafka's rule (updateStaticMemberThenRebalanceOrCompleteJoin): a restarted
+    consumer's subscription differs (it owns no partitions yet), and only a change
+    of the protocol the group would select rebalances a Stable group."""
     manager, clock, a, b = stable_group_of_two(instances=("host-a", "host-b"))
-    result = join(manager, clock, client="b", instance="host-b", protocols=[("range", b"other topics")])
-    assert result.answer is None and result.records == []
+    result = join(manager, clock, client="b", instance="host-b", protocols=[("range", b"owns nothing yet")])
+    assert result.answer is not None and result.answer.generation == 1
+    written(manager, clock, result.records)
     group = manager.groups["billing"]
-    assert group.state is GroupState.PREPARING_REBALANCE and set(group.members) == {a, result.member_id}
+    assert (group.state, group.generation, set(group.members)) == (GroupState.STABLE, 1, {a, result.member_id})
+    join(manager, clock, a, client="a", instance="host-a")          # the leader forces the next rebalance
+    clock.advance(REBALANCE_MS)
+    assert complete(manager, clock)
+    assert dict((m, data) for m, _, data in manager.join_answer("billing", a).members)[result.member_id] \
+        == b"owns nothing yet"
+
+
+def test_static_member_rejoins_offering_only_a_protocol_the_group_does_not_run__refused__its_place_kept():
+    manager, clock, a, b = stable_group_of_two(instances=("host-a", "host-b"))
+    with pytest.raises(InconsistentGroupProtocol):
+        join(manager, clock, client="b", instance="host-b", protocols=[("roundrobin", b"rr")])
+    group = manager.groups["billing"]
+    assert (group.state, group.generation, set(group.members)) == (GroupState.STABLE, 1, {a, b})
 
 
 def test_static_member_that_does_not_rejoin__kept_at_the_deadline__removed_only_by_its_session_timeout():
