@@ -74,6 +74,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable
 
 from rafka.core import consumer_group_records
@@ -88,6 +89,7 @@ from rafka.core.offsets_schema import GroupKey, OffsetKey
 from rafka.core.records import NO_PRODUCER_ID
 from rafka.core.write_queue import Append, TransactionalBatch, TxnMarkerWrite, WriteKind, WriteQueue
 
+logger = logging.getLogger(__name__)
 # {topic: partition count} of the given topics that exist
 PartitionsPerTopic = Callable[[set[str]], Awaitable[dict[str, int]]]
 # {topic: (topic id, partition count)} of the given topics that exist (None: of every topic)
@@ -308,19 +310,25 @@ class CoordinatorShard:
 
     async def join_group(self, group: str, member_id: str, *, group_instance_id: str | None = None,
                          client_id: str, client_host: str, protocol_type: str, protocols: list,
-                         session_timeout_ms: int, rebalance_timeout_ms: int) -> dict:
+                         session_timeout_ms: int, rebalance_timeout_ms: int,
+                         skip_assignment_supported: bool = False, reason: str | None = None) -> dict:
         """Kafka's JoinGroup: parks until this join's generation completes (or answers
         at once: a known member rejoining unchanged, a static member replacing its old
         id in a Stable group). {member_id, generation, protocol_type, protocol_name,
-        leader, members}: members, for the leader only, are (member id, instance id,
-        metadata) of every member. The assignment comes from sync_group."""
+        leader, members, skip_assignment}: members, for the leader only, are (member
+        id, instance id, metadata) of every member. The assignment comes from
+        sync_group. `skip_assignment_supported`: JoinGroup v9+ (KIP-814); `reason`
+        (v8+, KIP-800) is logged, as Kafka's coordinator only logs it."""
+        if reason:
+            logger.info("group %s: member %r (instance %s) joins: %s", group, member_id, group_instance_id, reason)
         async with self.locks.hold(group):
             await self._write(self._take_over_consumer_group(group))
             result = self.groups.join(group, member_id, group_instance_id=group_instance_id, client_id=client_id,
                                       client_host=client_host, protocol_type=protocol_type,
                                       protocols=[(name, bytes(data)) for name, data in protocols],
                                       session_timeout_ms=session_timeout_ms,
-                                      rebalance_timeout_ms=rebalance_timeout_ms, now_ms=self.clock.now_ms())
+                                      rebalance_timeout_ms=rebalance_timeout_ms, now_ms=self.clock.now_ms(),
+                                      skip_assignment_supported=skip_assignment_supported)
             await self._write(result.records)
             member_id = result.member_id
             generation_at_join = self.groups.groups[group].generation

@@ -104,6 +104,7 @@ class JoinAnswer:
     protocol_name: str | None
     leader: str
     members: tuple[tuple[str, str | None, bytes], ...] = ()   # the leader's: (member id, instance id, metadata)
+    skip_assignment: bool = False   # KIP-814: a static leader back in a Stable group leads without assigning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,9 +188,11 @@ class GroupManager:
 
     def join(self, group_id: str, member_id: str, *, group_instance_id: str | None = None, client_id: str,
              client_host: str, protocol_type: str, protocols: Sequence[tuple[str, bytes]],
-             session_timeout_ms: int, rebalance_timeout_ms: int, now_ms: int) -> JoinResult:
+             session_timeout_ms: int, rebalance_timeout_ms: int, now_ms: int,
+             skip_assignment_supported: bool = False) -> JoinResult:
         """Kafka's classicGroupJoinToClassicGroup. member_id "" for a new member
-        (a new id is made: "<instance id or client id>-<uuid>")."""
+        (a new id is made: "<instance id or client id>-<uuid>").
+        `skip_assignment_supported`: the request is JoinGroup v9+ (KIP-814)."""
         low, high = self.session_timeout_range_ms
         if not low <= session_timeout_ms <= high:
             raise InvalidSessionTimeout(f"session.timeout.ms {session_timeout_ms} is outside [{low}, {high}]")
@@ -215,7 +218,7 @@ class GroupManager:
             old_id = group.static_members.get(group_instance_id) if group_instance_id is not None else None
             if old_id is not None:
                 return self._replace_static_member(group, old_id, new_id, protocols, session_timeout_ms,
-                                                   rebalance_timeout_ms, now_ms)
+                                                   rebalance_timeout_ms, now_ms, skip_assignment_supported)
             member = Member(new_id, group_instance_id, client_id, client_host, session_timeout_ms,
                             rebalance_timeout_ms, protocols, last_heartbeat_ms=now_ms, joined=True)
             if group.state is GroupState.PREPARING_REBALANCE and group.initial_rebalance:
@@ -256,7 +259,8 @@ class GroupManager:
         return member_id in group.members or len(group.members) < self.max_group_size
 
     def _replace_static_member(self, group: Group, old_id: str, new_id: str, protocols: Protocols,
-                               session_timeout_ms: int, rebalance_timeout_ms: int, now_ms: int) -> JoinResult:
+                               session_timeout_ms: int, rebalance_timeout_ms: int, now_ms: int,
+                               skip_assignment_supported: bool) -> JoinResult:
         """Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: the new member id
         takes the old one's place and assignment."""
         old = group.members[old_id]
@@ -272,10 +276,16 @@ class GroupManager:
             # yet, so its subscription differs) is stored for the next generation.
             if replaced.select_protocol() == group.protocol_name:
                 next_state(group.state, GroupEvent.STATIC_MEMBER_REPLACED)
-                # JoinGroup v0-v8 cannot tell a leader to skip assigning (KIP-814): the
-                # answer names the old leader id, so the returning leader acts as a follower.
-                answer = JoinAnswer(new_id, group.generation, group.protocol_type, group.protocol_name,
-                                    group.leader or "")
+                if skip_assignment_supported and group.leader == old_id:
+                    # KIP-814 (v9+): the returning leader leads again, with every
+                    # member's metadata (to watch their topics), told not to assign.
+                    answer = JoinAnswer(new_id, group.generation, group.protocol_type, group.protocol_name,
+                                        new_id, replaced.members_for_leader(), skip_assignment=True)
+                else:
+                    # v0-v8 cannot tell a leader to skip assigning: the answer names
+                    # the old leader id, so a returning leader acts as a follower.
+                    answer = JoinAnswer(new_id, group.generation, group.protocol_type, group.protocol_name,
+                                        group.leader or "")
                 return JoinResult(new_id, [self.metadata_record(replaced, now_ms)], answer)
         del group.members[old_id]
         group.members[new_id] = new

@@ -17,10 +17,11 @@ RANGE = [("range", b"range-metadata")]
 
 
 def join(manager, clock, member_id="", client="c", *, protocols=RANGE, protocol_type="consumer", instance=None,
-         group="billing"):
+         group="billing", skip_assignment_supported=False):
     return manager.join(group, member_id, group_instance_id=instance, client_id=client, client_host="/127.0.0.1",
                         protocol_type=protocol_type, protocols=protocols, session_timeout_ms=SESSION_MS,
-                        rebalance_timeout_ms=REBALANCE_MS, now_ms=clock.now_ms())
+                        rebalance_timeout_ms=REBALANCE_MS, now_ms=clock.now_ms(),
+                        skip_assignment_supported=skip_assignment_supported)
 
 
 def written(manager, clock, records):
@@ -230,6 +231,26 @@ def test_static_leader_rejoins_stable__the_answer_names_its_old_id_as_leader_so_
     assert manager.groups["billing"].leader == result.member_id
     assert manager.sync("billing", result.member_id, 1, group_instance_id="host-a",
                         now_ms=clock.now_ms()) == ([], b"A")
+
+
+def test_static_leader_rejoins_stable_with_join_v9__leads_again_with_every_members_metadata__told_to_skip_assigning():
+    manager, clock, a, b = stable_group_of_two(instances=("host-a", "host-b"))
+    result = join(manager, clock, client="a", instance="host-a", skip_assignment_supported=True)
+    answer = result.answer
+    assert (answer.leader, answer.skip_assignment, answer.generation) == (result.member_id, True, 1)
+    assert [(m, instance) for m, instance, _ in answer.members] == [(result.member_id, "host-a"), (b, "host-b")]
+    written(manager, clock, result.records)
+    group = manager.groups["billing"]
+    assert (group.state, group.leader) == (GroupState.STABLE, result.member_id)
+    assert manager.sync("billing", result.member_id, 1, group_instance_id="host-a", assignments={},
+                        now_ms=clock.now_ms()) == ([], b"A")   # its empty assignment changes nothing
+    assert manager.sync("billing", b, 1, group_instance_id="host-b", now_ms=clock.now_ms()) == ([], b"B")
+
+
+def test_static_follower_rejoins_stable_with_join_v9__follows__no_skip():
+    manager, clock, a, b = stable_group_of_two(instances=("host-a", "host-b"))
+    answer = join(manager, clock, client="b", instance="host-b", skip_assignment_supported=True).answer
+    assert (answer.leader, answer.skip_assignment, answer.members) == (a, False, ())
 
 
 def test_static_member_rejoins_with_other_metadata__same_protocol_selected__no_rebalance_the_new_metadata_kept():

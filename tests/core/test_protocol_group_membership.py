@@ -10,6 +10,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.join_group.v7 import request as join_v7
+from kio.schema.join_group.v9 import request as join_v9
 from kio.schema.leave_group.v5 import request as leave_v5
 from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
 from kio.static.primitive import i32, i32Timedelta
@@ -136,6 +137,25 @@ def test_static_member__rejoins_with_a_new_id_and_keeps_its_assignment__the_old_
     assert old_leave.members[0].error_code == ErrorCode.fenced_instance_id
     assert leave_by_instance.members[0].error_code == ErrorCode.none
     assert node.coordinator.shard.describe_group("wire-group")["state"] == "Empty"
+
+
+def test_join_v9__a_static_leader_back_in_a_stable_group__leads_again_told_to_skip_assignment(node):
+    def join_v9_request(reason):
+        return join_v9.JoinGroupRequest(
+            group_id="wire-group", session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)), member_id="",
+            group_instance_id="host-1", protocol_type="consumer", reason=reason,
+            protocols=(join_v9.JoinGroupRequestProtocol(name="range", metadata=encode_subscription(["orders"])),))
+    (joined,) = exchange(node, join_v9_request("first start"))
+    assert (joined.error_code, joined.leader, joined.skip_assignment) == (ErrorCode.none, joined.member_id, False)
+    assignment = encode_assignment([("orders", 0), ("orders", 1)])
+    exchange(node, sync_request(joined, [(joined.member_id, assignment)], instance="host-1"))
+    (again,) = exchange(node, join_v9_request("restarted"))
+    assert again.error_code == ErrorCode.none and again.member_id != joined.member_id
+    assert (again.generation_id, again.leader, again.skip_assignment) == (1, again.member_id, True)
+    assert [(m.member_id, m.group_instance_id) for m in again.members] == [(again.member_id, "host-1")]
+    (synced,) = exchange(node, sync_request(again, instance="host-1"))   # skipped: sends no assignment
+    assert synced.error_code == ErrorCode.none and synced.assignment == assignment
 
 
 @pytest.mark.parametrize("request_", [join_request("range", protocol_type="connect"),

@@ -1,4 +1,4 @@
-"""JoinGroup v0-7, SyncGroup v0-5, Heartbeat v0-4 and LeaveGroup v0-5: Kafka's
+"""JoinGroup v0-9, SyncGroup v0-5, Heartbeat v0-4 and LeaveGroup v0-5: Kafka's
 classic group protocol for wire clients, on the group's coordinator node. The
 wire layer decodes and encodes; core.group_manager decides (through the
 coordinator: the shard in process, the actor in a cluster).
@@ -13,7 +13,9 @@ coordinator: the shard in process, the actor in a cluster).
     group.instance.id); the others get no members. An empty member id gets a new
     one in the answer (KIP-394's MEMBER_ID_REQUIRED round trip is not asked for:
     clients take either answer). group_instance_id (v5+) makes a static member
-    (KIP-345).
+    (KIP-345). v8's reason (KIP-800) goes to the coordinator's log; v9
+    (KIP-814) lets a static leader back in a Stable group lead again with
+    skip_assignment (before v9 it is told the old leader id and follows).
   * SyncGroup: the leader's assignments (opaque bytes per member) are what every
     member receives; a follower's sync waits for the leader's. v5+ checks the
     request's protocol type and name against the group's
@@ -64,7 +66,7 @@ def routes(host: GroupHost) -> list[Route]:
 
     async def leave(request, context: RequestContext):
         return await handle_leave(decided_host(host, context, request), request, context.api_version)
-    return [Route(JOIN_KEY, 0, 7, join), Route(SYNC_KEY, 0, 5, sync), Route(HEARTBEAT_KEY, 0, 4, heartbeat),
+    return [Route(JOIN_KEY, 0, 9, join), Route(SYNC_KEY, 0, 5, sync), Route(HEARTBEAT_KEY, 0, 4, heartbeat),
             Route(LEAVE_KEY, 0, 5, leave)]
 
 
@@ -93,14 +95,14 @@ async def handle_join(host: GroupHost, request, context: RequestContext):
     module = module_of(response_type)
 
     def answer(code: ErrorCode, *, generation=-1, protocol_type=None, protocol=None, leader="", member_id=None,
-               members=()):
+               members=(), skip_assignment=False):
         # An error carries no protocol: null type (v7+) and name, the name "" before
         # v7 (JoinGroupResponse's constructor; the type's default is null).
         return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, generation_id=i32(generation),
                     protocol_type=protocol_type,
                     protocol_name=protocol if protocol is not None or context.api_version >= 7 else "",
                     leader=leader, member_id=request.member_id if member_id is None else member_id,
-                    members=members)
+                    members=members, skip_assignment=skip_assignment)
     coordinator = host.coordinator_for(request.group_id)
     if coordinator is None:
         return answer(ErrorCode.not_coordinator)
@@ -114,7 +116,8 @@ async def handle_join(host: GroupHost, request, context: RequestContext):
             client_id=context.client_id, client_host=client_host(context.connection_id),
             protocol_type=request.protocol_type,
             protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms)
+            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            skip_assignment_supported=context.api_version >= 9, reason=getattr(request, "reason", None))
     except Exception as error:
         return answer(error_code_of(error))
     members = tuple(make(module.JoinGroupResponseMember, member_id=member_id, group_instance_id=instance_id,
@@ -122,7 +125,7 @@ async def handle_join(host: GroupHost, request, context: RequestContext):
                     for member_id, instance_id, metadata in joined["members"])
     return answer(ErrorCode.none, generation=joined["generation"], protocol_type=joined["protocol_type"],
                   protocol=joined["protocol_name"], leader=joined["leader"], member_id=joined["member_id"],
-                  members=members)
+                  members=members, skip_assignment=joined["skip_assignment"])
 
 
 async def handle_sync(host: GroupHost, request, version: int):
