@@ -184,6 +184,9 @@ _TABLE: list[ApiAuthorization] = [
     ApiAuthorization(49, "AlterClientQuotas", (_cluster(Op.ALTER_CONFIGS),)),
     ApiAuthorization(50, "DescribeUserScramCredentials", (_cluster(Op.DESCRIBE),)),
     ApiAuthorization(51, "AlterUserScramCredentials", (_cluster(Op.ALTER),)),
+    ApiAuthorization(58, "Envelope", (_cluster(Op.CLUSTER_ACTION),),
+                     "a broker relaying a client's request to the controller (KIP-590); the inner request "
+                     "is then checked as the client's"),
     ApiAuthorization(60, "DescribeCluster", (_cluster(Op.DESCRIBE, error=None, scope=Scope.FILTER,
                                                       when="include_cluster_authorized_operations"),),
                      "answered to everyone; DESCRIBE on the cluster only gates the authorized operations"),

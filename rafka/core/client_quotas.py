@@ -24,6 +24,14 @@ Invariants:
   * request_percentage measures time as Kafka's ClientRequestQuotaManager: a
     request that took t seconds to handle records 100 * t, so a rate of 100 is
     one thread busy all the time for that client;
+  * controller_mutation_rate (KIP-599) is a token bucket per client, as Kafka's
+    ControllerMutationQuotaManager: full at first with (quota_window_num - 1) *
+    quota_window_size_s * rate partitions, refilled at the rate up to that; a
+    mutation takes its partitions (the bucket may go below zero once); while it
+    is below zero a strict quota (CreateTopics v6+, CreatePartitions v3+,
+    DeleteTopics v5+) refuses further mutations with THROTTLING_QUOTA_EXCEEDED
+    and a permissive one (older versions) takes them; either way the answer's
+    throttle time is the time to refill to zero;
   * bounded: at most MAX_SENSORS sensors per manager (the least recently used goes
     first; Kafka drops a sensor inactive for an hour, as here too), at most
     quota_window_num + 1 samples per sensor, MAX_QUOTA_RECORDS_PER_REQUEST records
@@ -41,10 +49,11 @@ import collections
 import dataclasses
 import ipaddress
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Optional
 
-from rafka.core.errors import InvalidRequest, KafkaError, UnknownServerError, UnsupportedVersion
+from rafka.core.errors import (InvalidRequest, KafkaError, ThrottlingQuotaExceeded, UnknownServerError,
+                               UnsupportedVersion)
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
@@ -469,3 +478,99 @@ class ClientQuotaManager:
     @property
     def sensor_count(self) -> int:
         return len(self._sensors)
+
+
+# --- controller mutations (TokenBucket, ControllerMutationQuotaManager) -----------------
+
+class TokenBucket:
+    """Kafka's TokenBucket stat: `tokens` refill at `rate` a second up to `burst`."""
+    __slots__ = ("tokens", "updated_ms")
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None   # full at its first use
+        self.updated_ms = 0
+
+    def measure(self, rate: float, burst: float, now_ms: int) -> float:
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + rate * max(0, now_ms - self.updated_ms) / 1000.0)
+        self.updated_ms = now_ms
+        return self.tokens
+
+    def record(self, value: float, rate: float, burst: float, now_ms: int) -> None:
+        self.tokens = min(burst, self.measure(rate, burst, now_ms) - value)
+
+
+class MutationQuota:
+    """One request's controller mutation quota (Kafka's Strict- and
+    PermissiveControllerMutationQuota): `record(partitions)` before each topic's
+    mutation, `refund(partitions)` if the mutation then failed, `throttle_time_ms`
+    for the answer. Without a limit it takes everything and throttles nothing."""
+
+    def __init__(self, bucket: TokenBucket | None, rate: float | None, burst: float, *, strict: bool,
+                 now_ms: Callable[[], int]) -> None:
+        self._bucket, self._rate, self._burst = bucket, rate, burst
+        self.strict = strict
+        self._now_ms = now_ms
+        self._throttle_ms = 0
+        self._throttled_at_ms = 0
+
+    def _throttle_from(self, tokens: float, now_ms: int) -> None:
+        """Kafka's throttleTimeMs: the time to bring the bucket back to zero."""
+        self._throttle_ms = int(round(-tokens / self._rate * 1000))
+        self._throttled_at_ms = now_ms
+
+    def record(self, partitions: int) -> None:
+        if self._bucket is None or partitions <= 0:
+            return
+        now_ms = self._now_ms()
+        tokens = self._bucket.measure(self._rate, self._burst, now_ms)
+        if self.strict and tokens < 0:
+            self._throttle_from(tokens, now_ms)
+            raise ThrottlingQuotaExceeded(f"controller_mutation_rate {self._rate:g} partitions/s used up: "
+                                          f"retry after {self._throttle_ms} ms")
+        self._bucket.record(partitions, self._rate, self._burst, now_ms)
+        if not self.strict and self._bucket.tokens < 0:
+            self._throttle_from(self._bucket.tokens, now_ms)
+
+    def refund(self, partitions: int) -> None:
+        """A recorded mutation did not happen (the topic was refused after all), or
+        was smaller (negative: larger) than recorded."""
+        if self._bucket is not None and partitions:
+            self._bucket.record(-partitions, self._rate, self._burst, self._now_ms())
+
+    @property
+    def throttle_time_ms(self) -> int:
+        """The throttle time, less what passed since it was measured (Kafka's)."""
+        return max(0, self._throttle_ms - (self._now_ms() - self._throttled_at_ms)) if self._throttle_ms else 0
+
+
+class ControllerMutationQuotaManager:
+    """The controller's controller_mutation_rate buckets, one per client (its
+    user and client id resolved as every quota is), bounded as the other
+    managers' sensors are. `now_ms`: the injected clock, milliseconds."""
+
+    def __init__(self, now_ms: Callable[[], int], *, quota_window_num: int = QUOTA_WINDOW_NUM_DEFAULT,
+                 quota_window_size_s: int = QUOTA_WINDOW_SIZE_S_DEFAULT, max_sensors: int = MAX_SENSORS) -> None:
+        if quota_window_num < 1 or quota_window_size_s < 1:
+            raise ValueError(f"controller.quota.window.num {quota_window_num} and "
+                             f"controller.quota.window.size.seconds {quota_window_size_s} must be at least 1")
+        self._now_ms = now_ms
+        self.burst_seconds = (quota_window_num - 1) * quota_window_size_s
+        self.max_sensors = max_sensors
+        self._buckets: collections.OrderedDict[tuple[str, str], TokenBucket] = collections.OrderedDict()
+
+    def quota_for(self, quotas: ClientQuotas, user: str, client_id: str, *, strict: bool) -> MutationQuota:
+        if not quotas.enabled(CONTROLLER_MUTATION_RATE):
+            return MutationQuota(None, None, 0.0, strict=strict, now_ms=self._now_ms)
+        tags, rate = quotas.resolve(CONTROLLER_MUTATION_RATE, user, client_id)
+        if rate is None:
+            return MutationQuota(None, None, 0.0, strict=strict, now_ms=self._now_ms)
+        bucket = self._buckets.get(tags)
+        if bucket is None:
+            while len(self._buckets) >= self.max_sensors:
+                self._buckets.popitem(last=False)
+            bucket = self._buckets[tags] = TokenBucket()
+        self._buckets.move_to_end(tags)
+        return MutationQuota(bucket, rate, rate * self.burst_seconds, strict=strict, now_ms=self._now_ms)

@@ -222,6 +222,9 @@ SaslAuthenticationFailed = _error("SaslAuthenticationFailed", 58, "SASL_AUTHENTI
                                   "The SASL credentials were refused (unknown user or wrong password).")
 PolicyViolation = _error("PolicyViolation", 44, "POLICY_VIOLATION", False,
                          "The request breaks a policy of the topic (DeleteRecords on a compact-only topic).")
+ThrottlingQuotaExceeded = _error("ThrottlingQuotaExceeded", 89, "THROTTLING_QUOTA_EXCEEDED", True,
+                                 "The client's controller_mutation_rate quota is used up: retry after "
+                                 "the throttle time.")
 ResourceNotFound = _error("ResourceNotFound", 91, "RESOURCE_NOT_FOUND", False,
                           "The resource (a user's credential) does not exist.")
 

@@ -144,10 +144,14 @@ class Route:
 class DispatchTable:
     """Frozen at construction: the routes by API key, and the ranges advertised;
     `image`: the node's newest cluster image, read once per request into its
-    context (every node's table has one: protocol.node_table)."""
+    context (every node's table has one: protocol.node_table); `envelope_target`:
+    given when the table routes Envelope (handlers.envelope), told the
+    dispatcher made from the table, through which an envelope's request runs."""
 
-    def __init__(self, routes: Iterable[Route], *, image: Callable[[], ClusterImage] | None = None) -> None:
+    def __init__(self, routes: Iterable[Route], *, image: Callable[[], ClusterImage] | None = None,
+                 envelope_target=None) -> None:
         self.image = image
+        self.envelope_target = envelope_target
         routes_by_api_key: dict[int, Route] = {}
         for route in routes:
             if route.api_key in routes_by_api_key:
@@ -177,6 +181,8 @@ class Dispatcher:
         """`request_metrics`: where requests are counted and timed (the node's
         exporter reads it); `clock_s`: seconds, monotonic."""
         self.table = table
+        if table.envelope_target is not None:
+            table.envelope_target.dispatcher = self
         self.request_metrics = request_metrics if request_metrics is not None else RequestMetrics()
         self._clock_s = clock_s
         self._latency_by_key: dict[tuple[int, int], Histogram] = {}   # (API key, version)

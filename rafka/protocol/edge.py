@@ -59,10 +59,13 @@ principal may do is decided here, before anything is relayed, by the same step
 every handler takes (protocol.authorization, on this node's broker view). This is
 Kafka's model: a broker authorizes each request in KafkaApis before its
 ReplicaManager or group coordinator sees it, and the actors behind this node are
-those parts of the broker. Kafka forwards a client's principal (an Envelope)
-only to the controller, which authorizes administration itself; here the
-controller's image and this node's hold the same bindings, so the edge decides
-administration too, and no actor needs a second, impersonated principal.
+those parts of the broker. Kafka forwards a client's principal (an Envelope,
+KIP-590) only to the controller, which authorizes administration itself and
+charges it to the client's controller_mutation_rate; so does this edge
+(handlers.envelope): the edge decides administration first (the controller's
+image and this node's hold the same bindings), and what it relays to the
+controller goes in an envelope, run there as the client's. No other actor needs
+a second, impersonated principal.
   * a request refused as a whole, or one this node cannot split (a later API
     routed here), with any part refused: answered here whole, by the handler,
     which answers the refusals (and, for the rest, what a broker that hosts none
@@ -113,8 +116,10 @@ from rafka.protocol.authorization import check_of, config_acl_resource, decide, 
 from rafka.core.transaction_log import partition_for as partition_for_transaction
 from rafka.protocol.connection import Connection, SaslLogin
 from rafka.protocol.dispatch import (ANONYMOUS_SESSION, FETCH_KEY, PRODUCE_KEY, DispatchTable, Dispatcher,
-                                    ParsedRequest, Session, encode_response, read_answer, request_frame)
+                                    ParsedRequest, RequestContext, Session, encode_response, read_answer,
+                                    request_frame)
 from rafka.protocol.framing import peek_api_key_and_version
+from rafka.protocol.handlers import envelope
 from rafka.protocol.hot_writers import WrittenBody
 from rafka.protocol.pipelining import admission
 from rafka.protocol.retry import retry_until_async
@@ -296,10 +301,11 @@ class EdgeDispatcher(Dispatcher):
         if len(targets) == 1 and not trim:
             (endpoint, _), = targets.items()
             if endpoint is not None:
+                enveloped = parsed.context if api_key in CONTROLLER_APIS else None
                 answer = await self._relay(connection_id, endpoint, frame, expect_response,
-                                           written.one if written else None)
+                                           written.one if written else None, enveloped=enveloped)
                 if answer is _UNREACHABLE and api_key in CONTROLLER_APIS:   # lost: once more, anew
-                    answer = await self._relay(connection_id, endpoint, frame, expect_response)
+                    answer = await self._relay(connection_id, endpoint, frame, expect_response, enveloped=enveloped)
                 if answer is not _UNREACHABLE:
                     self.relayed_requests += 1
                     return None if answer is None else _with_correlation_id(answer, parsed.context.correlation_id)
@@ -484,7 +490,8 @@ class EdgeDispatcher(Dispatcher):
         `on_written()` once it is sent on (or answered here: nothing to order)."""
         if endpoint is not None:
             answer = await self._relay(connection_id, endpoint, request_frame(parsed.context, body), expect_response,
-                                       on_written)
+                                       on_written, enveloped=parsed.context if parsed.context.api_key in CONTROLLER_APIS
+                                       else None)
             if answer is None:
                 return None
             if answer is not _UNREACHABLE:
@@ -517,14 +524,26 @@ class EdgeDispatcher(Dispatcher):
         return answers
 
     async def _relay(self, connection_id: str, endpoint: Endpoint, frame, expect_response: bool,
-                     on_written=None):
-        """The actor's answer frame, None (no answer due) or _UNREACHABLE."""
+                     on_written=None, *, enveloped: RequestContext | None = None):
+        """The actor's answer frame, None (no answer due) or _UNREACHABLE.
+        `enveloped`: the client's request context, for a request to the
+        controller: it goes in an Envelope (KIP-590, handlers.envelope) so that
+        the controller runs it as the client's (its ACLs, its quotas); the inner
+        answer comes back (an envelope refused: _UNREACHABLE, answered here)."""
         try:
             channel = await self._channel(connection_id, endpoint)
-            return await channel.relay(frame, expect_response=expect_response, on_written=on_written)
+            if enveloped is None:
+                return await channel.relay(frame, expect_response=expect_response, on_written=on_written)
+            answer = await channel.relay(envelope.wrap(enveloped, frame), on_written=on_written)
         except NetworkException as error:
             logger.info("broker %d: %s:%d unreachable (%s): answering for it", self.broker_id, *endpoint, error)
             return _UNREACHABLE
+        inner = envelope.unwrap(answer)
+        if inner is None:
+            logger.warning("broker %d: the controller at %s:%d refused an envelope: answering for it",
+                           self.broker_id, *endpoint)
+            return _UNREACHABLE
+        return inner
 
     async def _channel(self, connection_id: str, endpoint: Endpoint) -> Connection:
         key = (connection_id, endpoint)

@@ -41,7 +41,8 @@ from rafka.protocol.dispatch import DispatchTable
 from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions,
                                      client_quotas,
                                      consumer_group, delete_records, describe_cluster, describe_configs, describe_log_dirs,
-                                     describe_producers, describe_transactions, end_txn, fetch, find_coordinator,
+                                     describe_producers, describe_transactions, end_txn, envelope, fetch,
+                                     find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
                                      list_transactions, metadata, offset_for_leader_epoch, partition_admin, produce,
                                      topic_admin, txn_offset_commit, write_txn_markers)
@@ -100,6 +101,10 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     transactions = transactions or NoTransactions()
     admin = topic_admin_host or _NotController(image)
     alter_topic_config = alter_topic_config or admin.alter_topic_config
+    # the controller's node (or a test's stand-in for it) takes what brokers relay
+    # to it in envelopes (KIP-590); a broker's clients are not offered Envelope
+    serves_controller = any(host is not None for host in (topic_admin_host, acl_admin, elections_admin, quota_admin))
+    envelope_target = envelope.EnvelopeTarget() if serves_controller else None
     return DispatchTable([
         api_versions.ROUTE, metadata.route(image), find_coordinator.route(image), describe_configs.route(image),
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
@@ -115,4 +120,5 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
         *partition_admin.routes(elections_admin or admin),
         *client_quotas.routes(image, quota_admin or admin),
-        *sasl.routes()], image=image)
+        *sasl.routes(), *([envelope.route(envelope_target)] if envelope_target else [])],
+        image=image, envelope_target=envelope_target)

@@ -39,8 +39,10 @@ default): a broker run with several (SO_REUSEPORT) measures in each process the
 connections the kernel gave it, so a client spread over k of them may get up to
 k times its quota. Request time is this node's own: the time the actors behind
 it (replicas, coordinators, the controller) spend on a relayed request is not
-charged. Not enforced here (yet): controller_mutation_rate and the ip
-connection_creation_rate; they are stored, validated and described.
+charged. controller_mutation_rate is the controller's to enforce (KIP-599, as
+KRaft's controller does: protocol.handlers.topic_admin, on the requests brokers
+relay to it in envelopes); the ip connection_creation_rate is not enforced
+(yet): it is stored, validated and described.
 
 Rates use the injected clock (milliseconds, and nanoseconds for handling time);
 mutes are deadlines on the event loop's clock, where the server's timers run.

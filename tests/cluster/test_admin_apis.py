@@ -108,6 +108,32 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
     assert [offset for offset, _ in read_back(cluster, "moved")] == moved_acked
 
 
+def test_controller_mutation_rate__confluent_admin_through_a_broker__told_the_throttle_time(cluster):
+    """KIP-599 as a client sees it: a client id's controller_mutation_rate of 0.1
+    partitions a second (a bucket of one); confluent-kafka's AdminClient of that
+    id creates a 2-partition topic through a broker (CreateTopics v4: Kafka's
+    permissive quota, the topic is made), and the answer tells it to wait about
+    the 10 s the bucket needs to refill (librdkafka's throttle_cb); another
+    client id is not throttled."""
+    import types
+    from confluent_kafka.admin import NewTopic
+    from rafka.cli_configs import cmd_configs
+
+    args = types.SimpleNamespace(alter=True, describe=False, entities=[["clients", "mutator", True]],
+                                 add_config="controller_mutation_rate=0.1", delete_config=None)
+    assert cmd_configs(cluster.admin(), args, out=lambda line: None) == 0
+    throttles: dict[str, list[float]] = {"mutator": [], "other": []}
+    for client_id, topic in (("mutator", "mutated"), ("other", "unmutated")):
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "client.id": client_id,
+                              "throttle_cb": lambda event, seen=throttles[client_id]: seen.append(event.throttle_time)})
+        futures = client.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)],
+                                       operation_timeout=TIMEOUT_S)
+        futures[topic].result(timeout=TIMEOUT_S)   # made: the quota was permissive
+        client.poll(1.0)
+    assert throttles["mutator"] and 3.0 <= max(throttles["mutator"]) <= 10.0, throttles
+    assert not any(throttles["other"]), throttles
+
+
 def test_client_quotas__rafka_configs_through_a_broker__every_broker_throttles(cluster):
     """`rafka configs` alters a client id's producer_byte_rate over the wire (a
     broker relays AlterClientQuotas to the controller, which pushes the image

@@ -6,12 +6,13 @@ fake clock, and the configs replayed into the metadata and every image."""
 
 import pytest
 
-from rafka.core.client_quotas import (CLIENT_ID, CONSUMER_BYTE_RATE, IP, MATCH_DEFAULT, MATCH_EXACT,
-                                      MATCH_SPECIFIED, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, USER,
-                                      ClientQuotaManager, ClientQuotas, SampledRate, alteration_records, describe)
+from rafka.core.client_quotas import (CLIENT_ID, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, IP, MATCH_DEFAULT,
+                                      MATCH_EXACT, MATCH_SPECIFIED, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, USER,
+                                      ClientQuotaManager, ClientQuotas, ControllerMutationQuotaManager, SampledRate,
+                                      alteration_records, describe)
 from rafka.core.clock import FakeClock
 from rafka.core.cluster_image import broker_view, build_image
-from rafka.core.errors import InvalidRequest, UnknownServerError, UnsupportedVersion
+from rafka.core.errors import InvalidRequest, ThrottlingQuotaExceeded, UnknownServerError, UnsupportedVersion
 from rafka.core.metadata import ClusterMetadata
 
 pytestmark = pytest.mark.core
@@ -219,3 +220,52 @@ def test_greedy_client__kafka_default_window__held_to_its_quota_over_whole_cycle
         sent += request_bytes
         clock.advance(5 + throttle_ms)
     assert abs(sent / 33 / (1 << 20) - 1) <= 0.10
+
+
+# --- controller_mutation_rate (KIP-599): Kafka's token bucket ---------------------------
+
+def mutation_quotas(rate=2.0, **window):
+    clock = FakeClock()
+    quotas = ClientQuotas(by_entity={frozenset({(CLIENT_ID, "admin")}): {CONTROLLER_MUTATION_RATE: rate}})
+    return clock, quotas, ControllerMutationQuotaManager(clock.monotonic_ms, **window)
+
+
+def test_mutation_quota_strict__full_bucket_of_ten_windows__one_mutation_may_overdraw__then_refused_until_refilled():
+    clock, quotas, manager = mutation_quotas(rate=2.0)          # burst: (11 - 1) samples * 1 s * 2/s = 20
+    quota = manager.quota_for(quotas, "", "admin", strict=True)
+    quota.record(15)
+    quota.record(10)                                              # 5 left: taken, the bucket at -5
+    assert quota.throttle_time_ms == 0
+    with pytest.raises(ThrottlingQuotaExceeded) as refused:
+        quota.record(1)
+    assert refused.value.retriable and quota.throttle_time_ms == 2_500   # -(-5) / 2 per s
+    clock.advance(1_000)
+    assert quota.throttle_time_ms == 1_500                        # less what passed since
+    clock.advance(2_500)                                          # refilled to +2
+    manager.quota_for(quotas, "", "admin", strict=True).record(1)
+    with pytest.raises(ThrottlingQuotaExceeded):                  # the same client's bucket, below zero again
+        next_request = manager.quota_for(quotas, "", "admin", strict=True)
+        next_request.record(5)
+        next_request.record(1)
+
+
+def test_mutation_quota_permissive__takes_every_mutation__throttle_time_to_refill_to_zero():
+    clock, quotas, manager = mutation_quotas(rate=2.0)
+    quota = manager.quota_for(quotas, "", "admin", strict=False)
+    quota.record(25)
+    assert quota.throttle_time_ms == 2_500
+    quota.record(5)
+    assert quota.throttle_time_ms == 5_000
+
+
+def test_mutation_quota__refund_gives_back__other_clients_and_no_quota_unbounded():
+    clock, quotas, manager = mutation_quotas(rate=1.0, quota_window_num=3)   # burst 2
+    quota = manager.quota_for(quotas, "", "admin", strict=True)
+    quota.record(3)
+    quota.refund(3)
+    quota.record(2)                                               # the bucket was full again
+    other = manager.quota_for(quotas, "", "someone-else", strict=True)
+    for _ in range(3):
+        other.record(1_000)
+    assert other.throttle_time_ms == 0
+    assert manager.quota_for(ClientQuotas(), "", "admin", strict=True).throttle_time_ms == 0

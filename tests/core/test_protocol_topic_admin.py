@@ -2,6 +2,7 @@
 controller that decides with the real ClusterMetadata handlers."""
 
 import asyncio
+import dataclasses
 import datetime
 import importlib
 import random
@@ -173,3 +174,42 @@ def test_create_topics__every_version__created_with_the_cluster_defaults(version
     if version >= 5:
         assert (answer.num_partitions, answer.replication_factor) == (4, 3)
         assert {c.name: c.value for c in answer.configs}["min.insync.replicas"] == "2"
+
+
+def test_controller_mutation_rate__strict_from_create_topics_v6__the_topic_met_below_zero_refused__throttle_time():
+    """KIP-599 on the controller: 2 partitions/s (a bucket of 20). In one v7
+    request 15 + 10 partitions are taken (the second overdraws to -5) and the
+    third topic is refused; v4 (permissive) takes its topic and says a longer
+    wait; DeleteTopics v6 (strict) is refused while the bucket is below zero,
+    and taken again once it refilled."""
+    from rafka.core.client_quotas import CONTROLLER_MUTATION_RATE, ClientQuotas
+    from rafka.core.clock import FakeClock
+    from kio.schema.create_topics.v4 import request as create_v4
+    controller, clock = StandInController(), FakeClock()
+    quotas = ClientQuotas(by_entity={frozenset({("client-id", "test-client")}): {CONTROLLER_MUTATION_RATE: 2.0}})
+    dispatcher = Dispatcher(DispatchTable([api_versions.ROUTE, *topic_admin.routes(controller, clock=clock)],
+                                          image=lambda: dataclasses.replace(controller.cluster_image(),
+                                                                            client_quotas=quotas)))
+
+    def send(api_key, version, request):
+        return read_response(asyncio.run(dispatcher.dispatch(request_frame(api_key, version, request))),
+                             api_key, version)[1]
+    answer = send(19, 7, create_v7.CreateTopicsRequest(topics=(
+        creatable("first", 15, 1), creatable("second", 10, 1), creatable("third", 1, 1)),
+        timeout=TIMEOUT, validate_only=False))
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("first", ErrorCode.none), ("second", ErrorCode.none), ("third", ErrorCode.throttling_quota_exceeded)]
+    assert answer.throttle_time == datetime.timedelta(milliseconds=2_500)
+    assert set(controller.metadata.topics) == {"first", "second"}
+    older = send(19, 4, create_v4.CreateTopicsRequest(topics=(create_v4.CreatableTopic(
+        name="fourth", num_partitions=i32(3), replication_factor=i16(1), assignments=(), configs=()),),
+        timeout=TIMEOUT, validate_only=False))
+    assert older.topics[0].error_code == ErrorCode.none and older.throttle_time == datetime.timedelta(seconds=4)
+    deleted = send(20, 6, delete_v6.DeleteTopicsRequest(topics=(delete_v6.DeleteTopicState(
+        name="first", topic_id=topic_admin.ZERO_UUID),), timeout=TIMEOUT))
+    assert deleted.responses[0].error_code == ErrorCode.throttling_quota_exceeded and "first" in controller.metadata.topics
+    clock.advance(4_000)                                       # back to zero: the next mutation is taken
+    deleted = send(20, 6, delete_v6.DeleteTopicsRequest(topics=(delete_v6.DeleteTopicState(
+        name="first", topic_id=topic_admin.ZERO_UUID),), timeout=TIMEOUT))
+    assert deleted.responses[0].error_code == ErrorCode.none and "first" not in controller.metadata.topics
+    assert deleted.throttle_time == datetime.timedelta(0)   # strict: a throttle time only with a refusal

@@ -23,6 +23,16 @@ handlers do the same way:
     REQUEST_TIMED_OUT and goes on (the topic appears later).
   * DeleteTopics by topic id (v6): the id is looked up in the image;
     UNKNOWN_TOPIC_ID when no topic has it.
+  * controller_mutation_rate (KIP-599, ControllerMutationQuotaManager, on the
+    controller as KRaft's): each topic's partitions (created, deleted, added)
+    are taken from the client's bucket (core.client_quotas) in the request's
+    order; strict from CreateTopics v6, DeleteTopics v5 and CreatePartitions v3
+    (a topic met with the bucket below zero answers THROTTLING_QUOTA_EXCEEDED,
+    nothing done for it), permissive before; the answer's throttle_time_ms
+    says how long to wait either way. validate_only takes nothing; a topic
+    refused after all gives its partitions back. The brokers relay the throttle
+    time and do not mute the connection for it (clients of KIP-219 back off
+    by themselves).
   * authorization (KafkaApis, ControllerApis): CREATE on each topic or on the
     cluster; DESCRIBE and DELETE on each topic deleted (a topic the caller may
     not describe answers TOPIC_AUTHORIZATION_FAILED whether or not it exists);
@@ -36,12 +46,16 @@ from __future__ import annotations
 import asyncio
 import datetime
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
+from rafka.core.client_quotas import (NO_CLIENT_QUOTAS, ControllerMutationQuotaManager, MutationQuota,
+                                      user_of_principal)
+from rafka.core.clock import SystemClock
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import InvalidReplicaAssignment, RequestTimedOut
 from rafka.core.metadata import id_as_uuid
@@ -54,7 +68,8 @@ from rafka.protocol.handlers.partitions import error_code_of
 
 CREATE_KEY, DELETE_KEY, CREATE_PARTITIONS_KEY = 19, 20, 37
 ZERO_UUID = uuid.UUID(int=0)
-_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+# KIP-599: the first versions whose controller mutation quota is strict
+STRICT_QUOTA_SINCE = {CREATE_KEY: 6, DELETE_KEY: 5, CREATE_PARTITIONS_KEY: 3}
 # KafkaApis' checks: CREATE on each topic (or on the cluster), DESCRIBE and DELETE, ALTER
 _CREATE = check_of(CREATE_KEY, AclOperation.CREATE, ResourceType.TOPIC)
 _DESCRIBE = check_of(DELETE_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
@@ -96,29 +111,60 @@ def _failure(error: Exception) -> tuple[ErrorCode, str]:
     return error_code_of(error), str(getattr(error, "message", error))
 
 
-def routes(admin: TopicAdmin) -> list[Route]:
+def _throttle(quota: MutationQuota) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=quota.throttle_time_ms))
+
+
+async def _mutate(quota: MutationQuota, partitions: int, mutation: Callable[[], Awaitable]):
+    """`mutation()` run with `partitions` taken from the quota first (given back
+    if it fails, unless it timed out: then it goes on)."""
+    quota.record(partitions)
+    try:
+        return await mutation()
+    except RequestTimedOut:
+        raise
+    except Exception:
+        quota.refund(partitions)
+        raise
+
+
+def routes(admin: TopicAdmin, *, clock=None) -> list[Route]:
+    """`clock`: core.clock's (SystemClock by default), for the mutation quotas."""
+    mutation_quotas = ControllerMutationQuotaManager((clock or SystemClock()).monotonic_ms)
+
+    def quota_of(context: RequestContext, api_key: int) -> MutationQuota:
+        quotas = context.image.client_quotas if context.image is not None else None
+        if quotas is None:
+            return mutation_quotas.quota_for(NO_CLIENT_QUOTAS, "", "", strict=False)
+        return mutation_quotas.quota_for(quotas, user_of_principal(context.principal), context.client_id,
+                                         strict=context.api_version >= STRICT_QUOTA_SINCE[api_key])
+
     async def create(request, context: RequestContext):
         response_type = load_response_schema(CREATE_KEY, context.api_version)
         module = module_of(response_type)
         timeout_ms = int(request.timeout.total_seconds() * 1000)
         request_gate = gate(context)
+        quota = quota_of(context, CREATE_KEY)
 
         async def one(topic):
             code, message, described = ErrorCode.none, None, None
             partitions, factor = int(topic.num_partitions), int(topic.replication_factor)
+            taken = 0 if request.validate_only else max(partitions, 1)   # -1: the default, made exact below
             try:
                 request_gate.require(_CREATE, topic.name)
                 if topic.assignments:
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")
                 config = {c.name: c.value for c in topic.configs}
-                described = await within(admin.create_topic(topic.name, partitions, factor, config,
-                                                             validate_only=bool(request.validate_only)), timeout_ms)
+                described = await _mutate(quota, taken, lambda: within(admin.create_topic(
+                    topic.name, partitions, factor, config, validate_only=bool(request.validate_only)), timeout_ms))
             except Exception as error:
                 code, message = _failure(error)
             ok = code == ErrorCode.none
             if ok and described:   # what -1 became
                 partitions, factor = len(described["partitions"]), len(described["partitions"][0]["replicas"])
+                if taken:
+                    quota.refund(taken - partitions)   # the default's own count (a negative refund takes more)
             topic_id = id_as_uuid(described["topic_id"]) if described and described.get("topic_id") else ZERO_UUID
             # v5+: the topic's configs as it got them, sorted by name (an empty list
             # with an error), as ControllerApis answers
@@ -131,7 +177,7 @@ def routes(admin: TopicAdmin) -> list[Route]:
                         num_partitions=i32(partitions if ok else -1), replication_factor=i16(factor if ok else -1),
                         configs=configs)
         results = await asyncio.gather(*(one(t) for t in request.topics))
-        return make(response_type, throttle_time=_NO_THROTTLE, topics=tuple(results))
+        return make(response_type, throttle_time=_throttle(quota), topics=tuple(results))
 
     async def delete(request, context: RequestContext):
         response_type = load_response_schema(DELETE_KEY, context.api_version)
@@ -142,6 +188,7 @@ def routes(admin: TopicAdmin) -> list[Route]:
         else:
             wanted = [(name, None) for name in request.topic_names]
         request_gate = gate(context)
+        quota = quota_of(context, DELETE_KEY)
 
         async def one(name, topic_id):
             code, message = ErrorCode.none, None
@@ -154,19 +201,22 @@ def routes(admin: TopicAdmin) -> list[Route]:
             try:
                 request_gate.require(_DESCRIBE, name)   # an unknown topic's existence is not told
                 request_gate.require(_DELETE, name)
-                await within(admin.delete_topic(name), timeout_ms)
+                found = admin.cluster_image().topics.get(name)
+                await _mutate(quota, len(found.partitions) if found is not None else 0,
+                              lambda: within(admin.delete_topic(name), timeout_ms))
             except Exception as error:
                 code, message = _failure(error)
             return make(module.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID, error_code=code,
                         error_message=message)
         results = await asyncio.gather(*(one(n, i) for n, i in wanted))
-        return make(response_type, throttle_time=_NO_THROTTLE, responses=tuple(results))
+        return make(response_type, throttle_time=_throttle(quota), responses=tuple(results))
 
     async def create_partitions(request, context: RequestContext):
         response_type = load_response_schema(CREATE_PARTITIONS_KEY, context.api_version)
         module = module_of(response_type)
         timeout_ms = int(request.timeout.total_seconds() * 1000)
         request_gate = gate(context)
+        quota = quota_of(context, CREATE_PARTITIONS_KEY)
 
         async def one(topic):
             code, message = ErrorCode.none, None
@@ -175,12 +225,14 @@ def routes(admin: TopicAdmin) -> list[Route]:
                 if topic.assignments:
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")
-                await within(admin.add_partitions(topic.name, int(topic.count),
-                                                   validate_only=bool(request.validate_only)), timeout_ms)
+                found = admin.cluster_image().topics.get(topic.name)
+                added = 0 if request.validate_only or found is None else int(topic.count) - len(found.partitions)
+                await _mutate(quota, added, lambda: within(admin.add_partitions(
+                    topic.name, int(topic.count), validate_only=bool(request.validate_only)), timeout_ms))
             except Exception as error:
                 code, message = _failure(error)
             return make(module.CreatePartitionsTopicResult, name=topic.name, error_code=code, error_message=message)
         results = await asyncio.gather(*(one(t) for t in request.topics))
-        return make(response_type, throttle_time=_NO_THROTTLE, results=tuple(results))
+        return make(response_type, throttle_time=_throttle(quota), results=tuple(results))
     return [Route(CREATE_KEY, 2, 7, create), Route(DELETE_KEY, 1, 6, delete),
             Route(CREATE_PARTITIONS_KEY, 0, 3, create_partitions)]
