@@ -55,7 +55,7 @@ class BrokerActor:
                                    topic_admin_host=ControllerUnreachable(lambda: self.serving.current_image()),
                                    listener_port=listener_port, view=broker_view,
                                    dispatcher_factory=self._dispatcher, reuse_port=shared_port,
-                                   log_dirs=self._log_dirs if data_dir is not None else None)
+                                   log_dirs=self._log_dirs if data_dir is not None else None, client_listener=True)
 
     def _log_dirs(self) -> list:
         """This broker's log dir, with the partitions the image assigns a replica

@@ -31,6 +31,7 @@ import ray
 from rafka.actors.cluster_credential import listener_tls
 from rafka.actors.metrics_export import RayMetricsExporter
 from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
+from rafka.core.client_quotas import IpConnectionRateManager
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, RequestTimedOut
 from rafka.core.kafka_metrics import register_requests
@@ -98,7 +99,7 @@ class NodeServing:
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
                  view: Callable[[ClusterImage], ClusterImage] | None = None,
                  dispatcher_factory: Callable[..., Dispatcher] = Dispatcher, reuse_port: bool = False,
-                 log_dirs=None) -> None:
+                 log_dirs=None, client_listener: bool = False) -> None:
         """The hosts are what this actor answers for (protocol.node_table): its
         partition, its groups, its transactional ids, topic administration; `alter_topic_config`: how a
         node that is not the controller reaches it (alter_topic_config_on_controller);
@@ -109,7 +110,11 @@ class NodeServing:
         offered (a broker answers the broker view); `dispatcher_factory(table,
         **options)`: the dispatcher (a broker's routes requests to actors);
         `reuse_port`: several processes listen on the port (a broker's);
-        `log_dirs`: what DescribeLogDirs describes here (a broker's log dir)."""
+        `log_dirs`: what DescribeLogDirs describes here (a broker's log dir);
+        `client_listener`: clients connect here (a broker's node): each client IP's
+        connection_creation_rate applies (KIP-612; not on the actors' nodes, which
+        only the brokers and the cluster's own clients reach, as Kafka exempts its
+        inter-broker listener)."""
         tune_malloc()
         self.name = name
         self._table_options = dict(allocate_producer_id=allocate_producer_id, partitions=partitions, groups=groups,
@@ -124,6 +129,7 @@ class NodeServing:
         self._answered: ClusterImage = EMPTY_IMAGE   # view(image), made once per image
         self._dispatcher_factory = dispatcher_factory
         self.reuse_port = reuse_port
+        self.client_listener = client_listener
         self._has_image = asyncio.Event()   # binds to the actor's loop at its first wait
         self.server: ProtocolServer | None = None
         self.host: str | None = None
@@ -178,7 +184,8 @@ class NodeServing:
                 user, mechanism), required=self._sasl_required, settled=self._first_image)
             server = ProtocolServer(self._dispatcher_factory(table), host="0.0.0.0", port=self.listener_port,
                                     max_pipelined_requests=self.max_pipelined_requests, sasl=sasl,
-                                    tls=listener_tls(), reuse_port=self.reuse_port)
+                                    tls=listener_tls(), reuse_port=self.reuse_port,
+                                    ip_connection_rates=IpConnectionRateManager() if self.client_listener else None)
             await server.start()
             self.host = ray.util.get_node_ip_address()
             self.server = server

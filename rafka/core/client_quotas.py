@@ -32,6 +32,11 @@ Invariants:
     DeleteTopics v5+) refuses further mutations with THROTTLING_QUOTA_EXCEEDED
     and a permissive one (older versions) takes them; either way the answer's
     throttle time is the time to refill to zero;
+  * connection_creation_rate (KIP-612) is per client IP, as Kafka's
+    ConnectionQuotas: the IP's own value, else the default IP's; each new
+    connection records 1 on the IP's rate (quota_window_num samples of
+    quota_window_size_s); one that takes it over the limit is taken back and
+    refused for the throttle time (QuotaUtils.throttleTime);
   * bounded: at most MAX_SENSORS sensors per manager (the least recently used goes
     first; Kafka drops a sensor inactive for an hour, as here too), at most
     quota_window_num + 1 samples per sensor, MAX_QUOTA_RECORDS_PER_REQUEST records
@@ -126,6 +131,12 @@ class ClientQuotas:
                 self._resolved.clear()
             self._resolved[asked] = found
         return found
+
+    def ip_connection_rate(self, ip: str) -> float | None:
+        """The connection_creation_rate of connections from `ip`: its own, else the
+        default IP's, else None (Kafka's ConnectionQuotas.connectionRateForIp)."""
+        found = self.value(frozenset({(IP, ip)}), IP_CONNECTION_RATE)
+        return found if found is not None else self.value(frozenset({(IP, None)}), IP_CONNECTION_RATE)
 
     def _has(self, key: str, *pairs) -> bool:
         return self.value(frozenset(pairs), key) is not None
@@ -574,3 +585,38 @@ class ControllerMutationQuotaManager:
             bucket = self._buckets[tags] = TokenBucket()
         self._buckets.move_to_end(tags)
         return MutationQuota(bucket, rate, rate * self.burst_seconds, strict=strict, now_ms=self._now_ms)
+
+
+class IpConnectionRateManager:
+    """A listener's connection_creation_rate sensors, one per client IP (Kafka's
+    ConnectionQuotas.recordIpConnectionMaybeThrottle), bounded as the others.
+    `throttle_time_ms` is asked once per new connection."""
+
+    def __init__(self, *, quota_window_num: int = QUOTA_WINDOW_NUM_DEFAULT,
+                 quota_window_size_s: int = QUOTA_WINDOW_SIZE_S_DEFAULT, max_sensors: int = MAX_SENSORS) -> None:
+        self.quota_window_num = quota_window_num
+        self.quota_window_ms = quota_window_size_s * 1000
+        self.max_sensors = max_sensors
+        self._rates: collections.OrderedDict[str, SampledRate] = collections.OrderedDict()
+        self.throttled_connections = 0
+
+    def throttle_time_ms(self, quotas: ClientQuotas, ip: str, now_ms: int) -> int:
+        """0: the connection is taken (and counted); otherwise how long to hold it
+        before closing it unserved (it is not counted)."""
+        limit = quotas.ip_connection_rate(ip)
+        if limit is None:
+            return 0
+        rate = self._rates.get(ip)
+        if rate is None:
+            while len(self._rates) >= self.max_sensors:
+                self._rates.popitem(last=False)
+            rate = self._rates[ip] = SampledRate(window_num=self.quota_window_num, window_ms=self.quota_window_ms,
+                                                 now_ms=now_ms)
+        self._rates.move_to_end(ip)
+        rate.record(1.0, now_ms)
+        observed, window_ms = rate.rate_and_window_ms(now_ms)
+        if observed <= limit:
+            return 0
+        rate.record(-1.0, now_ms)
+        self.throttled_connections += 1
+        return int(round((observed - limit) / limit * window_ms))

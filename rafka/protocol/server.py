@@ -18,6 +18,10 @@ Invariants:
   * At most `max_connections` connections are open; one more is closed at once
     (Kafka's max.connections, enforced by its Acceptor). A connection with no
     request for `connections_max_idle_ms` is closed (connections.max.idle.ms).
+  * On a client listener (`ip_connection_rates`: a broker's), a connection that
+    takes its IP over its connection_creation_rate (KIP-612, the quotas of the
+    dispatcher's image) is read from never and closed once its throttle time
+    has passed (Kafka's Acceptor holds it as a DelayedCloseSocket).
   * Each request is dispatched with its connection's Session: the client's
     address, and the principal of its SASL login (protocol.sasl), ANONYMOUS
     until then or without one.
@@ -54,6 +58,7 @@ import logging
 import socket
 
 from rafka.core.acl import user_principal
+from rafka.core.client_quotas import IpConnectionRateManager
 from rafka.protocol.dispatch import ANONYMOUS_SESSION, Dispatcher, Session
 from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import SOCKET_REQUEST_MAX_BYTES_DEFAULT, FrameDecoder
@@ -75,7 +80,7 @@ class ProtocolServer:
                  connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
                  sasl: SaslListener | None = None, tls: ssl.SSLContext | None = None,
-                 reuse_port: bool = False) -> None:
+                 reuse_port: bool = False, ip_connection_rates: IpConnectionRateManager | None = None) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         if connections_max_idle_ms <= 0:
@@ -92,11 +97,13 @@ class ProtocolServer:
         self.sasl = sasl    # None: every connection is served at once (PLAINTEXT)
         self.tls = tls      # protocol.tls.server_context: every connection is TLS (SSL, SASL_SSL)
         self.reuse_port = reuse_port   # several processes share the port (SO_REUSEPORT): a broker's network processes
+        self.ip_connection_rates = ip_connection_rates   # None: no connection_creation_rate here (not a client listener)
         self._server: asyncio.Server | None = None
         self._connections: dict[str, _KafkaConnection] = {}
         self._connection_numbers = itertools.count()
         self._idle_checker: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Future] = set()   # dispatchers' connection_closed, held until done
+        self._held: set[asyncio.Transport] = set()   # throttled connections until their close (max_connections bounds them)
         self.refused_connections = 0
         self.closed_for_bad_input = 0
 
@@ -126,6 +133,8 @@ class ProtocolServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        for transport in list(self._held):
+            self._release(transport)
         connections = list(self._connections.values())
         for connection in connections:
             # TLS's close waits for the peer's close_notify (up to 30 s): a stopping
@@ -144,13 +153,29 @@ class ProtocolServer:
         self._idle_checker = asyncio.get_running_loop().call_later(self.connections_max_idle_s / 4,
                                                                    self._check_idle)
 
-    def _opened(self, connection: _KafkaConnection, transport: asyncio.Transport) -> bool:
-        if len(self._connections) >= self.max_connections:
+    def _opened(self, connection: _KafkaConnection, transport: asyncio.Transport) -> bool | None:
+        """True: served; False: refused (closed now); None: throttled (held, then closed)."""
+        if len(self._connections) + len(self._held) >= self.max_connections:
             self.refused_connections += 1
             return False
+        if self.ip_connection_rates is not None and self.dispatcher.table.image is not None:
+            peer = transport.get_extra_info("peername")
+            loop = asyncio.get_running_loop()
+            throttle_ms = self.ip_connection_rates.throttle_time_ms(
+                self.dispatcher.table.image().client_quotas, str(peer[0]) if isinstance(peer, tuple) else "",
+                int(loop.time() * 1000))
+            if throttle_ms > 0:   # never read; closed when the throttle time has passed
+                transport.pause_reading()
+                self._held.add(transport)
+                loop.call_later(throttle_ms / 1000, self._release, transport)
+                return None
         connection.connection_id = self._connection_id(transport)
         self._connections[connection.connection_id] = connection
         return True
+
+    def _release(self, transport: asyncio.Transport) -> None:
+        self._held.discard(transport)
+        transport.abort()
 
     def _closed(self, connection: _KafkaConnection) -> None:
         self._connections.pop(connection.connection_id, None)
@@ -190,6 +215,7 @@ class _KafkaConnection(asyncio.Protocol):
         self._last_request_s = asyncio.get_running_loop().time()
         self._gate = None if server.sasl is None else SaslGate(server.sasl, server.dispatcher)
         self._unmute: asyncio.TimerHandle | None = None   # set while muted with a frame waiting
+        self._throttled = False   # over its IP's connection_creation_rate: never served
         self.session = ANONYMOUS_SESSION   # who is on this connection: its address once made, its login once done
 
     def idle_since(self, now_s: float) -> float:
@@ -199,7 +225,11 @@ class _KafkaConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        if not self.server._opened(self, transport):
+        opened = self.server._opened(self, transport)
+        if opened is None:   # throttled: the server closes it later; what it sends meanwhile is dropped
+            self._throttled = True
+            return
+        if not opened:
             transport.abort()
             return
         peer = transport.get_extra_info("peername")
@@ -207,6 +237,8 @@ class _KafkaConnection(asyncio.Protocol):
             self.session = Session(self.session.principal, str(peer[0]))
 
     def data_received(self, data: bytes) -> None:
+        if self._throttled:   # uvloop may deliver what arrived with the connection, reading paused or not
+            return
         self._last_request_s = asyncio.get_running_loop().time()
         try:
             self._frames.extend(self._decoder.feed(data))

@@ -41,8 +41,8 @@ k times its quota. Request time is this node's own: the time the actors behind
 it (replicas, coordinators, the controller) spend on a relayed request is not
 charged. controller_mutation_rate is the controller's to enforce (KIP-599, as
 KRaft's controller does: protocol.handlers.topic_admin, on the requests brokers
-relay to it in envelopes); the ip connection_creation_rate is not enforced
-(yet): it is stored, validated and described.
+relay to it in envelopes); the ip connection_creation_rate is the server's
+(protocol.server, on a broker's listener, as each new connection arrives).
 
 Rates use the injected clock (milliseconds, and nanoseconds for handling time);
 mutes are deadlines on the event loop's clock, where the server's timers run.

@@ -134,6 +134,39 @@ def test_controller_mutation_rate__confluent_admin_through_a_broker__told_the_th
     assert not any(throttles["other"]), throttles
 
 
+def test_connection_creation_rate__an_ips_quota__its_eleventh_connection_to_a_broker_not_served(cluster):
+    """KIP-612 on a broker's listener: `rafka configs --entity-type ips` gives
+    127.0.0.1 one connection a second (ten over Kafka's 10 s window);
+    confluent-kafka clients bootstrapping from there get ten metadata answers,
+    and the eleventh's connection is closed unanswered (it times out); the
+    brokers' and actors' own connections, from the node's address, are not
+    counted. The quota is removed at the end (the module's cluster goes on)."""
+    import types
+    from confluent_kafka import KafkaException
+    from rafka.cli_configs import cmd_configs
+
+    port = int(cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)[1])
+
+    def alter(config: str, delete: bool = False) -> None:
+        args = types.SimpleNamespace(alter=True, describe=False, entities=[["ips", "127.0.0.1", True]],
+                                     add_config=None if delete else config, delete_config=config if delete else None)
+        assert cmd_configs(cluster.admin(), args, out=lambda line: None) == 0
+
+    alter("connection_creation_rate=1")
+    try:
+        outcomes = []
+        for _ in range(11):
+            client = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+            try:
+                client.list_topics(timeout=3)
+                outcomes.append("answered")
+            except KafkaException:
+                outcomes.append("refused")
+        assert outcomes == ["answered"] * 10 + ["refused"]
+    finally:
+        alter("connection_creation_rate", delete=True)
+
+
 def test_client_quotas__rafka_configs_through_a_broker__every_broker_throttles(cluster):
     """`rafka configs` alters a client id's producer_byte_rate over the wire (a
     broker relays AlterClientQuotas to the controller, which pushes the image

@@ -269,3 +269,22 @@ def test_mutation_quota__refund_gives_back__other_clients_and_no_quota_unbounded
         other.record(1_000)
     assert other.throttle_time_ms == 0
     assert manager.quota_for(ClientQuotas(), "", "admin", strict=True).throttle_time_ms == 0
+
+
+# --- connection_creation_rate (KIP-612): per client IP ---------------------------------
+
+def test_ip_connection_rate__the_ips_own_else_the_default__over_it_refused_and_not_counted():
+    from rafka.core.client_quotas import IP_CONNECTION_RATE, IpConnectionRateManager
+    quotas = ClientQuotas(by_entity={frozenset({(IP, "10.0.0.7")}): {IP_CONNECTION_RATE: 5.0},
+                                     frozenset({(IP, None)}): {IP_CONNECTION_RATE: 100.0}})
+    assert (quotas.ip_connection_rate("10.0.0.7"), quotas.ip_connection_rate("10.0.0.8")) == (5.0, 100.0)
+    assert ClientQuotas().ip_connection_rate("10.0.0.7") is None
+    clock, manager = FakeClock(), IpConnectionRateManager()
+    taken = [manager.throttle_time_ms(quotas, "10.0.0.7", clock.monotonic_ms()) for _ in range(50)]
+    assert taken == [0] * 50                                       # 50 over the 10 s window: 5/s
+    assert manager.throttle_time_ms(quotas, "10.0.0.7", clock.monotonic_ms()) == 200   # (5.1 - 5) / 5 * 10 s
+    assert manager.throttle_time_ms(quotas, "10.0.0.7", clock.monotonic_ms()) == 200   # the refused one not counted
+    assert manager.throttle_time_ms(quotas, "10.0.0.8", clock.monotonic_ms()) == 0     # another IP's own rate
+    assert manager.throttle_time_ms(ClientQuotas(), "10.0.0.7", clock.monotonic_ms()) == 0
+    clock.advance(10_200)                                          # 51 over 10.2 s: 5/s again
+    assert manager.throttle_time_ms(quotas, "10.0.0.7", clock.monotonic_ms()) == 0

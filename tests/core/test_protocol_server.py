@@ -363,3 +363,43 @@ def test_connection__an_answer_with_the_wrong_correlation_id__fails_the_connecti
         server.close()
         return connection.closed
     assert run(scenario())
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_client_listener__a_connection_over_its_ips_connection_creation_rate__never_served_closed_after_throttle(
+        loop_kind):
+    """KIP-612 on a client listener: the default IP may open 5 connections a
+    second (over Kafka's 10 s window: 50); the 51st is held unread and closed
+    after its throttle time ((5.1 - 5) / 5 * 10 s = 200 ms), the others answered.
+    On uvloop too (the actors' loop), which delivers the bytes that came with
+    the connection whether its reading is paused or not."""
+    from rafka.core.client_quotas import IP, IP_CONNECTION_RATE, ClientQuotas, IpConnectionRateManager
+    from rafka.core.cluster_image import EMPTY_IMAGE
+    import dataclasses
+    image = dataclasses.replace(EMPTY_IMAGE, client_quotas=ClientQuotas(
+        by_entity={frozenset({(IP, None)}): {IP_CONNECTION_RATE: 5.0}}))
+
+    async def scenario():
+        rates = IpConnectionRateManager()
+        server = ProtocolServer(Dispatcher(DispatchTable([api_versions.ROUTE], image=lambda: image)),
+                                host="127.0.0.1", ip_connection_rates=rates)
+        await server.start()
+        taken = [await Connection.open("127.0.0.1", server.port) for _ in range(50)]
+        answers = [await c.request(API_VERSIONS) for c in taken]
+        loop = asyncio.get_running_loop()
+        opened_s = loop.time()
+        frame = request_frame(18, 3, API_VERSIONS)
+        try:   # closed with our request unread: a reset
+            throttled = await raw_exchange(server.port, struct.pack(">i", len(frame)) + frame)
+        except ConnectionResetError:
+            throttled = b""
+        held_s = loop.time() - opened_s
+        for connection in taken:
+            await connection.close()
+        await server.stop()
+        return answers, throttled, held_s, rates.throttled_connections
+    import uvloop
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if loop_kind == "uvloop" else None) as runner:
+        answers, throttled, held_s, throttled_count = runner.run(asyncio.wait_for(scenario(), 30))
+    assert all(a.error_code == ErrorCode.none for a in answers)
+    assert throttled == b"" and throttled_count == 1 and 0.15 <= held_s < 2.0
