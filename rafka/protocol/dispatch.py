@@ -220,7 +220,13 @@ class Dispatcher:
                        session: Session = ANONYMOUS_SESSION) -> bytes | None:
         """The size-prefixed response frame, or None when no response is due."""
         started_s = self._clock_s()
-        parsed = self.parse(frame, connection_id=connection_id, session=session)
+        return await self.answer_counted(self.parse(frame, connection_id=connection_id, session=session), started_s)
+
+    async def answer_counted(self, parsed: ParsedRequest, started_s: float | None = None) -> bytes | None:
+        """`answer`, counted and timed in this node's request metrics from
+        `started_s` (now if not given): a request read here, or one an envelope
+        carried (handlers.envelope)."""
+        started_s = self._clock_s() if started_s is None else started_s
         try:
             return await self.answer(parsed)
         finally:

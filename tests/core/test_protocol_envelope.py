@@ -66,6 +66,8 @@ def test_envelope__runs_the_request_as_the_clients_principal__its_user_quota_app
     assert answer.throttle_time == datetime.timedelta(milliseconds=2_500)
     assert int.from_bytes(inner[:4], "big") == 41                    # the client's correlation id inside
     assert set(controller.metadata.topics) == {"t0", "t1"}
+    counted = dispatcher.request_metrics.by_request
+    assert counted[("CreateTopics", 7)].count == 1 and counted[("Envelope", 0)].count == 1   # both in the metrics
 
 
 def test_envelope__from_a_principal_without_cluster_action__refused_nothing_run():

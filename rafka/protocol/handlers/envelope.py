@@ -9,7 +9,8 @@ controller runs it as that client (Kafka's ForwardingManager and ControllerApis)
     principal and address the envelope carries: its handlers authorize it and
     charge its quotas (controller_mutation_rate, KIP-599) as that client's;
     the answer goes back whole in response_data (correlation id first, no size
-    prefix), the client's correlation id in it.
+    prefix), the client's correlation id in it. The inner request is counted in
+    the node's request metrics as its own API (the envelope too).
   * The principal is Kafka's DefaultPrincipalData behind its version (a short),
     as DefaultKafkaPrincipalBuilder serializes it; the address is the client's
     IP in 4 or 16 bytes (empty when unknown).
@@ -109,7 +110,7 @@ def route(target: EnvelopeTarget) -> Route:
             return failed(ErrorCode.invalid_request)
         if parsed.context.api_key == ENVELOPE_KEY:   # no envelope in an envelope (Kafka's)
             return failed(ErrorCode.invalid_request)
-        answer = await target.dispatcher.answer(parsed)
+        answer = await target.dispatcher.answer_counted(parsed)
         return envelope_response.EnvelopeResponse(response_data=None if answer is None else answer[4:],
                                                   error_code=ErrorCode.none)
     return Route(ENVELOPE_KEY, 0, 0, envelope)
