@@ -302,7 +302,7 @@ class ControllerActor:
         # Its node is internal (brokers forward administration to it): a port the OS picks.
         self.serving = NodeServing(CONTROLLER_NAME, topic_admin_host=_TopicAdminOnActorLoop(self, hop),
                                    allocate_producer_id=hop(self.allocate_producer_id),
-                                   image_source=self.cluster_image)
+                                   image_source=self.cluster_image, envelopes=True)
         self.leader_elections = Histogram()   # ms from deciding an election to the new leader's role
         register_controller(self.serving.metrics, lambda: self.metadata, self.leader_elections)
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts

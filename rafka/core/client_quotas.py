@@ -36,7 +36,8 @@ Invariants:
     ConnectionQuotas: the IP's own value, else the default IP's; each new
     connection records 1 on the IP's rate (quota_window_num samples of
     quota_window_size_s); one that takes it over the limit is taken back and
-    refused for the throttle time (QuotaUtils.throttleTime);
+    refused for the throttle time (QuotaUtils.throttleTime, at most one quota
+    window: boundedThrottleTime);
   * bounded: at most MAX_SENSORS sensors per manager (the least recently used goes
     first; Kafka drops a sensor inactive for an hour, as here too), at most
     quota_window_num + 1 samples per sensor, MAX_QUOTA_RECORDS_PER_REQUEST records
@@ -532,9 +533,11 @@ class MutationQuota:
         self._throttle_ms = int(round(-tokens / self._rate * 1000))
         self._throttled_at_ms = now_ms
 
-    def record(self, partitions: int) -> None:
+    def record(self, partitions: int) -> int:
+        """The partitions taken (0: none to take, or no limit); raises
+        ThrottlingQuotaExceeded when strict and the bucket is below zero."""
         if self._bucket is None or partitions <= 0:
-            return
+            return 0
         now_ms = self._now_ms()
         tokens = self._bucket.measure(self._rate, self._burst, now_ms)
         if self.strict and tokens < 0:
@@ -544,6 +547,7 @@ class MutationQuota:
         self._bucket.record(partitions, self._rate, self._burst, now_ms)
         if not self.strict and self._bucket.tokens < 0:
             self._throttle_from(self._bucket.tokens, now_ms)
+        return partitions
 
     def refund(self, partitions: int) -> None:
         """A recorded mutation did not happen (the topic was refused after all), or
@@ -619,4 +623,5 @@ class IpConnectionRateManager:
             return 0
         rate.record(-1.0, now_ms)
         self.throttled_connections += 1
-        return int(round((observed - limit) / limit * window_ms))
+        # QuotaUtils.boundedThrottleTime: at most one quota window, as Kafka's ConnectionQuotas
+        return min(int(round((observed - limit) / limit * window_ms)), self.quota_window_ms)

@@ -319,8 +319,9 @@ class CoordinatorShard:
         id, instance id, metadata) of every member. The assignment comes from
         sync_group. `skip_assignment_supported`: JoinGroup v9+ (KIP-814); `reason`
         (v8+, KIP-800) is logged, as Kafka's coordinator only logs it."""
-        if reason:
-            logger.info("group %s: member %r (instance %s) joins: %s", group, member_id, group_instance_id, reason)
+        if reason:   # Java clients give one with every join: kept short, at debug
+            logger.debug("group %s: member %r (instance %s) joins: %.200s", group, member_id, group_instance_id,
+                         reason)
         async with self.locks.hold(group):
             await self._write(self._take_over_consumer_group(group))
             result = self.groups.join(group, member_id, group_instance_id=group_instance_id, client_id=client_id,

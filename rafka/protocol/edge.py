@@ -177,9 +177,8 @@ SINGLE_TRANSACTION_APIS = {22: "transactional_id", 24: "v3_and_below_transaction
 TRANSACTION_LIST_APIS = {24: ("transactions", "results_by_transaction"), 65: ("transactional_ids", "transaction_states")}
 LIST_TRANSACTIONS_KEY = 66
 TRANSACTION_APIS = frozenset(SINGLE_TRANSACTION_APIS) | frozenset(TRANSACTION_LIST_APIS) | {LIST_TRANSACTIONS_KEY}
-# Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls,
-# ElectLeaders, Alter/ListPartitionReassignments, AlterClientQuotas
-CONTROLLER_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46, 49})
+# the administration relayed to the controller, in envelopes (handlers.envelope)
+CONTROLLER_APIS = envelope.FORWARDED_APIS
 WRITE_TXN_MARKERS_KEY = 27
 # every API routed to the actors (the rest is answered here): one set lookup a request
 ROUTED_APIS = (frozenset(PARTITION_APIS) | SINGLE_GROUP_APIS | frozenset(GROUP_LIST_APIS) | CONTROLLER_APIS
@@ -305,7 +304,10 @@ class EdgeDispatcher(Dispatcher):
                 answer = await self._relay(connection_id, endpoint, frame, expect_response,
                                            written.one if written else None, enveloped=enveloped)
                 if answer is _UNREACHABLE and api_key in CONTROLLER_APIS:   # lost: once more, anew
+                    # (a refused envelope is not tried again: it would be refused again)
                     answer = await self._relay(connection_id, endpoint, frame, expect_response, enveloped=enveloped)
+                if answer is _REFUSED:
+                    answer = _UNREACHABLE
                 if answer is not _UNREACHABLE:
                     self.relayed_requests += 1
                     return None if answer is None else _with_correlation_id(answer, parsed.context.correlation_id)
@@ -492,6 +494,8 @@ class EdgeDispatcher(Dispatcher):
             answer = await self._relay(connection_id, endpoint, request_frame(parsed.context, body), expect_response,
                                        on_written, enveloped=parsed.context if parsed.context.api_key in CONTROLLER_APIS
                                        else None)
+            if answer is _REFUSED:
+                answer = _UNREACHABLE
             if answer is None:
                 return None
             if answer is not _UNREACHABLE:
@@ -529,7 +533,8 @@ class EdgeDispatcher(Dispatcher):
         `enveloped`: the client's request context, for a request to the
         controller: it goes in an Envelope (KIP-590, handlers.envelope) so that
         the controller runs it as the client's (its ACLs, its quotas); the inner
-        answer comes back (an envelope refused: _UNREACHABLE, answered here)."""
+        answer comes back (an envelope refused: _REFUSED, then answered here as
+        an unreachable controller's request is)."""
         try:
             channel = await self._channel(connection_id, endpoint)
             if enveloped is None:
@@ -538,11 +543,14 @@ class EdgeDispatcher(Dispatcher):
         except NetworkException as error:
             logger.info("broker %d: %s:%d unreachable (%s): answering for it", self.broker_id, *endpoint, error)
             return _UNREACHABLE
-        inner = envelope.unwrap(answer)
-        if inner is None:
-            logger.warning("broker %d: the controller at %s:%d refused an envelope: answering for it",
-                           self.broker_id, *endpoint)
-            return _UNREACHABLE
+        try:
+            inner = envelope.unwrap(answer)
+        except Exception as error:   # an answer that cannot be read: answered here, as a lost one
+            inner, answer = None, error
+        if inner is None:   # a bug or a misconfiguration: said loudly; the client gets a retriable answer
+            logger.warning("broker %d: the controller at %s:%d refused an envelope (%s): answering for it",
+                           self.broker_id, *endpoint, answer)
+            return _REFUSED
         return inner
 
     async def _channel(self, connection_id: str, endpoint: Endpoint) -> Connection:
@@ -615,6 +623,7 @@ class EdgeDispatcher(Dispatcher):
 
 
 _UNREACHABLE = object()
+_REFUSED = object()   # the controller refused the envelope: answered here as _UNREACHABLE is, not tried again
 
 
 class _Written:

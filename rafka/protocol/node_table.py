@@ -84,7 +84,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                acl_admin: acls.AclAdmin | None = None,
                elections_admin: partition_admin.PartitionAdmin | None = None,
                quota_admin: client_quotas.QuotaAdmin | None = None,
-               log_dirs: describe_log_dirs.LogDirs | None = None) -> DispatchTable:
+               log_dirs: describe_log_dirs.LogDirs | None = None, envelopes: bool = False) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `transactions`: a TransactionHost
     (handlers.txn_coordinator) with the transaction coordinators hosted here
@@ -95,16 +95,18 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     `elections_admin`: where ElectLeaders and the partition reassignment APIs go
     (default: topic_admin_host);
     `quota_admin`: where AlterClientQuotas goes (default: topic_admin_host);
-    `log_dirs`: the node's log dirs for DescribeLogDirs (a broker's; none: no log dir)."""
+    `log_dirs`: the node's log dirs for DescribeLogDirs (a broker's; none: no log dir);
+    `envelopes`: the controller's node (or a test's stand-in for it): it takes
+    what brokers relay to it in envelopes (KIP-590) and charges topic
+    administration to the clients' controller_mutation_rate; no other node
+    offers Envelope or charges that quota (a broker answering for an
+    unreachable controller did no mutation)."""
     partitions = partitions or _NoPartitions(image)
     groups = groups or _NoGroups()
     transactions = transactions or NoTransactions()
     admin = topic_admin_host or _NotController(image)
     alter_topic_config = alter_topic_config or admin.alter_topic_config
-    # the controller's node (or a test's stand-in for it) takes what brokers relay
-    # to it in envelopes (KIP-590); a broker's clients are not offered Envelope
-    serves_controller = any(host is not None for host in (topic_admin_host, acl_admin, elections_admin, quota_admin))
-    envelope_target = envelope.EnvelopeTarget() if serves_controller else None
+    envelope_target = envelope.EnvelopeTarget() if envelopes else None
     return DispatchTable([
         api_versions.ROUTE, metadata.route(image), find_coordinator.route(image), describe_configs.route(image),
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
@@ -116,7 +118,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         write_txn_markers.route(partitions, groups), txn_offset_commit.route(groups),
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
         *group_offsets.routes(groups), *group_membership.routes(groups), *consumer_group.routes(groups),
-        *topic_admin.routes(admin),
+        *topic_admin.routes(admin, mutation_quotas=envelopes),
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
         *partition_admin.routes(elections_admin or admin),
         *client_quotas.routes(image, quota_admin or admin),

@@ -103,7 +103,7 @@ class ProtocolServer:
         self._connection_numbers = itertools.count()
         self._idle_checker: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Future] = set()   # dispatchers' connection_closed, held until done
-        self._held: set[asyncio.Transport] = set()   # throttled connections until their close (max_connections bounds them)
+        self._held: set[asyncio.Transport] = set()   # throttled connections until their close (at most max_connections)
         self.refused_connections = 0
         self.closed_for_bad_input = 0
 
@@ -155,7 +155,7 @@ class ProtocolServer:
 
     def _opened(self, connection: _KafkaConnection, transport: asyncio.Transport) -> bool | None:
         """True: served; False: refused (closed now); None: throttled (held, then closed)."""
-        if len(self._connections) + len(self._held) >= self.max_connections:
+        if len(self._connections) >= self.max_connections:
             self.refused_connections += 1
             return False
         if self.ip_connection_rates is not None and self.dispatcher.table.image is not None:
@@ -165,6 +165,9 @@ class ProtocolServer:
                 self.dispatcher.table.image().client_quotas, str(peer[0]) if isinstance(peer, tuple) else "",
                 int(loop.time() * 1000))
             if throttle_ms > 0:   # never read; closed when the throttle time has passed
+                if len(self._held) >= self.max_connections:   # held ones bounded apart (Kafka counts them not)
+                    self.refused_connections += 1
+                    return False
                 transport.pause_reading()
                 self._held.add(transport)
                 loop.call_later(throttle_ms / 1000, self._release, transport)
@@ -178,6 +181,9 @@ class ProtocolServer:
         transport.abort()
 
     def _closed(self, connection: _KafkaConnection) -> None:
+        if connection._throttled:   # closed by the client before its throttle time ended
+            self._held.discard(connection._transport)
+            return
         self._connections.pop(connection.connection_id, None)
         closing = asyncio.ensure_future(self.dispatcher.connection_closed(connection.connection_id))
         self._closing.add(closing)

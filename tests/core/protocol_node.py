@@ -245,7 +245,7 @@ class ProtocolNode:
                                            partitions=self, groups=self.coordinator,
                                            list_groups=self.coordinator.list_groups, acl_admin=self,
                                            elections_admin=self, quota_admin=self,
-                                           transactions=self.transactions,
+                                           transactions=self.transactions, envelopes=True,
                                            log_dirs=None if self.with_edge else self._log_dirs))
         # One server (port) per actor, as in a cluster, all answering from one table:
         # librdkafka 2.0 mixes up node ids that share an address.

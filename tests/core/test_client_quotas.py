@@ -286,5 +286,12 @@ def test_ip_connection_rate__the_ips_own_else_the_default__over_it_refused_and_n
     assert manager.throttle_time_ms(quotas, "10.0.0.7", clock.monotonic_ms()) == 200   # the refused one not counted
     assert manager.throttle_time_ms(quotas, "10.0.0.8", clock.monotonic_ms()) == 0     # another IP's own rate
     assert manager.throttle_time_ms(ClientQuotas(), "10.0.0.7", clock.monotonic_ms()) == 0
+    slow = ClientQuotas(by_entity={frozenset({(IP, "10.0.0.9")}): {IP_CONNECTION_RATE: 1.0}})
+    for _ in range(10):
+        manager.throttle_time_ms(slow, "10.0.0.9", clock.monotonic_ms())
+    manager.throttle_time_ms(quotas, "10.0.0.9", clock.monotonic_ms())   # ... and 40 more under a laxer quota
+    for _ in range(39):
+        manager.throttle_time_ms(quotas, "10.0.0.9", clock.monotonic_ms())
+    assert manager.throttle_time_ms(slow, "10.0.0.9", clock.monotonic_ms()) == 1_000   # 40 s, bounded by a window
     clock.advance(10_200)                                          # 51 over 10.2 s: 5/s again
     assert manager.throttle_time_ms(quotas, "10.0.0.7", clock.monotonic_ms()) == 0

@@ -86,3 +86,22 @@ def test_envelope__an_inner_request_that_cannot_be_read__invalid_request_nothing
     response = read_answer(RequestContext(api_key=58, api_version=0, correlation_id=0, client_id="",
                                           connection_id="", supported_api_versions=()), bytes(outer_answer))
     assert response.error_code == ErrorCode.invalid_request and controller.metadata.topics == {}
+
+
+def test_envelope__routed_only_on_the_controllers_node__and_only_for_the_administration_brokers_relay():
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+    from rafka.core.cluster_image import EMPTY_IMAGE
+    from rafka.protocol.node_table import node_table
+
+    async def no_ids():
+        return 0
+    assert envelope.ENVELOPE_KEY not in node_table(image=lambda: EMPTY_IMAGE,
+                                                   allocate_producer_id=no_ids).routes_by_api_key
+    assert envelope.ENVELOPE_KEY in node_table(image=lambda: EMPTY_IMAGE, allocate_producer_id=no_ids,
+                                               envelopes=True).routes_by_api_key
+    controller, dispatcher = controller_node()
+    outer_answer = relay(dispatcher, "User:broker", request_frame(18, 3, ApiVersionsRequest(
+        client_software_name="x", client_software_version="1")), client_context())
+    response = read_answer(RequestContext(api_key=58, api_version=0, correlation_id=0, client_id="",
+                                          connection_id="", supported_api_versions=()), bytes(outer_answer))
+    assert response.error_code == ErrorCode.invalid_request

@@ -213,3 +213,26 @@ def test_controller_mutation_rate__strict_from_create_topics_v6__the_topic_met_b
         name="first", topic_id=topic_admin.ZERO_UUID),), timeout=TIMEOUT))
     assert deleted.responses[0].error_code == ErrorCode.none and "first" not in controller.metadata.topics
     assert deleted.throttle_time == datetime.timedelta(0)   # strict: a throttle time only with a refusal
+
+
+def test_controller_mutation_rate__a_create_partitions_refused_for_shrinking__takes_nothing_from_the_bucket():
+    from rafka.core.client_quotas import CONTROLLER_MUTATION_RATE, ClientQuotas
+    from rafka.core.clock import FakeClock
+    controller = StandInController()
+    quotas = ClientQuotas(by_entity={frozenset({("client-id", "test-client")}): {CONTROLLER_MUTATION_RATE: 1.0}})
+    dispatcher = Dispatcher(DispatchTable([api_versions.ROUTE, *topic_admin.routes(controller, clock=FakeClock())],
+                                          image=lambda: dataclasses.replace(controller.cluster_image(),
+                                                                            client_quotas=quotas)))
+
+    def send(api_key, version, request):
+        return read_response(asyncio.run(dispatcher.dispatch(request_frame(api_key, version, request))),
+                             api_key, version)[1]
+    created = send(19, 7, create_v7.CreateTopicsRequest(topics=(creatable("small", 10, 1),), timeout=TIMEOUT,
+                                                        validate_only=False))
+    assert created.topics[0].error_code == ErrorCode.none                     # the bucket of 10: empty now
+    shrunk = send(37, 3, partitions_v3.CreatePartitionsRequest(topics=(partitions_v3.CreatePartitionsTopic(
+        name="small", count=i32(2), assignments=None),), timeout=TIMEOUT, validate_only=False))
+    assert shrunk.results[0].error_code == ErrorCode.invalid_partitions
+    created = send(19, 7, create_v7.CreateTopicsRequest(topics=(creatable("one-more", 1, 1),), timeout=TIMEOUT,
+                                                        validate_only=False))
+    assert created.topics[0].error_code == ErrorCode.none                     # at zero, not below: taken

@@ -14,8 +14,12 @@ controller runs it as that client (Kafka's ForwardingManager and ControllerApis)
   * The principal is Kafka's DefaultPrincipalData behind its version (a short),
     as DefaultKafkaPrincipalBuilder serializes it; the address is the client's
     IP in 4 or 16 bytes (empty when unknown).
-  * A principal or address that cannot be read, or an inner request that cannot
-    be parsed: INVALID_REQUEST, nothing run.
+  * A principal or address that cannot be read, an inner request that cannot
+    be parsed, or one of an API that is not forwarded (FORWARDED_APIS, the
+    administration brokers relay: Kafka's forwardable APIs): INVALID_REQUEST,
+    nothing run.
+  * Only the controller's node routes Envelope (node_table's `envelopes`): a
+    broker's clients are neither offered it nor answered.
 Callers: protocol.node_table (the controller's node: `route`), protocol.edge
 (`wrap` and `unwrap`, for every request it relays to the controller).
 """
@@ -37,6 +41,9 @@ from rafka.protocol.authorization import check_of, gate
 from rafka.protocol.dispatch import ParsedRequest, RequestContext, Route, Session, read_answer, request_frame
 
 ENVELOPE_KEY = 58
+# Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls,
+# ElectLeaders, Alter/ListPartitionReassignments, AlterClientQuotas
+FORWARDED_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46, 49})
 _CLUSTER_ACTION = check_of(ENVELOPE_KEY, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
 _VERSION = struct.Struct(">h")
 
@@ -108,7 +115,7 @@ def route(target: EnvelopeTarget) -> Route:
                 principal=principal, client_host=host), connection_id=context.connection_id)
         except Exception:   # kio's decode errors, a bad address or principal, an unknown API
             return failed(ErrorCode.invalid_request)
-        if parsed.context.api_key == ENVELOPE_KEY:   # no envelope in an envelope (Kafka's)
+        if parsed.context.api_key not in FORWARDED_APIS:   # nor an envelope in an envelope (Kafka's)
             return failed(ErrorCode.invalid_request)
         answer = await target.dispatcher.answer_counted(parsed)
         return envelope_response.EnvelopeResponse(response_data=None if answer is None else answer[4:],

@@ -13,7 +13,7 @@ coordinator: the shard in process, the actor in a cluster).
     group.instance.id); the others get no members. An empty member id gets a new
     one in the answer (KIP-394's MEMBER_ID_REQUIRED round trip is not asked for:
     clients take either answer). group_instance_id (v5+) makes a static member
-    (KIP-345). v8's reason (KIP-800) goes to the coordinator's log; v9
+    (KIP-345). v8's reason (KIP-800) goes to the coordinator's debug log; v9
     (KIP-814) lets a static leader back in a Stable group lead again with
     skip_assignment (before v9 it is told the old leader id and follows).
   * SyncGroup: the leader's assignments (opaque bytes per member) are what every

@@ -116,27 +116,28 @@ def _throttle(quota: MutationQuota) -> i32Timedelta:
 
 
 async def _mutate(quota: MutationQuota, partitions: int, mutation: Callable[[], Awaitable]):
-    """`mutation()` run with `partitions` taken from the quota first (given back
-    if it fails, unless it timed out: then it goes on)."""
-    quota.record(partitions)
+    """`mutation()` run with `partitions` taken from the quota first (what was
+    taken given back if it fails, unless it timed out: then it goes on)."""
+    taken = quota.record(partitions)
     try:
         return await mutation()
     except RequestTimedOut:
         raise
     except Exception:
-        quota.refund(partitions)
+        quota.refund(taken)
         raise
 
 
-def routes(admin: TopicAdmin, *, clock=None) -> list[Route]:
-    """`clock`: core.clock's (SystemClock by default), for the mutation quotas."""
-    mutation_quotas = ControllerMutationQuotaManager((clock or SystemClock()).monotonic_ms)
+def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> list[Route]:
+    """`clock`: core.clock's (SystemClock by default), for the mutation quotas;
+    `mutation_quotas`: this is the controller's node, which charges them."""
+    quota_manager = ControllerMutationQuotaManager((clock or SystemClock()).monotonic_ms)
 
     def quota_of(context: RequestContext, api_key: int) -> MutationQuota:
-        quotas = context.image.client_quotas if context.image is not None else None
+        quotas = context.image.client_quotas if context.image is not None and mutation_quotas else None
         if quotas is None:
-            return mutation_quotas.quota_for(NO_CLIENT_QUOTAS, "", "", strict=False)
-        return mutation_quotas.quota_for(quotas, user_of_principal(context.principal), context.client_id,
+            return quota_manager.quota_for(NO_CLIENT_QUOTAS, "", "", strict=False)
+        return quota_manager.quota_for(quotas, user_of_principal(context.principal), context.client_id,
                                          strict=context.api_version >= STRICT_QUOTA_SINCE[api_key])
 
     async def create(request, context: RequestContext):
