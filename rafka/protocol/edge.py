@@ -310,6 +310,8 @@ class EdgeDispatcher(Dispatcher):
                     answer = _UNREACHABLE
                 if answer is not _UNREACHABLE:
                     self.relayed_requests += 1
+                    if enveloped is not None and answer is not None:
+                        self._mute_for_controller_throttle(parsed, answer, connection_id)
                     return None if answer is None else _with_correlation_id(answer, parsed.context.correlation_id)
             answer = await parsed.route.handler(body, parsed.context)   # as a broker that hosts none of it
             return None if answer is None else encode_response(parsed.context.correlation_id, answer)
@@ -526,6 +528,15 @@ class EdgeDispatcher(Dispatcher):
             answers.extend(await asyncio.gather(*(self._ask(parsed, tasks[task], body, connection_id)
                                                   for task, body in zip(pending, again))))
         return answers
+
+    def _mute_for_controller_throttle(self, parsed: ParsedRequest, answer, connection_id: str) -> None:
+        """The controller's throttle time (controller_mutation_rate) mutes the
+        client's connection here, as Kafka's broker does for a forwarded answer
+        (sendForwardedResponse): clients before KIP-219 do not wait by themselves."""
+        throttle = getattr(read_answer(parsed.context, bytes(answer)), "throttle_time", None)
+        throttle_ms = int(throttle.total_seconds() * 1000) if throttle is not None else 0
+        if throttle_ms > 0:
+            self.quotas.mute(connection_id, throttle_ms)
 
     async def _relay(self, connection_id: str, endpoint: Endpoint, frame, expect_response: bool,
                      on_written=None, *, enveloped: RequestContext | None = None):

@@ -174,7 +174,7 @@ class EdgeQuotas:
             byte_throttle_ms = self.produce.record_and_get_throttle_time_ms(
                 quotas, user, context.client_id, len(frame), self.clock.monotonic_ms())
             if byte_throttle_ms > 0:
-                self._mute(connection_id, byte_throttle_ms)
+                self.mute(connection_id, byte_throttle_ms)
         elif consumer_fetch and bytes_measured:
             cap = self.fetch.max_value_in_quota_window(quotas, user, context.client_id)
             if cap is not None and int(parsed.body.max_bytes) > cap:
@@ -186,7 +186,7 @@ class EdgeQuotas:
             quotas, user, context.client_id, request_percentage_of(handling.busy_ns), now_ms) if timed else 0
         if answer is None:
             if request_throttle_ms > 0:
-                self._mute(connection_id, request_throttle_ms)
+                self.mute(connection_id, request_throttle_ms)
             return None
         if consumer_fetch:
             if bytes_measured:
@@ -197,14 +197,15 @@ class EdgeQuotas:
                 return answer
             if bytes_measured:   # the answer goes out empty: its size is not the client's
                 self.fetch.unrecord(quotas, user, context.client_id, len(answer), now_ms)
-            self._mute(connection_id, throttle_ms)
+            self.mute(connection_id, throttle_ms)
             return encode_response(context.correlation_id, throttled_fetch_answer(context.api_version, throttle_ms))
         if request_throttle_ms > 0:
-            self._mute(connection_id, request_throttle_ms)
+            self.mute(connection_id, request_throttle_ms)
         throttle_ms = max(byte_throttle_ms, request_throttle_ms)
         return answer if throttle_ms <= 0 else _with_throttle(parsed, answer, throttle_ms)
 
-    def _mute(self, connection_id: str, throttle_ms: int) -> None:
+    def mute(self, connection_id: str, throttle_ms: int) -> None:
+        """No request of the connection starts for `throttle_ms` (KIP-219's mute)."""
         until = asyncio.get_running_loop().time() + throttle_ms / 1000.0
         self.channel_mutes[connection_id] = max(until, self.channel_mutes.get(connection_id, 0.0))
 

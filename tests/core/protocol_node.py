@@ -156,14 +156,16 @@ class ProtocolNode:
     def __init__(self, directory, topics: dict[str, int], *, configs: dict[str, dict] | None = None, sasl=None,
                  tls=None, edge: bool = False, brokers: int = 1, require_sasl: bool = False,
                  super_users: frozenset[str] = frozenset(), coordinator_options: dict | None = None,
-                 quota_options: dict | None = None) -> None:
+                 quota_options: dict | None = None, topic_admin=None) -> None:
         """`edge`: clients bootstrap at a broker's node (protocol.edge) in front of
         the actors' nodes, as in a cluster; `brokers`: how many brokers the
         partitions are spread over (replicas of brokers > 0 are refused by broker
         0's edge, as not led there; only broker 0 runs an edge);
         `coordinator_options`: LocalCoordinator's (consumer groups' session timeout
         and heartbeat interval); `quota_options`: the edge's client quotas'
-        (protocol.throttling.EdgeQuotas: clock, quota window)."""
+        (protocol.throttling.EdgeQuotas: clock, quota window); `topic_admin`: the
+        controller's calls behind the node (a stand-in; none: NOT_CONTROLLER)."""
+        self.topic_admin = topic_admin
         self.quota_options = quota_options
         self.coordinator_options = coordinator_options or {}
         self.directory = directory
@@ -244,6 +246,7 @@ class ProtocolNode:
         dispatcher = Dispatcher(node_table(image=self.image, allocate_producer_id=self._allocate_producer_id,
                                            partitions=self, groups=self.coordinator,
                                            list_groups=self.coordinator.list_groups, acl_admin=self,
+                                           topic_admin_host=self.topic_admin,
                                            elections_admin=self, quota_admin=self,
                                            transactions=self.transactions, envelopes=True,
                                            log_dirs=None if self.with_edge else self._log_dirs))

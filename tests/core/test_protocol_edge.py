@@ -355,3 +355,36 @@ def test_transaction_apis__routed_to_the_coordinator_here__not_coordinator_when_
     assert transactional.error_code == ErrorCode.not_coordinator
     assert [s.error_code for s in described.transaction_states] == [ErrorCode.not_coordinator]
     assert (listed.error_code, listed.transaction_states) == (ErrorCode.none, ())
+
+
+def test_controller_mutation_throttle__the_broker_mutes_the_clients_connection_for_it(tmp_path):
+    """The controller's throttle time (controller_mutation_rate 10/s: a bucket of
+    100; 105 partitions taken, the next topic refused with 500 ms to wait) comes
+    back through the broker's edge, which mutes the client's connection for it,
+    as Kafka's broker does for a forwarded answer: the request after starts only
+    once the time has passed."""
+    from tests.core.test_protocol_topic_admin import StandInController
+
+    class Controller(StandInController):
+        async def alter_topic_config(self, *args, **kwargs):
+            raise AssertionError("not asked here")
+    with ProtocolNode(tmp_path, {"orders": 1}, edge=True, topic_admin=Controller()) as node:
+        node.call(node.alter_client_quotas([([("client-id", "rafka")], [("controller_mutation_rate", 10.0)])]))
+        wide = dataclasses.replace(_create_topics("wide"), topics=(dataclasses.replace(
+            _create_topics("wide").topics[0], num_partitions=i32(105)),))
+
+        async def go():
+            connection = await Connection.open("127.0.0.1", node.port)
+            try:
+                await connection.request(wide)
+                refused = await connection.request(_create_topics("next"))
+                loop = asyncio.get_running_loop()
+                sent_s = loop.time()
+                await connection.request(_create_topics("after"))
+                return refused, loop.time() - sent_s
+            finally:
+                await connection.close()
+        created, waited_s = asyncio.run(go())
+    assert created.topics[0].error_code == ErrorCode.throttling_quota_exceeded
+    assert 400 <= created.throttle_time.total_seconds() * 1000 <= 500
+    assert waited_s >= 0.35

@@ -30,9 +30,9 @@ handlers do the same way:
     (a topic met with the bucket below zero answers THROTTLING_QUOTA_EXCEEDED,
     nothing done for it), permissive before; the answer's throttle_time_ms
     says how long to wait either way. validate_only takes nothing; a topic
-    refused after all gives its partitions back. The brokers relay the throttle
-    time and do not mute the connection for it (clients of KIP-219 back off
-    by themselves).
+    refused after all gives its partitions back. The broker that relayed the
+    request mutes the client's connection for the throttle time (protocol.edge,
+    as Kafka's sendForwardedResponse), so clients before KIP-219 wait too.
   * authorization (KafkaApis, ControllerApis): CREATE on each topic or on the
     cluster; DESCRIBE and DELETE on each topic deleted (a topic the caller may
     not describe answers TOPIC_AUTHORIZATION_FAILED whether or not it exists);
