@@ -56,7 +56,7 @@ import dataclasses
 import ipaddress
 import math
 from collections.abc import Callable, Mapping
-from typing import Optional
+from typing import Generic, Optional, TypeVar
 
 from rafka.core.errors import (InvalidRequest, KafkaError, ThrottlingQuotaExceeded, UnknownServerError,
                                UnsupportedVersion)
@@ -80,6 +80,8 @@ _LIMITS = {"SHORT": (2 ** 15 - 1, "a SHORT"), "INT": (2 ** 31 - 1, "an INT"), "L
 MAX_QUOTA_RECORDS_PER_REQUEST = 10_000   # Kafka's MAX_RECORDS_PER_USER_OP
 MAX_SENSORS = 10_000
 INACTIVE_SENSOR_EXPIRATION_MS = 3_600_000   # ClientQuotaManager.InactiveSensorExpirationTimeSeconds
+K = TypeVar("K")
+V = TypeVar("V")
 QUOTA_WINDOW_NUM_DEFAULT = 11               # quota.window.num
 QUOTA_WINDOW_SIZE_S_DEFAULT = 1             # quota.window.size.seconds
 PERCENTAGE_PER_NS = 100.0 / 1_000_000_000    # ClientRequestQuotaManager.NanosToPercentagePerSecond
@@ -416,6 +418,36 @@ class SampledRate:
         return self.rate_and_window_ms(now_ms)[0]
 
 
+class BoundedSensors(Generic[K, V]):
+    """A manager's sensors by key, least recently used first: at most `max_sensors`;
+    when a new one is made, those unused for INACTIVE_SENSOR_EXPIRATION_MS go first
+    (Kafka's sensors expire after an hour), then the least recently used past the
+    bound. `make(now_ms)` makes a new sensor."""
+
+    def __init__(self, make: Callable[[int], V], max_sensors: int) -> None:
+        self._make = make
+        self.max_sensors = max_sensors
+        self._entries: collections.OrderedDict[K, list] = collections.OrderedDict()   # key -> [sensor, last used]
+
+    def get(self, key: K, now_ms: int) -> V:
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry[1] = now_ms
+            self._entries.move_to_end(key)
+            return entry[0]
+        while self._entries:
+            _, last_used_ms = next(iter(self._entries.values()))
+            if now_ms - last_used_ms < INACTIVE_SENSOR_EXPIRATION_MS and len(self._entries) < self.max_sensors:
+                break
+            self._entries.popitem(last=False)
+        sensor = self._make(now_ms)
+        self._entries[key] = [sensor, now_ms]
+        return sensor
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class ClientQuotaManager:
     """One quota type's sensors on one broker (Kafka's ClientQuotaManager for
     `key`: producer_byte_rate or consumer_byte_rate; its ClientRequestQuotaManager
@@ -429,28 +461,13 @@ class ClientQuotaManager:
         self.key = key
         self.quota_window_num = quota_window_num
         self.quota_window_ms = quota_window_size_s * 1000
-        self.max_sensors = max_sensors
         # ClientRequestQuotaManager.throttleTime: QuotaUtils.boundedThrottleTime by
         # quota.window.size.seconds; the byte rates are not bounded
         self.throttle_time_max_ms = self.quota_window_ms if key == REQUEST_PERCENTAGE else None
-        self._sensors: collections.OrderedDict[tuple[str, str], tuple[SampledRate, list[int]]] = \
-            collections.OrderedDict()
+        self._sensors: BoundedSensors[tuple[str, str], SampledRate] = BoundedSensors(
+            lambda now_ms: SampledRate(window_num=quota_window_num, window_ms=self.quota_window_ms, now_ms=now_ms),
+            max_sensors)
         self.throttled_requests = 0
-
-    def _sensor(self, tags: tuple[str, str], now_ms: int) -> SampledRate:
-        found = self._sensors.get(tags)
-        if found is not None:
-            found[1][0] = now_ms
-            self._sensors.move_to_end(tags)
-            return found[0]
-        while self._sensors:   # expired, then the least recently used past the bound
-            oldest_tags, (_, last) = next(iter(self._sensors.items()))
-            if now_ms - last[0] < INACTIVE_SENSOR_EXPIRATION_MS and len(self._sensors) < self.max_sensors:
-                break
-            del self._sensors[oldest_tags]
-        rate = SampledRate(window_num=self.quota_window_num, window_ms=self.quota_window_ms, now_ms=now_ms)
-        self._sensors[tags] = (rate, [now_ms])
-        return rate
 
     def record_and_get_throttle_time_ms(self, quotas: ClientQuotas, user: str, client_id: str, value: float,
                                         now_ms: int) -> int:
@@ -460,7 +477,7 @@ class ClientQuotaManager:
         if not quotas.enabled(self.key):
             return 0
         tags, limit = quotas.resolve(self.key, user, client_id)
-        rate = self._sensor(tags, now_ms)
+        rate = self._sensors.get(tags, now_ms)
         rate.record(value, now_ms)
         if limit is None:
             return 0
@@ -475,7 +492,7 @@ class ClientQuotaManager:
         """Take back a recorded value (a throttled Fetch answers no data)."""
         if quotas.enabled(self.key):
             tags, _ = quotas.resolve(self.key, user, client_id)
-            self._sensor(tags, now_ms).record(-value, now_ms)
+            self._sensors.get(tags, now_ms).record(-value, now_ms)
 
     def max_value_in_quota_window(self, quotas: ClientQuotas, user: str, client_id: str) -> float | None:
         """The most one request may take without certain throttling (a Fetch's
@@ -573,8 +590,8 @@ class ControllerMutationQuotaManager:
                              f"controller.quota.window.size.seconds {quota_window_size_s} must be at least 1")
         self._now_ms = now_ms
         self.burst_seconds = (quota_window_num - 1) * quota_window_size_s
-        self.max_sensors = max_sensors
-        self._buckets: collections.OrderedDict[tuple[str, str], TokenBucket] = collections.OrderedDict()
+        self._buckets: BoundedSensors[tuple[str, str], TokenBucket] = BoundedSensors(lambda now_ms: TokenBucket(),
+                                                                                      max_sensors)
 
     def quota_for(self, quotas: ClientQuotas, user: str, client_id: str, *, strict: bool) -> MutationQuota:
         if not quotas.enabled(CONTROLLER_MUTATION_RATE):
@@ -582,12 +599,7 @@ class ControllerMutationQuotaManager:
         tags, rate = quotas.resolve(CONTROLLER_MUTATION_RATE, user, client_id)
         if rate is None:
             return MutationQuota(None, None, 0.0, strict=strict, now_ms=self._now_ms)
-        bucket = self._buckets.get(tags)
-        if bucket is None:
-            while len(self._buckets) >= self.max_sensors:
-                self._buckets.popitem(last=False)
-            bucket = self._buckets[tags] = TokenBucket()
-        self._buckets.move_to_end(tags)
+        bucket = self._buckets.get(tags, self._now_ms())
         return MutationQuota(bucket, rate, rate * self.burst_seconds, strict=strict, now_ms=self._now_ms)
 
 
@@ -600,8 +612,9 @@ class IpConnectionRateManager:
                  quota_window_size_s: int = QUOTA_WINDOW_SIZE_S_DEFAULT, max_sensors: int = MAX_SENSORS) -> None:
         self.quota_window_num = quota_window_num
         self.quota_window_ms = quota_window_size_s * 1000
-        self.max_sensors = max_sensors
-        self._rates: collections.OrderedDict[str, SampledRate] = collections.OrderedDict()
+        self._rates: BoundedSensors[str, SampledRate] = BoundedSensors(
+            lambda now_ms: SampledRate(window_num=quota_window_num, window_ms=self.quota_window_ms, now_ms=now_ms),
+            max_sensors)
         self.throttled_connections = 0
 
     def throttle_time_ms(self, quotas: ClientQuotas, ip: str, now_ms: int) -> int:
@@ -610,13 +623,7 @@ class IpConnectionRateManager:
         limit = quotas.ip_connection_rate(ip)
         if limit is None:
             return 0
-        rate = self._rates.get(ip)
-        if rate is None:
-            while len(self._rates) >= self.max_sensors:
-                self._rates.popitem(last=False)
-            rate = self._rates[ip] = SampledRate(window_num=self.quota_window_num, window_ms=self.quota_window_ms,
-                                                 now_ms=now_ms)
-        self._rates.move_to_end(ip)
+        rate = self._rates.get(ip, now_ms)
         rate.record(1.0, now_ms)
         observed, window_ms = rate.rate_and_window_ms(now_ms)
         if observed <= limit:

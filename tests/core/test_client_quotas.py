@@ -199,6 +199,19 @@ def test_sensors__bounded__least_recently_used_goes():
     assert manager.sensor_count == 3
 
 
+def test_bounded_sensors__least_recently_used_goes_past_the_bound__an_hour_unused_goes_first():
+    from rafka.core.client_quotas import INACTIVE_SENSOR_EXPIRATION_MS, BoundedSensors
+    made = []
+    sensors = BoundedSensors(lambda now_ms: made.append(now_ms) or len(made), max_sensors=2)
+    assert (sensors.get("a", 0), sensors.get("b", 1), sensors.get("a", 2)) == (1, 2, 1)   # "a" used last
+    assert sensors.get("c", 3) == 3 and len(sensors) == 2
+    assert sensors.get("a", 4) == 1 and sensors.get("b", 5) == 4   # "b" went, made anew
+    hour_later_ms = 5 + INACTIVE_SENSOR_EXPIRATION_MS
+    sensors.get("b", hour_later_ms - 1)
+    assert sensors.get("d", hour_later_ms) == 5 and len(sensors) == 2   # "a" unused for an hour went, not "b"
+    assert sensors.get("b", hour_later_ms) == 4
+
+
 def test_no_quota_anywhere__nothing_measured():
     manager = ClientQuotaManager(PRODUCER_BYTE_RATE)
     assert manager.record_and_get_throttle_time_ms(ClientQuotas(), "u", "c", 10 ** 12, 0) == 0
