@@ -303,11 +303,6 @@ class EdgeDispatcher(Dispatcher):
                 enveloped = parsed.context if api_key in CONTROLLER_APIS else None
                 answer = await self._relay(connection_id, endpoint, frame, expect_response,
                                            written.one if written else None, enveloped=enveloped)
-                if answer is _UNREACHABLE and api_key in CONTROLLER_APIS:   # lost: once more, anew
-                    # (a refused envelope is not tried again: it would be refused again)
-                    answer = await self._relay(connection_id, endpoint, frame, expect_response, enveloped=enveloped)
-                if answer is _REFUSED:
-                    answer = _UNREACHABLE
                 if answer is not _UNREACHABLE:
                     self.relayed_requests += 1
                     if enveloped is not None and answer is not None:
@@ -496,8 +491,6 @@ class EdgeDispatcher(Dispatcher):
             answer = await self._relay(connection_id, endpoint, request_frame(parsed.context, body), expect_response,
                                        on_written, enveloped=parsed.context if parsed.context.api_key in CONTROLLER_APIS
                                        else None)
-            if answer is _REFUSED:
-                answer = _UNREACHABLE
             if answer is None:
                 return None
             if answer is not _UNREACHABLE:
@@ -544,15 +537,20 @@ class EdgeDispatcher(Dispatcher):
         `enveloped`: the client's request context, for a request to the
         controller: it goes in an Envelope (KIP-590, handlers.envelope) so that
         the controller runs it as the client's (its ACLs, its quotas); the inner
-        answer comes back (an envelope refused: _REFUSED, then answered here as
-        an unreachable controller's request is)."""
-        try:
-            channel = await self._channel(connection_id, endpoint)
-            if enveloped is None:
-                return await channel.relay(frame, expect_response=expect_response, on_written=on_written)
-            answer = await channel.relay(envelope.wrap(enveloped, frame), on_written=on_written)
-        except NetworkException as error:
-            logger.info("broker %d: %s:%d unreachable (%s): answering for it", self.broker_id, *endpoint, error)
+        answer comes back. A controller lost on the way is tried once more, on a
+        new connection; an envelope it refuses is answered here as an unreachable
+        controller's request is, and not tried again (it would be refused again)."""
+        for attempt in range(2 if enveloped is not None else 1):
+            try:
+                channel = await self._channel(connection_id, endpoint)
+                if enveloped is None:
+                    return await channel.relay(frame, expect_response=expect_response, on_written=on_written)
+                answer = await channel.relay(envelope.wrap(enveloped, frame), on_written=on_written)
+                break
+            except NetworkException as error:
+                logger.info("broker %d: %s:%d unreachable (%s)%s", self.broker_id, *endpoint, error,
+                            ": answering for it" if attempt or enveloped is None else ": once more")
+        else:
             return _UNREACHABLE
         try:
             inner = envelope.unwrap(answer)
@@ -561,7 +559,7 @@ class EdgeDispatcher(Dispatcher):
         if inner is None:   # a bug or a misconfiguration: said loudly; the client gets a retriable answer
             logger.warning("broker %d: the controller at %s:%d refused an envelope (%s): answering for it",
                            self.broker_id, *endpoint, answer)
-            return _REFUSED
+            return _UNREACHABLE
         return inner
 
     async def _channel(self, connection_id: str, endpoint: Endpoint) -> Connection:
@@ -634,7 +632,6 @@ class EdgeDispatcher(Dispatcher):
 
 
 _UNREACHABLE = object()
-_REFUSED = object()   # the controller refused the envelope: answered here as _UNREACHABLE is, not tried again
 
 
 class _Written:
@@ -662,7 +659,7 @@ class ControllerUnreachable:
     async def _unreachable(self, *args, **kwargs):
         raise RequestTimedOut("the controller could not be reached from this broker; retry")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _unreachable
-    alter_client_quotas = _unreachable
+    alter_client_quotas = alter_user_scram_credentials = _unreachable
     elect_leaders = alter_partition_reassignments = list_partition_reassignments = _unreachable
 
 

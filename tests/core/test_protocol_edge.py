@@ -235,6 +235,19 @@ def test_topic_administration__controller_unreachable__request_timed_out_not_not
     assert [t.error_code for t in answer.topics] == [ErrorCode.request_timed_out]
 
 
+def test_topic_administration__envelope_refused_by_the_controller__request_timed_out_and_not_sent_again(
+        node, monkeypatch):
+    """A refused envelope (its answer holds no inner answer: a misconfiguration)
+    is answered here as an unreachable controller's request is, once: sending it
+    again would be refused again."""
+    from rafka.protocol import edge
+    unwrapped = []
+    monkeypatch.setattr(edge.envelope, "unwrap", lambda answer: unwrapped.append(answer))   # None: refused
+    (answer,) = exchange(node, _create_topics("a"))
+    assert [t.error_code for t in answer.topics] == [ErrorCode.request_timed_out]
+    assert len(unwrapped) == 1
+
+
 def test_produce__the_next_request_reaches_the_actor_while_the_first_waits_for_its_acks(node):
     """A relayed Produce lets its client connection's next request start once it
     is written to the actor (as the actor's Produce does once appended), so a
