@@ -169,6 +169,7 @@ class ProtocolServer:
                     self.refused_connections += 1
                     return False
                 transport.pause_reading()
+                transport.set_protocol(_HeldConnection(self._held, transport))
                 self._held.add(transport)
                 loop.call_later(throttle_ms / 1000, self._release, transport)
                 return None
@@ -181,9 +182,6 @@ class ProtocolServer:
         transport.abort()
 
     def _closed(self, connection: _KafkaConnection) -> None:
-        if connection._throttled:   # closed by the client before its throttle time ended
-            self._held.discard(connection._transport)
-            return
         self._connections.pop(connection.connection_id, None)
         closing = asyncio.ensure_future(self.dispatcher.connection_closed(connection.connection_id))
         self._closing.add(closing)
@@ -197,6 +195,24 @@ class ProtocolServer:
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return f"{local[0]}:{local[1]}-{remote[0]}:{remote[1]}-{next(self._connection_numbers)}"
+
+
+class _HeldConnection(asyncio.Protocol):
+    """A connection over its IP's connection_creation_rate, in place of the
+    _KafkaConnection it was made with: never served; what arrives is dropped
+    (uvloop delivers what came with the connection, reading paused or not); let
+    go when the client closes it first, else closed by the server after its
+    throttle time (`ProtocolServer._release`)."""
+
+    def __init__(self, held: set, transport: asyncio.Transport) -> None:
+        self._held = held
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self._held.discard(self._transport)
 
 
 class _KafkaConnection(asyncio.Protocol):
@@ -221,7 +237,6 @@ class _KafkaConnection(asyncio.Protocol):
         self._last_request_s = asyncio.get_running_loop().time()
         self._gate = None if server.sasl is None else SaslGate(server.sasl, server.dispatcher)
         self._unmute: asyncio.TimerHandle | None = None   # set while muted with a frame waiting
-        self._throttled = False   # over its IP's connection_creation_rate: never served
         self.session = ANONYMOUS_SESSION   # who is on this connection: its address once made, its login once done
 
     def idle_since(self, now_s: float) -> float:
@@ -232,8 +247,7 @@ class _KafkaConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         opened = self.server._opened(self, transport)
-        if opened is None:   # throttled: the server closes it later; what it sends meanwhile is dropped
-            self._throttled = True
+        if opened is None:   # throttled: a _HeldConnection has the transport now
             return
         if not opened:
             transport.abort()
@@ -243,8 +257,6 @@ class _KafkaConnection(asyncio.Protocol):
             self.session = Session(self.session.principal, str(peer[0]))
 
     def data_received(self, data: bytes) -> None:
-        if self._throttled:   # uvloop may deliver what arrived with the connection, reading paused or not
-            return
         self._last_request_s = asyncio.get_running_loop().time()
         try:
             self._frames.extend(self._decoder.feed(data))
