@@ -68,7 +68,7 @@ from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, bui
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, UNASSIGNED, ReplicaActor
 from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
-from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential
+from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER
 from rafka.protocol.connection import SaslLogin
 from rafka.core.errors import KafkaError, NetworkException, NotController
 from rafka.core.metadata import UNCLEAN_ELECTION, ClusterMetadata, PartitionState, TopicMetadata
@@ -1116,17 +1116,20 @@ class ControllerActor:
 
     # --- users (SASL/SCRAM) ----------------------------------------------------------
 
-    async def upsert_user(self, name: str, credentials: list[dict]) -> None:
-        """A user's salted SCRAM credentials (core.scram.ScramCredential.to_dict),
-        salted by the caller: no password reaches the controller. Every node's
-        listener has them with the next image pushed (the watch loop)."""
+    async def alter_user_scram_credentials(self, deletions: list, upsertions: list) -> list:
+        """AlterUserScramCredentials (core.scram_admin's Deletion and Upsertion each,
+        salted by the client: no password reaches the controller): per user named
+        None or its typed error. Committed, then the new image goes to every node
+        before the answer, so every listener logs the user in with the new
+        credential once the client hears of it."""
         async with self._lock:
-            self._commit(self.metadata.handle_upsert_user(name, [ScramCredential.from_dict(c)
-                                                                 for c in credentials]))
-
-    async def delete_user(self, name: str, mechanisms: list[str] | None = None) -> None:
-        async with self._lock:
-            self._commit(self.metadata.handle_delete_user(name, mechanisms))
+            records, results = self.metadata.handle_alter_user_scram_credentials(deletions, upsertions)
+            if not records:
+                return results
+            self._commit(records)
+        logger.info("SCRAM credentials: %d changed", len(records))
+        await asyncio.gather(self._push_image(), self.brokers_current())
+        return results
 
     async def sasl_required(self) -> bool:
         return self.metadata.sasl_required
@@ -1134,10 +1137,6 @@ class ControllerActor:
     async def cluster_login(self) -> SaslLogin:
         """The cluster credential, for rafka's own clients (cluster_credential.cluster_login)."""
         return self._cluster_login
-
-    async def list_users(self) -> dict[str, list[str]]:
-        """{user: [mechanisms]}: names only, never a credential."""
-        return self.metadata.users()
 
     async def list_brokers(self) -> list[dict]:
         """The broker registry (placement/brokers.py): [{broker_id, node_id, address}]
@@ -1652,6 +1651,7 @@ class _TopicAdminOnActorLoop:
         self.create_acls = hop(controller.create_acls)
         self.delete_acls = hop(controller.delete_acls)
         self.alter_client_quotas = hop(controller.alter_client_quotas)
+        self.alter_user_scram_credentials = hop(controller.alter_user_scram_credentials)
         self.elect_leaders = hop(controller.elect_leaders)
         self.alter_partition_reassignments = hop(controller.alter_partition_reassignments)
         self.list_partition_reassignments = hop(controller.list_partition_reassignments)

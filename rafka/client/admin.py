@@ -9,7 +9,9 @@ refuses it (UNKNOWN_MEMBER_ID) if a member joined in between.
 
 Leader elections and partition reassignments go over the wire to any broker,
 which relays them to the controller (ElectLeaders, Alter/ListPartitionReassignments),
-as Kafka's AdminClient sends them.
+as Kafka's AdminClient sends them; so do users' SCRAM credentials
+(Describe/AlterUserScramCredentials: the password is salted here, and only the
+salted password leaves the process).
 
 Transactions (Kafka's AdminClient): ListTransactions to every broker,
 DescribeTransactions to each id's coordinator, DescribeProducers to each
@@ -44,10 +46,10 @@ from rafka.core.errors import (BrokerNotAvailable, GroupIdNotFound, KafkaError, 
 from rafka.core.producer_state import ActiveProducer
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
-from rafka.core.scram import DEFAULT_ITERATIONS, make_credential
+from rafka.core.scram import DEFAULT_ITERATIONS
 from rafka.core.transaction_shard import TransactionListing, TxnMarker
 from rafka.protocol import (acl_requests, quota_requests, admin_requests, cluster_requests, fetching, group_requests,
-                            txn_admin_requests, txn_markers)
+                            scram_requests, txn_admin_requests, txn_markers)
 from rafka.protocol.network import coordinator_channel
 from rafka.protocol.txn_admin_requests import DescribedTransaction
 from rafka.protocol.tls import cluster_client_context, node_tls_settings
@@ -106,20 +108,41 @@ class Admin:
     def list_topics(self) -> list[str]:
         return self._controller.call("list_topics")
 
+    # --- users' SCRAM credentials (kafka-configs.sh --entity-type users), over the wire ---
+
     def upsert_user(self, name: str, password: str, *, mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512"),
                     iterations: int = DEFAULT_ITERATIONS) -> None:
-        """Set a user's SCRAM credentials (Kafka's AlterUserScramCredentials upsert):
-        salted here, so the password goes no further than this process."""
-        credentials = [make_credential(m, password, iterations=iterations).to_dict() for m in mechanisms]
-        self._controller.call("upsert_user", name, credentials)
+        """Set a user's SCRAM credentials (AlterUserScramCredentials upsertions):
+        salted here, so the password goes no further than this process. One request
+        per mechanism: Kafka's controller takes one alteration per user per request."""
+        for mechanism in mechanisms:
+            self._alter_user(name, upsertions=[(name, mechanism, password, iterations)])
 
     def delete_user(self, name: str, mechanisms=None) -> None:
-        """ResourceNotFound if the user has no such credential."""
-        self._controller.call("delete_user", name, None if mechanisms is None else list(mechanisms))
+        """Remove the user's credentials for `mechanisms` (default: all it has);
+        ResourceNotFound if it has none, or not one of those."""
+        if mechanisms is None:
+            described = self._describe_users([name])[name]
+            if isinstance(described, KafkaError):
+                raise described
+            mechanisms = [mechanism for mechanism, _ in described]
+        for mechanism in mechanisms:
+            self._alter_user(name, deletions=[(name, mechanism)])
 
     def list_users(self) -> dict[str, list[str]]:
         """{user: [mechanisms]} (kafka-configs --describe --entity-type users)."""
-        return self._controller.call("list_users")
+        return {user: [mechanism for mechanism, _ in infos]
+                for user, infos in self._describe_users(None).items() if not isinstance(infos, KafkaError)}
+
+    def _describe_users(self, users: list[str] | None) -> dict:
+        return self._metadata.ask_any_node(scram_requests.describe_request(users), scram_requests.describe_answer,
+                                           what="describe user SCRAM credentials")
+
+    def _alter_user(self, name: str, **alterations) -> None:
+        answer = self._metadata.ask_any_node(scram_requests.alter_request(**alterations), scram_requests.alter_answer,
+                                             what="alter user SCRAM credentials")
+        if answer.get(name) is not None:
+            raise answer[name]
 
     def describe_topics(self, names: list[str] | None = None, *, timeout_s: float = 5.0) -> dict[str, dict]:
         """Per partition: leader (replica index and node), leader epoch, replicas, ISR,

@@ -227,6 +227,11 @@ ThrottlingQuotaExceeded = _error("ThrottlingQuotaExceeded", 89, "THROTTLING_QUOT
                                  "the throttle time.")
 ResourceNotFound = _error("ResourceNotFound", 91, "RESOURCE_NOT_FOUND", False,
                           "The resource (a user's credential) does not exist.")
+DuplicateResource = _error("DuplicateResource", 92, "DUPLICATE_RESOURCE", False,
+                           "A request names the same resource (a user's credential) twice.")
+UnacceptableCredential = _error("UnacceptableCredential", 93, "UNACCEPTABLE_CREDENTIAL", False,
+                                "A SCRAM credential Kafka refuses: an empty user name, or iterations "
+                                "outside 4096-16384.")
 
 InvalidReplicaAssignment = _error("InvalidReplicaAssignment", 39, "INVALID_REPLICA_ASSIGNMENT", False,
                                   "A replica assignment names a broker twice, or one that is not live.")

@@ -29,8 +29,8 @@ Invariants:
   a user's SCRAM credential is kept salted (core.scram), never its password: the
   records, and every image built from them, hold no password (Kafka's
   UserScramCredentialRecord); user names beginning with "__" are rafka's own
-  (the cluster credential, core.scram.CLUSTER_USER): `rafka users` cannot add or
-  delete them
+  (the cluster credential, core.scram.CLUSTER_USER): AlterUserScramCredentials
+  cannot add or delete them (core.scram_admin)
   each replica is held by one replica actor (a "shell", core.actor_names) and a
   shell holds at most one replica, ever: `replica_actor` records say which
   (committed with the records that create the replica, before the shell is told);
@@ -72,10 +72,10 @@ from rafka.core.errors import (ElectionNotNeeded, EligibleLeadersNotAvailable, F
                                InvalidPartitions, InvalidReplicaAssignment, InvalidReplicationFactor, InvalidRequest,
                                InvalidTopic, KafkaError, LeaderNotAvailable, NoReassignmentInProgress,
                                NotLeaderOrFollower, PreferredLeaderNotAvailable, ReassignmentInProgress,
-                               ResourceNotFound, TopicAlreadyExists, UnknownServerError, UnknownTopicOrPartition)
+                               TopicAlreadyExists, UnknownServerError, UnknownTopicOrPartition)
 from rafka.core.replica_pool import MAX_POOL_SIZE_PER_BROKER
-from rafka.core.scram import (CLUSTER_MECHANISM, CLUSTER_USER, RESERVED_USER_PREFIX, ScramCredential,
-                              make_credential, matches)
+from rafka.core import scram_admin
+from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential, make_credential, matches
 
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 NO_LEADER = -1
@@ -588,43 +588,19 @@ class ClusterMetadata:
         records: list[Record] = []
         held = self.scram_credentials.get((CLUSTER_USER, CLUSTER_MECHANISM))
         if held is None or not matches(held, password):
-            records += self.handle_upsert_user(CLUSTER_USER, [make_credential(CLUSTER_MECHANISM, password)],
-                                               reserved=True)
+            records.append(_credential_record(CLUSTER_USER, make_credential(CLUSTER_MECHANISM, password)))
         return records + (self.handle_require_sasl() if require_sasl else [])
 
-    def handle_upsert_user(self, name: str, credentials: Sequence[ScramCredential], *,
-                           reserved: bool = False) -> list[Record]:
-        """A user's SCRAM credentials set (added or replaced), one per mechanism
-        given; the others it has stay (Kafka's AlterUserScramCredentials upsert).
-        `reserved`: the controller setting rafka's own user (a "__" name)."""
-        if not isinstance(name, str) or not name or len(name) > 256:
-            raise InvalidRequest(f"user name {name!r} must be 1 to 256 characters")
-        _check_not_reserved(name, reserved)
-        mechanisms = [c.mechanism for c in credentials]
-        if not credentials or len(set(mechanisms)) != len(mechanisms):
-            raise InvalidRequest(f"give one credential per mechanism for user {name!r}, not {mechanisms}")
-        return [{"type": "user_scram_credential", "name": name, **c.to_dict()} for c in credentials]
-
-    def handle_delete_user(self, name: str, mechanisms: Iterable[str] | None = None) -> list[Record]:
-        """The user's credentials for `mechanisms` (default: all) removed; logins
-        with them are refused from the next exchange on."""
-        _check_not_reserved(name, reserved=False)
-        held = sorted(m for user, m in self.scram_credentials if user == name)
-        wanted = held if mechanisms is None else sorted(set(mechanisms))
-        missing = [m for m in wanted if m not in held]
-        if not held or missing:
-            raise ResourceNotFound(f"Attempt to delete a user credential that does not exist: {name!r} "
-                                   f"{missing or ''}".rstrip())
-        return [{"type": "remove_user_scram_credential", "name": name, "mechanism": m} for m in wanted]
-
-    def users(self) -> dict[str, list[str]]:
-        """Each user and its mechanisms (never a credential's secrets); rafka's own
-        ("__" names) are not listed, as `kafka-topics --list` leaves internal topics out."""
-        out: dict[str, list[str]] = {}
-        for user, mechanism in sorted(self.scram_credentials):
-            if not user.startswith(RESERVED_USER_PREFIX):
-                out.setdefault(user, []).append(mechanism)
-        return out
+    def handle_alter_user_scram_credentials(self, deletions: Sequence[scram_admin.Deletion],
+                                            upsertions: Sequence[scram_admin.Upsertion]
+                                            ) -> tuple[list[Record], list[tuple[str, KafkaError | None]]]:
+        """AlterUserScramCredentials (Kafka's rules: core.scram_admin): the records of
+        the users' alterations that may be made, and each named user's result."""
+        alteration = scram_admin.alter(self.scram_credentials, deletions, upsertions)
+        records = [{"type": "remove_user_scram_credential", "name": user, "mechanism": mechanism}
+                   for user, mechanism in alteration.removed]
+        records += [_credential_record(user, credential) for user, credential in alteration.set_credentials]
+        return records, alteration.results
 
     def acls(self) -> Acls:
         """The bindings, indexed (core.acl.Acls), made again only after they changed."""
@@ -889,6 +865,5 @@ def _partition_record(topic: str, partition: int, state: PartitionState) -> Reco
             "leader": state.leader, "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch}
 
 
-def _check_not_reserved(name: str, reserved: bool) -> None:
-    if name.startswith(RESERVED_USER_PREFIX) and not reserved:
-        raise InvalidRequest(f"user names beginning with {RESERVED_USER_PREFIX!r} are rafka's own: {name!r}")
+def _credential_record(user: str, credential: ScramCredential) -> Record:
+    return {"type": "user_scram_credential", "name": user, **credential.to_dict()}

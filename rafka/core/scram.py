@@ -40,7 +40,10 @@ from collections.abc import Callable
 from rafka.core.errors import SaslAuthenticationFailed
 
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+# the wire's int8 for each (Kafka's ScramMechanism.type; 0 is UNKNOWN)
+MECHANISM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384   # Kafka's controller refuses more (ScramControlManager.MAX_ITERATIONS)
 DEFAULT_ITERATIONS = 4096
 _GS2_HEADER = "n,,"
 # rafka's own user: the cluster credential every actor and driver of the Ray
@@ -71,6 +74,14 @@ class ScramCredential:
                    base64.b64decode(values["stored_key"]), base64.b64decode(values["server_key"]))
 
 
+def mechanism_name(number: int) -> str:
+    """The mechanism a wire type names (an unknown one: a name no credential has)."""
+    for name, known in MECHANISM_TYPES.items():
+        if known == number:
+            return name
+    return f"UNKNOWN({int(number)})"
+
+
 def check_mechanism(mechanism: str) -> str:
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown SCRAM mechanism {mechanism!r}: one of {sorted(MECHANISMS)}")
@@ -87,9 +98,18 @@ def make_credential(mechanism: str, password: str, *, iterations: int = DEFAULT_
     """A new credential for `password` (a fresh random salt unless one is given)."""
     if iterations < MIN_ITERATIONS:
         raise ValueError(f"iterations {iterations} is below the minimum {MIN_ITERATIONS} for {mechanism}")
+    salt = new_salt() if salt is None else salt
+    return credential_from_salted(mechanism, salt, iterations, salted_password(mechanism, password, salt, iterations))
+
+
+def new_salt() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def credential_from_salted(mechanism: str, salt: bytes, iterations: int, salted: bytes) -> ScramCredential:
+    """What a broker keeps of a SaltedPassword: AlterUserScramCredentials carries the
+    salted password, never the password (Kafka's ScramControlManager.finishUpsertion)."""
     digest = check_mechanism(mechanism)
-    salt = secrets.token_bytes(32) if salt is None else salt
-    salted = salted_password(mechanism, password, salt, iterations)
     client_key = _hmac(digest, salted, b"Client Key")
     return ScramCredential(mechanism, salt, iterations, hashlib.new(digest, client_key).digest(),
                            _hmac(digest, salted, b"Server Key"))

@@ -19,7 +19,8 @@ node's ApiVersions for the whole cluster (kafka-python does) work:
     the controller where a test node keeps the metadata itself);
   * client quotas: DescribeClientQuotas on every node from its image;
     AlterClientQuotas as CreateAcls (`quota_admin` stands in for the controller
-    in tests);
+    in tests); users' SCRAM credentials alike: DescribeUserScramCredentials on
+    every node from its image, AlterUserScramCredentials as AlterClientQuotas;
   * leader elections and partition reassignments (ElectLeaders,
     Alter/ListPartitionReassignments): as CreateAcls, on the controller's node
     (`elections_admin` stands in for the controller in tests);
@@ -45,7 +46,7 @@ from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to
                                      find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
                                      list_transactions, metadata, offset_for_leader_epoch, partition_admin, produce,
-                                     topic_admin, txn_offset_commit, write_txn_markers)
+                                     scram_credentials, topic_admin, txn_offset_commit, write_txn_markers)
 from rafka.protocol.handlers.txn_coordinator import NoTransactions
 
 
@@ -73,7 +74,7 @@ class _NotController:
         raise NotController("this node is not the controller: send topic administration to the "
                             "controller Metadata names")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _refuse
-    alter_client_quotas = _refuse
+    alter_client_quotas = alter_user_scram_credentials = _refuse
     elect_leaders = alter_partition_reassignments = list_partition_reassignments = _refuse
 
 
@@ -83,7 +84,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                alter_topic_config: alter_configs.AlterTopicConfig | None = None,
                acl_admin: acls.AclAdmin | None = None,
                elections_admin: partition_admin.PartitionAdmin | None = None,
-               quota_admin: client_quotas.QuotaAdmin | None = None,
+               quota_admin: client_quotas.QuotaAdmin | scram_credentials.ScramAdmin | None = None,
                log_dirs: describe_log_dirs.LogDirs | None = None, envelopes: bool = False) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `transactions`: a TransactionHost
@@ -94,7 +95,8 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     `acl_admin`: where CreateAcls / DeleteAcls go (default: topic_admin_host);
     `elections_admin`: where ElectLeaders and the partition reassignment APIs go
     (default: topic_admin_host);
-    `quota_admin`: where AlterClientQuotas goes (default: topic_admin_host);
+    `quota_admin`: where AlterClientQuotas and AlterUserScramCredentials go
+    (default: topic_admin_host);
     `log_dirs`: the node's log dirs for DescribeLogDirs (a broker's; none: no log dir);
     `envelopes`: the controller's node (or a test's stand-in for it): it takes
     what brokers relay to it in envelopes (KIP-590) and charges topic
@@ -121,6 +123,6 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         *topic_admin.routes(admin, mutation_quotas=envelopes),
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
         *partition_admin.routes(elections_admin or admin),
-        *client_quotas.routes(image, quota_admin or admin),
+        *client_quotas.routes(image, quota_admin or admin), *scram_credentials.routes(image, quota_admin or admin),
         *sasl.routes(), *([envelope.route(envelope_target)] if envelope_target else [])],
         image=image, envelope_target=envelope_target)

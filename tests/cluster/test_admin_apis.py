@@ -167,6 +167,47 @@ def test_connection_creation_rate__an_ips_quota__its_eleventh_connection_to_a_br
         alter("connection_creation_rate", delete=True)
 
 
+def test_scram_credentials__confluent_admin_through_a_broker__the_user_logs_in_on_every_broker(cluster):
+    """AlterUserScramCredentials from confluent-kafka's AdminClient (librdkafka
+    salts the password) reaches the controller through a broker in an envelope;
+    once it is answered, every broker's listener logs the user in (the cluster
+    is open: a client that starts a SASL exchange must finish it), and
+    DescribeUserScramCredentials answers from any broker. Deleted at the end."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                       UserScramCredentialUpsertion)
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    sha512 = ScramMechanism.SCRAM_SHA_512
+    made = client.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("carol", ScramCredentialInfo(sha512, 4096), b"carol-secret")])
+    made["carol"].result(TIMEOUT_S)
+
+    def logs_in(broker: str, password: str) -> bool:
+        refused = []
+        producer = Producer({"bootstrap.servers": broker, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol", "sasl.password": password,
+                             "error_cb": lambda e: refused.append(e.code() == KafkaError._AUTHENTICATION)})
+        for _ in range(TIMEOUT_S * 5):
+            try:
+                producer.list_topics(timeout=0.2)
+                return True
+            except KafkaException:
+                if any(refused):
+                    return False
+        return False
+    try:
+        brokers = cluster.bootstrap_servers.split(",")
+        assert len(brokers) == 3 and all(logs_in(broker, "carol-secret") for broker in brokers)
+        assert not logs_in(brokers[0], "wrong")
+        for broker in brokers:
+            at_broker = AdminClient({"bootstrap.servers": broker})   # kept: the future dies with its client
+            infos = at_broker.describe_user_scram_credentials(["carol"])["carol"].result(TIMEOUT_S).scram_credential_infos
+            assert [(i.mechanism, i.iterations) for i in infos] == [(sha512, 4096)]
+    finally:
+        client.alter_user_scram_credentials([UserScramCredentialDeletion("carol", sha512)])["carol"].result(TIMEOUT_S)
+    assert cluster.admin().list_users() == {}
+
+
 def test_client_quotas__rafka_configs_through_a_broker__every_broker_throttles(cluster):
     """`rafka configs` alters a client id's producer_byte_rate over the wire (a
     broker relays AlterClientQuotas to the controller, which pushes the image

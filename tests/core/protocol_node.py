@@ -314,6 +314,12 @@ class ProtocolNode:
             self._rebuild_image()
         return results
 
+    async def alter_user_scram_credentials(self, deletions, upsertions):   # (protocol.handlers.scram_credentials)
+        records, results = self.metadata.handle_alter_user_scram_credentials(deletions, upsertions)
+        self._apply(records)
+        self._rebuild_image()
+        return results
+
     async def elect_leaders(self, election_type, partitions):   # (protocol.handlers.partition_admin)
         """Every replica with a registered node serves (nothing dies here)."""
         records, results = self.metadata.handle_elect_leaders(

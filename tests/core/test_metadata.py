@@ -338,41 +338,48 @@ def test_reassign_cancelled__added_replica_dropped_the_old_ones_kept():
     assert metadata.handle_cancel_reassignment("t", 0) == ([], cancelled)
 
 
+def _upsertion(user: str, mechanism: str, password: str):
+    from rafka.core.scram import new_salt, salted_password
+    from rafka.core.scram_admin import Upsertion
+    salt = new_salt()
+    return Upsertion(user, mechanism, 4096, salt, salted_password(mechanism, password, salt, 4096))
+
+
 def test_users__credentials_upserted_per_mechanism_replayed_deleted_and_no_password_kept():
     from rafka.core.cluster_image import build_image
-    from rafka.core.errors import InvalidRequest, ResourceNotFound
-    from rafka.core.scram import make_credential
+    from rafka.core.errors import ResourceNotFound
+    from rafka.core.scram import matches
+    from rafka.core.scram_admin import Deletion
     metadata, log = started()
-    sha256 = make_credential("SCRAM-SHA-256", "first-password")
-    records = metadata.handle_upsert_user("alice", [sha256])
+    records, results = metadata.handle_alter_user_scram_credentials([], [_upsertion("alice", "SCRAM-SHA-256",
+                                                                                    "first-password")])
+    assert results == [("alice", None)]
     assert not metadata.scram_credentials   # handlers change nothing
     log += apply(metadata, records)
-    log += apply(metadata, metadata.handle_upsert_user("alice", [make_credential("SCRAM-SHA-512", "pw")]))
-    replaced = make_credential("SCRAM-SHA-256", "second-password")
-    log += apply(metadata, metadata.handle_upsert_user("alice", [replaced]))
-    assert metadata.users() == {"alice": ["SCRAM-SHA-256", "SCRAM-SHA-512"]}
+    log += apply(metadata, metadata.handle_alter_user_scram_credentials(
+        [], [_upsertion("alice", "SCRAM-SHA-512", "pw")])[0])
+    log += apply(metadata, metadata.handle_alter_user_scram_credentials(
+        [], [_upsertion("alice", "SCRAM-SHA-256", "second-password")])[0])
+    assert sorted(metadata.scram_credentials) == [("alice", "SCRAM-SHA-256"), ("alice", "SCRAM-SHA-512")]
     assert "password" not in repr(log)
     restarted = ClusterMetadata()
     apply(restarted, log)
     image = build_image(restarted, version=1)
-    assert image.scram_credential("alice", "SCRAM-SHA-256") == replaced
+    assert matches(image.scram_credential("alice", "SCRAM-SHA-256"), "second-password")
     assert image.scram_credential("bob", "SCRAM-SHA-256") is None
-    log += apply(restarted, restarted.handle_delete_user("alice", ["SCRAM-SHA-512"]))
-    assert restarted.users() == {"alice": ["SCRAM-SHA-256"]}
-    apply(restarted, restarted.handle_delete_user("alice"))
-    assert restarted.users() == {} and build_image(restarted, 2).scram_credential("alice", "SCRAM-SHA-256") is None
-    with pytest.raises(ResourceNotFound):
-        restarted.handle_delete_user("alice")
-    with pytest.raises(InvalidRequest):
-        restarted.handle_upsert_user("", [sha256])
-    with pytest.raises(InvalidRequest):
-        restarted.handle_upsert_user("bob", [sha256, sha256])
+    records, results = restarted.handle_alter_user_scram_credentials([Deletion("alice", "SCRAM-SHA-512")], [])
+    assert results == [("alice", None)]
+    apply(restarted, records)
+    assert list(restarted.scram_credentials) == [("alice", "SCRAM-SHA-256")]
+    records, results = restarted.handle_alter_user_scram_credentials([Deletion("alice", "SCRAM-SHA-512")], [])
+    assert records == [] and isinstance(results[0][1], ResourceNotFound)
 
 
 def test_cluster_credential__made_once_per_password_reserved_unlisted_and_sasl_required_for_good():
     from rafka.core.cluster_image import build_image
-    from rafka.core.errors import InvalidRequest
-    from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, make_credential, matches
+    from rafka.core.errors import UnacceptableCredential
+    from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, matches
+    from rafka.core.scram_admin import Deletion, describe
     metadata, log = started()
     log += apply(metadata, metadata.handle_cluster_credential("cluster-pw", require_sasl=False))
     assert matches(metadata.scram_credentials[CLUSTER_USER, CLUSTER_MECHANISM], "cluster-pw")
@@ -384,12 +391,13 @@ def test_cluster_credential__made_once_per_password_reserved_unlisted_and_sasl_r
     restarted = ClusterMetadata()
     apply(restarted, log)
     assert restarted.sasl_required and build_image(restarted, 2).sasl_required
-    assert restarted.users() == {}   # rafka's own user is not listed
+    assert describe(restarted.scram_credentials, None) == []   # rafka's own user is not listed
     renewed = restarted.handle_cluster_credential("new-pw", require_sasl=False)   # the secret file replaced
     assert [r["type"] for r in renewed] == ["user_scram_credential"]
-    for refused in (lambda: restarted.handle_upsert_user(CLUSTER_USER, [make_credential(CLUSTER_MECHANISM, "x")]),
-                    lambda: restarted.handle_upsert_user("__mine", [make_credential(CLUSTER_MECHANISM, "x")]),
-                    lambda: restarted.handle_delete_user(CLUSTER_USER)):
-        with pytest.raises(InvalidRequest, match="rafka's own"):
-            refused()
+    records, results = restarted.handle_alter_user_scram_credentials(
+        [Deletion(CLUSTER_USER, CLUSTER_MECHANISM)], [_upsertion("__mine", CLUSTER_MECHANISM, "x")])
+    assert records == []
+    assert [(user, type(error), error.message) for user, error in results] == [
+        (user, UnacceptableCredential, "user names beginning with '__' are rafka's own")
+        for user in (CLUSTER_USER, "__mine")]
     assert (CLUSTER_USER, CLUSTER_MECHANISM) in restarted.scram_credentials
