@@ -198,6 +198,11 @@ _TABLE: list[ApiAuthorization] = [
         Check(Op.DESCRIBE, Type.TRANSACTIONAL_ID, "every transactional id", Scope.FILTER, None),)),
     ApiAuthorization(68, "ConsumerGroupHeartbeat", (_group(Op.READ, "group_id"),)),
     ApiAuthorization(69, "ConsumerGroupDescribe", (_group(Op.DESCRIBE, "group_ids[]", scope=Scope.EACH),)),
+    ApiAuthorization(75, "DescribeTopicPartitions", (
+        _topics(Op.DESCRIBE, "topics[].name", when="topics listed"),
+        _topics(Op.DESCRIBE, "every topic", scope=Scope.FILTER, when="topics empty (all topics)")),
+        "a listed topic the principal may not describe answers TOPIC_AUTHORIZATION_FAILED (no partitions, "
+        "zero topic id) after the others; all-topics requests leave them out"),
 ]
 
 KAFKA_API_AUTHORIZATION: Mapping[int, ApiAuthorization] = MappingProxyType({a.api_key: a for a in _TABLE})

@@ -63,7 +63,8 @@ WHEN: Mapping[str, Callable[[Any, int], bool]] = MappingProxyType({
 PER_RESOURCE_WHEN = frozenset(_CONFIG_RESOURCE_WHEN.values())
 # Conditions only the handler can judge (on what exists, or on its answer):
 # `decide` leaves their checks to it.
-HANDLER_WHEN = frozenset({"topics is None (all topics)", "allow_auto_topic_creation and the topic does not exist",
+HANDLER_WHEN = frozenset({"topics is None (all topics)", "topics empty (all topics)",
+                          "allow_auto_topic_creation and the topic does not exist",
                           "topics is None (all offsets)", "include_cluster_authorized_operations"})
 
 

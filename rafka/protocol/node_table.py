@@ -42,6 +42,7 @@ from rafka.protocol.dispatch import DispatchTable
 from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions,
                                      client_quotas,
                                      consumer_group, delete_records, describe_cluster, describe_configs, describe_log_dirs,
+                                     describe_topic_partitions,
                                      describe_producers, describe_transactions, end_txn, envelope, fetch,
                                      find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
@@ -110,7 +111,8 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     alter_topic_config = alter_topic_config or admin.alter_topic_config
     envelope_target = envelope.EnvelopeTarget() if envelopes else None
     return DispatchTable([
-        api_versions.ROUTE, metadata.route(image), find_coordinator.route(image), describe_configs.route(image),
+        api_versions.ROUTE, metadata.route(image), describe_topic_partitions.route(image),
+        find_coordinator.route(image), describe_configs.route(image),
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
         offset_for_leader_epoch.route(partitions), delete_records.route(partitions),
         describe_producers.route(partitions),
