@@ -573,6 +573,11 @@ class MutationQuota:
             self._bucket.record(-partitions, self._rate, self._burst, self._now_ms())
 
     @property
+    def limited(self) -> bool:
+        """Whether the client has a controller_mutation_rate (else nothing is taken)."""
+        return self._bucket is not None
+
+    @property
     def throttle_time_ms(self) -> int:
         """The throttle time, less what passed since it was measured (Kafka's)."""
         return max(0, self._throttle_ms - (self._now_ms() - self._throttled_at_ms)) if self._throttle_ms else 0

@@ -215,6 +215,28 @@ def test_controller_mutation_rate__strict_from_create_topics_v6__the_topic_met_b
     assert deleted.throttle_time == datetime.timedelta(0)   # strict: a throttle time only with a refusal
 
 
+def test_controller_mutation_rate__a_topic_kafka_refuses_answers_its_own_error_not_the_throttle():
+    """KRaft's controller validates a topic before it takes the quota: with the
+    bucket below zero, an existing topic answers TOPIC_ALREADY_EXISTS and a bad
+    name INVALID_TOPIC_EXCEPTION; a valid new one is throttled."""
+    from rafka.core.client_quotas import CONTROLLER_MUTATION_RATE, ClientQuotas
+    from rafka.core.clock import FakeClock
+    controller = StandInController()
+    quotas = ClientQuotas(by_entity={frozenset({("client-id", "test-client")}): {CONTROLLER_MUTATION_RATE: 1.0}})
+    dispatcher = Dispatcher(DispatchTable([api_versions.ROUTE, *topic_admin.routes(controller, clock=FakeClock())],
+                                          image=lambda: dataclasses.replace(controller.cluster_image(),
+                                                                            client_quotas=quotas)))
+
+    def create(*topics):
+        request = create_v7.CreateTopicsRequest(topics=topics, timeout=TIMEOUT, validate_only=False)
+        answer = read_response(asyncio.run(dispatcher.dispatch(request_frame(19, 7, request))), 19, 7)[1]
+        return [(t.name, t.error_code) for t in answer.topics]
+    assert create(creatable("big", 15, 1)) == [("big", ErrorCode.none)]          # a bucket of 10: -5 now
+    assert create(creatable("big", 1, 1), creatable("bad name!", 1, 1), creatable("new", 1, 1)) == [
+        ("big", ErrorCode.topic_already_exists), ("bad name!", ErrorCode.invalid_topic_exception),
+        ("new", ErrorCode.throttling_quota_exceeded)]
+
+
 def test_controller_mutation_rate__a_create_partitions_refused_for_shrinking__takes_nothing_from_the_bucket():
     from rafka.core.client_quotas import CONTROLLER_MUTATION_RATE, ClientQuotas
     from rafka.core.clock import FakeClock

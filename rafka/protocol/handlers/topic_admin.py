@@ -30,7 +30,10 @@ handlers do the same way:
     (a topic met with the bucket below zero answers THROTTLING_QUOTA_EXCEEDED,
     nothing done for it), permissive before; the answer's throttle_time_ms
     says how long to wait either way. validate_only takes nothing; a topic
-    refused after all gives its partitions back. The broker that relayed the
+    refused after all gives its partitions back; a new topic is validated
+    before its partitions are taken, as KRaft's controller does (an existing
+    one answers TOPIC_ALREADY_EXISTS, not THROTTLING_QUOTA_EXCEEDED), for a
+    client with a quota only (a second call, validate_only, to the controller). The broker that relayed the
     request mutes the client's connection for the throttle time (protocol.edge,
     as Kafka's sendForwardedResponse), so clients before KIP-219 wait too.
   * authorization (KafkaApis, ControllerApis): CREATE on each topic or on the
@@ -157,6 +160,9 @@ def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> li
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")
                 config = {c.name: c.value for c in topic.configs}
+                if taken and quota.limited:   # Kafka's controller validates a topic before it takes the quota
+                    await within(admin.create_topic(topic.name, partitions, factor, config, validate_only=True),
+                                 timeout_ms)
                 described = await _mutate(quota, taken, lambda: within(admin.create_topic(
                     topic.name, partitions, factor, config, validate_only=bool(request.validate_only)), timeout_ms))
             except Exception as error:
