@@ -216,9 +216,10 @@ def test_controller_mutation_rate__strict_from_create_topics_v6__the_topic_met_b
 
 
 def test_controller_mutation_rate__a_topic_kafka_refuses_answers_its_own_error_not_the_throttle():
-    """KRaft's controller validates a topic before it takes the quota: with the
-    bucket below zero, an existing topic answers TOPIC_ALREADY_EXISTS and a bad
-    name INVALID_TOPIC_EXCEPTION; a valid new one is throttled."""
+    """KRaft's controller validates a topic before it takes the quota, and takes
+    it for a validate_only creation too: with the bucket below zero, an existing
+    topic answers TOPIC_ALREADY_EXISTS and a bad name INVALID_TOPIC_EXCEPTION; a
+    valid new one is throttled."""
     from rafka.core.client_quotas import CONTROLLER_MUTATION_RATE, ClientQuotas
     from rafka.core.clock import FakeClock
     controller = StandInController()
@@ -227,11 +228,15 @@ def test_controller_mutation_rate__a_topic_kafka_refuses_answers_its_own_error_n
                                           image=lambda: dataclasses.replace(controller.cluster_image(),
                                                                             client_quotas=quotas)))
 
-    def create(*topics):
-        request = create_v7.CreateTopicsRequest(topics=topics, timeout=TIMEOUT, validate_only=False)
+    def create(*topics, validate_only=False):
+        request = create_v7.CreateTopicsRequest(topics=topics, timeout=TIMEOUT, validate_only=validate_only)
         answer = read_response(asyncio.run(dispatcher.dispatch(request_frame(19, 7, request))), 19, 7)[1]
         return [(t.name, t.error_code) for t in answer.topics]
-    assert create(creatable("big", 15, 1)) == [("big", ErrorCode.none)]          # a bucket of 10: -5 now
+    # validate_only takes its partitions as a real creation does (KRaft's): a bucket of 10, -5 now
+    assert create(creatable("big", 15, 1), validate_only=True) == [("big", ErrorCode.none)]
+    assert "big" not in controller.metadata.topics
+    assert create(creatable("new", 1, 1)) == [("new", ErrorCode.throttling_quota_exceeded)]
+    asyncio.run(controller.create_topic("big", 1, 1))   # exists, made without the client's quota
     assert create(creatable("big", 1, 1), creatable("bad name!", 1, 1), creatable("new", 1, 1)) == [
         ("big", ErrorCode.topic_already_exists), ("bad name!", ErrorCode.invalid_topic_exception),
         ("new", ErrorCode.throttling_quota_exceeded)]

@@ -29,11 +29,12 @@ handlers do the same way:
     order; strict from CreateTopics v6, DeleteTopics v5 and CreatePartitions v3
     (a topic met with the bucket below zero answers THROTTLING_QUOTA_EXCEEDED,
     nothing done for it), permissive before; the answer's throttle_time_ms
-    says how long to wait either way. validate_only takes nothing; a topic
-    refused after all gives its partitions back; a new topic is validated
-    before its partitions are taken, as KRaft's controller does (an existing
-    one answers TOPIC_ALREADY_EXISTS, not THROTTLING_QUOTA_EXCEEDED), for a
-    client with a quota only (a second call, validate_only, to the controller). The broker that relayed the
+    says how long to wait either way. A topic refused after all gives its
+    partitions back. As KRaft's controller does, a new topic is validated
+    before its partitions are taken (an existing one answers
+    TOPIC_ALREADY_EXISTS, not THROTTLING_QUOTA_EXCEEDED; for a client with a
+    quota only: a validate_only call to the controller first), and a
+    validate_only creation or CreatePartitions takes them as a real one. The broker that relayed the
     request mutes the client's connection for the throttle time (protocol.edge,
     as Kafka's sendForwardedResponse), so clients before KIP-219 wait too.
   * authorization (KafkaApis, ControllerApis): CREATE on each topic or on the
@@ -153,18 +154,21 @@ def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> li
         async def one(topic):
             code, message, described = ErrorCode.none, None, None
             partitions, factor = int(topic.num_partitions), int(topic.replication_factor)
-            taken = 0 if request.validate_only else max(partitions, 1)   # -1: the default, made exact below
+            taken = max(partitions, 1)   # -1: the default, made exact below
             try:
                 request_gate.require(_CREATE, topic.name)
                 if topic.assignments:
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")
                 config = {c.name: c.value for c in topic.configs}
-                if taken and quota.limited:   # Kafka's controller validates a topic before it takes the quota
-                    await within(admin.create_topic(topic.name, partitions, factor, config, validate_only=True),
-                                 timeout_ms)
-                described = await _mutate(quota, taken, lambda: within(admin.create_topic(
-                    topic.name, partitions, factor, config, validate_only=bool(request.validate_only)), timeout_ms))
+                if quota.limited or request.validate_only:   # KRaft validates a topic before it takes the quota
+                    described = await within(admin.create_topic(topic.name, partitions, factor, config,
+                                                                validate_only=True), timeout_ms)
+                if request.validate_only:
+                    quota.record(taken)   # KRaft charges a validate-only creation as a real one
+                else:
+                    described = await _mutate(quota, taken, lambda: within(admin.create_topic(
+                        topic.name, partitions, factor, config, validate_only=False), timeout_ms))
             except Exception as error:
                 code, message = _failure(error)
             ok = code == ErrorCode.none
@@ -233,9 +237,13 @@ def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> li
                     raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
                                                    "replicas to brokers")
                 found = admin.cluster_image().topics.get(topic.name)
-                added = 0 if request.validate_only or found is None else int(topic.count) - len(found.partitions)
-                await _mutate(quota, added, lambda: within(admin.add_partitions(
-                    topic.name, int(topic.count), validate_only=bool(request.validate_only)), timeout_ms))
+                added = 0 if found is None else int(topic.count) - len(found.partitions)
+                if request.validate_only:   # validated, then charged as a real one (KRaft's controller)
+                    await within(admin.add_partitions(topic.name, int(topic.count), validate_only=True), timeout_ms)
+                    quota.record(added)
+                else:
+                    await _mutate(quota, added, lambda: within(admin.add_partitions(
+                        topic.name, int(topic.count), validate_only=False), timeout_ms))
             except Exception as error:
                 code, message = _failure(error)
             return make(module.CreatePartitionsTopicResult, name=topic.name, error_code=code, error_message=message)
