@@ -306,7 +306,7 @@ class EdgeDispatcher(Dispatcher):
                 if answer is not _UNREACHABLE:
                     self.relayed_requests += 1
                     if enveloped is not None and answer is not None:
-                        self._mute_for_controller_throttle(parsed, answer, connection_id)
+                        self._mute_for_controller_throttle(read_answer(parsed.context, bytes(answer)), connection_id)
                     return None if answer is None else _with_correlation_id(answer, parsed.context.correlation_id)
             answer = await parsed.route.handler(body, parsed.context)   # as a broker that hosts none of it
             return None if answer is None else encode_response(parsed.context.correlation_id, answer)
@@ -320,6 +320,8 @@ class EdgeDispatcher(Dispatcher):
         if not expect_response:
             return None
         answer = answers[0] if len(answers) == 1 else _merge(api_key, parsed.context.api_version, answers)
+        if api_key in CONTROLLER_APIS:   # some of its items refused here, the rest relayed
+            self._mute_for_controller_throttle(answer, connection_id)
         if trim:
             answer = _trimmed(api_key, answer, body, gate(parsed.context))
         return encode_response(parsed.context.correlation_id, answer)
@@ -522,11 +524,12 @@ class EdgeDispatcher(Dispatcher):
                                                   for task, body in zip(pending, again))))
         return answers
 
-    def _mute_for_controller_throttle(self, parsed: ParsedRequest, answer, connection_id: str) -> None:
-        """The controller's throttle time (controller_mutation_rate) mutes the
-        client's connection here, as Kafka's broker does for a forwarded answer
-        (sendForwardedResponse): clients before KIP-219 do not wait by themselves."""
-        throttle = getattr(read_answer(parsed.context, bytes(answer)), "throttle_time", None)
+    def _mute_for_controller_throttle(self, answer, connection_id: str) -> None:
+        """The controller's throttle time (controller_mutation_rate, in `answer`,
+        the client's answer entity) mutes the client's connection here, as Kafka's
+        broker does for a forwarded answer (sendForwardedResponse): clients before
+        KIP-219 do not wait by themselves."""
+        throttle = getattr(answer, "throttle_time", None)
         throttle_ms = int(throttle.total_seconds() * 1000) if throttle is not None else 0
         if throttle_ms > 0:
             self.quotas.mute(connection_id, throttle_ms)

@@ -370,27 +370,46 @@ def test_transaction_apis__routed_to_the_coordinator_here__not_coordinator_when_
     assert (listed.error_code, listed.transaction_states) == (ErrorCode.none, ())
 
 
-def test_controller_mutation_throttle__the_broker_mutes_the_clients_connection_for_it(tmp_path):
+@pytest.mark.parametrize("split", [False, True], ids=["relayed-whole", "split-some-refused-here"])
+def test_controller_mutation_throttle__the_broker_mutes_the_clients_connection_for_it(tmp_path, split):
     """The controller's throttle time (controller_mutation_rate 10/s: a bucket of
     100; 105 partitions taken, the next topic refused with 500 ms to wait) comes
     back through the broker's edge, which mutes the client's connection for it,
     as Kafka's broker does for a forwarded answer: the request after starts only
-    once the time has passed."""
+    once the time has passed. Also when the request was split: a topic the client
+    may not create answered here, the rest relayed."""
+    from rafka.core.acl import AclBinding, AclPermissionType, PatternType
+    from rafka.protocol.connection import SaslLogin
+    from rafka.protocol.sasl import SaslListener
     from tests.core.test_protocol_topic_admin import StandInController
+    from tests.core.test_sasl_scram import Users
 
     class Controller(StandInController):
         async def alter_topic_config(self, *args, **kwargs):
             raise AssertionError("not asked here")
-    with ProtocolNode(tmp_path, {"orders": 1}, edge=True, topic_admin=Controller()) as node:
+    users = Users()
+    users.add("alice", "alice-secret")
+    secured = dict(sasl=SaslListener(users.credential_for), require_sasl=True) if split else {}
+    with ProtocolNode(tmp_path, {"orders": 1}, edge=True, topic_admin=Controller(), **secured) as node:
         node.call(node.alter_client_quotas([([("client-id", "rafka")], [("controller_mutation_rate", 10.0)])]))
+        if split:   # alice may create every topic but "forbidden"
+            node.call(node.create_acls([AclBinding(ResourceType.TOPIC, "*", PatternType.LITERAL, "User:alice", "*",
+                                                   AclOperation.CREATE, AclPermissionType.ALLOW),
+                                        AclBinding(ResourceType.TOPIC, "forbidden", PatternType.LITERAL, "User:alice",
+                                                   "*", AclOperation.CREATE, AclPermissionType.DENY)]))
         wide = dataclasses.replace(_create_topics("wide"), topics=(dataclasses.replace(
             _create_topics("wide").topics[0], num_partitions=i32(105)),))
+        refused_next = _create_topics("next")
+        if split:
+            refused_next = dataclasses.replace(refused_next, topics=refused_next.topics
+                                               + _create_topics("forbidden").topics)
 
         async def go():
-            connection = await Connection.open("127.0.0.1", node.port)
+            login = SaslLogin("SCRAM-SHA-256", "alice", "alice-secret") if split else None
+            connection = await Connection.open("127.0.0.1", node.port, sasl=login)
             try:
                 await connection.request(wide)
-                refused = await connection.request(_create_topics("next"))
+                refused = await connection.request(refused_next)
                 loop = asyncio.get_running_loop()
                 sent_s = loop.time()
                 await connection.request(_create_topics("after"))
@@ -398,6 +417,9 @@ def test_controller_mutation_throttle__the_broker_mutes_the_clients_connection_f
             finally:
                 await connection.close()
         created, waited_s = asyncio.run(go())
-    assert created.topics[0].error_code == ErrorCode.throttling_quota_exceeded
+        split_requests = node.edge.split_requests
+    assert [t.error_code for t in created.topics] == [ErrorCode.throttling_quota_exceeded] + (
+        [ErrorCode.topic_authorization_failed] if split else [])
+    assert split_requests == (1 if split else 0)
     assert 400 <= created.throttle_time.total_seconds() * 1000 <= 500
     assert waited_s >= 0.35
