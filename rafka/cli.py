@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     users.add_argument("--password", help="with --add (default: read from stdin, never echoed)")
     users.add_argument("--mechanism", action="append", choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
                        help="with --add or --delete (default: both)")
-    users.add_argument("--iterations", type=int, default=4096, help="with --add (at least 4096)")
+    users.add_argument("--iterations", type=int, default=4096, help="with --add (4096 to 16384)")
     cli_groups.add_parsers(sub)
     cli_acls.add_parser(sub)
     cli_configs.add_parser(sub)
@@ -394,6 +394,8 @@ def cmd_users(args) -> int:
         mechanisms = args.mechanism or ["SCRAM-SHA-256", "SCRAM-SHA-512"]
         if args.iterations < 4096:
             raise UsageError(f"--iterations {args.iterations} is below SCRAM's minimum, 4096")
+        if args.iterations > 16384:
+            raise UsageError(f"--iterations {args.iterations} is above Kafka's maximum, 16384")
         admin.upsert_user(args.add, password, mechanisms=mechanisms, iterations=args.iterations)
         print(f"Set the SCRAM credentials of user {args.add} ({', '.join(mechanisms)}).")
     elif args.delete:

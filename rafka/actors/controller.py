@@ -52,6 +52,7 @@ import random
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import ray
@@ -829,43 +830,38 @@ class ControllerActor:
         await self._push_image()
         return {"name": name, "config": overrides}
 
+    async def _commit_and_push(self, handle: Callable[[], tuple[list, list]], what: str, *,
+                               commit: bool = True) -> list:
+        """`handle()` (a core.metadata handler: its records and per-item results) run
+        under the lock and its records committed (unless `commit` is False:
+        validate_only), then the new image pushed to every node before the
+        answer, so every node decides by the change once the client hears of it
+        (its ACLs, quotas, users)."""
+        async with self._lock:
+            records, results = handle()
+            if not commit or not records:
+                return results
+            self._commit(records)
+        logger.info("%s: %d records committed", what, len(records))
+        await asyncio.gather(self._push_image(), self.brokers_current())
+        return results
+
     async def create_acls(self, bindings: list) -> list:
         """CreateAcls (core.acl.AclBinding each): per binding None or its typed error
-        (core.metadata.handle_create_acls). Committed, then the new image goes to
-        every node before the answer, so every node decides with the new bindings
-        once the client hears they exist."""
-        async with self._lock:
-            records, results = self.metadata.handle_create_acls(bindings)
-            self._commit(records)
-        if records:
-            logger.info("ACLs: %d created (%d bindings now)", len(records), len(self.metadata.acl_bindings))
-            await asyncio.gather(self._push_image(), self.brokers_current())
-        return results
+        (core.metadata.handle_create_acls); pushed before the answer."""
+        return await self._commit_and_push(lambda: self.metadata.handle_create_acls(bindings), "ACLs created")
 
     async def delete_acls(self, filters: list) -> list:
         """DeleteAcls (core.acl.AclBindingFilter each): per filter the bindings it
-        removed or its typed error; pushed as create_acls is."""
-        async with self._lock:
-            records, results = self.metadata.handle_delete_acls(filters)
-            self._commit(records)
-        if records:
-            logger.info("ACLs: %d deleted (%d bindings now)", len(records), len(self.metadata.acl_bindings))
-            await asyncio.gather(self._push_image(), self.brokers_current())
-        return results
+        removed or its typed error; pushed before the answer."""
+        return await self._commit_and_push(lambda: self.metadata.handle_delete_acls(filters), "ACLs deleted")
 
     async def alter_client_quotas(self, entries: list, validate_only: bool = False) -> list:
         """AlterClientQuotas (protocol.handlers.client_quotas.Alteration each): per
-        entry None or its typed error (core.metadata.handle_alter_client_quotas).
-        Committed, then the new image goes to every node before the answer, so
-        every broker throttles by the new quotas once the client hears of them."""
-        async with self._lock:
-            records, results = self.metadata.handle_alter_client_quotas(entries)
-            if validate_only or not records:
-                return results
-            self._commit(records)
-        logger.info("client quotas: %d values changed", len(records))
-        await asyncio.gather(self._push_image(), self.brokers_current())
-        return results
+        entry None or its typed error (core.metadata.handle_alter_client_quotas);
+        pushed before the answer, so every broker throttles by the new quotas."""
+        return await self._commit_and_push(lambda: self.metadata.handle_alter_client_quotas(entries),
+                                           "client quotas", commit=not validate_only)
 
     async def delete_topic(self, name: str) -> None:
         """Remove the topic from the metadata first (clients stop finding it), then
@@ -1119,17 +1115,10 @@ class ControllerActor:
     async def alter_user_scram_credentials(self, deletions: list, upsertions: list) -> list:
         """AlterUserScramCredentials (core.scram_admin's Deletion and Upsertion each,
         salted by the client: no password reaches the controller): per user named
-        None or its typed error. Committed, then the new image goes to every node
-        before the answer, so every listener logs the user in with the new
-        credential once the client hears of it."""
-        async with self._lock:
-            records, results = self.metadata.handle_alter_user_scram_credentials(deletions, upsertions)
-            if not records:
-                return results
-            self._commit(records)
-        logger.info("SCRAM credentials: %d changed", len(records))
-        await asyncio.gather(self._push_image(), self.brokers_current())
-        return results
+        None or its typed error; pushed before the answer, so every listener logs
+        the user in with the new credential."""
+        return await self._commit_and_push(
+            lambda: self.metadata.handle_alter_user_scram_credentials(deletions, upsertions), "SCRAM credentials")
 
     async def sasl_required(self) -> bool:
         return self.metadata.sasl_required

@@ -42,11 +42,12 @@ from rafka.protocol.retry import ask_leader, ask_leader_once, retry_until, submi
 from rafka.core.acl import MATCH_EVERY_BINDING, AclBinding, AclBindingFilter
 from rafka.core.isolation import IsolationLevel
 from rafka.core.errors import (BrokerNotAvailable, GroupIdNotFound, KafkaError, NonEmptyGroup, OffsetOutOfRange,
-                               UnknownTopicOrPartition)
+                               ResourceNotFound, UnknownServerError, UnknownTopicOrPartition)
 from rafka.core.producer_state import ActiveProducer
 from rafka.core.replica import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS
+from rafka.core.scram_admin import upsertion_refusal
 from rafka.core.transaction_shard import TransactionListing, TxnMarker
 from rafka.protocol import (acl_requests, quota_requests, admin_requests, cluster_requests, fetching, group_requests,
                             scram_requests, txn_admin_requests, txn_markers)
@@ -113,20 +114,29 @@ class Admin:
     def upsert_user(self, name: str, password: str, *, mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512"),
                     iterations: int = DEFAULT_ITERATIONS) -> None:
         """Set a user's SCRAM credentials (AlterUserScramCredentials upsertions):
-        salted here, so the password goes no further than this process. One request
-        per mechanism: Kafka's controller takes one alteration per user per request."""
+        salted here, so the password goes no further than this process. Each
+        mechanism and the iterations are checked before anything is sent (a
+        refusal changes nothing); then one request per mechanism: Kafka's
+        controller takes one alteration per user per request."""
+        for mechanism in mechanisms:
+            refusal = upsertion_refusal(mechanism, iterations)
+            if refusal is not None:
+                raise refusal
         for mechanism in mechanisms:
             self._alter_user(name, upsertions=[(name, mechanism, password, iterations)])
 
     def delete_user(self, name: str, mechanisms=None) -> None:
         """Remove the user's credentials for `mechanisms` (default: all it has);
-        ResourceNotFound if it has none, or not one of those."""
-        if mechanisms is None:
-            described = self._describe_users([name])[name]
-            if isinstance(described, KafkaError):
-                raise described
-            mechanisms = [mechanism for mechanism, _ in described]
-        for mechanism in mechanisms:
+        ResourceNotFound, and nothing removed, if it has none or lacks one named."""
+        described = self._describe_users([name]).get(name, ResourceNotFound(f"no answer for user {name!r}"))
+        if isinstance(described, KafkaError):
+            raise described
+        held = [mechanism for mechanism, _ in described]
+        wanted = held if mechanisms is None else list(dict.fromkeys(mechanisms))
+        missing = [mechanism for mechanism in wanted if mechanism not in held]
+        if missing:
+            raise ResourceNotFound(f"Attempt to delete a user credential that does not exist: {name!r} {missing}")
+        for mechanism in wanted:
             self._alter_user(name, deletions=[(name, mechanism)])
 
     def list_users(self) -> dict[str, list[str]]:
@@ -141,7 +151,9 @@ class Admin:
     def _alter_user(self, name: str, **alterations) -> None:
         answer = self._metadata.ask_any_node(scram_requests.alter_request(**alterations), scram_requests.alter_answer,
                                              what="alter user SCRAM credentials")
-        if answer.get(name) is not None:
+        if name not in answer:   # as Kafka's AdminClient fails the user's future
+            raise UnknownServerError(f"the AlterUserScramCredentials answer has no result for user {name!r}")
+        if answer[name] is not None:
             raise answer[name]
 
     def describe_topics(self, names: list[str] | None = None, *, timeout_s: float = 5.0) -> dict[str, dict]:

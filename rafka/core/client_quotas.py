@@ -419,10 +419,11 @@ class SampledRate:
 
 
 class BoundedSensors(Generic[K, V]):
-    """A manager's sensors by key, least recently used first: at most `max_sensors`;
-    when a new one is made, those unused for INACTIVE_SENSOR_EXPIRATION_MS go first
-    (Kafka's sensors expire after an hour), then the least recently used past the
-    bound. `make(now_ms)` makes a new sensor."""
+    """A manager's sensors by key, least recently used first: at most `max_sensors`.
+    A sensor unused for INACTIVE_SENSOR_EXPIRATION_MS is gone (Kafka's sensors
+    expire after an hour): asked for again, it is made anew; when a new one is
+    made, the expired go first, then the least recently used past the bound.
+    `make(now_ms)` makes a new sensor."""
 
     def __init__(self, make: Callable[[int], V], max_sensors: int) -> None:
         self._make = make
@@ -431,10 +432,11 @@ class BoundedSensors(Generic[K, V]):
 
     def get(self, key: K, now_ms: int) -> V:
         entry = self._entries.get(key)
-        if entry is not None:
+        if entry is not None and now_ms - entry[1] < INACTIVE_SENSOR_EXPIRATION_MS:
             entry[1] = now_ms
             self._entries.move_to_end(key)
             return entry[0]
+        self._entries.pop(key, None)   # expired: made anew
         while self._entries:
             _, last_used_ms = next(iter(self._entries.values()))
             if now_ms - last_used_ms < INACTIVE_SENSOR_EXPIRATION_MS and len(self._entries) < self.max_sensors:

@@ -334,3 +334,8 @@ def error_for_code(code: int, message: str = "") -> KafkaError:
     if error_type is None:
         return UnknownServerError(message or f"error code {int(code)}")
     return error_type(message)
+
+
+def error_or_none(code: int, message: str | None) -> KafkaError | None:
+    """An answer's error code and message as its typed error (None for NONE, 0)."""
+    return None if int(code) == 0 else error_for_code(int(code), message or "")

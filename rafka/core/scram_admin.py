@@ -14,6 +14,8 @@ Kafka's rules (ScramControlManager.alterCredentials, ScramImage.describe), kept 
     and every result names its user;
   * Describe of no users (null or empty) describes every user; a user named
     twice is DUPLICATE_RESOURCE, one without credentials RESOURCE_NOT_FOUND.
+rafka bounds a request at MAX_ALTERATIONS_PER_REQUEST alterations (INVALID_REQUEST
+for every user), as it bounds AlterClientQuotas; Kafka has no such bound.
 rafka's own, beyond Kafka: user names beginning with "__" are the cluster's
 (core.scram.CLUSTER_USER): an alteration of one is UNACCEPTABLE_CREDENTIAL, and
 describing every user leaves them out (naming one describes it: mechanisms and
@@ -31,12 +33,14 @@ import collections
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from rafka.core.errors import (DuplicateResource, KafkaError, ResourceNotFound, UnacceptableCredential,
-                               UnsupportedSaslMechanism)
+from rafka.core.errors import (DuplicateResource, InvalidRequest, KafkaError, ResourceNotFound,
+                               UnacceptableCredential, UnsupportedSaslMechanism)
 from rafka.core.scram import (MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, RESERVED_USER_PREFIX, ScramCredential,
                               credential_from_salted)
 
 Held = Mapping[tuple[str, str], ScramCredential]   # by (user, mechanism)
+# rafka's bound (Kafka has none): one request's records are one commit, and every image carries them
+MAX_ALTERATIONS_PER_REQUEST = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +68,10 @@ class Alteration:
 
 
 def alter(held: Held, deletions: Sequence[Deletion], upsertions: Sequence[Upsertion]) -> Alteration:
+    """InvalidRequest for more than MAX_ALTERATIONS_PER_REQUEST alterations (the
+    request as a whole: every user answers it)."""
+    if len(deletions) + len(upsertions) > MAX_ALTERATIONS_PER_REQUEST:
+        raise InvalidRequest(f"Cannot alter more than {MAX_ALTERATIONS_PER_REQUEST} SCRAM credentials in one request")
     named: dict[str, Deletion | Upsertion | KafkaError] = {}
     for alteration in [*deletions, *upsertions]:
         if isinstance(named.get(alteration.user), KafkaError):
@@ -88,15 +96,23 @@ def _refusal(held: Held, alteration: Deletion | Upsertion) -> KafkaError | None:
         return UnacceptableCredential("Username must not be empty")
     if alteration.user.startswith(RESERVED_USER_PREFIX):
         return UnacceptableCredential(f"user names beginning with {RESERVED_USER_PREFIX!r} are rafka's own")
+    if isinstance(alteration, Upsertion):
+        return upsertion_refusal(alteration.mechanism, alteration.iterations)
     if alteration.mechanism not in MECHANISMS:
         return UnsupportedSaslMechanism("Unknown SCRAM mechanism")
-    if isinstance(alteration, Deletion):
-        if (alteration.user, alteration.mechanism) not in held:
-            return ResourceNotFound("Attempt to delete a user credential that does not exist")
-        return None
-    if alteration.iterations < MIN_ITERATIONS:
+    if (alteration.user, alteration.mechanism) not in held:
+        return ResourceNotFound("Attempt to delete a user credential that does not exist")
+    return None
+
+
+def upsertion_refusal(mechanism: str, iterations: int) -> KafkaError | None:
+    """Why Kafka's controller refuses a credential of `mechanism` and `iterations`
+    (None: it takes it); rafka's Admin asks before it sends anything."""
+    if mechanism not in MECHANISMS:
+        return UnsupportedSaslMechanism("Unknown SCRAM mechanism")
+    if iterations < MIN_ITERATIONS:
         return UnacceptableCredential("Too few iterations")
-    if alteration.iterations > MAX_ITERATIONS:
+    if iterations > MAX_ITERATIONS:
         return UnacceptableCredential("Too many iterations")
     return None
 

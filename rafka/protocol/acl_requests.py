@@ -13,15 +13,10 @@ from __future__ import annotations
 from kio.schema.create_acls.v3 import request as create_acls_v3
 from kio.schema.delete_acls.v3 import request as delete_acls_v3
 from kio.schema.describe_acls.v3 import request as describe_acls_v3
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from rafka.core.acl import AclBinding, AclBindingFilter
-from rafka.core.errors import KafkaError, error_for_code
-
-def _error(code, message: str | None) -> KafkaError | None:
-    return None if code == ErrorCode.none else error_for_code(int(code), message or "")
-
+from rafka.core.errors import KafkaError, error_or_none
 
 def create_acls_request(bindings: list[AclBinding]) -> create_acls_v3.CreateAclsRequest:
     return create_acls_v3.CreateAclsRequest(creations=tuple(create_acls_v3.AclCreation(
@@ -31,7 +26,7 @@ def create_acls_request(bindings: list[AclBinding]) -> create_acls_v3.CreateAcls
 
 
 def create_acls_answer(response) -> list[KafkaError | None]:
-    return [_error(r.error_code, r.error_message) for r in response.results]
+    return [error_or_none(r.error_code, r.error_message) for r in response.results]
 
 
 def describe_acls_request(acl_filter: AclBindingFilter) -> describe_acls_v3.DescribeAclsRequest:
@@ -43,7 +38,7 @@ def describe_acls_request(acl_filter: AclBindingFilter) -> describe_acls_v3.Desc
 
 
 def describe_acls_answer(response) -> list[AclBinding]:
-    error = _error(response.error_code, response.error_message)
+    error = error_or_none(response.error_code, response.error_message)
     if error is not None:
         raise error
     return [AclBinding.of(resource.resource_type, resource.resource_name, resource.pattern_type, acl.principal,
@@ -61,7 +56,7 @@ def delete_acls_request(filters: list[AclBindingFilter]) -> delete_acls_v3.Delet
 def delete_acls_answer(response) -> list[list[AclBinding] | KafkaError]:
     results: list[list[AclBinding] | KafkaError] = []
     for result in response.filter_results:
-        error = _error(result.error_code, result.error_message)
+        error = error_or_none(result.error_code, result.error_message)
         results.append(error if error is not None else [
             AclBinding.of(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
                           m.permission_type) for m in result.matching_acls])

@@ -34,6 +34,7 @@ Callers: actors.serving (each actor's node) and the tests' in-process node.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NotController
@@ -79,13 +80,17 @@ class _NotController:
     elect_leaders = alter_partition_reassignments = list_partition_reassignments = _refuse
 
 
+class UserAdmin(client_quotas.QuotaAdmin, scram_credentials.ScramAdmin, Protocol):
+    """Where AlterClientQuotas and AlterUserScramCredentials go: both calls."""
+
+
 def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Callable[[], Awaitable[int]],
                partitions=None, groups=None, topic_admin_host=None, transactions=None,
                list_groups: Callable[[], Awaitable[list[dict]]] | None = None,
                alter_topic_config: alter_configs.AlterTopicConfig | None = None,
                acl_admin: acls.AclAdmin | None = None,
                elections_admin: partition_admin.PartitionAdmin | None = None,
-               quota_admin: client_quotas.QuotaAdmin | scram_credentials.ScramAdmin | None = None,
+               quota_admin: UserAdmin | None = None,
                log_dirs: describe_log_dirs.LogDirs | None = None, envelopes: bool = False) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `transactions`: a TransactionHost

@@ -13,17 +13,12 @@ from __future__ import annotations
 
 from kio.schema.alter_client_quotas.v1 import request as alter_v1
 from kio.schema.describe_client_quotas.v1 import request as describe_v1
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64, i8
 
 from rafka.core.client_quotas import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED
-from rafka.core.errors import KafkaError, error_for_code
+from rafka.core.errors import KafkaError, error_or_none
 
 Pairs = list[tuple[str, "str | None"]]
-
-
-def _error(code, message: str | None) -> KafkaError | None:
-    return None if code == ErrorCode.none else error_for_code(int(code), message or "")
 
 
 def describe_request(components: list[tuple[str, "str | None"]], *, strict: bool = False,
@@ -38,7 +33,7 @@ def describe_request(components: list[tuple[str, "str | None"]], *, strict: bool
 
 
 def describe_answer(response) -> list[tuple[Pairs, dict[str, float]]]:
-    error = _error(response.error_code, response.error_message)
+    error = error_or_none(response.error_code, response.error_message)
     if error is not None:
         raise error
     return [([(e.entity_type, e.entity_name) for e in entry.entity], {v.key: float(v.value) for v in entry.values})
@@ -56,4 +51,4 @@ def alter_request(entries: list[tuple[Pairs, list[tuple[str, "float | None"]]]],
 
 
 def alter_answer(response) -> list[KafkaError | None]:
-    return [_error(entry.error_code, entry.error_message) for entry in response.entries]
+    return [error_or_none(entry.error_code, entry.error_message) for entry in response.entries]

@@ -135,3 +135,70 @@ def test_authorization__alter_and_describe_need_alter_and_describe_on_the_cluste
         assert logs_in(node, "SCRAM-SHA-256", "eve", "eve-secret")
     finally:
         alice.close()
+
+
+def test_the_wire__mechanism_types_refusals_and_bounds_as_kafka(node):
+    """Raw requests (kio), as no client library sends them: mechanism types 0, 3
+    and -1 are UNSUPPORTED_SASL_MECHANISM; a refused Describe of every user
+    (null) answers its error at the top with no results; more than 10,000
+    alterations in one request are INVALID_REQUEST for every user, nothing
+    changed."""
+    import asyncio
+    from kio.schema.alter_user_scram_credentials.v0 import request as alter_v0
+    from kio.schema.describe_user_scram_credentials.v0 import request as describe_v0
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i8, i32
+    from rafka.protocol import scram_requests
+    from rafka.protocol.connection import Connection, SaslLogin
+
+    def ask(request, login):
+        async def run():
+            connection = await Connection.open("127.0.0.1", node.port, sasl=login)
+            try:
+                return await connection.request(request)
+            finally:
+                await connection.close()
+        return asyncio.run(run())
+    operator = SaslLogin(CLUSTER_MECHANISM, CLUSTER_USER, node.cluster_login.password)
+    unknown = ask(alter_v0.AlterUserScramCredentialsRequest(
+        deletions=(alter_v0.ScramCredentialDeletion(name="a", mechanism=i8(0)),),
+        upsertions=tuple(alter_v0.ScramCredentialUpsertion(name=user, mechanism=i8(number), iterations=i32(4096),
+                                                           salt=b"s", salted_password=b"p")
+                         for user, number in (("b", 3), ("c", -1)))), operator)
+    assert {(r.user, r.error_code) for r in unknown.results} == {
+        (user, ErrorCode.unsupported_sasl_mechanism) for user in "abc"}
+    too_many = ask(alter_v0.AlterUserScramCredentialsRequest(deletions=(), upsertions=tuple(
+        alter_v0.ScramCredentialUpsertion(name=f"u{n}", mechanism=i8(1), iterations=i32(4096), salt=b"s",
+                                          salted_password=b"p") for n in range(10_001))), operator)
+    assert len(too_many.results) == 10_001 and {r.error_code for r in too_many.results} == {ErrorCode.invalid_request}
+    assert list(node.metadata.scram_credentials) == [(CLUSTER_USER, CLUSTER_MECHANISM)]
+    made = ask(scram_requests.alter_request(upsertions=[("eve", "SCRAM-SHA-256", "eve-secret", 4096)]), operator)
+    assert scram_requests.alter_answer(made) == {"eve": None}
+    eve = SaslLogin("SCRAM-SHA-256", "eve", "eve-secret")   # no binding lets her describe the cluster
+    refused = ask(describe_v0.DescribeUserScramCredentialsRequest(users=None), eve)
+    assert (refused.error_code, refused.results) == (ErrorCode.cluster_authorization_failed, ())
+
+
+def test_rafka_admin__refusals_it_can_see_change_nothing__one_request_per_mechanism(node):
+    """rafka's Admin (`rafka users`) checks what Kafka would refuse before it sends
+    anything, so a refusal leaves no mechanism half-set or half-deleted."""
+    from rafka.client.admin import Admin
+    from rafka.core.errors import ResourceNotFound, UnacceptableCredential, UnsupportedSaslMechanism
+    from rafka.protocol.connection import SaslLogin
+    from tests.compat.test_acl_clients_must_show import _Operator
+    admin = Admin(_Operator(SaslLogin(CLUSTER_MECHANISM, CLUSTER_USER, node.cluster_login.password)),
+                  bootstrap_servers=node.bootstrap, default_api_timeout_ms=TIMEOUT_S * 1000)
+    with pytest.raises(UnacceptableCredential, match="Too many iterations"):
+        admin.upsert_user("alice", "pw", iterations=16385)
+    with pytest.raises(UnsupportedSaslMechanism):
+        admin.upsert_user("alice", "pw", mechanisms=["SCRAM-SHA-256", "SCRAM-MD5"])
+    assert admin.list_users() == {}
+    admin.upsert_user("alice", "pw", mechanisms=["SCRAM-SHA-256", "SCRAM-SHA-512"])
+    admin.delete_user("alice", ["SCRAM-SHA-512"])
+    with pytest.raises(ResourceNotFound):
+        admin.delete_user("alice", ["SCRAM-SHA-256", "SCRAM-SHA-512"])   # one not held: neither deleted
+    assert admin.list_users() == {"alice": ["SCRAM-SHA-256"]}
+    admin.delete_user("alice")
+    assert admin.list_users() == {}
+    with pytest.raises(ResourceNotFound):
+        admin.delete_user("alice")

@@ -199,7 +199,7 @@ def test_sensors__bounded__least_recently_used_goes():
     assert manager.sensor_count == 3
 
 
-def test_bounded_sensors__least_recently_used_goes_past_the_bound__an_hour_unused_goes_first():
+def test_bounded_sensors__least_recently_used_goes_past_the_bound__an_hour_unused_is_made_anew():
     from rafka.core.client_quotas import INACTIVE_SENSOR_EXPIRATION_MS, BoundedSensors
     made = []
     sensors = BoundedSensors(lambda now_ms: made.append(now_ms) or len(made), max_sensors=2)
@@ -210,6 +210,7 @@ def test_bounded_sensors__least_recently_used_goes_past_the_bound__an_hour_unuse
     sensors.get("b", hour_later_ms - 1)
     assert sensors.get("d", hour_later_ms) == 5 and len(sensors) == 2   # "a" unused for an hour went, not "b"
     assert sensors.get("b", hour_later_ms) == 4
+    assert sensors.get("b", 2 * hour_later_ms) == 6   # unused for an hour, nothing else asked for: made anew
 
 
 def test_no_quota_anywhere__nothing_measured():
