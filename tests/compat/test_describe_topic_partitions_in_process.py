@@ -40,7 +40,7 @@ def alice(node):
 def pages(client, topics, limit):
     """Every page kafka-python gets, following next_cursor as Kafka's AdminClient does."""
     cursor, answered = None, []
-    while True:
+    for _ in range(10):   # a cursor that does not move on fails here, rather than looping
         page = client.describe_topic_partitions(topics, response_partition_limit=limit, cursor=cursor)
         answered.append([(t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]])
                          for t in page["topics"]])
@@ -48,12 +48,25 @@ def pages(client, topics, limit):
         if cursor is None:
             return answered
         cursor = {"topic_name": cursor["topic_name"], "partition_index": cursor["partition_index"]}
+    raise AssertionError(f"still paging after 10 pages: {answered}")
 
 
 def test_every_topic_it_may_describe__paged_by_the_cursor_in_name_order(node, alice):
     assert pages(alice, [], 2000) == [[("facts", NONE, [0, 1]), ("orders", NONE, [0, 1, 2])]]
     assert pages(alice, [], 2) == [[("facts", NONE, [0, 1])], [("orders", NONE, [0, 1])], [("orders", NONE, [2])]]
     assert pages(alice, [], 4) == [[("facts", NONE, [0, 1]), ("orders", NONE, [0, 1])], [("orders", NONE, [2])]]
+    assert len(pages(alice, [], 0)) == 5   # a limit below 1 is 1 (Kafka's max(min(2000, limit), 1))
+
+
+def test_named_topics__paged_by_the_cursor_from_the_cursors_topic_on(node, alice):
+    """As Kafka's AdminClient pages a describeTopics: the named topics, the cursor
+    taking the next page from its topic and partition (topics before it left out)."""
+    assert pages(alice, ["orders", "facts"], 1) == [
+        [("facts", NONE, [0])], [("facts", NONE, [1])], [("orders", NONE, [0])], [("orders", NONE, [1])],
+        [("orders", NONE, [2])]]
+    later = alice.describe_topic_partitions(["orders", "facts"], cursor={"topic_name": "orders", "partition_index": 1})
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in later["topics"]] == [
+        ("orders", [1, 2])]
 
 
 def test_named_topics__unknown_invalid_and_unauthorized_answered_as_kafka(node, alice):

@@ -77,19 +77,23 @@ def test_create_topics__each_topic_its_own_answer(tmp_path):
         creatable("defaults", partitions=-1, factor=-1),
         creatable("bad-config", configs=[("retention.ms", "soon")]),
         creatable("placed", assignments=(create_v7.CreatableReplicaAssignment(partition_index=i32(0),
-                                                                              broker_ids=(i32(0),)),))),
+                                                                              broker_ids=(i32(0),)),)),
+        creatable("fine")),
         timeout=TIMEOUT, validate_only=False))
     codes = [(t.name, t.error_code) for t in answer.topics]
-    assert codes == [("good", ErrorCode.none), ("good", ErrorCode.topic_already_exists),
+    # a name given twice: answered once, INVALID_REQUEST, nothing done (Kafka's ControllerApis)
+    assert codes == [("good", ErrorCode.invalid_request),
                      ("bad name!", ErrorCode.invalid_topic_exception),
                      ("too-wide", ErrorCode.invalid_replication_factor), ("defaults", ErrorCode.none),
-                     ("bad-config", ErrorCode.invalid_config), ("placed", ErrorCode.invalid_replica_assignment)]
-    good = answer.topics[0]
-    assert (good.num_partitions, good.replication_factor) == (2, 3)
-    assert good.topic_id == id_as_uuid(controller.metadata.topic("good").topic_id)
+                     ("bad-config", ErrorCode.invalid_config), ("placed", ErrorCode.invalid_replica_assignment),
+                     ("fine", ErrorCode.none)]
+    assert answer.topics[0].error_message == "Duplicate topic name."
+    fine = answer.topics[-1]
+    assert (fine.num_partitions, fine.replication_factor) == (2, 3)
+    assert fine.topic_id == id_as_uuid(controller.metadata.topic("fine").topic_id)
     assert len(controller.metadata.topic("defaults").partitions) == 1
-    assert set(controller.metadata.topics) == {"good", "defaults"}
-    assert answer.topics[2].error_message
+    assert set(controller.metadata.topics) == {"fine", "defaults"}
+    assert answer.topics[1].error_message
 
 
 def test_create_topics__minus_one__the_cluster_defaults_and_the_answer_says_them():
@@ -130,14 +134,17 @@ def test_delete_topics__by_name_and_by_id():
 def test_create_partitions__grows_only():
     controller = StandInController()
     asyncio.run(controller.create_topic("growing", 1, 1))
+    asyncio.run(controller.create_topic("shrinking", 2, 1))
     answer = ask(controller, 37, 3, partitions_v3.CreatePartitionsRequest(topics=(
         partitions_v3.CreatePartitionsTopic(name="growing", count=i32(3), assignments=None),
-        partitions_v3.CreatePartitionsTopic(name="growing", count=i32(2), assignments=None),
-        partitions_v3.CreatePartitionsTopic(name="missing", count=i32(2), assignments=None)),
+        partitions_v3.CreatePartitionsTopic(name="shrinking", count=i32(1), assignments=None),
+        partitions_v3.CreatePartitionsTopic(name="missing", count=i32(2), assignments=None),
+        partitions_v3.CreatePartitionsTopic(name="twice", count=i32(2), assignments=None),
+        partitions_v3.CreatePartitionsTopic(name="twice", count=i32(3), assignments=None)),
         timeout=TIMEOUT, validate_only=False))
     assert [(r.name, r.error_code) for r in answer.results] == [
-        ("growing", ErrorCode.none), ("growing", ErrorCode.invalid_partitions),
-        ("missing", ErrorCode.unknown_topic_or_partition)]
+        ("growing", ErrorCode.none), ("shrinking", ErrorCode.invalid_partitions),
+        ("missing", ErrorCode.unknown_topic_or_partition), ("twice", ErrorCode.invalid_request)]
     assert len(controller.metadata.topic("growing").partitions) == 3
 
 

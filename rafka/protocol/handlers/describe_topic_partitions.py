@@ -25,6 +25,7 @@ Caller: protocol.node_table, through `route(image)`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 
 from rafka.core.acl import AclOperation, ResourceType
+from rafka.core.actor_names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from rafka.core.cluster_image import ClusterImage, TopicImage
 from rafka.core.errors import InvalidTopic
 from rafka.core.metadata import validate_topic_name
@@ -45,6 +47,7 @@ MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000   # Kafka's max.request.partition.size.l
 ZERO_UUID = uuid.UUID(int=0)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 _DESCRIBE = check_of(API_KEY, AclOperation.DESCRIBE, ResourceType.TOPIC)
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})   # Kafka's Topic.isInternal
 
 
 def route(current_image: Callable[[], ClusterImage]) -> Route:
@@ -63,9 +66,12 @@ def describe_topic_partitions(image: ClusterImage, request, context: RequestCont
     if cursor is not None and ((not every_topic and cursor.topic_name not in names) or cursor.partition_index < 0):
         return dtp.DescribeTopicPartitionsResponse(throttle_time=_NO_THROTTLE, topics=tuple(
             _error_topic(ErrorCode.invalid_request, t.name, None) for t in request.topics))
-    allowed = [name for name in names if request_gate.allows(_DESCRIBE, name)]
-    refused = [] if every_topic else [_error_topic(ErrorCode.topic_authorization_failed, name, ZERO_UUID)
-                                      for name in names if name not in set(allowed)]
+    allowed, refused = [], []
+    for name in names:
+        if request_gate.allows(_DESCRIBE, name):
+            allowed.append(name)
+        elif not every_topic:
+            refused.append(_error_topic(ErrorCode.topic_authorization_failed, name, ZERO_UUID))
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, int(request.response_partition_limit)), 1)
     topics, next_cursor = [], None
     for name in allowed:
@@ -74,8 +80,10 @@ def describe_topic_partitions(image: ClusterImage, request, context: RequestCont
             break
         topic = image.topics.get(name)
         if topic is None:
-            if not every_topic:
-                topics.append(_error_topic(_unknown_code(name), name, ZERO_UUID))
+            if not every_topic:   # answered with its authorized operations, as Kafka's handler sets them on all
+                topics.append(dataclasses.replace(
+                    _error_topic(_unknown_code(name), name, ZERO_UUID), is_internal=name in INTERNAL_TOPICS,
+                    topic_authorized_operations=i32(request_gate.authorized_operations(ResourceType.TOPIC, name))))
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         end = min(len(topic.partitions), first + remaining)

@@ -6,7 +6,9 @@ handlers do the same way:
   * per topic, its own error code and message: TOPIC_ALREADY_EXISTS,
     INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
     INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION (delete, create partitions);
-    the other topics of the request go on.
+    the other topics of the request go on; a name CreateTopics or
+    CreatePartitions gives twice is answered once, INVALID_REQUEST ("Duplicate
+    topic name."), and nothing is done for it.
   * num_partitions / replication_factor -1: the cluster's defaults (Kafka's
     num.partitions and default.replication.factor, 1 unless the cluster sets
     them); the answer gives the values the topic got.
@@ -48,6 +50,7 @@ Caller: the controller actor's table, through `routes(admin)`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import uuid
 from collections.abc import Awaitable, Callable
@@ -61,7 +64,7 @@ from rafka.core.client_quotas import (NO_CLIENT_QUOTAS, ControllerMutationQuotaM
                                       user_of_principal)
 from rafka.core.clock import SystemClock
 from rafka.core.cluster_image import ClusterImage
-from rafka.core.errors import InvalidReplicaAssignment, RequestTimedOut
+from rafka.core.errors import InvalidReplicaAssignment, InvalidRequest, RequestTimedOut
 from rafka.core.metadata import id_as_uuid
 from rafka.core.acl import AclOperation, ResourceType
 from rafka.protocol.authorization import check_of, gate
@@ -111,6 +114,28 @@ async def within(coroutine, timeout_ms: int):
         raise RequestTimedOut(f"not finished within {timeout_ms} ms; it goes on") from None
 
 
+def _refuse_here(topic, duplicates: set[str], request_gate, check) -> None:
+    """What this node refuses of a CreateTopics / CreatePartitions topic before the
+    controller is asked: a name given twice, the client's ACLs (`check`), replica
+    assignments (rafka assigns replicas to brokers)."""
+    if topic.name in duplicates:
+        raise InvalidRequest("Duplicate topic name.")
+    request_gate.require(check, topic.name)
+    if topic.assignments:
+        raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns replicas to brokers")
+
+
+def _once_each(items, name_of) -> tuple[list, set[str]]:
+    """The items with each name's first only, and the names given more than once:
+    Kafka's controller answers such a name once, INVALID_REQUEST ("Duplicate topic
+    name."), and does nothing for it."""
+    first: dict[str, object] = {}
+    for item in items:
+        first.setdefault(name_of(item), item)
+    counts = collections.Counter(name_of(item) for item in items)
+    return list(first.values()), {name for name, times in counts.items() if times > 1}
+
+
 def _failure(error: Exception) -> tuple[ErrorCode, str]:
     return error_code_of(error), str(getattr(error, "message", error))
 
@@ -150,25 +175,46 @@ def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> li
         timeout_ms = int(request.timeout.total_seconds() * 1000)
         request_gate = gate(context)
         quota = quota_of(context, CREATE_KEY)
+        loop = asyncio.get_running_loop()
+        started_s = loop.time()
+        topics, duplicates = _once_each(request.topics, lambda t: t.name)
 
-        async def one(topic):
+        def checked(topic) -> dict:
+            """The topic's configs, once what is refused here is ruled out."""
+            _refuse_here(topic, duplicates, request_gate, _CREATE)
+            return {c.name: c.value for c in topic.configs}
+
+        async def validate(topic):
+            try:
+                return await within(admin.create_topic(topic.name, int(topic.num_partitions),
+                                                       int(topic.replication_factor), checked(topic),
+                                                       validate_only=True), timeout_ms)
+            except Exception as error:
+                return error
+        # KRaft validates a topic before it takes the quota, and charges a
+        # validate_only creation too: those are validated first, every topic at
+        # once, then charged in the request's order. A strict client with a quota
+        # asks the controller twice (the creation within what is left of the
+        # timeout); the others' order of validating and charging changes no answer.
+        validate_first = request.validate_only or (quota.limited and quota.strict)
+        validated = (await asyncio.gather(*(validate(t) for t in topics)) if validate_first
+                     else [None] * len(topics))
+
+        async def one(topic, validation):
             code, message, described = ErrorCode.none, None, None
             partitions, factor = int(topic.num_partitions), int(topic.replication_factor)
             taken = max(partitions, 1)   # -1: the default, made exact below
             try:
-                request_gate.require(_CREATE, topic.name)
-                if topic.assignments:
-                    raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
-                                                   "replicas to brokers")
-                config = {c.name: c.value for c in topic.configs}
-                if quota.limited or request.validate_only:   # KRaft validates a topic before it takes the quota
-                    described = await within(admin.create_topic(topic.name, partitions, factor, config,
-                                                                validate_only=True), timeout_ms)
+                if isinstance(validation, Exception):
+                    raise validation
+                config = checked(topic)
                 if request.validate_only:
-                    quota.record(taken)   # KRaft charges a validate-only creation as a real one
+                    described = validation
+                    quota.record(taken)
                 else:
+                    left_ms = timeout_ms - int((loop.time() - started_s) * 1000)
                     described = await _mutate(quota, taken, lambda: within(admin.create_topic(
-                        topic.name, partitions, factor, config, validate_only=False), timeout_ms))
+                        topic.name, partitions, factor, config, validate_only=False), left_ms))
             except Exception as error:
                 code, message = _failure(error)
             ok = code == ErrorCode.none
@@ -187,7 +233,7 @@ def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> li
                         error_message=message, topic_config_error_code=i16(0),
                         num_partitions=i32(partitions if ok else -1), replication_factor=i16(factor if ok else -1),
                         configs=configs)
-        results = await asyncio.gather(*(one(t) for t in request.topics))
+        results = await asyncio.gather(*(one(t, v) for t, v in zip(topics, validated)))
         return make(response_type, throttle_time=_throttle(quota), topics=tuple(results))
 
     async def delete(request, context: RequestContext):
@@ -228,14 +274,12 @@ def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> li
         timeout_ms = int(request.timeout.total_seconds() * 1000)
         request_gate = gate(context)
         quota = quota_of(context, CREATE_PARTITIONS_KEY)
+        topics, duplicates = _once_each(request.topics, lambda t: t.name)
 
         async def one(topic):
             code, message = ErrorCode.none, None
             try:
-                request_gate.require(_ALTER, topic.name)
-                if topic.assignments:
-                    raise InvalidReplicaAssignment("manual replica assignments are not taken: rafka assigns "
-                                                   "replicas to brokers")
+                _refuse_here(topic, duplicates, request_gate, _ALTER)
                 found = admin.cluster_image().topics.get(topic.name)
                 added = 0 if found is None else int(topic.count) - len(found.partitions)
                 if request.validate_only:   # validated, then charged as a real one (KRaft's controller)
@@ -247,7 +291,7 @@ def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> li
             except Exception as error:
                 code, message = _failure(error)
             return make(module.CreatePartitionsTopicResult, name=topic.name, error_code=code, error_message=message)
-        results = await asyncio.gather(*(one(t) for t in request.topics))
+        results = await asyncio.gather(*(one(t) for t in topics))
         return make(response_type, throttle_time=_throttle(quota), results=tuple(results))
     return [Route(CREATE_KEY, 2, 7, create), Route(DELETE_KEY, 1, 6, delete),
             Route(CREATE_PARTITIONS_KEY, 0, 3, create_partitions)]
