@@ -131,6 +131,26 @@ def test_delete_topics__by_name_and_by_id():
     assert controller.metadata.topics == {}
 
 
+def test_delete_topics__kafkas_invalid_requests__a_name_or_id_twice_both_or_neither__nothing_deleted():
+    import uuid
+    controller = StandInController()
+    for name in ("twice", "kept", "both"):
+        asyncio.run(controller.create_topic(name, 1, 1))
+    kept_id = id_as_uuid(controller.metadata.topic("kept").topic_id)
+    zero = uuid.UUID(int=0)
+    answer = ask(controller, 20, 6, delete_v6.DeleteTopicsRequest(topics=(
+        delete_v6.DeleteTopicState(name="twice", topic_id=zero), delete_v6.DeleteTopicState(name=None, topic_id=kept_id),
+        delete_v6.DeleteTopicState(name="twice", topic_id=zero), delete_v6.DeleteTopicState(name=None, topic_id=kept_id),
+        delete_v6.DeleteTopicState(name="both", topic_id=kept_id), delete_v6.DeleteTopicState(name=None, topic_id=zero)),
+        timeout=TIMEOUT))
+    assert [(r.name, r.topic_id or zero, r.error_code, r.error_message) for r in answer.responses] == [
+        ("twice", zero, ErrorCode.invalid_request, "Duplicate topic name."),
+        (None, kept_id, ErrorCode.invalid_request, "Duplicate topic id."),
+        ("both", kept_id, ErrorCode.invalid_request, "You may not specify both topic name and topic id."),
+        (None, zero, ErrorCode.invalid_request, "Neither topic name nor id were specified.")]
+    assert set(controller.metadata.topics) == {"twice", "kept", "both"}
+
+
 def test_create_partitions__grows_only():
     controller = StandInController()
     asyncio.run(controller.create_topic("growing", 1, 1))

@@ -8,7 +8,8 @@ handlers do the same way:
     INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION (delete, create partitions);
     the other topics of the request go on; a name CreateTopics or
     CreatePartitions gives twice is answered once, INVALID_REQUEST ("Duplicate
-    topic name."), and nothing is done for it.
+    topic name."), and nothing is done for it; so is a DeleteTopics name or id
+    given twice ("Duplicate topic id."), and an entry with both or neither.
   * num_partitions / replication_factor -1: the cluster's defaults (Kafka's
     num.partitions and default.replication.factor, 1 unless the cluster sets
     them); the answer gives the values the topic got.
@@ -241,15 +242,26 @@ def routes(admin: TopicAdmin, *, clock=None, mutation_quotas: bool = True) -> li
         module = module_of(response_type)
         timeout_ms = int(request.timeout.total_seconds() * 1000)
         if context.api_version >= 6:
-            wanted = [(t.name, t.topic_id) for t in request.topics]
+            given = [(t.name, t.topic_id if t.topic_id != ZERO_UUID else None) for t in request.topics]
         else:
-            wanted = [(name, None) for name in request.topic_names]
+            given = [(name, None) for name in request.topic_names]
+        # Kafka's ControllerApis.deleteTopics: a name and an id in one entry, neither,
+        # or a name or id given twice, answered INVALID_REQUEST (a duplicate once)
+        wanted, duplicates = _once_each(given, lambda entry: entry)
+        refused = {entry: "You may not specify both topic name and topic id." for entry in wanted
+                   if entry[0] is not None and entry[1] is not None}
+        refused.update({entry: "Neither topic name nor id were specified." for entry in wanted if entry == (None, None)})
+        refused.update({entry: f"Duplicate topic {'name' if entry[0] is not None else 'id'}."
+                        for entry in duplicates})
         request_gate = gate(context)
         quota = quota_of(context, DELETE_KEY)
 
         async def one(name, topic_id):
             code, message = ErrorCode.none, None
-            if name is None and topic_id not in (None, ZERO_UUID):
+            if (name, topic_id) in refused:
+                return make(module.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
+                            error_code=ErrorCode.invalid_request, error_message=refused[name, topic_id])
+            if name is None:
                 found = admin.cluster_image().topic_by_id(topic_id)
                 if found is None:
                     return make(module.DeletableTopicResult, name=None, topic_id=topic_id,
