@@ -1351,10 +1351,12 @@ class ControllerActor:
                     try:
                         handle = await self._handle(name)
                     except ValueError:   # not created yet
-                        if broker_id not in self._live_brokers:
-                            return
+                        port = await self._broker_port(broker_id, process) \
+                            if broker_id in self._live_brokers else None
+                        if port is None:
+                            return   # the next round
                         handle = self._handles[name] = await asyncio.to_thread(
-                            self._create_broker_process, broker_id, process)
+                            self._create_broker_process, broker_id, process, port)
                 answer = await asyncio.wait_for(handle.ping.remote(), timeout=self.leader_ping_timeout_ms / 1000)
             except asyncio.TimeoutError:
                 if name in self.metadata.nodes and broker_id not in self._live_brokers:
@@ -1372,14 +1374,36 @@ class ControllerActor:
         await asyncio.gather(*(one(b, k) for b in sorted(self._live_brokers | referenced)
                                for k in range(self.network_processes)))
 
-    def _create_broker_process(self, broker_id: int, process: int):
-        """(In a worker thread: Ray calls that block.) Process `process` of broker
-        `broker_id`, on the broker's port (a free one chosen for it if the
-        listener port is 0: brokers sharing a host)."""
+    async def _broker_port(self, broker_id: int, process: int) -> int | None:
+        """The port a new process of the broker listens on; None: not known yet (the
+        next round). All of a broker's processes share one port, so it is chosen
+        here, on the loop, with no await between reading and recording it (chosen
+        in the creating threads, two processes of one broker created in one round
+        each took a free port of its own: CI saw the broker refuse connections
+        while the process Metadata named restarted). Only process 0 chooses it (a
+        free one if the listener port is 0: brokers sharing a host); the others wait
+        for it. With no port recorded (the controller restarted), an existing
+        process's ping records it: process 0 waits while any other of the broker
+        exists."""
         port = self._broker_ports.get(broker_id)
-        if port is None:
-            port = self._broker_ports[broker_id] = self.listener_port or _free_port(
-                set(self._broker_ports.values()))
+        if port is not None:
+            return port
+        if process > 0:
+            return None
+        for other in range(1, self.network_processes):
+            try:
+                await self._handle(broker_actor_name(broker_id, other))
+                return None
+            except ValueError:
+                pass
+        if broker_id in self._broker_ports:   # recorded while this looked
+            return self._broker_ports[broker_id]
+        port = self._broker_ports[broker_id] = self.listener_port or _free_port(set(self._broker_ports.values()))
+        return port
+
+    def _create_broker_process(self, broker_id: int, process: int, port: int):
+        """(In a worker thread: Ray calls that block.) Process `process` of broker
+        `broker_id`, listening on `port` (`_broker_port`)."""
         return _BROKER_ACTOR.options(
             name=broker_actor_name(broker_id, process), namespace=NAMESPACE, lifetime="detached",
             max_restarts=-1, num_cpus=0, get_if_exists=True,

@@ -87,10 +87,22 @@ def read_back(cluster, topic, partitions, count):
 
 def test_bootstrap_servers__names_every_broker_once_and_metadata_lists_exactly_them(cluster, bootstrap):
     """Kafka's shape: one node per broker, node id = broker id, at its address;
-    any broker bootstraps and each lists the same three."""
+    any broker bootstraps and each lists the same three. Both network processes of
+    each broker listen at that one address (the controller creates them in one
+    round: each once took a free port of its own)."""
     from kio.schema.metadata.v12.request import MetadataRequest
+
+    from rafka.core.actor_names import broker_actor_name
     brokers = [b.rsplit(":", 1) for b in bootstrap.split(",")]
     assert len(brokers) == 3 and len(set(map(tuple, brokers))) == 3
+
+    def listening_ports(broker_id):
+        described = [ray.get(ray.get_actor(broker_actor_name(broker_id, k), namespace="rafka").describe.remote(),
+                             timeout=10) for k in range(2)]
+        return None if None in (d["endpoint"] for d in described) else {d["endpoint"][1] for d in described}
+    for broker_id, (_, port) in enumerate(brokers):
+        assert wait_until(lambda: listening_ports(broker_id), timeout_s=60,
+                          what=f"broker {broker_id}'s two processes listening") == {int(port)}
     request = MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     for host, port in brokers:
         answer = on_the_wire(host, int(port), request)
