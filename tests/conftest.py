@@ -19,11 +19,74 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """The module's own 3-broker local cluster (started only by modules that use it)."""
-    from tests.harness import embedded_cluster
-    with embedded_cluster() as embedded:
-        yield embedded
+def cluster(request):
+    """A 3-broker local cluster (started only by modules that use it): the module's
+    own, or, for a module marked `shares_cluster`, the one such modules share. A
+    shared cluster is started by the first of them and stopped after the last
+    (the collection puts them together); each module leaves it without topics of
+    its own, so the next starts as on a new cluster but for its groups, quotas,
+    ACLs and users (a sharing module leaves none of those that could change
+    another's answers). Starting and stopping a cluster costs about 17 s on the
+    2-core machine: the suite's 40-minute budget is why they share."""
+    if request.node.get_closest_marker("shares_cluster") is None:
+        from tests.harness import embedded_cluster
+        with embedded_cluster() as embedded:
+            yield embedded
+        return
+    embedded = _shared_cluster.open()
+    yield embedded
+    _shared_cluster.clear_topics()
+
+
+class _SharedCluster:
+    def __init__(self) -> None:
+        self._context = None
+        self.cluster = None
+
+    def open(self):
+        if self.cluster is None:
+            from tests.harness import embedded_cluster
+            self._context = embedded_cluster()
+            self.cluster = self._context.__enter__()
+        return self.cluster
+
+    def clear_topics(self) -> None:
+        """Every topic but the internal ones deleted (their replica actors stopped)."""
+        admin = self.cluster.admin()
+        for topic in admin.list_topics():
+            if not topic.startswith("__"):
+                admin.delete_topic(topic)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            context, self._context, self.cluster = self._context, None, None
+            context.__exit__(None, None, None)
+
+
+_shared_cluster = _SharedCluster()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The modules sharing a cluster run one after another, where the first of them
+    would have run; the others keep their order."""
+    sharing = [item for item in items if item.get_closest_marker("shares_cluster")]
+    if sharing:
+        first = items.index(sharing[0])
+        others = [item for item in items if not item.get_closest_marker("shares_cluster")]
+        items[:] = others[:first] + sharing + others[first:]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The shared cluster stops after the last module sharing it (its module
+    fixtures torn down first): the next module may start a Ray cluster of its own."""
+    yield
+    if nextitem is None or nextitem.get_closest_marker("shares_cluster") is None:
+        _shared_cluster.close()
+
+
+def pytest_sessionfinish(session):
+    _shared_cluster.close()
 
 
 # Wall time per module (its tests with their setup and teardown, module fixtures

@@ -9,7 +9,7 @@ from rafka.core.errors import (InvalidConfig, InvalidReplicationFactor, InvalidT
 from rafka.core.structs import OffsetAndTimestamp, TopicPartition
 from tests.harness import describe_replica, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.shares_cluster]
 
 
 @pytest.fixture(scope="module")

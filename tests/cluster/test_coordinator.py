@@ -13,7 +13,7 @@ from rafka.core.offsets_schema import partition_for_group
 from rafka.core.records import decode_records
 from tests.harness import describe_replica, partition_state, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.shares_cluster]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from rafka.core.errors import (GroupIdNotFound, NoOffsetForPartitionError, NonEm
 from rafka.core.structs import TopicPartition
 from tests.harness import handled_records, partition_state, recording_handler, replica, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.shares_cluster]
 
 FAST_GROUP = dict(session_timeout_ms=3_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100)
 

@@ -27,7 +27,7 @@ import pytest
 
 from rafka.core.structs import TopicPartition
 
-pytestmark = [pytest.mark.compat, pytest.mark.cluster]
+pytestmark = [pytest.mark.compat, pytest.mark.cluster, pytest.mark.shares_cluster]
 
 REPO = Path(__file__).resolve().parents[2]
 TOPIC, GROUP, RECORDS, LAG = "burrow-orders", "burrow-billing", 40, 5

@@ -7,7 +7,7 @@ import pytest
 
 from rafka.core.structs import TopicPartition
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.shares_cluster]
 
 MIXED = "txn-mixed"
 

@@ -12,7 +12,7 @@ import pyarrow.dataset
 
 from rafka.core.structs import TopicPartition
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.shares_cluster]
 
 
 def run_stream(cluster, output, *, crash: bool):
