@@ -65,12 +65,14 @@ from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, REPLICA_SHEL
                                     broker_actor_name, broker_of_actor_name, broker_of_shell, coordinator_actor_name,
                                     transaction_coordinator_actor_name)
 from rafka.core.broker_identity import BROKER_ID_LABEL
+from rafka.core.clock import SystemClock
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, build_image
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, UNASSIGNED, ReplicaActor
 from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
 from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER
 from rafka.protocol.connection import SaslLogin
+from rafka.protocol.handlers.describe_quorum import QuorumState, ReplicaState
 from rafka.core.errors import KafkaError, NetworkException, NotController
 from rafka.core.metadata import UNCLEAN_ELECTION, ClusterMetadata, PartitionState, TopicMetadata
 from rafka.core.replica_pool import ReplicaPool
@@ -116,6 +118,8 @@ PUSH_SETTLED_EVERY_ROUNDS = 5
 # the GCS again at its first creation (a blocking round trip per replica).
 _REPLICA_ACTOR = ray.remote(ReplicaActor)
 _BROKER_ACTOR = ray.remote(BrokerActor)
+_WALL_CLOCK = SystemClock()
+OBSERVER_SESSION_TIMEOUT_MS = 300_000   # Kafka's LeaderState.OBSERVER_SESSION_TIMEOUT_MS
 BROKERS_LISTEN_WAIT_S = 60.0
 EVERY_BROKER_LISTEN_WAIT_S = 5.0
 
@@ -294,6 +298,9 @@ class ControllerActor:
         self._settled: dict[str, tuple[str, tuple[str, int]]] = {}
         self._watches: dict[str, tuple[tuple, asyncio.Task]] = {}   # name -> (what it was settled as, its watch)
         self._image_versions: dict[str, int] = {}   # settled replicas: the image version each holds
+        # every actor's node: (the image version it holds, wall-clock ms of its last ping
+        # answer), for DescribeQuorum's observers (the brokers)
+        self._nodes_synced: dict[str, tuple[int, int]] = {}
         self._image_pusher: asyncio.Task | None = None
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2),
         # served on a thread of its own (NodeThread says why); topic administration
@@ -303,7 +310,7 @@ class ControllerActor:
         # Its node is internal (brokers forward administration to it): a port the OS picks.
         self.serving = NodeServing(CONTROLLER_NAME, topic_admin_host=_TopicAdminOnActorLoop(self, hop),
                                    allocate_producer_id=hop(self.allocate_producer_id),
-                                   image_source=self.cluster_image, envelopes=True)
+                                   image_source=self.cluster_image, envelopes=True, quorum=self._quorum)
         self.leader_elections = Histogram()   # ms from deciding an election to the new leader's role
         register_controller(self.serving.metrics, lambda: self.metadata, self.leader_elections)
         # An actor cannot start tasks in __init__: ask ourselves for a ping, which starts
@@ -406,6 +413,30 @@ class ControllerActor:
             handle.update_image.remote(image)
             version = image.version
         self._image_versions[actor] = version   # (settled replicas: `_push_behind_images`)
+        self._nodes_synced[actor] = (version, _WALL_CLOCK.now_ms())
+
+    def _quorum(self) -> QuorumState:
+        """The metadata log's quorum as DescribeQuorum tells it (handlers.describe_quorum):
+        this controller the one voter, at the log's end; each broker an observer at
+        the lowest image version its network processes reported, when the last of
+        them answered; one silent for OBSERVER_SESSION_TIMEOUT_MS is left out, as
+        Kafka's leader forgets such an observer. Called on the node's thread: it reads the published image
+        and a copy of the synced table (one C-level copy, atomic under the GIL)."""
+        image = self.cluster_image()
+        now_ms = _WALL_CLOCK.now_ms()
+        observed: dict[int, tuple[int, int]] = {}
+        for actor, (version, seen_ms) in dict(self._nodes_synced).items():
+            broker_id = broker_of_actor_name(actor)
+            if broker_id is not None and now_ms - seen_ms < OBSERVER_SESSION_TIMEOUT_MS:
+                held, last_ms = observed.get(broker_id, (version, seen_ms))
+                observed[broker_id] = (min(held, version), max(last_ms, seen_ms))
+        node = image.nodes.get(image.controller_node)
+        return QuorumState(
+            leader_id=image.controller_node, leader_epoch=self.metadata.controller_epoch,
+            high_watermark=image.version, voters=(ReplicaState(image.controller_node, image.version, now_ms, now_ms),),
+            observers=tuple(ReplicaState(b, version, seen_ms, seen_ms)
+                            for b, (version, seen_ms) in sorted(observed.items())),
+            leader_endpoint=(node.host, node.port) if node is not None else None)
 
     async def _sync_nodes(self, answers: list[tuple]) -> None:
         """`_sync_node` for several replica actors' answers [(handle, actor, answer)], their

@@ -99,7 +99,7 @@ class NodeServing:
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
                  view: Callable[[ClusterImage], ClusterImage] | None = None,
                  dispatcher_factory: Callable[..., Dispatcher] = Dispatcher, reuse_port: bool = False,
-                 log_dirs=None, client_listener: bool = False, envelopes: bool = False) -> None:
+                 log_dirs=None, client_listener: bool = False, envelopes: bool = False, quorum=None) -> None:
         """The hosts are what this actor answers for (protocol.node_table): its
         partition, its groups, its transactional ids, topic administration; `alter_topic_config`: how a
         node that is not the controller reaches it (alter_topic_config_on_controller);
@@ -114,14 +114,15 @@ class NodeServing:
         `client_listener`: clients connect here (a broker's node): each client IP's
         connection_creation_rate applies (KIP-612; not on the actors' nodes, which
         only the brokers and the cluster's own clients reach, as Kafka exempts its
-        inter-broker listener); `envelopes`: the controller's node
+        inter-broker listener); `envelopes`, `quorum`: the controller's node
         (protocol.node_table)."""
         tune_malloc()
         self.name = name
         self._table_options = dict(allocate_producer_id=allocate_producer_id, partitions=partitions, groups=groups,
                                    transactions=transactions,
                                    topic_admin_host=topic_admin_host, list_groups=list_groups,
-                                   alter_topic_config=alter_topic_config, log_dirs=log_dirs, envelopes=envelopes)
+                                   alter_topic_config=alter_topic_config, log_dirs=log_dirs, envelopes=envelopes,
+                                   quorum=quorum)
         self._image_source = image_source
         self.listener_port = listener_port
         self.max_pipelined_requests = max_pipelined_requests

@@ -166,6 +166,8 @@ _TABLE: list[ApiAuthorization] = [
         _cluster(Op.ALTER_CONFIGS, scope=Scope.EACH, when="resource_type in (BROKER, BROKER_LOGGER)"),
         _topics(Op.ALTER_CONFIGS, "resources[].resource_name", when="resource_type == TOPIC"),
         _group(Op.ALTER_CONFIGS, "resources[].resource_name", scope=Scope.EACH, when="resource_type == GROUP"))),
+    ApiAuthorization(34, "AlterReplicaLogDirs", (_cluster(Op.ALTER),),
+                     "refused: every partition named answers CLUSTER_AUTHORIZATION_FAILED"),
     ApiAuthorization(35, "DescribeLogDirs", (_cluster(Op.DESCRIBE),)),
     ApiAuthorization(36, "SaslAuthenticate", ()),
     ApiAuthorization(37, "CreatePartitions", (_topics(Op.ALTER, "topics[].name"),)),
@@ -196,8 +198,12 @@ _TABLE: list[ApiAuthorization] = [
         _topics(Op.DESCRIBE, "the transaction's topics", scope=Scope.FILTER))),
     ApiAuthorization(66, "ListTransactions", (
         Check(Op.DESCRIBE, Type.TRANSACTIONAL_ID, "every transactional id", Scope.FILTER, None),)),
+    ApiAuthorization(55, "DescribeQuorum", (_cluster(Op.DESCRIBE),),
+                     "refused: the top-level CLUSTER_AUTHORIZATION_FAILED and no topics"),
     ApiAuthorization(68, "ConsumerGroupHeartbeat", (_group(Op.READ, "group_id"),)),
     ApiAuthorization(69, "ConsumerGroupDescribe", (_group(Op.DESCRIBE, "group_ids[]", scope=Scope.EACH),)),
+    ApiAuthorization(74, "ListConfigResources", (_cluster(Op.DESCRIBE_CONFIGS),),
+                     "refused: CLUSTER_AUTHORIZATION_FAILED and no resources; topics are not filtered"),
     ApiAuthorization(75, "DescribeTopicPartitions", (
         _topics(Op.DESCRIBE, "topics[].name", when="topics listed"),
         _topics(Op.DESCRIBE, "every topic", scope=Scope.FILTER, when="topics empty (all topics)")),

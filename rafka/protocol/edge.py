@@ -6,7 +6,8 @@ keep their own nodes as the internal listener (core.cluster_image).
 Routes, by API:
   * answered here from the broker view of the cluster image: ApiVersions,
     Metadata, FindCoordinator, DescribeConfigs, InitProducerId without a transactional
-    id, DescribeAcls, DescribeClientQuotas, DescribeCluster, SASL; DescribeLogDirs from this broker's disk;
+    id, DescribeAcls, DescribeClientQuotas, DescribeCluster, SASL; DescribeLogDirs and AlterReplicaLogDirs from this
+    broker's disk;
   * partition APIs (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
     DeleteRecords): each
     partition goes to its leader replica's actor when that replica runs on this

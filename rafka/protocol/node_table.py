@@ -40,9 +40,11 @@ from rafka.core.cluster_image import ClusterImage
 from rafka.core.errors import NotController
 from rafka.protocol import sasl
 from rafka.protocol.dispatch import DispatchTable
-from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs, api_versions,
+from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to_txn, alter_configs,
+                                     alter_replica_log_dirs, api_versions,
                                      client_quotas,
                                      consumer_group, delete_records, describe_cluster, describe_configs, describe_log_dirs,
+                                     describe_quorum, list_config_resources,
                                      describe_topic_partitions,
                                      describe_producers, describe_transactions, end_txn, envelope, fetch,
                                      find_coordinator,
@@ -91,7 +93,8 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                acl_admin: acls.AclAdmin | None = None,
                elections_admin: partition_admin.PartitionAdmin | None = None,
                quota_admin: UserAdmin | None = None,
-               log_dirs: describe_log_dirs.LogDirs | None = None, envelopes: bool = False) -> DispatchTable:
+               log_dirs: describe_log_dirs.LogDirs | None = None, envelopes: bool = False,
+               quorum: Callable[[], describe_quorum.QuorumState] | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `transactions`: a TransactionHost
     (handlers.txn_coordinator) with the transaction coordinators hosted here
@@ -103,7 +106,10 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     (default: topic_admin_host);
     `quota_admin`: where AlterClientQuotas and AlterUserScramCredentials go
     (default: topic_admin_host);
-    `log_dirs`: the node's log dirs for DescribeLogDirs (a broker's; none: no log dir);
+    `log_dirs`: the node's log dirs for DescribeLogDirs and AlterReplicaLogDirs (a
+    broker's; none: no log dir);
+    `quorum`: the metadata log's quorum, for DescribeQuorum (the controller's node;
+    none: NOT_LEADER_OR_FOLLOWER);
     `envelopes`: the controller's node (or a test's stand-in for it): it takes
     what brokers relay to it in envelopes (KIP-590) and charges topic
     administration to the clients' controller_mutation_rate; no other node
@@ -121,7 +127,9 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
         offset_for_leader_epoch.route(partitions), delete_records.route(partitions),
         describe_producers.route(partitions),
-        describe_cluster.route(image), describe_log_dirs.route(log_dirs), init_producer_id.route(allocate_producer_id, transactions),
+        describe_cluster.route(image), describe_log_dirs.route(log_dirs),
+        alter_replica_log_dirs.route(image, log_dirs), describe_quorum.route(quorum),
+        list_config_resources.route(image), init_producer_id.route(allocate_producer_id, transactions),
         add_partitions_to_txn.route(transactions, image), add_offsets_to_txn.route(transactions),
         end_txn.route(transactions), describe_transactions.route(transactions), list_transactions.route(transactions),
         write_txn_markers.route(partitions, groups), txn_offset_commit.route(groups),

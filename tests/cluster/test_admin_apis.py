@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.harness import describe_replica, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.shares_cluster]
 TIMEOUT_S = 30
 
 
@@ -442,3 +442,38 @@ def test_request_percentage__rafka_configs_through_a_broker__every_broker_thrott
     finally:
         configs(delete_config="request_percentage")
     assert throttle_s_by_broker("chatty") == [0, 0, 0]
+
+
+def test_describe_quorum__kafka_python_through_a_broker__the_controller_leads_the_brokers_observe(cluster):
+    """kafka-metadata-quorum.sh's request, from kafka-python through a broker (which
+    relays it to the controller, as Kafka's brokers forward it): the controller is
+    the one voter, its epoch the controller epoch, the high watermark its metadata
+    log's end; the three brokers observe it, each at most that far, each seen by
+    the controller's last round."""
+    import time
+
+    import ray
+    from kafka.admin import KafkaAdminClient
+    image = ray.get(cluster.controller.cluster_image.remote())
+    epoch = ray.get(cluster.controller.metadata_snapshot.remote())["controller_epoch"]
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        asked_ms = time.time() * 1000
+        quorum = client.describe_metadata_quorum()
+    finally:
+        client.close()
+    (topic,) = quorum["topics"]
+    (partition,) = topic["partitions"]
+    assert (topic["topic_name"], partition["error"], partition["leader_id"], partition["leader_epoch"]) == (
+        "__cluster_metadata", None, image.controller_node, epoch)
+    high_watermark = partition["high_watermark"]
+    assert high_watermark >= image.version > 0
+    (voter,) = partition["current_voters"]
+    assert (voter["replica_id"], voter["log_end_offset"]) == (image.controller_node, high_watermark)
+    observers = {o["replica_id"]: o for o in partition["observers"]}
+    assert sorted(observers) == [0, 1, 2]
+    assert all(0 < o["log_end_offset"] <= high_watermark
+               and asked_ms - 60_000 < o["last_fetch_timestamp"] <= asked_ms + 5_000 for o in observers.values()), observers
+    controller = image.nodes[image.controller_node]
+    assert quorum["nodes"] == [{"node_id": image.controller_node, "listeners": [
+        {"name": "CONTROLLER", "host": controller.host, "port": controller.port}]}]

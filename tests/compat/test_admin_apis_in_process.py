@@ -127,6 +127,37 @@ def test_kafka_python_admin__describe_log_dirs_and_cluster(node):
         admin.close()
 
 
+def test_kafka_python_admin__alter_replica_log_dirs__already_in_the_one_log_dir_or_kafkas_errors(node):
+    """kafka-python's alter_replica_log_dirs (kafka-reassign-partitions.sh's log_dirs)
+    to broker 0: its replica is already in the broker's one log dir (nothing
+    moves); another path is LOG_DIR_NOT_FOUND; unknown partitions and a topic
+    too long for Kafka's future log dir are answered as Kafka answers them."""
+    from kafka import errors as kafka_errors
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import TopicPartitionReplica as Replica
+    produce(node, "orders", 0, [b"a", b"b"])
+    here = str(node.directory.absolute())
+    before = sorted(p.name for p in node.directory.iterdir())
+    long_name = "t" * 214   # its future dir, "<name>-0.<32 hex>-future", would be 256 characters
+    admin = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        answers = admin.alter_replica_log_dirs({
+            Replica("orders", 0, 0): here, Replica("facts", 0, 0): here, Replica("orders", 1, 0): "/elsewhere",
+            Replica("nope", 0, 0): here, Replica("orders", 7, 0): here, Replica(long_name, 0, 0): here,
+            Replica("t" * 213, 0, 0): "/elsewhere"})
+    finally:
+        admin.close()
+    assert answers == {
+        Replica("orders", 0, 0): kafka_errors.NoError, Replica("facts", 0, 0): kafka_errors.NoError,
+        Replica("orders", 1, 0): kafka_errors.LogDirNotFoundError,
+        Replica("nope", 0, 0): kafka_errors.UnknownTopicOrPartitionError,
+        Replica("orders", 7, 0): kafka_errors.UnknownTopicOrPartitionError,
+        Replica(long_name, 0, 0): kafka_errors.InvalidTopicError,
+        Replica("t" * 213, 0, 0): kafka_errors.LogDirNotFoundError}
+    assert sorted(p.name for p in node.directory.iterdir()) == before
+    assert node.endpoint("orders", 0).replica.log.log_end_offset == 2
+
+
 def test_acls__delete_records_needs_delete_on_topic__log_dirs_describe_on_cluster(tmp_path):
     from confluent_kafka import KafkaError as CKafkaError, KafkaException, TopicPartition as CTopicPartition
     from confluent_kafka.admin import AdminClient

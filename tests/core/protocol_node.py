@@ -249,7 +249,8 @@ class ProtocolNode:
                                            topic_admin_host=self.topic_admin,
                                            elections_admin=self, quota_admin=self,
                                            transactions=self.transactions, envelopes=True,
-                                           log_dirs=None if self.with_edge else self._log_dirs))
+                                           log_dirs=None if self.with_edge else self._log_dirs,
+                                           quorum=self.quorum))
         # One server (port) per actor, as in a cluster, all answering from one table:
         # librdkafka 2.0 mixes up node ids that share an address.
         actors = [(CONTROLLER_NAME, None), (coordinator_actor_name(0), "0" if self.with_edge else None),
@@ -289,6 +290,18 @@ class ProtocolNode:
 
     async def _cluster_login(self):
         return self.cluster_login
+
+    def quorum(self):
+        """The metadata log's quorum as the controller tells it (actors.controller
+        `_quorum`): the controller's node the voter at the image's version, broker 0
+        an observer holding it (the edge reads the image itself)."""
+        from rafka.protocol.handlers.describe_quorum import QuorumState, ReplicaState
+        image = self.image()
+        node = image.nodes.get(image.controller_node)
+        return QuorumState(leader_id=image.controller_node, leader_epoch=1, high_watermark=image.version,
+                           voters=(ReplicaState(image.controller_node, image.version, 1_000, 1_000),),
+                           observers=(ReplicaState(0, image.version, 900, 900),),
+                           leader_endpoint=(node.host, node.port) if node else None)
 
     def _rebuild_image(self) -> None:
         self._image = build_image(self.metadata, version=1 if self._image is None else self._image.version + 1,

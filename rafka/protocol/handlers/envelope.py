@@ -42,8 +42,9 @@ from rafka.protocol.dispatch import ParsedRequest, RequestContext, Route, Sessio
 
 ENVELOPE_KEY = 58
 # Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls,
-# ElectLeaders, Alter/ListPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials
-FORWARDED_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46, 49, 51})
+# ElectLeaders, Alter/ListPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials,
+# DescribeQuorum (Kafka's brokers forward it too: KafkaApis.forwardToControllerOrFail)
+FORWARDED_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46, 49, 51, 55})
 _CLUSTER_ACTION = check_of(ENVELOPE_KEY, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
 _VERSION = struct.Struct(">h")
 
