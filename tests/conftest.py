@@ -51,7 +51,10 @@ class _SharedCluster:
         return self.cluster
 
     def clear_topics(self) -> None:
-        """Every topic but the internal ones deleted (their replica actors stopped)."""
+        """Every topic but the internal ones deleted (their replica actors stopped);
+        nothing if the cluster is already stopped (an interrupted run)."""
+        if self.cluster is None:
+            return
         admin = self.cluster.admin()
         for topic in admin.list_topics():
             if not topic.startswith("__"):
@@ -85,7 +88,9 @@ def pytest_runtest_teardown(item, nextitem):
         _shared_cluster.close()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session):
+    """An interrupted run's shared cluster: stopped after the modules' own teardowns."""
     _shared_cluster.close()
 
 

@@ -34,6 +34,7 @@ from rafka.core.log_dirs import describe_log_dir
 from rafka.core.cluster_image import broker_view
 from rafka.protocol.connection import SaslLogin
 from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
+from rafka.protocol.handlers.describe_quorum import CONTROLLER_UNREACHABLE
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,8 @@ class BrokerActor:
                                    topic_admin_host=ControllerUnreachable(lambda: self.serving.current_image()),
                                    listener_port=listener_port, view=broker_view,
                                    dispatcher_factory=self._dispatcher, reuse_port=shared_port,
-                                   log_dirs=self._log_dirs if data_dir is not None else None, client_listener=True)
+                                   log_dirs=self._log_dirs if data_dir is not None else None, client_listener=True,
+                                   quorum=CONTROLLER_UNREACHABLE)   # what it relays to the controller otherwise
 
     def _log_dirs(self) -> list:
         """This broker's log dir, with the partitions the image assigns a replica

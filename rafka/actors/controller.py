@@ -298,9 +298,9 @@ class ControllerActor:
         self._settled: dict[str, tuple[str, tuple[str, int]]] = {}
         self._watches: dict[str, tuple[tuple, asyncio.Task]] = {}   # name -> (what it was settled as, its watch)
         self._image_versions: dict[str, int] = {}   # settled replicas: the image version each holds
-        # every actor's node: (the image version it holds, wall-clock ms of its last ping
-        # answer), for DescribeQuorum's observers (the brokers)
-        self._nodes_synced: dict[str, tuple[int, int]] = {}
+        # brokers' network processes: (the image version it last reported, wall-clock ms of
+        # that answer, ms of the last answer reporting the newest image), for DescribeQuorum
+        self._nodes_synced: dict[str, tuple[int, int, int]] = {}
         self._image_pusher: asyncio.Task | None = None
         # The controller is a Kafka node too: the bootstrap address (DESIGN section 2),
         # served on a thread of its own (NodeThread says why); topic administration
@@ -408,34 +408,43 @@ class ControllerActor:
         if answer.get("endpoint") is not None:
             await self._register_node(actor, tuple(answer["endpoint"]), answer.get("rack"))
         image = self.cluster_image()
-        version = answer.get("image_version", image.version)
+        version = reported = answer.get("image_version", image.version)
         if version < image.version:
             handle.update_image.remote(image)
             version = image.version
         self._image_versions[actor] = version   # (settled replicas: `_push_behind_images`)
-        self._nodes_synced[actor] = (version, _WALL_CLOCK.now_ms())
+        if broker_of_actor_name(actor) is not None:   # DescribeQuorum's observers: what it reported, and when
+            seen_ms = _WALL_CLOCK.now_ms()
+            caught_up_ms = seen_ms if reported >= image.version else self._nodes_synced.get(actor, (0, 0, -1))[2]
+            self._nodes_synced[actor] = (reported, seen_ms, caught_up_ms)
 
     def _quorum(self) -> QuorumState:
-        """The metadata log's quorum as DescribeQuorum tells it (handlers.describe_quorum):
-        this controller the one voter, at the log's end; each broker an observer at
-        the lowest image version its network processes reported, when the last of
-        them answered; one silent for OBSERVER_SESSION_TIMEOUT_MS is left out, as
-        Kafka's leader forgets such an observer. Called on the node's thread: it reads the published image
-        and a copy of the synced table (one C-level copy, atomic under the GIL)."""
+        """The metadata log's quorum as DescribeQuorum tells it (handlers.describe_quorum),
+        in the ids clients know, as a Kafka cluster in combined mode: the voter and
+        leader is the broker Metadata and DescribeCluster name as the controller (the
+        lowest live one), at the log's end, its controller listener this actor's
+        node; the other brokers observe, each at the lowest image version its network
+        processes reported, seen when the last of them answered, caught up when one
+        last reported the newest image; one silent for OBSERVER_SESSION_TIMEOUT_MS
+        is left out, as Kafka's leader forgets such an observer. Called on the
+        node's thread: it reads the published image and a copy of the synced table
+        (one C-level copy, atomic under the GIL)."""
         image = self.cluster_image()
         now_ms = _WALL_CLOCK.now_ms()
-        observed: dict[int, tuple[int, int]] = {}
-        for actor, (version, seen_ms) in dict(self._nodes_synced).items():
+        voter = min(image.brokers, default=-1)
+        observed: dict[int, tuple[int, int, int]] = {}
+        for actor, (version, seen_ms, caught_up_ms) in dict(self._nodes_synced).items():
             broker_id = broker_of_actor_name(actor)
-            if broker_id is not None and now_ms - seen_ms < OBSERVER_SESSION_TIMEOUT_MS:
-                held, last_ms = observed.get(broker_id, (version, seen_ms))
-                observed[broker_id] = (min(held, version), max(last_ms, seen_ms))
+            if broker_id != voter and now_ms - seen_ms < OBSERVER_SESSION_TIMEOUT_MS:
+                held, last_ms, last_caught_up_ms = observed.get(broker_id, (version, seen_ms, caught_up_ms))
+                observed[broker_id] = (min(held, version), max(last_ms, seen_ms),
+                                       min(last_caught_up_ms, caught_up_ms))
         node = image.nodes.get(image.controller_node)
         return QuorumState(
-            leader_id=image.controller_node, leader_epoch=self.metadata.controller_epoch,
-            high_watermark=image.version, voters=(ReplicaState(image.controller_node, image.version, now_ms, now_ms),),
-            observers=tuple(ReplicaState(b, version, seen_ms, seen_ms)
-                            for b, (version, seen_ms) in sorted(observed.items())),
+            leader_id=voter, leader_epoch=self.metadata.controller_epoch, high_watermark=image.version,
+            voters=(ReplicaState(voter, image.version, now_ms, now_ms),),
+            observers=tuple(ReplicaState(b, version, seen_ms, caught_up_ms)
+                            for b, (version, seen_ms, caught_up_ms) in sorted(observed.items())),
             leader_endpoint=(node.host, node.port) if node is not None else None)
 
     async def _sync_nodes(self, answers: list[tuple]) -> None:

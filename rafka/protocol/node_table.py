@@ -94,7 +94,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                elections_admin: partition_admin.PartitionAdmin | None = None,
                quota_admin: UserAdmin | None = None,
                log_dirs: describe_log_dirs.LogDirs | None = None, envelopes: bool = False,
-               quorum: Callable[[], describe_quorum.QuorumState] | None = None) -> DispatchTable:
+               quorum: Callable[[], describe_quorum.QuorumState] | object | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
     a GroupHost with the coordinator's calls; `transactions`: a TransactionHost
     (handlers.txn_coordinator) with the transaction coordinators hosted here
@@ -109,7 +109,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     `log_dirs`: the node's log dirs for DescribeLogDirs and AlterReplicaLogDirs (a
     broker's; none: no log dir);
     `quorum`: the metadata log's quorum, for DescribeQuorum (the controller's node;
-    none: NOT_LEADER_OR_FOLLOWER);
+    a broker's: describe_quorum.CONTROLLER_UNREACHABLE; none: NOT_LEADER_OR_FOLLOWER);
     `envelopes`: the controller's node (or a test's stand-in for it): it takes
     what brokers relay to it in envelopes (KIP-590) and charges topic
     administration to the clients' controller_mutation_rate; no other node

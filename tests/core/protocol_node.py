@@ -55,6 +55,7 @@ from rafka.protocol.connection import SaslLogin
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.sasl import SaslListener
 from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
+from rafka.protocol.handlers.describe_quorum import CONTROLLER_UNREACHABLE
 from rafka.protocol.hosted_partition import HostedPartition
 from rafka.protocol.node_table import node_table
 from rafka.protocol.pipelining import admit_next
@@ -273,7 +274,7 @@ class ProtocolNode:
             self.edge = EdgeDispatcher(
                 node_table(image=lambda: self.view, allocate_producer_id=self._allocate_producer_id,
                            topic_admin_host=ControllerUnreachable(lambda: self.view),   # as actors.broker
-                           log_dirs=self._log_dirs),
+                           log_dirs=self._log_dirs, quorum=CONTROLLER_UNREACHABLE),
                 broker_id=0, image=self.image, view=lambda: self.view, upstream_login=self._cluster_login,
                 quota_options=self.quota_options)
             server = ProtocolServer(self.edge, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
@@ -293,14 +294,15 @@ class ProtocolNode:
 
     def quorum(self):
         """The metadata log's quorum as the controller tells it (actors.controller
-        `_quorum`): the controller's node the voter at the image's version, broker 0
-        an observer holding it (the edge reads the image itself)."""
+        `_quorum`), for a cluster of brokers 0 and 1: broker 0 the voter at the
+        image's version, its controller listener the controller's node; broker 1 an
+        observer a version behind."""
         from rafka.protocol.handlers.describe_quorum import QuorumState, ReplicaState
         image = self.image()
         node = image.nodes.get(image.controller_node)
-        return QuorumState(leader_id=image.controller_node, leader_epoch=1, high_watermark=image.version,
-                           voters=(ReplicaState(image.controller_node, image.version, 1_000, 1_000),),
-                           observers=(ReplicaState(0, image.version, 900, 900),),
+        return QuorumState(leader_id=0, leader_epoch=1, high_watermark=image.version,
+                           voters=(ReplicaState(0, image.version, 1_000, 1_000),),
+                           observers=(ReplicaState(1, image.version - 1, 900, 800),),
                            leader_endpoint=(node.host, node.port) if node else None)
 
     def _rebuild_image(self) -> None:

@@ -5,17 +5,22 @@ show it.
 rafka's metadata log is the controller's (actors.controller): one writer, fsynced
 before any change is answered, no Raft election. Its quorum as Kafka describes one:
   * the topic-partition `__cluster_metadata`-0;
-  * the leader is the controller's node, its epoch the controller epoch (one more
-    at every controller start, as a Raft leader's epoch moves at every election);
+  * told in the ids clients know, as a Kafka cluster in combined mode (a node
+    both broker and controller): the one voter, and so the leader, is the broker
+    that Metadata and DescribeCluster name as the controller; its epoch is the
+    controller epoch (one more at every controller start, as a Raft leader's
+    epoch moves at every election);
   * the high watermark is the log's end: records written (a record is committed
-    once written, the only voter being the writer); the voter is the controller,
-    its log end that offset, its fetch and caught-up times now (Kafka's
-    RaftUtil.toReplicaState for the leader);
-  * the observers are the brokers, each at the image version (metadata log
-    offset) its network processes last reported holding, seen then (the
-    controller's pings are Kafka's observers' fetches); -1 where unknown;
-  * v2 lists the voter's node with its listener ("CONTROLLER") and a zero
-    directory id (rafka's controller has no log directory id).
+    once written, the only voter being the writer); the voter's log end is that
+    offset, its fetch and caught-up times now (Kafka's RaftUtil.toReplicaState
+    for the leader);
+  * the observers are the other brokers, each at the image version (metadata
+    log offset) its network processes last reported holding, seen then (the
+    controller's pings are Kafka's observers' fetches), caught up when one last
+    reported the newest; -1 where unknown;
+  * v2 lists the voter's node with its controller listener ("CONTROLLER": the
+    controller actor's node) and a zero directory id (rafka's controller has no
+    log directory id); v0 and v1 have no node list.
 Rules (Kafka's ControllerApis.handleDescribeQuorum, KafkaRaftClient
 .handleDescribeQuorumRequest, DescribeQuorumRequest):
   * DESCRIBE on the cluster; refused: the top-level CLUSTER_AUTHORIZATION_FAILED
@@ -25,7 +30,9 @@ Rules (Kafka's ControllerApis.handleDescribeQuorum, KafkaRaftClient
   * a node that is not the controller's (an actor's internal node) answers as a
     Raft node that is not the leader: NOT_LEADER_OR_FOLLOWER on
     `__cluster_metadata`-0. Brokers relay the request to the controller
-    (protocol.edge: Kafka's brokers forward it, KafkaApis.forwardToControllerOrFail).
+    (protocol.edge: Kafka's brokers forward it, KafkaApis.forwardToControllerOrFail);
+    one that cannot reach it answers the top-level REQUEST_TIMED_OUT, as Kafka's
+    forwarding does (`CONTROLLER_UNREACHABLE`, a broker's quorum).
 Caller: dispatch, through `route(quorum)`.
 """
 
@@ -50,6 +57,7 @@ CONTROLLER_LISTENER = "CONTROLLER"
 NO_DIRECTORY_ID = uuid.UUID(int=0)
 # Kafka's Errors messages, which v2 answers carry
 _MESSAGES = {ErrorCode.unknown_topic_or_partition: "This server does not host this topic-partition.",
+             ErrorCode.request_timed_out: "The request timed out.",
              ErrorCode.not_leader_or_follower: (
                  "For requests intended only for the leader, this error indicates that the broker is not the "
                  "current leader. For requests intended for any replica, this error indicates that the broker is "
@@ -76,18 +84,22 @@ class QuorumState:
     leader_endpoint: tuple[str, int] | None   # the voter's listener (v2 nodes)
 
 
-def route(quorum: Callable[[], QuorumState] | None) -> Route:
+CONTROLLER_UNREACHABLE = object()   # a broker's quorum: only what it could not relay is answered here
+
+
+def route(quorum: Callable[[], QuorumState] | object | None) -> Route:
     async def handle_describe_quorum(request, context: RequestContext):
         return describe_quorum(quorum, request, context)
     return Route(API_KEY, MIN_VERSION, MAX_VERSION, handle_describe_quorum)
 
 
-def describe_quorum(quorum: Callable[[], QuorumState] | None, request, context: RequestContext):
+def describe_quorum(quorum: Callable[[], QuorumState] | object | None, request, context: RequestContext):
     response_type = load_response_schema(API_KEY, context.api_version)
     module = module_of(response_type)
     refusal = decide(context, request).refusal
-    if refusal is not None:
-        code = ErrorCode(refusal.code)
+    code = ErrorCode(refusal.code) if refusal is not None else (
+        ErrorCode.request_timed_out if quorum is CONTROLLER_UNREACHABLE else None)
+    if code is not None:
         return make(response_type, error_code=code, error_message=_MESSAGES.get(code), topics=(), nodes=())
     named = [(topic.topic_name, int(p.partition_index)) for topic in request.topics for p in topic.partitions]
     if named != [(METADATA_TOPIC, METADATA_PARTITION)] or len(request.topics) != 1:
@@ -102,7 +114,7 @@ def describe_quorum(quorum: Callable[[], QuorumState] | None, request, context: 
                           leader_epoch=i32(state.leader_epoch), high_watermark=i64(state.high_watermark),
                           current_voters=tuple(_replica(module, r) for r in state.voters),
                           observers=tuple(_replica(module, r) for r in state.observers))
-    nodes = () if state.leader_endpoint is None else (make(
+    nodes = () if state.leader_endpoint is None or context.api_version < 2 else (make(
         module.Node, node_id=i32(state.leader_id), listeners=(make(
             module.Listener, name=CONTROLLER_LISTENER, host=state.leader_endpoint[0],
             port=u16(state.leader_endpoint[1])),)),)
