@@ -66,7 +66,7 @@ from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, REPLICA_SHEL
                                     transaction_coordinator_actor_name)
 from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.clock import SystemClock
-from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, build_image
+from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, build_image, named_controller
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, UNASSIGNED, ReplicaActor
 from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
@@ -421,8 +421,8 @@ class ControllerActor:
     def _quorum(self) -> QuorumState:
         """The metadata log's quorum as DescribeQuorum tells it (handlers.describe_quorum),
         in the ids clients know, as a Kafka cluster in combined mode: the voter and
-        leader is the broker Metadata and DescribeCluster name as the controller (the
-        lowest live one), at the log's end, its controller listener this actor's
+        leader is the broker Metadata and DescribeCluster name as the controller
+        (`named_controller`), at the log's end, its controller listener this actor's
         node; the other brokers observe, each at the lowest image version its network
         processes reported, seen when the last of them answered, caught up when one
         last reported the newest image; one silent for OBSERVER_SESSION_TIMEOUT_MS
@@ -431,7 +431,7 @@ class ControllerActor:
         (one C-level copy, atomic under the GIL)."""
         image = self.cluster_image()
         now_ms = _WALL_CLOCK.now_ms()
-        voter = min(image.brokers, default=-1)
+        voter = named_controller(image)
         observed: dict[int, tuple[int, int, int]] = {}
         for actor, (version, seen_ms, caught_up_ms) in dict(self._nodes_synced).items():
             broker_id = broker_of_actor_name(actor)

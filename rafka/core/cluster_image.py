@@ -170,15 +170,20 @@ def _broker_id(rack: str | None) -> int | None:
     return int(rack) if rack is not None and rack.isdigit() else None
 
 
+def named_controller(image: ClusterImage) -> int:
+    """The broker clients are told is the controller: the lowest live one (every
+    broker forwards administration to the controller, KIP-590); NO_LEADER if none."""
+    return min(image.brokers, default=NO_LEADER)
+
+
 def broker_view(image: ClusterImage) -> ClusterImage:
     """The image clients get from a broker (Kafka's shape): the live brokers as
     the nodes; a partition's leader, replicas and ISR as broker ids, every
     assigned replica listed (Kafka's Metadata lists replicas whose broker is down,
     naming them in offline_replicas); its leader the leader replica's broker when
     that replica and its broker both listen, else none (LEADER_NOT_AVAILABLE);
-    each group coordinator the broker it runs on; the controller a live broker
-    (the lowest id: every broker forwards administration to the controller,
-    KIP-590). No answer names a node that is not a live broker."""
+    each group coordinator the broker it runs on; the controller
+    `named_controller`. No answer names a node that is not a live broker."""
     live = image.brokers
     topics = {}
     for name, topic in image.topics.items():
@@ -191,7 +196,7 @@ def broker_view(image: ClusterImage) -> ClusterImage:
                 leader_replica=p.leader_replica if leader >= 0 else NO_LEADER))
         topics[name] = dataclasses.replace(topic, partitions=tuple(partitions))
     return dataclasses.replace(
-        image, nodes=dict(live), topics=topics, controller_node=min(live, default=NO_LEADER),
+        image, nodes=dict(live), topics=topics, controller_node=named_controller(image),
         coordinator_nodes=tuple(image.coordinator_broker(p) for p in range(len(image.coordinator_nodes))),
         transaction_coordinator_nodes=tuple(image.coordinator_broker(p, nodes=image.transaction_coordinator_nodes)
                                             for p in range(len(image.transaction_coordinator_nodes))))

@@ -26,9 +26,7 @@ Caller: dispatch, through `route(image, log_dirs)`.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import logging
 from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
@@ -38,9 +36,7 @@ from rafka.core.cluster_image import ClusterImage
 from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
-from rafka.protocol.handlers.describe_log_dirs import LogDirs
-
-logger = logging.getLogger(__name__)
+from rafka.protocol.handlers.describe_log_dirs import LogDirs, read_log_dirs
 
 API_KEY = 34
 MIN_VERSION, MAX_VERSION = 1, 2
@@ -78,16 +74,12 @@ async def alter_replica_log_dirs(image: Callable[[], ClusterImage], log_dirs: Lo
 
 async def _hosted_by_dir(log_dirs: LogDirs | None, paths: set[str]) -> dict[str, set[tuple[str, int]] | None]:
     """For each of `paths` that is one of this node's log dirs: the partitions it
-    hosts (None: it cannot be read). Read off the event loop, as DescribeLogDirs."""
+    hosts (None: it cannot be read)."""
     hosted: dict[str, set[tuple[str, int]] | None] = {}
-    for path, describe in (log_dirs() if log_dirs is not None else ()):
-        try:
-            described = await asyncio.get_running_loop().run_in_executor(None, describe)
-        except OSError as error:
-            logger.warning("cannot read log dir %s: %s", path, error)
+    for path, described in await read_log_dirs(log_dirs):
+        if described is None:
             hosted[path] = None
-            continue
-        if described.path in paths:
+        elif described.path in paths:   # its absolute path, as DescribeLogDirs names it
             hosted[described.path] = {(p.topic, p.partition) for p in described.partitions}
     return hosted
 

@@ -39,6 +39,19 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 LogDirs = Callable[[], list[tuple[str, Callable[[], LogDirDescription]]]]
 
 
+async def read_log_dirs(log_dirs: LogDirs | None) -> list[tuple[str, LogDirDescription | None]]:
+    """Each of the node's log dirs, read off the event loop: (path, its
+    description, None if it cannot be read). Also AlterReplicaLogDirs'."""
+    read = []
+    for path, describe in (log_dirs() if log_dirs is not None else ()):
+        try:
+            read.append((path, await asyncio.get_running_loop().run_in_executor(None, describe)))
+        except OSError as error:
+            logger.warning("cannot read log dir %s: %s", path, error)
+            read.append((path, None))
+    return read
+
+
 def route(log_dirs: LogDirs | None) -> Route:
     async def handle_describe_log_dirs(request, context: RequestContext):
         return await describe_log_dirs(log_dirs, request, context)
@@ -54,11 +67,8 @@ async def describe_log_dirs(log_dirs: LogDirs | None, request, context: RequestC
     wanted = None if request.topics is None else {
         (t.topic, int(p)) for t in request.topics for p in t.partitions}
     results = []
-    for path, describe in (log_dirs() if log_dirs is not None else ()):
-        try:
-            described = await asyncio.get_running_loop().run_in_executor(None, describe)
-        except OSError as error:
-            logger.warning("cannot describe log dir %s: %s", path, error)
+    for path, described in await read_log_dirs(log_dirs):
+        if described is None:
             results.append(make(module.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error,
                                 log_dir=path, topics=()))
             continue
