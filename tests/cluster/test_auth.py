@@ -20,6 +20,7 @@ import pytest
 import ray
 
 from rafka.core.structs import TopicPartition
+from tests.cli_session import CliSession
 from tests.tls_files import make_tls_files
 from tests.harness import TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS, handled_records, recording_handler, \
     wait_until
@@ -64,10 +65,26 @@ def reread_auth_settings():
     AuthenticationTokenLoader.instance().reset_cache()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _cli_sessions(secured):   # closed before the cluster stops
+    yield
+    while _cli_sessions_by_address:
+        _cli_sessions_by_address.popitem()[1].close()
+
+
+_cli_sessions_by_address: dict[str, CliSession] = {}
+
+
 def rafka_cli(cluster, *args, token=True, stdin=None):
-    env = dict(os.environ, RAY_ADDRESS=cluster.ray_cluster.address)
-    if not token:
-        env = {k: v for k, v in env.items() if k not in TOKEN_ENV}
+    """`rafka <args>`, with the cluster's Ray token in a CLI session process
+    (tests/cli_session.py: one Ray connection for all), without it as a process
+    of its own."""
+    address = cluster.ray_cluster.address
+    if token:
+        if address not in _cli_sessions_by_address:
+            _cli_sessions_by_address[address] = CliSession(address)
+        return _cli_sessions_by_address[address].run(*args, stdin=stdin)
+    env = {k: v for k, v in dict(os.environ, RAY_ADDRESS=address).items() if k not in TOKEN_ENV}
     done = subprocess.run([sys.executable, "-m", "rafka.cli", *args], env=env, capture_output=True, text=True,
                           timeout=120, input=stdin)
     return done.returncode, done.stdout, done.stderr

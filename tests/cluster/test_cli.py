@@ -1,5 +1,11 @@
 """The CLI on a Ray cluster started by hand, as an operator would after `ray up`:
-`rafka up --sasl`, `status`, `topics --create/--list/--describe/--delete`, `users`, `lag`, `down`."""
+`rafka up --sasl`, `status`, `topics --create/--list/--describe/--delete`, `users`, `lag`, `down`.
+
+`up`, `down`, `broker-id`, `lag --watch` and the first `status` run as processes of
+their own, as an operator runs them; the other commands run in one CLI session
+process (tests/cli_session.py: the same `main`, stdin, stdout, stderr and quiet
+mode, one Ray driver connection for all of them instead of one each: ~3 s a
+command)."""
 
 import json
 import os
@@ -10,6 +16,7 @@ import time
 
 import pytest
 
+from tests.cli_session import CliSession
 from rafka.placement.groups import BROKER_RESOURCE
 
 pytestmark = pytest.mark.cluster
@@ -38,7 +45,25 @@ def ray_address(data_dir):
     cluster.shutdown()
 
 
+_sessions: dict[str, CliSession] = {}   # by Ray address: closed when the module ends
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_sessions(ray_address):   # before the Ray cluster stops
+    yield
+    while _sessions:
+        _sessions.popitem()[1].close()
+
+
 def rafka(address, *args, stdin=None):
+    """`rafka <args>` in the module's CLI session: (exit code, stdout, stderr)."""
+    if address not in _sessions:
+        _sessions[address] = CliSession(address)
+    return _sessions[address].run(*args, stdin=stdin)
+
+
+def rafka_process(address, *args, stdin=None):
+    """`rafka <args>` as a process of its own."""
     env = dict(os.environ, RAY_ADDRESS=address)
     done = subprocess.run([sys.executable, "-m", "rafka.cli", *args], env=env, capture_output=True,
                           text=True, timeout=120, input=stdin)
@@ -249,14 +274,14 @@ def check_users(address):
 
 
 def test_cli__before_up__status_says_to_run_up(ray_address):
-    code, _, err = rafka(ray_address, "status")
+    code, _, err = rafka_process(ray_address, "status")
     assert code == 1 and "rafka is not up" in err and "run `rafka up`" in err
 
 
 def test_cli__up_topics_status_down(ray_address, data_dir):
     # --sasl: every command below (console clients, groups, users) logs in as the cluster;
     # --listener-port 0: both brokers run on this one host (a port each, not 9092 for both)
-    code, out, _ = rafka(ray_address, "up", "--data-dir", str(data_dir), "--sasl", "--listener-port", "0",
+    code, out, _ = rafka_process(ray_address, "up", "--data-dir", str(data_dir), "--sasl", "--listener-port", "0",
                          "--replica-pool-size", "2", "--log-drop-behind-bytes", str(1 << 20))
     assert code == 0 and "2 broker node(s)" in out and "controller epoch 1" in out
     assert replicas_drop_behind_bytes(ray_address) == {1 << 20}
@@ -297,7 +322,7 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
         assert time.monotonic() < deadline, status
         time.sleep(0.5)
     assert "replica pool:      2 idle replica actors per broker" in status
-    code, out, _ = rafka(ray_address, "down")
+    code, out, _ = rafka_process(ray_address, "down")
     # the controller, 2 replicas of __consumer_offsets and 2 of __transaction_state, a group and a
     # transaction coordinator, 2 brokers' nodes, 2 idle replica actors each
     assert code == 0 and "rafka is down: 13 actor(s) stopped" in out

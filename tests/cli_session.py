@@ -1,0 +1,88 @@
+"""Many `rafka` CLI commands in one process, for tests that run dozens of them.
+
+A command run as `python -m rafka.cli ...` spends ~3 s before it does anything:
+Python's start, rafka's imports, and above all the Ray driver's connection. A
+CliSession starts that process once and runs each command in it through
+`rafka.cli.main(argv)`, as the console script does, with the command's own stdin,
+stdout and stderr: stdout is what the command printed, stderr what reached the
+terminal's stderr (fd 2, so rafka's quiet mode, which points fd 2 at a log file
+for the command's run, is exercised as in a real run), the exit code main's
+answer (or argparse's SystemExit). Only the Ray connection is shared: commands
+that make their own (`up`, `down`) are run as processes of their own.
+
+Callers: tests/cluster/test_cli.py, tests/cluster/test_auth.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+
+# The session process: one JSON line in per command ({"argv", "stdin"}), one out
+# ({"code", "out", "err"}) on a copy of its stdout made before anything can write
+# there (fd 1 itself goes to /dev/null: Ray's C++ core may write to it).
+_WORKER = r"""
+import contextlib, io, json, os, sys, tempfile
+replies = os.fdopen(os.dup(1), "w", buffering=1)
+devnull = os.open(os.devnull, os.O_WRONLY)
+os.dup2(devnull, 1)
+from rafka.cli import main
+for line in sys.stdin:
+    command = json.loads(line)
+    with tempfile.TemporaryFile("w+") as err_file:
+        saved_fd2 = os.dup(2)
+        os.dup2(err_file.fileno(), 2)
+        saved_stderr, sys.stderr = sys.stderr, open(2, "w", buffering=1, closefd=False)
+        saved_stdin, sys.stdin = sys.stdin, io.StringIO(command["stdin"] or "")
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                try:
+                    code = main(command["argv"])
+                except SystemExit as exit:
+                    code = exit.code if isinstance(exit.code, int) else 1
+        finally:
+            sys.stderr.flush()
+            sys.stdin, sys.stderr = saved_stdin, saved_stderr
+            os.dup2(saved_fd2, 2)
+            os.close(saved_fd2)
+        err_file.seek(0)
+        err = err_file.read()
+    replies.write(json.dumps({"code": code, "out": out.getvalue(), "err": err}) + "\n")
+"""
+
+
+class CliSession:
+    def __init__(self, ray_address: str, *, env: dict[str, str] | None = None, timeout_s: float = 120.0) -> None:
+        """`env`: the session's environment (default: this process's), RAY_ADDRESS set."""
+        self.timeout_s = timeout_s
+        self._process = subprocess.Popen([sys.executable, "-c", _WORKER],
+                                         env=dict(os.environ if env is None else env, RAY_ADDRESS=ray_address),
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         text=True)
+
+    def run(self, *argv: str, stdin: str | None = None) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) of `rafka <argv>`."""
+        self._process.stdin.write(json.dumps({"argv": list(argv), "stdin": stdin}) + "\n")
+        self._process.stdin.flush()
+        ready, _, _ = select.select([self._process.stdout], [], [], self.timeout_s)
+        if not ready:   # nothing is buffered ahead of a reply: one line per command, read before the next
+            self._process.kill()
+            raise TimeoutError(f"`rafka {' '.join(argv)}` did not finish in {self.timeout_s} s")
+        line = self._process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the CLI session process ended (exit code {self._process.wait(self.timeout_s)}) "
+                               f"running {argv}")
+        reply = json.loads(line)
+        return reply["code"], reply["out"], reply["err"]
+
+    def close(self) -> None:
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
