@@ -15,13 +15,18 @@ Invariants:
     version, body) close that connection only; nothing is answered, as Kafka does.
     A handler's own failure closes the connection too (logged with its traceback):
     the client reconnects and retries, and no other connection notices.
-  * At most `max_connections` connections are open; one more is closed at once
-    (Kafka's max.connections, enforced by its Acceptor). A connection with no
-    request for `connections_max_idle_ms` is closed (connections.max.idle.ms).
+  * A connection is admitted or not on its accepted socket, before anything is
+    read from it or a TLS handshake begins (Kafka's Acceptor decides before the
+    Processor's handshake): a flood of connections costs no handshakes.
+    At most `max_connections` connections are open or in their TLS handshake;
+    one more is closed at once (Kafka's max.connections, enforced by its
+    Acceptor). A connection with no request for `connections_max_idle_ms` is
+    closed (connections.max.idle.ms).
   * On a client listener (`ip_connection_rates`: a broker's), a connection that
     takes its IP over its connection_creation_rate (KIP-612, the quotas of the
-    dispatcher's image) is read from never and closed once its throttle time
-    has passed (Kafka's Acceptor holds it as a DelayedCloseSocket).
+    dispatcher's image) is held as a bare socket, never read, and closed once
+    its throttle time has passed (Kafka's Acceptor holds it as a
+    DelayedCloseSocket); at most `max_connections` are held.
   * Each request is dispatched with its connection's Session: the client's
     address, and the principal of its SASL login (protocol.sasl), ANONYMOUS
     until then or without one.
@@ -42,7 +47,11 @@ Invariants:
 Built on asyncio.Protocol callbacks, not streams: a read costs no task and no
 wait, a request costs one task (its handler), and the answers are written from
 its done callback. (The streams version spent most of the broker's busy time in
-asyncio's task and wait machinery.)
+asyncio's task and wait machinery.) Connections come from an accept loop of its
+own (`loop.sock_accept`), not `loop.create_server`: asyncio's server calls
+connection_made only after the TLS handshake, and a connection let in later by
+`loop.start_tls` does not work on uvloop (it hands the bytes that came with the
+connection, the ClientHello, to the protocol as data, reading paused or not).
 
 Callers: the replica, coordinator and controller actors (one server each, on their
 event loop); tests drive it on loopback with any Kafka client.
@@ -71,6 +80,8 @@ logger = logging.getLogger(__name__)
 MAX_CONNECTIONS_DEFAULT = 1_000
 MAX_PIPELINED_REQUESTS_DEFAULT = 5   # Kafka's max.in.flight.requests.per.connection
 CONNECTIONS_MAX_IDLE_MS_DEFAULT = 600_000       # Kafka's connections.max.idle.ms
+LISTEN_BACKLOG = 100            # asyncio's create_server default
+ACCEPT_RETRY_DELAY_S = 1.0      # asyncio's pause after a failed accept (constants.ACCEPT_RETRY_DELAY)
 
 
 class ProtocolServer:
@@ -98,21 +109,27 @@ class ProtocolServer:
         self.tls = tls      # protocol.tls.server_context: every connection is TLS (SSL, SASL_SSL)
         self.reuse_port = reuse_port   # several processes share the port (SO_REUSEPORT): a broker's network processes
         self.ip_connection_rates = ip_connection_rates   # None: no connection_creation_rate here (not a client listener)
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task | None = None
+        self._handshakes: set[asyncio.Task] = set()   # admitted, the transport not made yet (TLS: its handshake)
         self._connections: dict[str, _KafkaConnection] = {}
         self._connection_numbers = itertools.count()
         self._idle_checker: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Future] = set()   # dispatchers' connection_closed, held until done
-        self._held: set[asyncio.Transport] = set()   # throttled connections until their close (at most max_connections)
+        self._held: set[socket.socket] = set()   # throttled connections until their close (at most max_connections)
         self.refused_connections = 0
         self.closed_for_bad_input = 0
 
     @property
     def port(self) -> int:
         """The port listened on (the OS's choice when 0 was asked for)."""
-        if self._server is None:
+        if self._listener is None:
             raise RuntimeError("the server is not started")
-        return self._server.sockets[0].getsockname()[1]
+        return self._listener.getsockname()[1]
+
+    @property
+    def started(self) -> bool:
+        return self._listener is not None
 
     @property
     def connection_count(self) -> int:
@@ -121,26 +138,94 @@ class ProtocolServer:
     async def start(self) -> int:
         """Listen; returns the port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _KafkaConnection(self), self.host, self.requested_port,
-                                                reuse_address=True, reuse_port=self.reuse_port or None,
-                                                ssl=self.tls)
+        family, kind, proto, _, address = (await loop.getaddrinfo(
+            self.host, self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))[0]
+        listener = socket.socket(family, kind, proto)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.reuse_port:
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            listener.bind(address)
+            listener.listen(LISTEN_BACKLOG)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self._accepting = loop.create_task(self._accept_loop())
         self._check_idle()
         return self.port
 
     async def stop(self) -> None:
         if self._idle_checker is not None:
             self._idle_checker.cancel()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-        for transport in list(self._held):
-            self._release(transport)
+        if self._accepting is not None:
+            self._accepting.cancel()
+            await asyncio.gather(self._accepting, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
+        handshakes = list(self._handshakes)
+        for handshake in handshakes:
+            handshake.cancel()
+        await asyncio.gather(*handshakes, return_exceptions=True)
+        for sock in list(self._held):
+            self._release(sock)
         connections = list(self._connections.values())
         for connection in connections:
             # TLS's close waits for the peer's close_notify (up to 30 s): a stopping
             # server does not wait for its clients
             connection.abort() if self.tls is not None else connection.close()
         await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, peer = await loop.sock_accept(self._listener)
+            except OSError as error:   # out of file descriptors, or the connection reset before its accept
+                logger.warning("accepting a connection on port %d failed: %s", self.port, error)
+                await asyncio.sleep(ACCEPT_RETRY_DELAY_S)   # as asyncio's own server does (EMFILE would spin)
+                continue
+            self._admit(sock, peer)
+
+    def _admit(self, sock: socket.socket, peer) -> None:
+        """Serve, refuse (closed now) or hold (closed after its throttle time) a
+        connection just accepted, on its bare socket."""
+        if len(self._connections) + len(self._handshakes) >= self.max_connections:
+            self.refused_connections += 1
+            sock.close()
+            return
+        loop = asyncio.get_running_loop()
+        if self.ip_connection_rates is not None and self.dispatcher.table.image is not None:
+            throttle_ms = self.ip_connection_rates.throttle_time_ms(
+                self.dispatcher.table.image().client_quotas, str(peer[0]) if isinstance(peer, tuple) else "",
+                int(loop.time() * 1000))
+            if throttle_ms > 0:   # never read; closed when the throttle time has passed
+                if len(self._held) >= self.max_connections:   # held ones bounded apart (Kafka counts them not)
+                    self.refused_connections += 1
+                    sock.close()
+                    return
+                self._held.add(sock)
+                loop.call_later(throttle_ms / 1000, self._release, sock)
+                return
+        sock.setblocking(False)
+        handshake = loop.create_task(self._connect(sock))
+        self._handshakes.add(handshake)
+        handshake.add_done_callback(self._handshakes.discard)
+
+    async def _connect(self, sock: socket.socket) -> None:
+        """The transport for an admitted socket: TLS's handshake first on a TLS
+        listener (bounded by asyncio's handshake timeout, 60 s); a client that
+        fails it is closed, as Kafka closes a channel whose handshake fails."""
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: _KafkaConnection(self), sock,
+                                                                     ssl=self.tls)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as error:   # the transport closed the socket
+            logger.debug("a connection closed before it was served: %r", error)
+
+    def _release(self, sock: socket.socket) -> None:
+        self._held.discard(sock)
+        sock.close()
 
     def _check_idle(self) -> None:
         """Close connections with no request for connections_max_idle_ms (checked
@@ -153,33 +238,10 @@ class ProtocolServer:
         self._idle_checker = asyncio.get_running_loop().call_later(self.connections_max_idle_s / 4,
                                                                    self._check_idle)
 
-    def _opened(self, connection: _KafkaConnection, transport: asyncio.Transport) -> bool | None:
-        """True: served; False: refused (closed now); None: throttled (held, then closed)."""
-        if len(self._connections) >= self.max_connections:
-            self.refused_connections += 1
-            return False
-        if self.ip_connection_rates is not None and self.dispatcher.table.image is not None:
-            peer = transport.get_extra_info("peername")
-            loop = asyncio.get_running_loop()
-            throttle_ms = self.ip_connection_rates.throttle_time_ms(
-                self.dispatcher.table.image().client_quotas, str(peer[0]) if isinstance(peer, tuple) else "",
-                int(loop.time() * 1000))
-            if throttle_ms > 0:   # never read; closed when the throttle time has passed
-                if len(self._held) >= self.max_connections:   # held ones bounded apart (Kafka counts them not)
-                    self.refused_connections += 1
-                    return False
-                transport.pause_reading()
-                transport.set_protocol(_HeldConnection(self._held, transport))
-                self._held.add(transport)
-                loop.call_later(throttle_ms / 1000, self._release, transport)
-                return None
+    def _opened(self, connection: _KafkaConnection, transport: asyncio.Transport) -> None:
+        """An admitted connection's transport is made (`_admit`): it is served."""
         connection.connection_id = self._connection_id(transport)
         self._connections[connection.connection_id] = connection
-        return True
-
-    def _release(self, transport: asyncio.Transport) -> None:
-        self._held.discard(transport)
-        transport.abort()
 
     def _closed(self, connection: _KafkaConnection) -> None:
         self._connections.pop(connection.connection_id, None)
@@ -195,24 +257,6 @@ class ProtocolServer:
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return f"{local[0]}:{local[1]}-{remote[0]}:{remote[1]}-{next(self._connection_numbers)}"
-
-
-class _HeldConnection(asyncio.Protocol):
-    """A connection over its IP's connection_creation_rate, in place of the
-    _KafkaConnection it was made with: never served; what arrives is dropped
-    (uvloop delivers what came with the connection, reading paused or not); let
-    go when the client closes it first, else closed by the server after its
-    throttle time (`ProtocolServer._release`)."""
-
-    def __init__(self, held: set, transport: asyncio.Transport) -> None:
-        self._held = held
-        self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        pass
-
-    def connection_lost(self, error: Exception | None) -> None:
-        self._held.discard(self._transport)
 
 
 class _KafkaConnection(asyncio.Protocol):
@@ -246,12 +290,7 @@ class _KafkaConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        opened = self.server._opened(self, transport)
-        if opened is None:   # throttled: a _HeldConnection has the transport now
-            return
-        if not opened:
-            transport.abort()
-            return
+        self.server._opened(self, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and peer:
             self.session = Session(self.session.principal, str(peer[0]))

@@ -125,7 +125,7 @@ def test_partition_led_by_another_broker__not_leader_or_follower__and_no_leader_
 
 def _replica_server(node, partition: int = 0):
     replica_node = node.image().nodes[node.image().node_of_actor(node.image().replica_actor("orders", partition, 0))]
-    return next(s for s in node.servers if s._server is not None and s.port == replica_node.port)
+    return next(s for s in node.servers if s.started and s.port == replica_node.port)
 
 
 def test_actor_unreachable__retriable_error_and_the_client_connection_stays(node):
@@ -202,7 +202,7 @@ def _create_topics(name: str):
 
 def _controller_server(node):
     endpoint = node.image().nodes[node.image().node_of_actor(CONTROLLER_NAME)]
-    return next(s for s in node.servers if s._server is not None and s.port == endpoint.port)
+    return next(s for s in node.servers if s.started and s.port == endpoint.port)
 
 
 def test_topic_administration__relayed_to_the_controller_again_on_a_new_connection_when_the_first_was_lost(node):
