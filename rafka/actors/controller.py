@@ -903,6 +903,15 @@ class ControllerActor:
         return await self._commit_and_push(lambda: self.metadata.handle_alter_client_quotas(entries),
                                            "client quotas", commit=not validate_only)
 
+    async def update_features(self, updates: list, validate_only: bool = False) -> None:
+        """UpdateFeatures [(feature, level, upgrade type)] (core.features): written
+        together and pushed before the answer, so every node tells and gates by the
+        new levels; InvalidUpdateVersion for the first that cannot be, nothing written."""
+        def handle():
+            return self.metadata.handle_update_features(
+                updates, controller_id=named_controller(self.cluster_image())), None
+        await self._commit_and_push(handle, "feature levels", commit=not validate_only)
+
     async def delete_topic(self, name: str) -> None:
         """Remove the topic from the metadata first (clients stop finding it), then
         its replicas' logs, actors and placement groups. A replica whose broker is
@@ -1708,3 +1717,4 @@ class _TopicAdminOnActorLoop:
         self.elect_leaders = hop(controller.elect_leaders)
         self.alter_partition_reassignments = hop(controller.alter_partition_reassignments)
         self.list_partition_reassignments = hop(controller.list_partition_reassignments)
+        self.update_features = hop(controller.update_features)

@@ -326,6 +326,7 @@ class ConsumerGroupHandle:
         self.group_id = group_id
         self.members = members
         self._placement_group = group
+        self.stopped = False
 
     def describe(self, timeout_s: float = 10.0) -> list[dict]:
         """Each member's describe(); a member that is restarting shows as None."""
@@ -344,7 +345,11 @@ class ConsumerGroupHandle:
         return {d["index"]: d["assignment"] for d in self.describe() if d is not None}
 
     def stop(self, timeout_s: float = 30.0) -> list[dict]:
-        """Stop every member (each leaves the group), then remove the actors."""
+        """Stop every member (each leaves the group), then remove the actors; each
+        member's final description. Once stopped, stop() does nothing and answers []."""
+        if self.stopped:
+            return []
+        self.stopped = True
         refs = [m.stop.remote(timeout_s) for m in self.members]
         final = []
         for ref in refs:

@@ -186,6 +186,8 @@ _TABLE: list[ApiAuthorization] = [
     ApiAuthorization(49, "AlterClientQuotas", (_cluster(Op.ALTER_CONFIGS),)),
     ApiAuthorization(50, "DescribeUserScramCredentials", (_cluster(Op.DESCRIBE),)),
     ApiAuthorization(51, "AlterUserScramCredentials", (_cluster(Op.ALTER),)),
+    ApiAuthorization(57, "UpdateFeatures", (_cluster(Op.ALTER),),
+                     "refused: the top-level CLUSTER_AUTHORIZATION_FAILED and no results"),
     ApiAuthorization(58, "Envelope", (_cluster(Op.CLUSTER_ACTION),),
                      "a broker relaying a client's request to the controller (KIP-590); the inner request "
                      "is then checked as the client's"),

@@ -34,6 +34,9 @@ Invariants:
   * `client_quotas` are the controller's quota configs at the image's version
     (core.client_quotas): each broker throttles its clients by them, with no
     call to the controller.
+  * `finalized_features` are the cluster's finalized feature levels at the
+    image's version (core.features): ApiVersions tells them, with the image's
+    version as their epoch, and the group handlers gate on them.
 
 Pure data, no I/O. Callers: the controller (build), the actors' Metadata handler
 and partition lookups (read), the broker nodes (broker_view, and the internal
@@ -48,6 +51,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from rafka.core import features
 from rafka.core.acl import NO_ACLS, AclOperation, Acls, Resource, ResourceType, authorize, \
     authorize_by_resource_type, user_principal
 from rafka.core.client_quotas import NO_CLIENT_QUOTAS, ClientQuotas
@@ -101,6 +105,7 @@ class ClusterImage:
     acls: Acls = NO_ACLS          # the ACL bindings (core.acl), with the version of their last change
     super_users: frozenset[str] = SUPER_USERS   # Kafka's super.users, rafka's own user always among them
     client_quotas: ClientQuotas = NO_CLIENT_QUOTAS   # per user / client id (core.client_quotas)
+    finalized_features: Mapping[str, int] = dataclasses.field(default_factory=lambda: dict(features.DEFAULT_LEVELS))
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource: Resource) -> bool:
         """Whether `principal`, connected from `host`, may do `operation` on `resource`."""
@@ -258,4 +263,5 @@ def build_image(metadata: ClusterMetadata, version: int, *, super_users: frozens
                         sasl_required=metadata.sasl_required, brokers=dict(sorted(brokers.items())),
                         transaction_coordinator_nodes=transaction_coordinators, acls=metadata.acls(),
                         super_users=SUPER_USERS | frozenset(super_users),
-                        client_quotas=metadata.client_quotas())
+                        client_quotas=metadata.client_quotas(),
+                        finalized_features=dict(metadata.feature_levels))

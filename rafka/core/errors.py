@@ -232,6 +232,8 @@ DuplicateResource = _error("DuplicateResource", 92, "DUPLICATE_RESOURCE", False,
 UnacceptableCredential = _error("UnacceptableCredential", 93, "UNACCEPTABLE_CREDENTIAL", False,
                                 "A SCRAM credential Kafka refuses: an empty user name, or iterations "
                                 "outside 4096-16384.")
+InvalidUpdateVersion = _error("InvalidUpdateVersion", 95, "INVALID_UPDATE_VERSION", False,
+                              "An UpdateFeatures request asked for a feature level that cannot be set.")
 
 InvalidReplicaAssignment = _error("InvalidReplicaAssignment", 39, "INVALID_REPLICA_ASSIGNMENT", False,
                                   "A replica assignment names a broker twice, or one that is not live.")

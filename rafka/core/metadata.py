@@ -50,6 +50,8 @@ Invariants:
   a topic's config is its overrides only, every one valid together (TopicConfig),
   min.insync.replicas never above its replication factor; `topic_config` records
   replace the whole set (AlterConfigs and IncrementalAlterConfigs end there)
+  finalized feature levels (core.features) start at its DEFAULT_LEVELS; a
+  `feature_level` record (Kafka's FeatureLevelRecord) sets one, level 0 removes it
 Pure logic, no I/O. Caller: the controller actor.
 """
 
@@ -66,6 +68,7 @@ from typing import Any
 
 from rafka.core.acl import (MAX_ACL_CHANGES_PER_REQUEST, NO_ACLS, AclBinding, AclBindingFilter, Acls,
                             validate_new_binding)
+from rafka.core import features
 from rafka.core.client_quotas import ClientQuotas, alteration_records, replayed
 from rafka.core.config import SET, ConfigOp, TopicConfig, altered_overrides
 from rafka.core.errors import (ElectionNotNeeded, EligibleLeadersNotAvailable, FencedLeaderEpoch, InvalidConfig,
@@ -245,6 +248,7 @@ class ClusterMetadata:
         self.client_quota_values: dict[frozenset, dict[str, float]] = {}   # by entity (core.client_quotas)
         self.client_quota_version = 0
         self._client_quotas = ClientQuotas()
+        self.feature_levels: dict[str, int] = dict(features.DEFAULT_LEVELS)   # finalized (core.features)
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -310,6 +314,8 @@ class ClusterMetadata:
         elif kind == "client_quota":
             replayed(self.client_quota_values, record)
             self.client_quota_version += 1
+        elif kind == features.FEATURE_LEVEL_RECORD:
+            features.replayed(self.feature_levels, record)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -614,6 +620,11 @@ class ClusterMetadata:
             self._client_quotas = ClientQuotas({e: dict(v) for e, v in self.client_quota_values.items()},
                                                version=self.client_quota_version)
         return self._client_quotas
+
+    def handle_update_features(self, updates: list[tuple[str, int, int]], *, controller_id: int) -> list[Record]:
+        """UpdateFeatures [(feature, level, upgrade type)]: its records, or
+        InvalidUpdateVersion for the first feature that cannot be set (core.features)."""
+        return features.update_records(self.feature_levels, updates, controller_id=controller_id)
 
     def handle_alter_client_quotas(self, entries: list) -> tuple[list[Record], list[KafkaError | None]]:
         """AlterClientQuotas: per entry (entity pairs, ops of (key, value or None

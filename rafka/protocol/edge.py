@@ -664,7 +664,7 @@ class ControllerUnreachable:
         raise RequestTimedOut("the controller could not be reached from this broker; retry")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _unreachable
     alter_client_quotas = alter_user_scram_credentials = _unreachable
-    elect_leaders = alter_partition_reassignments = list_partition_reassignments = _unreachable
+    elect_leaders = alter_partition_reassignments = list_partition_reassignments = update_features = _unreachable
 
 
 def _trimmed(api_key: int, answer, body, request_gate):

@@ -50,7 +50,8 @@ from rafka.protocol.handlers import (acls, add_offsets_to_txn, add_partitions_to
                                      find_coordinator,
                                      group_admin, group_membership, group_offsets, init_producer_id, list_offsets,
                                      list_transactions, metadata, offset_for_leader_epoch, partition_admin, produce,
-                                     scram_credentials, topic_admin, txn_offset_commit, write_txn_markers)
+                                     scram_credentials, topic_admin, txn_offset_commit, update_features,
+                                     write_txn_markers)
 from rafka.protocol.handlers.txn_coordinator import NoTransactions
 
 
@@ -79,7 +80,7 @@ class _NotController:
                             "controller Metadata names")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _refuse
     alter_client_quotas = alter_user_scram_credentials = _refuse
-    elect_leaders = alter_partition_reassignments = list_partition_reassignments = _refuse
+    elect_leaders = alter_partition_reassignments = list_partition_reassignments = update_features = _refuse
 
 
 class UserAdmin(client_quotas.QuotaAdmin, scram_credentials.ScramAdmin, Protocol):
@@ -93,6 +94,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                acl_admin: acls.AclAdmin | None = None,
                elections_admin: partition_admin.PartitionAdmin | None = None,
                quota_admin: UserAdmin | None = None,
+               feature_admin: update_features.FeatureAdmin | None = None,
                log_dirs: describe_log_dirs.LogDirs | None = None, envelopes: bool = False,
                quorum: Callable[[], describe_quorum.QuorumState] | object | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
@@ -106,6 +108,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     (default: topic_admin_host);
     `quota_admin`: where AlterClientQuotas and AlterUserScramCredentials go
     (default: topic_admin_host);
+    `feature_admin`: where UpdateFeatures goes (default: topic_admin_host);
     `log_dirs`: the node's log dirs for DescribeLogDirs and AlterReplicaLogDirs (a
     broker's; none: no log dir);
     `quorum`: the metadata log's quorum, for DescribeQuorum (the controller's node;
@@ -139,5 +142,6 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
         *partition_admin.routes(elections_admin or admin),
         *client_quotas.routes(image, quota_admin or admin), *scram_credentials.routes(image, quota_admin or admin),
+        update_features.route(feature_admin or admin),
         *sasl.routes(), *([envelope.route(envelope_target)] if envelope_target else [])],
         image=image, envelope_target=envelope_target)

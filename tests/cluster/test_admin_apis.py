@@ -481,3 +481,52 @@ def test_describe_quorum__kafka_python_through_a_broker__the_controller_leads_th
     controller = image.nodes[image.controller_node]
     assert quorum["nodes"] == [{"node_id": 0, "listeners": [
         {"name": "CONTROLLER", "host": controller.host, "port": controller.port}]}]
+
+
+def test_kafka_python_update_features__through_a_broker__group_version_0_turns_kip848_off_on_every_broker(cluster):
+    """kafka-features.sh's requests from kafka-python through a broker (which relays
+    UpdateFeatures to the controller): `group.version` 0 is answered once every node
+    has the new image, so every broker then answers a KIP-848 heartbeat
+    UNSUPPORTED_VERSION, and describes no finalized group.version; 1 turns it back
+    on (the coordinator's broker answers the member, the others NOT_COORDINATOR)."""
+    import asyncio
+    import datetime
+
+    from kafka.admin import KafkaAdminClient, UpdateFeatureType
+    from kio.schema.consumer_group_heartbeat.v0 import request as heartbeat_v0
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i32, i32Timedelta
+
+    from rafka.protocol.connection import Connection
+
+    def heartbeat_codes():
+        async def ask(host, port):
+            connection = await Connection.open(host, int(port))
+            try:
+                answer = await connection.request(heartbeat_v0.ConsumerGroupHeartbeatRequest(
+                    group_id="features-g", member_id="", member_epoch=i32(0),
+                    rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                    subscribed_topic_names=("features-t",), server_assignor=None, topic_partitions=()))
+                if answer.error_code == ErrorCode.none:   # leave at once: the group is left empty
+                    await connection.request(heartbeat_v0.ConsumerGroupHeartbeatRequest(
+                        group_id="features-g", member_id=answer.member_id, member_epoch=i32(-1),
+                        topic_partitions=None))
+                return answer.error_code
+            finally:
+                await connection.close()
+        return sorted(asyncio.run(ask(*address.split(":"))) for address in cluster.bootstrap_servers.split(","))
+
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        assert client.describe_features()["group.version"]["finalized"] == (1, 1)
+        assert heartbeat_codes() == [ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.not_coordinator]
+        try:
+            assert client.update_features({"group.version": (UpdateFeatureType.SAFE_DOWNGRADE, 0)}) == {
+                "group.version": "OK"}
+            assert heartbeat_codes() == [ErrorCode.unsupported_version] * 3
+            assert "finalized" not in client.describe_features()["group.version"]
+        finally:
+            assert client.update_features({"group.version": 1}) == {"group.version": "OK"}
+        assert heartbeat_codes() == [ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.not_coordinator]
+    finally:
+        client.close()

@@ -16,6 +16,21 @@ pytestmark = [pytest.mark.cluster, pytest.mark.shares_cluster]
 
 FAST_GROUP = dict(session_timeout_ms=3_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100)
 
+_running_groups: list = []   # the member-actor groups a test started
+
+
+def stopped_after_the_test(group) -> None:
+    """The cluster is shared with other modules: a group a test started is stopped
+    when the test ends, passed or failed (ConsumerGroupHandle.stop: once)."""
+    _running_groups.append(group)
+
+
+@pytest.fixture(autouse=True)
+def _stop_running_groups():
+    yield
+    while _running_groups:
+        _running_groups.pop().stop()
+
 
 def fill(cluster, topic, count, *, partitions=1, timestamp_ms=None, create=True, batch_per_record=False):
     if create:
@@ -303,6 +318,7 @@ def test_run_consumer_group__members_on_different_nodes_handle_everything_and_st
     fill(cluster, "invoices", 60, partitions=4)
     group = cluster.run_consumer_group("invoicing", ["invoices"], recording_handler(str(tmp_path)), members=2,
                                        **FAST_GROUP)
+    stopped_after_the_test(group)
     admin = cluster.admin()
     wait_until(lambda: sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("invoicing")) == 60,
                timeout_s=60, what="the group committed every record")
@@ -343,6 +359,7 @@ def test_run_consumer_group__member_actor_killed_in_a_group_of_three__rejoins_in
     fill(cluster, "parcels", 30, partitions=6)
     group = cluster.run_consumer_group("parcels", ["parcels"], recording_handler(str(tmp_path)), members=3,
                                        session_timeout_ms=20_000, heartbeat_interval_ms=300, fetch_max_wait_ms=100)
+    stopped_after_the_test(group)
     admin = cluster.admin()
 
     def settled():
@@ -400,6 +417,7 @@ def test_run_consumer_group__handler_output__written_by_the_member_before_the_co
         return [ProducerRecord("refund-receipts", value=b"receipt-" + r.value, partition=r.partition)
                 for r in records]
     group = cluster.run_consumer_group("refunding", ["refunds"], handle, members=1, **FAST_GROUP)
+    stopped_after_the_test(group)
     admin = cluster.admin()
     wait_until(lambda: sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("refunding")) == 30,
                timeout_s=60, what="the member committed every record")
@@ -421,6 +439,7 @@ def test_run_consumer_group_exactly_once__member_killed_mid_run__read_committed_
     handler = receipts_handler(str(tmp_path), poison_offset=20, pause_s=0.05)
     group = cluster.run_consumer_group("paying", ["eos-payments"], handler, members=2, exactly_once=True,
                                        max_poll_records=25, **FAST_GROUP)
+    stopped_after_the_test(group)
 
     def committed_total():
         return sum(r["current_offset"] or 0 for r in admin.consumer_group_lag("paying"))

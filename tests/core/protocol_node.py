@@ -248,7 +248,7 @@ class ProtocolNode:
                                            partitions=self, groups=self.coordinator,
                                            list_groups=self.coordinator.list_groups, acl_admin=self,
                                            topic_admin_host=self.topic_admin,
-                                           elections_admin=self, quota_admin=self,
+                                           elections_admin=self, quota_admin=self, feature_admin=self,
                                            transactions=self.transactions, envelopes=True,
                                            log_dirs=None if self.with_edge else self._log_dirs,
                                            quorum=self.quorum))
@@ -328,6 +328,12 @@ class ProtocolNode:
             self._apply(records)
             self._rebuild_image()
         return results
+
+    async def update_features(self, updates, validate_only=False):   # (protocol.handlers.update_features)
+        records = self.metadata.handle_update_features(updates, controller_id=0)
+        if not validate_only:
+            self._apply(records)
+            self._rebuild_image()
 
     async def alter_user_scram_credentials(self, deletions, upsertions):   # (protocol.handlers.scram_credentials)
         records, results = self.metadata.handle_alter_user_scram_credentials(deletions, upsertions)

@@ -75,7 +75,7 @@ def advertised(body) -> list[tuple[int, int, int]]:
     return [(k.api_key, k.min_version, k.max_version) for k in body.api_keys]
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_api_versions__each_version__lists_exactly_the_dispatch_table(version):
     request_type = load_request_schema(18, version)
     body = (request_type(client_software_name="rafka-test", client_software_version="0.1.0")
@@ -84,7 +84,7 @@ def test_api_versions__each_version__lists_exactly_the_dispatch_table(version):
     header, response = read_response(frame, 18, version)
     assert header.correlation_id == 1234
     assert response.error_code == ErrorCode.none
-    assert advertised(response) == [(3, 10, 12), (18, 0, 3)]
+    assert advertised(response) == [(3, 10, 12), (18, 0, 4)]
 
 
 def test_api_versions_v3__response_header_is_v0__flexible_body():
@@ -100,7 +100,7 @@ def test_api_versions_v3__bad_client_software_name__invalid_request():
     assert response.error_code == ErrorCode.invalid_request and response.api_keys == ()
 
 
-@pytest.mark.parametrize("version", [4, 5, 127, -1])
+@pytest.mark.parametrize("version", [5, 6, 127, -1])
 def test_api_versions__unsupported_version__v0_unsupported_version_with_its_own_range(version):
     # The body is not parsed (Kafka's RequestContext.parseRequest), even when garbage.
     frame = request_frame(18, version, None, header_version=2 if version >= 3 else 1,
@@ -108,7 +108,7 @@ def test_api_versions__unsupported_version__v0_unsupported_version_with_its_own_
     header, response = read_response(dispatch(make_dispatcher(), frame), 18, 0)
     assert header.correlation_id == 77
     assert response.error_code == ErrorCode.unsupported_version
-    assert advertised(response) == [(18, 0, 3)]
+    assert advertised(response) == [(18, 0, 4)]
 
 
 def test_unknown_api_key__connection_closed():

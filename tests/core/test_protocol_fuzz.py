@@ -123,8 +123,8 @@ def test_fuzz__garbage_stream__only_protocol_errors(loop, prefix, rest):
 
 
 def test_fuzz__seeds_are_valid__each_gets_its_answer_or_its_close(loop):
-    # The unmutated seeds: ApiVersions 0-3 and Metadata 10-12 are answered; ApiVersions
-    # v4 gets UNSUPPORTED_VERSION; Metadata 0-9 closes (asserted in test_protocol_dispatch).
+    # The unmutated seeds: ApiVersions 0-4 and Metadata 10-12 are answered; Metadata 0-9
+    # closes (asserted in test_protocol_dispatch).
     dispatcher = make_dispatcher()
     answered = [s for s in SEEDS if run_connection(loop, dispatcher, encode_frame(s), [])]
     assert len(answered) == 5 + 3

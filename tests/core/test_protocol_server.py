@@ -57,7 +57,7 @@ def test_api_versions__answered_over_tcp_with_the_table_it_serves():
         return response
     response = run(scenario())
     assert isinstance(response, ApiVersionsResponse) and response.error_code == ErrorCode.none
-    assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(3, 10, 12), (18, 0, 3)]
+    assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(3, 10, 12), (18, 0, 4)]
 
 
 def test_pipelined_requests__answered_in_the_order_sent_though_the_first_is_slowest():

@@ -20,6 +20,10 @@ GroupMetadataManager), and what these handlers do the same way:
     group with members), UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
     GROUP_MAX_SIZE_REACHED; NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS;
     without READ on the group GROUP_AUTHORIZATION_FAILED.
+  * a cluster whose finalized `group.version` is below 1 (core.features) does not
+    serve the protocol: a heartbeat answers UNSUPPORTED_VERSION, a describe
+    UNSUPPORTED_VERSION for every group, before anything else is checked (Kafka's
+    isConsumerGroupProtocolEnabled, checked before authorization).
   * Describe: per group its state, epochs, assignor and members with their
     subscription, current and target assignments (topic id and name);
     GROUP_ID_NOT_FOUND for a group that is not a consumer group; without DESCRIBE
@@ -35,6 +39,7 @@ import datetime
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i32Timedelta
 
+from rafka.core.features import consumer_group_protocol_enabled
 from rafka.protocol.authorization import decided_host
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
@@ -49,27 +54,45 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 def routes(host: GroupHost) -> list[Route]:
     async def heartbeat(request, context: RequestContext):
+        if not _enabled(context):
+            return _refused_heartbeat(context, ErrorCode.unsupported_version, None)
         return await handle_heartbeat(decided_host(host, context, request), request, context)
 
     async def describe(request, context: RequestContext):
         response_type = load_response_schema(DESCRIBE_KEY, context.api_version)
+        if not _enabled(context):
+            return make(response_type, throttle_time=_NO_THROTTLE, groups=tuple(
+                _refused_describe(module_of(response_type), g, ErrorCode.unsupported_version)
+                for g in request.group_ids))
         decided = decided_host(host, context, request)
         return make(response_type, throttle_time=_NO_THROTTLE,
                     groups=tuple([await _describe(decided, module_of(response_type), g) for g in request.group_ids]))
     return [Route(HEARTBEAT_KEY, 0, 1, heartbeat), Route(DESCRIBE_KEY, 0, 1, describe)]
 
 
+def _enabled(context: RequestContext) -> bool:
+    return context.image is None or consumer_group_protocol_enabled(context.image.finalized_features)
+
+
 def _ms(value) -> int:
     return int(value.total_seconds() * 1000)
+
+
+def _refused_heartbeat(context: RequestContext, code: ErrorCode, message: str | None):
+    return make(load_response_schema(HEARTBEAT_KEY, context.api_version), throttle_time=_NO_THROTTLE,
+                error_code=code, error_message=message, member_id=None, member_epoch=i32(0),
+                heartbeat_interval=i32Timedelta.parse(datetime.timedelta(0)))
+
+
+def _refused_describe(module, group_id: str, code: ErrorCode, message: str | None = None):
+    return make(module.DescribedGroup, error_code=code, error_message=message, group_id=group_id,
+                group_state="", group_epoch=i32(-1), assignment_epoch=i32(-1), assignor_name="", members=(),
+                authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
 
 
 async def handle_heartbeat(host: GroupHost, request, context: RequestContext):
     response_type = load_response_schema(HEARTBEAT_KEY, context.api_version)
     module = module_of(response_type)
-
-    def refused(code: ErrorCode, message: str | None):
-        return make(response_type, throttle_time=_NO_THROTTLE, error_code=code, error_message=message,
-                    member_id=None, member_epoch=i32(0), heartbeat_interval=i32Timedelta.parse(datetime.timedelta(0)))
     owned = None if request.topic_partitions is None else tuple(
         (tp.topic_id, tuple(int(p) for p in tp.partitions)) for tp in request.topic_partitions)
     names = request.subscribed_topic_names
@@ -81,7 +104,7 @@ async def handle_heartbeat(host: GroupHost, request, context: RequestContext):
         subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
         server_assignor=request.server_assignor, owned=owned)
     if code != ErrorCode.none:
-        return refused(code, message)
+        return _refused_heartbeat(context, code, message)
     assignment = None if answer.assignment is None else module.Assignment(topic_partitions=tuple(
         module.TopicPartitions(topic_id=topic_id, partitions=tuple(i32(p) for p in parts))
         for topic_id, parts in answer.assignment))
@@ -92,13 +115,9 @@ async def handle_heartbeat(host: GroupHost, request, context: RequestContext):
 
 
 async def _describe(host: GroupHost, module, group_id: str):
-    def refused(code: ErrorCode, message: str | None = None):
-        return make(module.DescribedGroup, error_code=code, error_message=message, group_id=group_id,
-                    group_state="", group_epoch=i32(-1), assignment_epoch=i32(-1), assignor_name="", members=(),
-                    authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
     code, described, message = await coordinator_call(host, group_id, "consumer_group_describe")
     if code != ErrorCode.none:
-        return refused(code, message)
+        return _refused_describe(module, group_id, code, message)
 
     def assignment(by_topic: dict):
         return module.Assignment(topic_partitions=tuple(

@@ -43,8 +43,8 @@ from rafka.protocol.dispatch import ParsedRequest, RequestContext, Route, Sessio
 ENVELOPE_KEY = 58
 # Create/DeleteTopics, CreatePartitions, (Incremental)AlterConfigs, Create/DeleteAcls,
 # ElectLeaders, Alter/ListPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials,
-# DescribeQuorum (Kafka's brokers forward it too: KafkaApis.forwardToControllerOrFail)
-FORWARDED_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46, 49, 51, 55})
+# DescribeQuorum (Kafka's brokers forward it too: KafkaApis.forwardToControllerOrFail), UpdateFeatures
+FORWARDED_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46, 49, 51, 55, 57})
 _CLUSTER_ACTION = check_of(ENVELOPE_KEY, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
 _VERSION = struct.Struct(">h")
 
