@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from rafka import cli_acls, cli_configs, cli_groups, cli_partitions, cli_records, cli_transactions
+from rafka import cli_acls, cli_configs, cli_features, cli_groups, cli_partitions, cli_records, cli_transactions
 from rafka.quiet import own_stderr, quiet_logs
 from rafka.cluster_errors import NotRunning, UsageError
 from rafka.core.errors import KafkaError
@@ -340,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_acls.add_parser(sub)
     cli_configs.add_parser(sub)
     cli_records.add_parsers(sub)
+    cli_features.add_parser(sub)
     cli_transactions.add_parser(sub)
     verify = sub.add_parser("verify", help="a verifiable producer and consumers under faults, checked "
                                            "for lost, duplicated or reordered records (exit 1 on any)")
@@ -420,6 +421,7 @@ COMMANDS = {"up": cmd_up, "users": cmd_users, "down": cmd_down, "status": cmd_st
             "configs": lambda args: cli_configs.cmd_configs(_connect(args).admin(), args),
             "delete-records": lambda args: cli_records.cmd_delete_records(_connect(args).admin(), args),
             "log-dirs": lambda args: cli_records.cmd_log_dirs(_connect(args).admin(), args),
+            "features": lambda args: cli_features.cmd_features(_connect(args).admin(), args),
             "transactions": cmd_transactions}
 
 

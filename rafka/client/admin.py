@@ -49,8 +49,8 @@ from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS
 from rafka.core.scram_admin import upsertion_refusal
 from rafka.core.transaction_shard import TransactionListing, TxnMarker
-from rafka.protocol import (acl_requests, quota_requests, admin_requests, cluster_requests, fetching, group_requests,
-                            scram_requests, txn_admin_requests, txn_markers)
+from rafka.protocol import (acl_requests, feature_requests, quota_requests, admin_requests, cluster_requests,
+                            fetching, group_requests, scram_requests, txn_admin_requests, txn_markers)
 from rafka.protocol.network import coordinator_channel
 from rafka.protocol.txn_admin_requests import DescribedTransaction
 from rafka.protocol.tls import cluster_client_context, node_tls_settings
@@ -430,6 +430,23 @@ class Admin:
             return []
         return self._metadata.ask_any_node(quota_requests.alter_request(entries, validate_only=validate_only),
                                            quota_requests.alter_answer, what="alter client quotas")
+
+    # --- feature flags (kafka-features.sh), over the wire -------------------------------------
+
+    def describe_features(self) -> feature_requests.FeatureMetadata:
+        """The features a broker's software supports and the levels the cluster has
+        finalized, with their epoch (ApiVersions v4 to any broker, as Kafka's
+        describeFeatures)."""
+        return self._metadata.ask_any_node(feature_requests.describe_request(), feature_requests.describe_answer,
+                                           what="describe features")
+
+    def update_features(self, updates: dict[str, tuple[int, int]], *, validate_only: bool = False) -> None:
+        """UpdateFeatures to any broker (it relays to the controller, which commits
+        and pushes the levels to every node before it answers): by feature, (level,
+        upgrade type: core.features.UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE). All
+        are set, or none: InvalidUpdateVersion names the first that cannot be."""
+        self._metadata.ask_any_node(feature_requests.update_request(updates, validate_only=validate_only),
+                                    feature_requests.update_answer, what="update features")
 
     # --- transactions (kafka-transactions.sh), over the wire ---------------------------------
 

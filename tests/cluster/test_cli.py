@@ -314,6 +314,11 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
     check_lag(ray_address)
     check_alter_and_reassign(ray_address, data_dir)
     check_users(ray_address)
+    code, out, _ = rafka(ray_address, "features", "describe")
+    assert code == 0 and out.startswith("Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
+                                        "FinalizedVersionLevel: 1\tEpoch: ")
+    code, out, _ = rafka(ray_address, "features", "disable", "--feature", "group.version", "--dry-run")
+    assert (code, out) == (0, "group.version can be disabled.\n")
 
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""

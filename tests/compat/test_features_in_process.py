@@ -153,3 +153,52 @@ def test_api_versions__v3_leaves_out_features_whose_lowest_level_is_0__v4_lists_
     assert v3.supported_features == ()
     assert [(f.name, f.min_version, f.max_version) for f in v4.supported_features] == [(GROUP_VERSION, 0, 1)]
     assert (57, 0, 2) in [(k.api_key, k.min_version, k.max_version) for k in v4.api_keys]
+
+
+class _NoControlPlane:
+    """rafka's Admin with only its wire half (`rafka features` makes no Ray call)."""
+    login = None
+
+
+def test_rafka_features_cli__describe_upgrade_downgrade_disable_as_kafka_features_sh(tmp_path):
+    import argparse
+    from rafka import cli_features
+    from rafka.client.admin import Admin
+    from rafka.cluster_errors import UsageError
+    with ProtocolNode(tmp_path, {"orders": 1}, edge=True) as node:
+        admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=TIMEOUT_S * 1000)
+
+        def run(operation, *features, dry_run=False, unsafe=False):
+            printed = []
+            arguments = argparse.Namespace(operation=operation, feature=list(features), dry_run=dry_run,
+                                           unsafe=unsafe)
+            try:
+                code = cli_features.cmd_features(admin, arguments, out=printed.append)
+            except UsageError as error:
+                return 1, printed, str(error)
+            return code, printed, ""
+
+        version = node.image().version
+        assert run("describe") == (0, [f"Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
+                                       f"FinalizedVersionLevel: 1\tEpoch: {version}"], "")
+        assert run("disable", "group.version", dry_run=True) == (0, ["group.version can be disabled."], "")
+        assert node.image().finalized_features == {GROUP_VERSION: 1}
+        assert run("disable", "group.version") == (0, ["group.version was disabled."], "")
+        assert node.image().finalized_features == {}
+        assert run("describe")[1] == [f"Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
+                                      f"FinalizedVersionLevel: 0\tEpoch: {node.image().version}"]
+        assert run("upgrade", "group.version=1") == (0, ["group.version was upgraded to 1."], "")
+        code, printed, error = run("upgrade", "group.version=2", "metadata.version=27")
+        assert (code, error) == (1, "2 out of 2 operation(s) failed.")
+        assert printed[0].startswith(f"Could not upgrade group.version to 2. {FAILED_FOR_ALL}Invalid update version ")
+        assert printed[1].startswith(f"Could not upgrade metadata.version to 27. {FAILED_FOR_ALL}")
+        code, printed, _ = run("downgrade", "group.version=0", dry_run=True, unsafe=True)
+        assert (code, printed) == (0, ["group.version can be downgraded to 0."])
+        assert run("upgrade", "group.version") == (
+            1, [], "Can't parse feature=level string group.version: equals sign not found.")
+        assert run("upgrade", "group.version=x") == (
+            1, [], "Can't parse feature=level string group.version=x: unable to parse x as a short.")
+        assert run("upgrade", "group.version=1", "group.version=1") == (
+            1, [], "Feature group.version was specified more than once.")
+        assert run("disable") == (1, [], "You must specify at least one feature to disable")
+        assert node.image().finalized_features == {GROUP_VERSION: 1}

@@ -41,7 +41,8 @@ LAYERS = ("core", "protocol", "placement", "actors", "client", "spark_bridge", "
 # (errors of `cluster` and `cli`),
 # `quiet` (the output redirection of `cli` and `demo`), and the package's __init__,
 # which hands out `cluster`'s entry points.
-FACE_MODULES = ("cli", "cluster", "demo", "cli_groups", "cli_acls", "cli_configs", "cli_records", "cli_transactions", "cli_partitions",
+FACE_MODULES = ("cli", "cluster", "demo", "cli_groups", "cli_acls", "cli_configs", "cli_records", "cli_transactions",
+                "cli_partitions", "cli_features",
                 "cluster_errors", "quiet", "__init__")
 
 # layer -> what it may import besides itself. FACES may import anything.
