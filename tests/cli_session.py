@@ -25,7 +25,7 @@ import sys
 # ({"code", "out", "err"}) on a copy of its stdout made before anything can write
 # there (fd 1 itself goes to /dev/null: Ray's C++ core may write to it).
 _WORKER = r"""
-import contextlib, io, json, os, sys, tempfile
+import contextlib, io, json, os, sys, tempfile, traceback
 replies = os.fdopen(os.dup(1), "w", buffering=1)
 devnull = os.open(os.devnull, os.O_WRONLY)
 os.dup2(devnull, 1)
@@ -44,6 +44,9 @@ for line in sys.stdin:
                     code = main(command["argv"])
                 except SystemExit as exit:
                     code = exit.code if isinstance(exit.code, int) else 1
+                except BaseException:   # as the console script: a traceback on stderr, exit 1
+                    traceback.print_exc()
+                    code = 1
         finally:
             sys.stderr.flush()
             sys.stdin, sys.stderr = saved_stdin, saved_stderr
@@ -70,19 +73,47 @@ class CliSession:
         self._process.stdin.flush()
         ready, _, _ = select.select([self._process.stdout], [], [], self.timeout_s)
         if not ready:   # nothing is buffered ahead of a reply: one line per command, read before the next
-            self._process.kill()
+            self._end()
             raise TimeoutError(f"`rafka {' '.join(argv)}` did not finish in {self.timeout_s} s")
         line = self._process.stdout.readline()
         if not line:
-            raise RuntimeError(f"the CLI session process ended (exit code {self._process.wait(self.timeout_s)}) "
+            self._end()
+            raise RuntimeError(f"the CLI session process ended (exit code {self._process.returncode}) "
                                f"running {argv}")
         reply = json.loads(line)
         return reply["code"], reply["out"], reply["err"]
 
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
     def close(self) -> None:
-        self._process.stdin.close()
-        try:
-            self._process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        if self.alive:
+            self._process.stdin.close()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._end()
+
+    def _end(self) -> None:
+        self._process.kill()
+        self._process.wait()
+
+
+class CliSessions:
+    """One CliSession per Ray address, made when first asked for and made again
+    after one ended (a hung command killed it); `close()` ends them all (a test
+    module's teardown, before its Ray cluster stops)."""
+
+    def __init__(self) -> None:
+        self._by_address: dict[str, CliSession] = {}
+
+    def run(self, ray_address: str, *argv: str, stdin: str | None = None) -> tuple[int, str, str]:
+        session = self._by_address.get(ray_address)
+        if session is None or not session.alive:
+            session = self._by_address[ray_address] = CliSession(ray_address)
+        return session.run(*argv, stdin=stdin)
+
+    def close(self) -> None:
+        while self._by_address:
+            self._by_address.popitem()[1].close()

@@ -349,7 +349,6 @@ class ConsumerGroupHandle:
         member's final description. Once stopped, stop() does nothing and answers []."""
         if self.stopped:
             return []
-        self.stopped = True
         refs = [m.stop.remote(timeout_s) for m in self.members]
         final = []
         for ref in refs:
@@ -360,6 +359,7 @@ class ConsumerGroupHandle:
         for member in self.members:
             ray.kill(member, no_restart=True)
         remove_placement_group(self._placement_group)
+        self.stopped = True
         return final
 
 

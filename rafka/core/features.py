@@ -13,8 +13,9 @@ transaction log format), `eligible.leader.replicas.version`, `share.version`,
 answers a feature its software does not know.
 
 Invariants:
-  * finalized levels are within SUPPORTED, and a level of 0 is not kept (the
-    feature is not finalized);
+  * finalized levels are within SUPPORTED (records are written by
+    `update_records` only), and a level of 0 is not kept (the feature is not
+    finalized);
   * a cluster whose metadata log holds no feature record runs DEFAULT_LEVELS (a
     new Kafka 4.x cluster's `group.version`: 1), so logs written before features
     existed read as they behaved;
@@ -25,7 +26,8 @@ Invariants:
 
 Pure logic, no I/O. Callers: core.metadata (replay, handle_update_features),
 core.cluster_image (the finalized levels every image carries),
-protocol.handlers.api_versions, update_features and consumer_group.
+protocol.handlers.api_versions, update_features and consumer_group, and
+rafka.cli_features (the upgrade types).
 """
 
 from __future__ import annotations

@@ -52,6 +52,8 @@ Invariants:
   replace the whole set (AlterConfigs and IncrementalAlterConfigs end there)
   finalized feature levels (core.features) start at its DEFAULT_LEVELS; a
   `feature_level` record (Kafka's FeatureLevelRecord) sets one, level 0 removes it
+  (so a log ever compacted or snapshotted must keep a level-0 record: without
+  one the feature reads as its default again)
 Pure logic, no I/O. Caller: the controller actor.
 """
 

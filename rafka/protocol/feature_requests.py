@@ -19,6 +19,7 @@ from kio.schema.update_features.v1 import request as update_v1
 from kio.static.primitive import i8, i16
 
 from rafka.core.errors import error_or_none
+from rafka.protocol.handlers.api_versions import SOFTWARE_NAME_VERSION_PATTERN
 
 CLIENT_SOFTWARE_NAME = "rafka"
 
@@ -36,10 +37,13 @@ def describe_request() -> api_versions_v4.ApiVersionsRequest:
 
 
 def _software_version() -> str:
+    """rafka's version, if Kafka's pattern for it takes it (a local version such as
+    0.1.0+g1234 does not: the broker would answer INVALID_REQUEST)."""
     try:
-        return importlib.metadata.version("rafka")
-    except importlib.metadata.PackageNotFoundError:   # run from a source tree: a version Kafka's pattern takes
+        version = importlib.metadata.version("rafka")
+    except importlib.metadata.PackageNotFoundError:   # run from a source tree
         return "unknown"
+    return version if SOFTWARE_NAME_VERSION_PATTERN.fullmatch(version) else "unknown"
 
 
 def describe_answer(response) -> FeatureMetadata:

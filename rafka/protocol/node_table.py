@@ -76,7 +76,7 @@ class _NotController:
         self.cluster_image = image
 
     async def _refuse(self, *args, **kwargs):
-        raise NotController("this node is not the controller: send topic administration to the "
+        raise NotController("this node is not the controller: send cluster administration to the "
                             "controller Metadata names")
     create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _refuse
     alter_client_quotas = alter_user_scram_credentials = _refuse

@@ -25,8 +25,8 @@ Invariants:
   * On a client listener (`ip_connection_rates`: a broker's), a connection that
     takes its IP over its connection_creation_rate (KIP-612, the quotas of the
     dispatcher's image) is held as a bare socket, never read, and closed once
-    its throttle time has passed (Kafka's Acceptor holds it as a
-    DelayedCloseSocket); at most `max_connections` are held.
+    its throttle time has passed, even if its client closed it first (Kafka's
+    Acceptor holds it as a DelayedCloseSocket); at most `max_connections` are held.
   * Each request is dispatched with its connection's Session: the client's
     address, and the principal of its SASL login (protocol.sasl), ANONYMOUS
     until then or without one.
@@ -34,8 +34,8 @@ Invariants:
     protocol.throttling) starts no request until the mute's deadline; its
     answers already due still go out (KIP-219: answer first, then mute), and
     reading pauses once a frame waits, as for any frame not started.
-  * stop() closes the listening socket and every connection, and returns once
-    their tasks have ended.
+  * stop() closes the listening socket, every connection, those in their TLS
+    handshake and those held, and returns once their tasks have ended.
   * Answers that are ready together go out in one write (a parked Produce's
     acks complete together when the HW moves); a client that stops reading
     stops being read (the transport's write buffer pauses reading). An answer
@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import itertools
 import ssl
 import logging
@@ -82,6 +83,7 @@ MAX_PIPELINED_REQUESTS_DEFAULT = 5   # Kafka's max.in.flight.requests.per.connec
 CONNECTIONS_MAX_IDLE_MS_DEFAULT = 600_000       # Kafka's connections.max.idle.ms
 LISTEN_BACKLOG = 100            # asyncio's create_server default
 ACCEPT_RETRY_DELAY_S = 1.0      # asyncio's pause after a failed accept (constants.ACCEPT_RETRY_DELAY)
+_ACCEPT_PAUSE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class ProtocolServer:
@@ -129,6 +131,7 @@ class ProtocolServer:
 
     @property
     def started(self) -> bool:
+        """Listening: started and not stopped."""
         return self._listener is not None
 
     @property
@@ -136,13 +139,16 @@ class ProtocolServer:
         return len(self._connections)
 
     async def start(self) -> int:
-        """Listen; returns the port."""
+        """Listen, on one address: the first `host` resolves to ("" or None: every
+        IPv4 interface); returns the port."""
         loop = asyncio.get_running_loop()
         family, kind, proto, _, address = (await loop.getaddrinfo(
-            self.host, self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))[0]
+            self.host or "0.0.0.0", self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))[0]
         listener = socket.socket(family, kind, proto)
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:   # "::" is IPv6 only, as asyncio's create_server makes it
+                listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             if self.reuse_port:
                 listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             listener.bind(address)
@@ -153,6 +159,7 @@ class ProtocolServer:
             raise
         self._listener = listener
         self._accepting = loop.create_task(self._accept_loop())
+        self._accepting.add_done_callback(self._accepting_ended)
         self._check_idle()
         return self.port
 
@@ -164,6 +171,7 @@ class ProtocolServer:
             await asyncio.gather(self._accepting, return_exceptions=True)
         if self._listener is not None:
             self._listener.close()
+            self._listener = None
         handshakes = list(self._handshakes)
         for handshake in handshakes:
             handshake.cancel()
@@ -178,15 +186,34 @@ class ProtocolServer:
         await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
 
     async def _accept_loop(self) -> None:
+        """Accept until stopped. As asyncio's own server: a connection its client
+        gave up before the accept is skipped; out of descriptors or buffers, it
+        waits a second (retrying at once would spin), logged."""
         loop = asyncio.get_running_loop()
+        listener = self._listener
         while True:
             try:
-                sock, peer = await loop.sock_accept(self._listener)
-            except OSError as error:   # out of file descriptors, or the connection reset before its accept
-                logger.warning("accepting a connection on port %d failed: %s", self.port, error)
-                await asyncio.sleep(ACCEPT_RETRY_DELAY_S)   # as asyncio's own server does (EMFILE would spin)
+                sock, peer = await loop.sock_accept(listener)
+            except (ConnectionAbortedError, ConnectionResetError, InterruptedError):
                 continue
-            self._admit(sock, peer)
+            except OSError as error:
+                if error.errno not in _ACCEPT_PAUSE_ERRNOS:
+                    raise
+                logger.warning("accepting a connection on port %d failed, pausing %.0f s: %s",
+                               listener.getsockname()[1], ACCEPT_RETRY_DELAY_S, error)
+                await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
+                continue
+            try:
+                self._admit(sock, peer)
+            except Exception:   # a bug deciding on one connection: that one is closed, the rest served
+                logger.exception("closing a connection from %s: admitting it failed", peer)
+                self._held.discard(sock)
+                sock.close()
+
+    def _accepting_ended(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:   # nothing is accepted any more: say so loudly
+            logger.error("the listener on port %s stopped accepting connections", self.requested_port,
+                         exc_info=task.exception())
 
     def _admit(self, sock: socket.socket, peer) -> None:
         """Serve, refuse (closed now) or hold (closed after its throttle time) a

@@ -20,7 +20,7 @@ import pytest
 import ray
 
 from rafka.core.structs import TopicPartition
-from tests.cli_session import CliSession
+from tests.cli_session import CliSessions
 from tests.tls_files import make_tls_files
 from tests.harness import TEST_CLUSTER_OPTIONS, TEST_COORDINATOR_OPTIONS, handled_records, recording_handler, \
     wait_until
@@ -65,14 +65,13 @@ def reread_auth_settings():
     AuthenticationTokenLoader.instance().reset_cache()
 
 
+_cli_sessions = CliSessions()
+
+
 @pytest.fixture(scope="module", autouse=True)
-def _cli_sessions(secured):   # closed before the cluster stops
+def _close_cli_sessions(secured):   # before the cluster stops
     yield
-    while _cli_sessions_by_address:
-        _cli_sessions_by_address.popitem()[1].close()
-
-
-_cli_sessions_by_address: dict[str, CliSession] = {}
+    _cli_sessions.close()
 
 
 def rafka_cli(cluster, *args, token=True, stdin=None):
@@ -81,9 +80,7 @@ def rafka_cli(cluster, *args, token=True, stdin=None):
     of its own."""
     address = cluster.ray_cluster.address
     if token:
-        if address not in _cli_sessions_by_address:
-            _cli_sessions_by_address[address] = CliSession(address)
-        return _cli_sessions_by_address[address].run(*args, stdin=stdin)
+        return _cli_sessions.run(address, *args, stdin=stdin)
     env = {k: v for k, v in dict(os.environ, RAY_ADDRESS=address).items() if k not in TOKEN_ENV}
     done = subprocess.run([sys.executable, "-m", "rafka.cli", *args], env=env, capture_output=True, text=True,
                           timeout=120, input=stdin)

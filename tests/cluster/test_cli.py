@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.cli_session import CliSession
+from tests.cli_session import CliSessions
 from rafka.placement.groups import BROKER_RESOURCE
 
 pytestmark = pytest.mark.cluster
@@ -45,21 +45,18 @@ def ray_address(data_dir):
     cluster.shutdown()
 
 
-_sessions: dict[str, CliSession] = {}   # by Ray address: closed when the module ends
+_sessions = CliSessions()
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _close_sessions(ray_address):   # before the Ray cluster stops
     yield
-    while _sessions:
-        _sessions.popitem()[1].close()
+    _sessions.close()
 
 
 def rafka(address, *args, stdin=None):
     """`rafka <args>` in the module's CLI session: (exit code, stdout, stderr)."""
-    if address not in _sessions:
-        _sessions[address] = CliSession(address)
-    return _sessions[address].run(*args, stdin=stdin)
+    return _sessions.run(address, *args, stdin=stdin)
 
 
 def rafka_process(address, *args, stdin=None):

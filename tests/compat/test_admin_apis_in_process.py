@@ -199,19 +199,13 @@ def test_acls__delete_records_needs_delete_on_topic__log_dirs_describe_on_cluste
             admin_requests.describe_log_dirs_answer(node.call(ask()))
 
 
-class _NoControlPlane:
-    """rafka's Admin with only its wire half (these commands use no Ray call)."""
-    login = None
-
-
 def test_rafka_admin_and_cli__delete_records_and_log_dirs_as_kafka_tools(tmp_path):
     import argparse
     import json
     from rafka import cli_records
-    from rafka.client.admin import Admin
     with ProtocolNode(tmp_path / "node", {"orders": 2}, edge=True) as node:
         produce(node, "orders", 0, [b"0", b"1", b"2"])
-        admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=TIMEOUT_S * 1000)
+        admin = node.wire_admin(default_api_timeout_ms=TIMEOUT_S * 1000)
         cluster = admin.describe_cluster(include_authorized_operations=True)
         assert [b["node_id"] for b in cluster["brokers"]] == [0] and cluster["cluster_id"] == node.view.cluster_id
         offsets = tmp_path / "offsets.json"

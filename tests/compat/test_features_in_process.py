@@ -155,18 +155,12 @@ def test_api_versions__v3_leaves_out_features_whose_lowest_level_is_0__v4_lists_
     assert (57, 0, 2) in [(k.api_key, k.min_version, k.max_version) for k in v4.api_keys]
 
 
-class _NoControlPlane:
-    """rafka's Admin with only its wire half (`rafka features` makes no Ray call)."""
-    login = None
-
-
 def test_rafka_features_cli__describe_upgrade_downgrade_disable_as_kafka_features_sh(tmp_path):
     import argparse
     from rafka import cli_features
-    from rafka.client.admin import Admin
     from rafka.cluster_errors import UsageError
     with ProtocolNode(tmp_path, {"orders": 1}, edge=True) as node:
-        admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=TIMEOUT_S * 1000)
+        admin = node.wire_admin(default_api_timeout_ms=TIMEOUT_S * 1000)
 
         def run(operation, *features, dry_run=False, unsafe=False):
             printed = []

@@ -16,7 +16,6 @@ import time
 
 import pytest
 
-from rafka.client.admin import Admin
 from rafka.core.errors import GroupIdNotFound
 from tests.core.protocol_node import ProtocolNode
 
@@ -58,11 +57,6 @@ def node(tmp_path):
         yield node
 
 
-class _NoControlPlane:
-    """rafka's Admin with only its wire half (these calls use no Ray call)."""
-    login = None
-
-
 class Member:
     """A consumer in this process: reads, commits each record, remembers what it read."""
 
@@ -95,7 +89,7 @@ def assert_one_member_caught_up(node, *, client_id: str, end_offset: int) -> str
     behind DescribeGroups' Dead): Stable under the uniform assignor, one member
     (`client_id`) owning every partition with its commits at `end_offset` and lag 0.
     Returns the member's id."""
-    admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=30_000)
+    admin = node.wire_admin(default_api_timeout_ms=30_000)
     group = admin.describe_consumer_group(GROUP)
     (member_id,) = group["members"]
     assert (group["state"], group["assignor"], group["members"][member_id]["client_id"]) == (

@@ -122,11 +122,6 @@ def test_refused__no_alter_or_describe_on_the_cluster__cluster_authorization_fai
         assert node.metadata.topics == before
 
 
-class _NoControlPlane:
-    """rafka's Admin with only its wire half (these commands use no Ray call)."""
-    login = None
-
-
 def test_rafka_admin_and_cli__leader_election_and_reassign_partitions_over_the_wire(tmp_path):
     """Through a broker's node, as in a cluster (its Metadata names replicas by broker id)."""
     with ProtocolNode(tmp_path / "node", {"orders": 2, "facts": 1}, edge=True, brokers=2) as node:
@@ -135,9 +130,8 @@ def test_rafka_admin_and_cli__leader_election_and_reassign_partitions_over_the_w
 
 def check_rafka_admin_and_cli(tmp_path, node):
     from rafka import cli_partitions
-    from rafka.client.admin import Admin
     from rafka.core.errors import ElectionNotNeeded, UnknownTopicOrPartition
-    admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=TIMEOUT_S * 1000)
+    admin = node.wire_admin(default_api_timeout_ms=TIMEOUT_S * 1000)
     results = admin.elect_leaders(0, [("orders", 0), ("nope", 0)])
     assert {tp: type(e) for tp, e in results.items()} == {("orders", 0): ElectionNotNeeded,
                                                            ("nope", 0): UnknownTopicOrPartition}

@@ -149,6 +149,11 @@ class LocalTransactionCoordinator:
         return [self.shard]
 
 
+class _NoControlPlane:
+    """In place of the controller's handle: an Admin given it has no Ray calls."""
+    login = None
+
+
 class ProtocolNode:
     """Start with `with ProtocolNode(tmp_path, {"orders": 2}) as node:`;
     `node.bootstrap` is host:port; `configs` gives a topic its configs
@@ -192,6 +197,12 @@ class ProtocolNode:
 
     def endpoint(self, topic: str, partition: int):
         return self.endpoints.get((topic, partition))
+
+    def wire_admin(self, *, default_api_timeout_ms: int = 30_000):
+        """rafka's Admin with only its wire half, bootstrapped here (no Ray: the calls
+        a test makes of it go over the wire)."""
+        from rafka.client.admin import Admin
+        return Admin(_NoControlPlane(), bootstrap_servers=self.bootstrap, default_api_timeout_ms=default_api_timeout_ms)
 
     @property
     def coordinator_port(self) -> int:

@@ -198,22 +198,16 @@ def test_find_hanging__by_broker__only_partitions_with_a_replica_there__covered_
 
 # --- the tool on the in-process node, through rafka's Admin -----------------------------------
 
-class _NoControlPlane:
-    """rafka's Admin with only its wire half: every call here goes over the wire."""
-    login = None
-
-
 def test_in_process__left_open_and_never_added__listed_found_and_aborted__the_lso_moves_past_both(tmp_path):
     import dataclasses
 
-    from rafka.client.admin import Admin
     from rafka.client.producer import Producer
     from rafka.core.records import ATTR_TRANSACTIONAL, RecordInput, encode_batch
     from tests.core.protocol_node import ProtocolNode
     from tests.core.test_protocol_partitions import exchange, produce_request
 
     with ProtocolNode(tmp_path, {"orders": 1}, edge=True) as node:
-        admin = Admin(_NoControlPlane(), bootstrap_servers=node.bootstrap, default_api_timeout_ms=20_000)
+        admin = node.wire_admin(default_api_timeout_ms=20_000)
         producer = Producer(node.bootstrap, transactional_id="left-open", transaction_timeout_ms=600_000,
                             linger_ms=0)
         try:

@@ -14,6 +14,7 @@ from kio.schema.create_topics.v7 import request as create_topics_v7
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v9 import request as produce_v9
+from kio.schema.update_features.v1 import request as update_v1
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from rafka.core.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -233,6 +234,9 @@ def test_topic_administration__controller_unreachable__request_timed_out_not_not
     node.call(_controller_server(node).stop())
     (answer,) = exchange(node, _create_topics("a"))
     assert [t.error_code for t in answer.topics] == [ErrorCode.request_timed_out]
+    (answer,) = exchange(node, update_v1.UpdateFeaturesRequest(feature_updates=(update_v1.FeatureUpdateKey(
+        feature="group.version", max_version_level=i16(1), upgrade_type=i8(1)),), validate_only=False))
+    assert answer.error_code == ErrorCode.request_timed_out and answer.results == ()
 
 
 def test_topic_administration__envelope_refused_by_the_controller__request_timed_out_and_not_sent_again(

@@ -9,7 +9,8 @@ from kio.schema.create_topics.v7 import request as create_v7
 from kio.schema.errors import ErrorCode
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.produce.v9 import request as produce_v9
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.schema.update_features.v1 import request as update_v1
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from rafka.core.cluster_image import EMPTY_IMAGE
 from rafka.core.records import RecordInput, encode_batch
@@ -55,3 +56,6 @@ def test_a_node_hosting_nothing_redirects_with_kafkas_codes():
         name="t", num_partitions=i32(1), replication_factor=i16(1), assignments=(), configs=()),),
         timeout=timeout, validate_only=False))
     assert created.topics[0].error_code == ErrorCode.not_controller
+    featured = ask(node, 57, 1, update_v1.UpdateFeaturesRequest(feature_updates=(update_v1.FeatureUpdateKey(
+        feature="group.version", max_version_level=i16(1), upgrade_type=i8(1)),), validate_only=False))
+    assert (featured.error_code, featured.results) == (ErrorCode.not_controller, ())

@@ -244,6 +244,63 @@ def test_connection_bounds__one_over_max_connections_and_idle_ones_are_closed():
     assert refused == b"" and refused_count == 1 and idle_closed == 0
 
 
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_tls_listener__connections_in_their_handshake_count_against_max_connections_and_stop_ends_them(
+        loop_kind, tmp_path):
+    """Two clients connect to a TLS listener of max_connections=2 and say nothing:
+    both are in their handshake, so a third is refused at once (never handshaken);
+    stop() returns at once, the two silent ones closed."""
+    from rafka.protocol import tls
+    from tests.tls_files import make_tls_files
+    files = make_tls_files(tmp_path)
+
+    async def scenario():
+        server = await serving(max_connections=2, tls=tls.server_context(files["certfile"], files["keyfile"]))
+        silent = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+        while len(server._handshakes) < 2:
+            await asyncio.sleep(0.005)
+        refused = await raw_exchange(server.port, b"")
+        refused_count = server.refused_connections
+        loop = asyncio.get_running_loop()
+        stopping_s = loop.time()
+        await server.stop()
+        stop_s = loop.time() - stopping_s
+        closed = [await asyncio.wait_for(reader.read(), 2) for reader, _ in silent]
+        for _, writer in silent:
+            writer.close()
+        return refused, refused_count, stop_s, closed, len(server._handshakes), server.started
+    import uvloop
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if loop_kind == "uvloop" else None) as runner:
+        refused, refused_count, stop_s, closed, handshaking, started = runner.run(asyncio.wait_for(scenario(), 30))
+    assert refused == b"" and refused_count == 1
+    assert stop_s < 1.0 and closed == [b"", b""] and handshaking == 0 and not started
+
+
+def test_a_connection_that_fails_its_admission__is_closed__and_the_listener_serves_the_next():
+    class Rates:   # the quota lookup fails once, as a bug would
+        calls = 0
+
+        def throttle_time_ms(self, *args):
+            Rates.calls += 1
+            if Rates.calls == 1:
+                raise RuntimeError("a bug")
+            return 0
+
+    async def scenario():
+        server = ProtocolServer(Dispatcher(DispatchTable([api_versions.ROUTE], image=lambda: EMPTY_IMAGE)),
+                                host="127.0.0.1", ip_connection_rates=Rates())
+        await server.start()
+        first = await raw_exchange(server.port, b"")
+        connection = await Connection.open("127.0.0.1", server.port)
+        answer = await connection.request(API_VERSIONS)
+        await connection.close()
+        await server.stop()
+        return first, answer
+    from rafka.core.cluster_image import EMPTY_IMAGE
+    first, answer = run(scenario())
+    assert first == b"" and answer.error_code == ErrorCode.none and Rates.calls == 2
+
+
 def test_stop__closes_every_connection_and_the_port():
     async def scenario():
         server = await serving()
@@ -418,13 +475,14 @@ def test_client_listener__a_connection_over_its_ips_connection_creation_rate__ne
                                               ssl_handshake_timeout=5)
             throttled = b""
         held_s = loop.time() - opened_s
+        served = server.connection_count   # the held one is not served
         for connection in taken:
             await connection.close()
         await server.stop()
-        return answers, throttled, held_s, rates, server.connection_count
+        return answers, throttled, held_s, rates, served
     import uvloop
     with asyncio.Runner(loop_factory=uvloop.new_event_loop if loop_kind == "uvloop" else None) as runner:
-        answers, throttled, held_s, rates, left_open = runner.run(asyncio.wait_for(scenario(), 30))
+        answers, throttled, held_s, rates, served = runner.run(asyncio.wait_for(scenario(), 30))
     assert all(a.error_code == ErrorCode.none for a in answers)
-    assert throttled == b"" and rates.throttled_connections == 1 and left_open == 0
+    assert throttled == b"" and rates.throttled_connections == 1 and served == 50
     assert 50 < rates.throttle_ms <= 200 and rates.throttle_ms / 1000 - 0.02 <= held_s < 2.0   # held its throttle time

@@ -56,6 +56,8 @@ async def handle_api_versions(request, context: RequestContext):
     if version < 3:
         return _response(module, version, ErrorCode.none, api_keys)
     image = context.image
+    if image is not None and image.version < 0:   # no image yet: no finalized levels to tell
+        image = None
     finalized = image.finalized_features if image is not None else {}
     return _response(module, version, ErrorCode.none, api_keys, supported_features=tuple(
         module.SupportedFeatureKey(name=name, min_version=i16(low), max_version=i16(high))

@@ -28,7 +28,7 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from rafka.core.errors import InvalidUpdateVersion, KafkaError
+from rafka.core.errors import InvalidUpdateVersion
 from rafka.core.features import UPGRADE
 from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
@@ -60,7 +60,7 @@ def route(admin: FeatureAdmin) -> Route:
             if refusal is not None:
                 raise refusal
             await admin.update_features(updates, bool(getattr(request, "validate_only", False)))
-        except KafkaError as error:
+        except Exception as error:   # the request as a whole (anything but a KafkaError: UNKNOWN_SERVER_ERROR)
             message = _FAILED_FOR_ALL + error.message if isinstance(error, InvalidUpdateVersion) else \
                 error_message_of(error)
             return _response(response_type, context.api_version, error_code_of(error), message, [])
