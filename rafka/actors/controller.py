@@ -211,7 +211,6 @@ class ControllerActor:
         self.data_dir = data_dir
         self.listener_port = listener_port
         self.network_processes = network_processes
-        self._broker_ports: dict[int, int] = {}   # by broker id: the port its processes listen on
         self._live_brokers: set[int] = set()     # from Ray's node table, at its last reading
         # Kafka's num.partitions and default.replication.factor: what CreateTopics'
         # -1 stands for (cluster settings: `rafka up` options, local_cluster arguments).
@@ -1414,27 +1413,31 @@ class ControllerActor:
             except ray.exceptions.RayError as error:   # dead, restarting, or its port is taken: not listening
                 if isinstance(error, ray.exceptions.RayTaskError):
                     logger.warning("broker %d's node does not listen on port %s: %s", broker_id,
-                                   self._broker_ports.get(broker_id), error.cause)
+                                   self.metadata.broker_ports.get(broker_id), error.cause)
                 self._lost(name, error)
                 await self._node_down(name, type(error).__name__)
                 return
-            self._broker_ports.setdefault(broker_id, answer["endpoint"][1])
+            if broker_id not in self.metadata.broker_ports:   # a log from before ports were kept
+                async with self._lock:
+                    self._commit(self.metadata.handle_broker_port(broker_id, answer["endpoint"][1]))
             await self._sync_node(handle, name, answer)
         await asyncio.gather(*(one(b, k) for b in sorted(self._live_brokers | referenced)
                                for k in range(self.network_processes)))
 
     async def _broker_port(self, broker_id: int, process: int) -> int | None:
         """The port a new process of the broker listens on; None: not known yet (the
-        next round). All of a broker's processes share one port, so it is chosen
-        here, on the loop, with no await between reading and recording it (chosen
-        in the creating threads, two processes of one broker created in one round
-        each took a free port of its own: CI saw the broker refuse connections
-        while the process Metadata named restarted). Only process 0 chooses it (a
-        free one if the listener port is 0: brokers sharing a host); the others wait
-        for it. With no port recorded (the controller restarted), an existing
-        process's ping records it: process 0 waits while any other of the broker
-        exists."""
-        port = self._broker_ports.get(broker_id)
+        next round). All of a broker's processes share one port: the listener port,
+        or, when it is 0 (brokers sharing a host), a free one chosen once by process
+        0 and kept in the metadata log, so a restarted controller creates a missing
+        process on it whether or not the broker's other processes answer. Chosen
+        and committed under the lock with no await between: two processes of one
+        broker created in one round once took a free port each (CI saw the broker
+        refuse connections while the process Metadata named restarted). A log
+        written before ports were kept has none: an existing process's ping
+        records it, and process 0 waits while any other process of the broker exists."""
+        if self.listener_port:
+            return self.listener_port
+        port = self.metadata.broker_ports.get(broker_id)
         if port is not None:
             return port
         if process > 0:
@@ -1445,9 +1448,11 @@ class ControllerActor:
                 return None
             except ValueError:
                 pass
-        if broker_id in self._broker_ports:   # recorded while this looked
-            return self._broker_ports[broker_id]
-        port = self._broker_ports[broker_id] = self.listener_port or _free_port(set(self._broker_ports.values()))
+        async with self._lock:   # chosen and recorded with no await between
+            port = self.metadata.broker_ports.get(broker_id)
+            if port is None:
+                port = _free_port(set(self.metadata.broker_ports.values()))
+                self._commit(self.metadata.handle_broker_port(broker_id, port))
         return port
 
     def _create_broker_process(self, broker_id: int, process: int, port: int):

@@ -251,6 +251,9 @@ class ClusterMetadata:
         self.client_quota_version = 0
         self._client_quotas = ClientQuotas()
         self.feature_levels: dict[str, int] = dict(features.DEFAULT_LEVELS)   # finalized (core.features)
+        # by broker id: the port every network process of the broker listens on, chosen
+        # once (a free one when brokers share a host) and kept across controller restarts
+        self.broker_ports: dict[int, int] = {}
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -297,6 +300,8 @@ class ClusterMetadata:
             self.next_node_id = max(self.next_node_id, node.node_id + 1)
         elif kind == "node_down":
             self.nodes.pop(record["actor"], None)
+        elif kind == "broker_port":
+            self.broker_ports[record["broker_id"]] = record["port"]
         elif kind == "user_scram_credential":
             credential = ScramCredential.from_dict(record)
             self.scram_credentials[record["name"], credential.mechanism] = credential
@@ -584,6 +589,14 @@ class ClusterMetadata:
         no longer named anywhere; its node id stays its own for when it
         registers again. A record only when it was up."""
         return [{"type": "node_down", "actor": actor}] if actor in self.nodes else []
+
+    def handle_broker_port(self, broker_id: int, port: int) -> list[Record]:
+        """Broker `broker_id`'s network processes listen on `port` from now on; a
+        record only when it changed."""
+        if not isinstance(broker_id, int) or broker_id < 0 or not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError(f"a broker's port must be 1-65535 for a broker id >= 0, not {port!r} for {broker_id!r}")
+        return [] if self.broker_ports.get(broker_id) == port else [
+            {"type": "broker_port", "broker_id": broker_id, "port": port}]
 
     def handle_require_sasl(self) -> list[Record]:
         """Every listener requires a SASL login from now on (`rafka up --sasl`, or

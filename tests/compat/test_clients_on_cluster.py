@@ -85,6 +85,14 @@ def read_back(cluster, topic, partitions, count):
     return sorted((r.partition, r.offset, r.value) for r in got)
 
 
+def listening_ports(broker_id, processes=(0, 1)):
+    """The ports `processes` of the broker listen on; None while one has no listener."""
+    from rafka.core.actor_names import broker_actor_name
+    described = [ray.get(ray.get_actor(broker_actor_name(broker_id, k), namespace="rafka").describe.remote(),
+                         timeout=10) for k in processes]
+    return None if None in (d["endpoint"] for d in described) else {d["endpoint"][1] for d in described}
+
+
 def test_bootstrap_servers__names_every_broker_once_and_metadata_lists_exactly_them(cluster, bootstrap):
     """Kafka's shape: one node per broker, node id = broker id, at its address;
     any broker bootstraps and each lists the same three. Both network processes of
@@ -92,14 +100,8 @@ def test_bootstrap_servers__names_every_broker_once_and_metadata_lists_exactly_t
     round: each once took a free port of its own)."""
     from kio.schema.metadata.v12.request import MetadataRequest
 
-    from rafka.core.actor_names import broker_actor_name
     brokers = [b.rsplit(":", 1) for b in bootstrap.split(",")]
     assert len(brokers) == 3 and len(set(map(tuple, brokers))) == 3
-
-    def listening_ports(broker_id):
-        described = [ray.get(ray.get_actor(broker_actor_name(broker_id, k), namespace="rafka").describe.remote(),
-                             timeout=10) for k in range(2)]
-        return None if None in (d["endpoint"] for d in described) else {d["endpoint"][1] for d in described}
     for broker_id, (_, port) in enumerate(brokers):
         assert wait_until(lambda: listening_ports(broker_id), timeout_s=60,
                           what=f"broker {broker_id}'s two processes listening") == {int(port)}
@@ -668,6 +670,37 @@ def test_brokers__no_client_sees_a_refused_connection__topics_churn_and_a_replic
     assert not [line for line in logs if "refused" in line.lower()], logs
     assert set(cluster.bootstrap_servers.split(",")) == set(bootstrap.split(",")), "a broker's address changed"
     cluster.admin().delete_topic("churn")
+
+
+def test_controller_restarted__a_brokers_lost_process_comes_back_at_its_port_while_the_other_hangs(cluster,
+                                                                                                  bootstrap):
+    """Each broker's port is kept in the metadata log (brokers sharing a host take
+    free ports): a restarted controller recreates broker 2's killed process 0 on
+    it while broker 2's process 1, which also holds that port, is stopped and
+    answers nothing (SIGSTOP). Before the port was kept, the successor learned
+    it only from a live process's ping and made no process 0 meanwhile."""
+    import os
+    import signal
+
+    from rafka.core.actor_names import broker_actor_name
+    from tests.harness import wait_for_controller_epoch_after
+    port = int(bootstrap.split(",")[2].rsplit(":", 1)[1])
+    controller = cluster.controller
+    # no watch round of the old controller remakes process 0 before the kill
+    ray.get(controller.__ray_call__.remote(lambda self: setattr(self, "watch_interval_ms", 600_000)))
+    stopped = ray.get(ray.get_actor(broker_actor_name(2, 1), namespace="rafka").describe.remote())["pid"]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        ray.kill(ray.get_actor(broker_actor_name(2, 0), namespace="rafka"), no_restart=True)
+        epoch = ray.get(controller.ping.remote())
+        ray.kill(controller, no_restart=False)
+        wait_for_controller_epoch_after(controller, epoch)
+        assert wait_until(lambda: listening_ports(2, processes=(0,)), timeout_s=30,
+                          what="broker 2's process 0 made again while process 1 is stopped") == {port}
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    assert wait_until(lambda: listening_ports(2), timeout_s=60, what="both of broker 2's processes") == {port}
+    assert set(cluster.bootstrap_servers.split(",")) == set(bootstrap.split(",")), "a broker's address changed"
 
 
 def test_confluent_admin__incremental_alter_configs_compacts_an_r3_topic__keyless_records_invalid_record_at_once(

@@ -121,6 +121,22 @@ def test_producer_ids__never_handed_out_twice_across_restarts():
     assert restarted.handle_allocate_producer_id()[1] not in ids and len(set(ids)) == 3
 
 
+def test_broker_port__kept_across_restarts__a_record_only_when_it_changes__bad_input_changes_nothing():
+    metadata, log = started()
+    log += apply(metadata, metadata.handle_broker_port(1, 40_001))
+    assert metadata.handle_broker_port(1, 40_001) == []
+    log += apply(metadata, metadata.handle_node_down("broker:1:0"))   # a process down keeps its broker's port
+    log += apply(metadata, metadata.handle_broker_port(2, 40_002))
+    log += apply(metadata, metadata.handle_broker_port(2, 40_003))
+    restarted = ClusterMetadata()
+    apply(restarted, log)
+    assert restarted.broker_ports == {1: 40_001, 2: 40_003}
+    for broker_id, port in ((1, 0), (1, 65_536), (-1, 9092), ("1", 9092), (1, None)):
+        with pytest.raises(ValueError, match="port must be 1-65535"):
+            restarted.handle_broker_port(broker_id, port)
+    assert restarted.broker_ports == {1: 40_001, 2: 40_003}
+
+
 def test_remove_from_isr__restarted_follower_leaves_isr_leader_stays_and_epoch_bumps():
     metadata, _ = started()
     apply(metadata, metadata.handle_create_topic("t", 1, 3, None, [0, 1, 2])[0])
