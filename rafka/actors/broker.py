@@ -27,13 +27,14 @@ import os
 from rafka.actors.cluster_credential import cluster_login
 from rafka.protocol.tls import cluster_client_context
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
-                                  alter_topic_config_on_controller)
+                                  alter_broker_loggers_on_controller, alter_topic_config_on_controller)
 from rafka.core.actor_names import broker_actor_name
 from rafka.core.broker_identity import broker_log_dir
 from rafka.core.log_dirs import describe_log_dir
 from rafka.core.cluster_image import broker_view
 from rafka.protocol.connection import SaslLogin
 from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
+from rafka.protocol.handlers.alter_configs import BrokerLoggersHost
 from rafka.protocol.handlers.describe_quorum import CONTROLLER_UNREACHABLE
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ class BrokerActor:
                                    listener_port=listener_port, view=broker_view,
                                    dispatcher_factory=self._dispatcher, reuse_port=shared_port,
                                    log_dirs=self._log_dirs if data_dir is not None else None, client_listener=True,
-                                   quorum=CONTROLLER_UNREACHABLE)   # what it relays to the controller otherwise
+                                   quorum=CONTROLLER_UNREACHABLE,   # what it relays to the controller otherwise
+                                   broker_loggers=BrokerLoggersHost(broker_id, alter_broker_loggers_on_controller))
 
     def _log_dirs(self) -> list:
         """This broker's log dir, with the partitions the image assigns a replica

@@ -869,6 +869,16 @@ class ControllerActor:
         await self._push_image()
         return {"name": name, "config": overrides}
 
+    async def alter_broker_loggers(self, broker_id: int, ops: list) -> dict:
+        """Broker `broker_id`'s logger levels altered (`ops` checked by the broker,
+        which knows its loggers: core.broker_loggers): its new map, committed and
+        pushed to every node before the answer, so each of the broker's processes
+        logs by it when the client hears. Answers the map."""
+        levels = await self._commit_and_push(
+            lambda: self.metadata.handle_alter_broker_loggers(broker_id, [tuple(op) for op in ops]),
+            f"broker {broker_id}'s loggers")
+        return dict(levels)
+
     async def _commit_and_push(self, handle: Callable[[], tuple[list, list]], what: str, *,
                                commit: bool = True) -> list:
         """`handle()` (a core.metadata handler: its records and per-item results) run

@@ -31,6 +31,8 @@ import ray
 from rafka.actors.cluster_credential import listener_tls
 from rafka.actors.metrics_export import RayMetricsExporter
 from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE
+from rafka.core.broker_identity import BROKER_ID_LABEL
+from rafka.core.broker_loggers import LoggerLevels
 from rafka.core.client_quotas import IpConnectionRateManager
 from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage
 from rafka.core.errors import CoordinatorLoadInProgress, KafkaError, RequestTimedOut
@@ -39,6 +41,7 @@ from rafka.core.metrics import MetricsRegistry
 from rafka.core.producer_ids import ProducerIdBlock
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.framing import tune_malloc
+from rafka.protocol.handlers.alter_configs import BrokerLoggersHost
 from rafka.protocol.node_table import node_table
 from rafka.protocol.sasl import SaslListener
 from rafka.protocol.server import MAX_PIPELINED_REQUESTS_DEFAULT, ProtocolServer
@@ -75,14 +78,23 @@ async def allocate_producer_ids_from_controller() -> ProducerIdBlock:
 async def alter_topic_config_on_controller(name: str, ops: list, validate_only: bool = False,
                                            replace: bool = False) -> dict:
     """IncrementalAlterConfigs / AlterConfigs on a replica or coordinator node:
-    forwarded to the controller (Kafka's brokers forward them, KIP-590), whose
-    typed error is raised here as itself. A controller that is gone, restarting
-    or silent for FORWARD_TIMEOUT_S: REQUEST_TIMED_OUT, as Kafka's forwarding
-    answers (retriable)."""
+    forwarded to the controller (Kafka's brokers forward them, KIP-590)."""
+    return await _forward("alter_topic_config", name, ops, validate_only, replace)
+
+
+async def alter_broker_loggers_on_controller(broker_id: int, ops: list) -> dict:
+    """A broker's loggers altered (protocol.handlers.alter_configs, checked there):
+    the controller records the broker's new map and pushes it to every process."""
+    return await _forward("alter_broker_loggers", broker_id, ops)
+
+
+async def _forward(method: str, *args):
+    """A change forwarded to the controller, whose typed error is raised here as
+    itself. A controller that is gone, restarting or silent for
+    FORWARD_TIMEOUT_S: REQUEST_TIMED_OUT, as Kafka's forwarding answers (retriable)."""
     try:
         found = await controller()
-        return await asyncio.wait_for(found.alter_topic_config.remote(name, ops, validate_only, replace),
-                                      FORWARD_TIMEOUT_S)
+        return await asyncio.wait_for(getattr(found, method).remote(*args), FORWARD_TIMEOUT_S)
     except ray.exceptions.RayTaskError as error:
         if isinstance(error.cause, KafkaError):
             raise error.cause from None
@@ -99,7 +111,8 @@ class NodeServing:
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
                  view: Callable[[ClusterImage], ClusterImage] | None = None,
                  dispatcher_factory: Callable[..., Dispatcher] = Dispatcher, reuse_port: bool = False,
-                 log_dirs=None, client_listener: bool = False, envelopes: bool = False, quorum=None) -> None:
+                 log_dirs=None, client_listener: bool = False, envelopes: bool = False, quorum=None,
+                 broker_loggers: BrokerLoggersHost | None = None) -> None:
         """The hosts are what this actor answers for (protocol.node_table): its
         partition, its groups, its transactional ids, topic administration; `alter_topic_config`: how a
         node that is not the controller reaches it (alter_topic_config_on_controller);
@@ -122,7 +135,9 @@ class NodeServing:
                                    transactions=transactions,
                                    topic_admin_host=topic_admin_host, list_groups=list_groups,
                                    alter_topic_config=alter_topic_config, log_dirs=log_dirs, envelopes=envelopes,
-                                   quorum=quorum)
+                                   quorum=quorum, broker_loggers=broker_loggers)
+        self._logger_levels = LoggerLevels()
+        self._broker_id: int | None = broker_loggers.broker_id if broker_loggers is not None else None
         self._image_source = image_source
         self.listener_port = listener_port
         self.max_pipelined_requests = max_pipelined_requests
@@ -151,6 +166,17 @@ class NodeServing:
                 self._answered = self._view(image)
             self.image = image
             self._has_image.set()
+            broker_id = self._node_broker_id()
+            if broker_id is not None:
+                self._logger_levels.apply(image.broker_logger_levels.get(broker_id, {}))
+
+    def _node_broker_id(self) -> int | None:
+        """The broker this process runs on (its Ray node's label), None on a node of
+        no broker; read once."""
+        if self._broker_id is None:   # not in a Ray worker (an in-process test's node): none
+            label = ray.get_runtime_context().get_node_labels().get(BROKER_ID_LABEL) if ray.is_initialized() else None
+            self._broker_id = int(label) if label is not None else -1
+        return self._broker_id if self._broker_id >= 0 else None
 
     async def _first_image(self) -> None:
         """Until this node has a cluster image (its users, whether SASL is required),

@@ -37,6 +37,8 @@ Invariants:
   * `finalized_features` are the cluster's finalized feature levels at the
     image's version (core.features): ApiVersions tells them, with the image's
     version as their epoch, and the group handlers gate on them.
+  * `broker_logger_levels` are each broker's logger levels (core.broker_loggers):
+    every process on a broker's node applies its broker's.
 
 Pure data, no I/O. Callers: the controller (build), the actors' Metadata handler
 and partition lookups (read), the broker nodes (broker_view, and the internal
@@ -106,6 +108,8 @@ class ClusterImage:
     super_users: frozenset[str] = SUPER_USERS   # Kafka's super.users, rafka's own user always among them
     client_quotas: ClientQuotas = NO_CLIENT_QUOTAS   # per user / client id (core.client_quotas)
     finalized_features: Mapping[str, int] = dataclasses.field(default_factory=lambda: dict(features.DEFAULT_LEVELS))
+    # by broker id: the log levels its processes apply (core.broker_loggers)
+    broker_logger_levels: Mapping[int, Mapping[str, str]] = dataclasses.field(default_factory=dict)
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource: Resource) -> bool:
         """Whether `principal`, connected from `host`, may do `operation` on `resource`."""
@@ -264,4 +268,5 @@ def build_image(metadata: ClusterMetadata, version: int, *, super_users: frozens
                         transaction_coordinator_nodes=transaction_coordinators, acls=metadata.acls(),
                         super_users=SUPER_USERS | frozenset(super_users),
                         client_quotas=metadata.client_quotas(),
-                        finalized_features=dict(metadata.feature_levels))
+                        finalized_features=dict(metadata.feature_levels),
+                        broker_logger_levels={b: dict(levels) for b, levels in metadata.broker_logger_levels.items()})

@@ -70,7 +70,7 @@ from typing import Any
 
 from rafka.core.acl import (MAX_ACL_CHANGES_PER_REQUEST, NO_ACLS, AclBinding, AclBindingFilter, Acls,
                             validate_new_binding)
-from rafka.core import features
+from rafka.core import broker_loggers, features
 from rafka.core.client_quotas import ClientQuotas, alteration_records, replayed
 from rafka.core.config import SET, ConfigOp, TopicConfig, altered_overrides
 from rafka.core.errors import (ElectionNotNeeded, EligibleLeadersNotAvailable, FencedLeaderEpoch, InvalidConfig,
@@ -254,6 +254,8 @@ class ClusterMetadata:
         # by broker id: the port every network process of the broker listens on, chosen
         # once (a free one when brokers share a host) and kept across controller restarts
         self.broker_ports: dict[int, int] = {}
+        # by broker id: {logger: Kafka level} its processes apply (core.broker_loggers)
+        self.broker_logger_levels: dict[int, dict[str, str]] = {}
 
     # --- replay: the one way state changes ----------------------------------------
 
@@ -302,6 +304,11 @@ class ClusterMetadata:
             self.nodes.pop(record["actor"], None)
         elif kind == "broker_port":
             self.broker_ports[record["broker_id"]] = record["port"]
+        elif kind == "broker_loggers":
+            if record["levels"]:
+                self.broker_logger_levels[record["broker_id"]] = dict(record["levels"])
+            else:
+                self.broker_logger_levels.pop(record["broker_id"], None)
         elif kind == "user_scram_credential":
             credential = ScramCredential.from_dict(record)
             self.scram_credentials[record["name"], credential.mechanism] = credential
@@ -597,6 +604,16 @@ class ClusterMetadata:
             raise ValueError(f"a broker's port must be 1-65535 for a broker id >= 0, not {port!r} for {broker_id!r}")
         return [] if self.broker_ports.get(broker_id) == port else [
             {"type": "broker_port", "broker_id": broker_id, "port": port}]
+
+    def handle_alter_broker_loggers(self, broker_id: int, ops: Sequence[ConfigOp]
+                                    ) -> tuple[list[Record], dict[str, str]]:
+        """IncrementalAlterConfigs of broker `broker_id`'s loggers (checked by the
+        broker first, which knows its loggers): its new map; a record only when
+        it changed."""
+        current = self.broker_logger_levels.get(broker_id, {})
+        levels = broker_loggers.altered(current, ops)
+        return ([] if levels == current else
+                [{"type": "broker_loggers", "broker_id": broker_id, "levels": levels}]), levels
 
     def handle_require_sasl(self) -> list[Record]:
         """Every listener requires a SASL login from now on (`rafka up --sasl`, or

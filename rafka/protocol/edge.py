@@ -35,7 +35,10 @@ Routes, by API:
     a new connection if the first is lost, then answered REQUEST_TIMED_OUT
     (retriable) as Kafka's forwarding answers an unreachable controller
     (`ControllerUnreachable`: the broker's topic administration), never
-    NOT_CONTROLLER (librdkafka takes that as the topic's final answer).
+    NOT_CONTROLLER (librdkafka takes that as the topic's final answer). The
+    BROKER_LOGGER resources of an IncrementalAlterConfigs are this broker's
+    own, answered here (ITEMS_ANSWERED_HERE), the rest relayed, as Kafka's
+    broker keeps them from what it forwards;
 A request whose work all goes to one actor is relayed as the bytes it came in
 (the hot path: nothing is re-encoded, batches stay bytes); one that spans several
 is split into one request per actor (records still as bytes) and the answers
@@ -120,7 +123,7 @@ from rafka.protocol.dispatch import (ANONYMOUS_SESSION, FETCH_KEY, PRODUCE_KEY, 
                                     ParsedRequest, RequestContext, Session, encode_response, read_answer,
                                     request_frame)
 from rafka.protocol.framing import peek_api_key_and_version
-from rafka.protocol.handlers import envelope
+from rafka.protocol.handlers import alter_configs, envelope
 from rafka.protocol.hot_writers import WrittenBody
 from rafka.protocol.pipelining import admission
 from rafka.protocol.retry import retry_until_async
@@ -205,6 +208,9 @@ ITEM_APIS = {
     33: _ItemApi(("resources",), "responses"),             # AlterConfigs
     44: _ItemApi(("resources",), "responses"),             # IncrementalAlterConfigs
 }
+# Items of a relayed API a broker answers itself: its own loggers are altered
+# here, never relayed (Kafka's ConfigAdminManager.preprocess; handlers.alter_configs).
+ITEMS_ANSWERED_HERE = {44: lambda resource: resource.resource_type == alter_configs.BROKER_LOGGER_RESOURCE}
 # Read-only APIs whose answer is trimmed to what the client may see.
 FILTERED_ANSWER_APIS = frozenset({LIST_GROUPS_KEY, OFFSET_FETCH_KEY})
 _GROUP_DESCRIBE = check_of(LIST_GROUPS_KEY, AclOperation.DESCRIBE, ResourceType.GROUP)
@@ -288,7 +294,8 @@ class EdgeDispatcher(Dispatcher):
         else:
             targets = self._group_targets(api_key, body, parsed.context.api_version,
                                           decision.refused_names(ResourceType.GROUP))
-        if api_key in ITEM_APIS and not decision.allows_all and next(iter(targets)) is not None:
+        if (api_key in ITEM_APIS and (not decision.allows_all or api_key in ITEMS_ANSWERED_HERE)
+                and next(iter(targets)) is not None):
             targets = self._without_refused_items(api_key, targets, parsed.context)
         trim = api_key in FILTERED_ANSWER_APIS and not gate(parsed.context).everything
         expect_response = not (api_key == 0 and body.acks == 0)
@@ -328,16 +335,19 @@ class EdgeDispatcher(Dispatcher):
         return encode_response(parsed.context.correlation_id, answer)
 
     def _without_refused_items(self, api_key: int, targets: dict, context) -> dict[Endpoint | None, Any]:
-        """The one relayed part without the items the client may not use; those
-        make a part answered here."""
+        """The one relayed part without the items the client may not use and those
+        this broker answers itself (ITEMS_ANSWERED_HERE); they make a part answered here."""
         (endpoint, body), = targets.items()
         api = ITEM_APIS[api_key]
         field = next(f for f in api.items if getattr(body, f, None) is not None)
         request_gate = gate(context)
         decision = decide(context, body)
+        here = ITEMS_ANSWERED_HERE.get(api_key)
         allowed, refused = [], []
         for item in getattr(body, field):
-            (refused if self._item_refused(api_key, item, decision, request_gate) else allowed).append(item)
+            answered_here = (here is not None and here(item)) or self._item_refused(api_key, item, decision,
+                                                                                    request_gate)
+            (refused if answered_here else allowed).append(item)
         if not refused:
             return targets
         parts = {endpoint: dataclasses.replace(body, **{field: tuple(allowed)})} if allowed else {}

@@ -95,6 +95,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
                elections_admin: partition_admin.PartitionAdmin | None = None,
                quota_admin: UserAdmin | None = None,
                feature_admin: update_features.FeatureAdmin | None = None,
+               broker_loggers: alter_configs.BrokerLoggersHost | None = None,
                log_dirs: describe_log_dirs.LogDirs | None = None, envelopes: bool = False,
                quorum: Callable[[], describe_quorum.QuorumState] | object | None = None) -> DispatchTable:
     """`partitions`: a PartitionHost (its own image() answers lookups); `groups`:
@@ -109,6 +110,8 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     `quota_admin`: where AlterClientQuotas and AlterUserScramCredentials go
     (default: topic_admin_host);
     `feature_admin`: where UpdateFeatures goes (default: topic_admin_host);
+    `broker_loggers`: the broker this node is, for its BROKER_LOGGER configs
+    (none: the node is no broker);
     `log_dirs`: the node's log dirs for DescribeLogDirs and AlterReplicaLogDirs (a
     broker's; none: no log dir);
     `quorum`: the metadata log's quorum, for DescribeQuorum (the controller's node;
@@ -126,7 +129,8 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
     envelope_target = envelope.EnvelopeTarget() if envelopes else None
     return DispatchTable([
         api_versions.ROUTE, metadata.route(image), describe_topic_partitions.route(image),
-        find_coordinator.route(image), describe_configs.route(image),
+        find_coordinator.route(image),
+        describe_configs.route(image, broker_loggers.broker_id if broker_loggers else describe_configs.NO_BROKER),
         produce.route(partitions), fetch.route(partitions), list_offsets.route(partitions),
         offset_for_leader_epoch.route(partitions), delete_records.route(partitions),
         describe_producers.route(partitions),
@@ -139,7 +143,7 @@ def node_table(*, image: Callable[[], ClusterImage], allocate_producer_id: Calla
         group_admin.list_groups_route(list_groups), *group_admin.coordinator_routes(groups),
         *group_offsets.routes(groups), *group_membership.routes(groups), *consumer_group.routes(groups),
         *topic_admin.routes(admin, mutation_quotas=envelopes),
-        *alter_configs.routes(alter_topic_config), *acls.routes(image, acl_admin or admin),
+        *alter_configs.routes(alter_topic_config, broker_loggers), *acls.routes(image, acl_admin or admin),
         *partition_admin.routes(elections_admin or admin),
         *client_quotas.routes(image, quota_admin or admin), *scram_credentials.routes(image, quota_admin or admin),
         update_features.route(feature_admin or admin),

@@ -672,6 +672,42 @@ def test_brokers__no_client_sees_a_refused_connection__topics_churn_and_a_replic
     cluster.admin().delete_topic("churn")
 
 
+def test_kafka_python__broker_loggers__a_level_set_on_broker_1_reaches_its_processes_and_no_others(
+        cluster, bootstrap):
+    """kafka-configs.sh --entity-type broker-loggers, through kafka-python: DEBUG
+    set on broker 1's rafka.core.replica holds in each of broker 1's processes
+    (its replica of a topic, both network processes), not in broker 0's replica;
+    DescribeConfigs on broker 1 shows it; a delete gives the logger back its level."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    from rafka.core.actor_names import broker_actor_name
+    create(cluster, "logged", partitions=1)
+    state = ray.get(cluster.controller.metadata_snapshot.remote())["topics"]["logged"]["partitions"][0]
+    replica_on = {broker: state["actors"][replica] for replica, broker in zip(state["replicas"], state["brokers"])}
+    processes = {broker: [replica_on[broker]] + [broker_actor_name(broker, k) for k in range(2)] for broker in (0, 1)}
+
+    def levels(broker):
+        return [ray.get(ray.get_actor(name, namespace="rafka").__ray_call__.remote(
+            lambda self: __import__("logging").getLogger("rafka.core.replica").level), timeout=10)
+            for name in processes[broker]]
+    before = levels(1)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60_000)
+    try:
+        resource = ConfigResource(ConfigResourceType.BROKER_LOGGER, "1", {"rafka.core.replica": "DEBUG"})
+        assert admin.alter_configs([resource]) == {"broker_logger": {"1": "OK"}}
+        assert wait_until(lambda: levels(1) == [10, 10, 10], timeout_s=30, what="DEBUG in broker 1's processes")
+        assert 10 not in levels(0)
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER_LOGGER, "1",
+                                                           {"rafka.core.replica": None})])
+        assert described["broker_logger"]["1"]["rafka.core.replica"]["value"] == "DEBUG"
+        admin.reset_configs([ConfigResource(ConfigResourceType.BROKER_LOGGER, "1", {"rafka.core.replica": None})])
+        assert wait_until(lambda: levels(1) == before, timeout_s=30, what="broker 1's processes back as they were")
+    finally:
+        admin.close()
+        cluster.admin().delete_topic("logged")
+
+
 def test_controller_restarted__a_brokers_lost_process_comes_back_at_its_port_while_the_other_hangs(cluster,
                                                                                                   bootstrap):
     """Each broker's port is kept in the metadata log (brokers sharing a host take

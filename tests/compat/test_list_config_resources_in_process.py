@@ -26,10 +26,8 @@ def node(tmp_path, request):
 
 @pytest.fixture()
 def admin(node):
-    from kafka.admin import KafkaAdminClient
-    client = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=TIMEOUT_S * 1000)
-    yield client
-    client.close()
+    with node.kafka_python_admin(TIMEOUT_S) as client:
+        yield client
 
 
 def on_the_wire(node, *types):

@@ -28,11 +28,13 @@ broker does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 
 from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, broker_actor_name,
                                     coordinator_actor_name, transaction_coordinator_actor_name)
+from rafka.core.broker_loggers import LoggerLevels
 from rafka.core.clock import SystemClock
 from rafka.core.cluster_image import broker_view, build_image
 from rafka.core.config import TopicConfig
@@ -55,6 +57,7 @@ from rafka.protocol.connection import SaslLogin
 from rafka.protocol.dispatch import Dispatcher
 from rafka.protocol.sasl import SaslListener
 from rafka.protocol.edge import ControllerUnreachable, EdgeDispatcher
+from rafka.protocol.handlers.alter_configs import BrokerLoggersHost
 from rafka.protocol.handlers.describe_quorum import CONTROLLER_UNREACHABLE
 from rafka.protocol.hosted_partition import HostedPartition
 from rafka.protocol.node_table import node_table
@@ -191,6 +194,7 @@ class ProtocolNode:
         self.require_sasl = require_sasl
         self.super_users = frozenset(super_users)
         self.cluster_login = SaslLogin(CLUSTER_MECHANISM, CLUSTER_USER, "in-process-cluster-secret")
+        self.logger_levels = LoggerLevels()   # broker 0's, on this process's loggers
 
     def image(self):
         return self._image
@@ -203,6 +207,16 @@ class ProtocolNode:
         a test makes of it go over the wire)."""
         from rafka.client.admin import Admin
         return Admin(_NoControlPlane(), bootstrap_servers=self.bootstrap, default_api_timeout_ms=default_api_timeout_ms)
+
+    @contextlib.contextmanager
+    def kafka_python_admin(self, timeout_s: float = 20):
+        """kafka-python's KafkaAdminClient bootstrapped here, closed after."""
+        from kafka.admin import KafkaAdminClient
+        client = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=int(timeout_s * 1000))
+        try:
+            yield client
+        finally:
+            client.close()
 
     @property
     def coordinator_port(self) -> int:
@@ -218,6 +232,7 @@ class ProtocolNode:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.logger_levels.apply({})   # the test process's loggers as they were
         self.call(self._stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
@@ -285,7 +300,8 @@ class ProtocolNode:
             self.edge = EdgeDispatcher(
                 node_table(image=lambda: self.view, allocate_producer_id=self._allocate_producer_id,
                            topic_admin_host=ControllerUnreachable(lambda: self.view),   # as actors.broker
-                           log_dirs=self._log_dirs, quorum=CONTROLLER_UNREACHABLE),
+                           log_dirs=self._log_dirs, quorum=CONTROLLER_UNREACHABLE,
+                           broker_loggers=BrokerLoggersHost(0, self.alter_broker_loggers)),
                 broker_id=0, image=self.image, view=lambda: self.view, upstream_login=self._cluster_login,
                 quota_options=self.quota_options)
             server = ProtocolServer(self.edge, host="127.0.0.1", sasl=self.sasl, tls=self.tls)
@@ -345,6 +361,13 @@ class ProtocolNode:
         if not validate_only:
             self._apply(records)
             self._rebuild_image()
+
+    async def alter_broker_loggers(self, broker_id, ops):   # (the controller's, forwarded by the edge)
+        records, levels = self.metadata.handle_alter_broker_loggers(broker_id, ops)
+        self._apply(records)
+        self._rebuild_image()
+        self.logger_levels.apply(self._image.broker_logger_levels.get(0, {}))   # as the image push applies them
+        return levels
 
     async def alter_user_scram_credentials(self, deletions, upsertions):   # (protocol.handlers.scram_credentials)
         records, results = self.metadata.handle_alter_user_scram_credentials(deletions, upsertions)

@@ -130,7 +130,7 @@ def test_incremental_alter_configs__each_resource_its_own_error__the_others_go_o
         (BROKER, "0", ErrorCode.invalid_request, "Cannot update these configs dynamically: Set(log.retention.ms)"),
         (BROKER, "", ErrorCode.none, None),
         (BROKER, "one", ErrorCode.invalid_request, "Node id must be an integer, but it is: one"),
-        (BROKER_LOGGER, "0", ErrorCode.invalid_request, "rafka does not serve BROKER_LOGGER resources"),
+        (BROKER_LOGGER, "0", ErrorCode.invalid_request, "Unexpected node id. Expected -1, but received 0"),
         (GROUP, "g", ErrorCode.invalid_request, "rafka does not serve GROUP resources"),
         (99, "x", ErrorCode.invalid_request, "Unknown resource type 99")]
     assert controller.metadata.topic("events").config == {"retention.ms": "60000"}

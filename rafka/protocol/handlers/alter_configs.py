@@ -28,8 +28,15 @@ same way:
     "Cannot update these configs dynamically: Set(...)" (KAFKA-13609's code);
     DELETE only, or nothing: no error, nothing to do. A name that is not a node
     id: INVALID_REQUEST.
-  * any other resource type (BROKER_LOGGER, CLIENT_METRICS, GROUP, unknown ones):
-    INVALID_REQUEST.
+  * BROKER_LOGGER (IncrementalAlterConfigs, on the broker's own node, as the
+    Java admin and kafka-python send it): the name checked against the node's
+    broker id, then every change against the broker's loggers
+    (core.broker_loggers: SET to one of Kafka's six levels, DELETE but not of the
+    root; APPEND and SUBTRACT refused), all before any applies; then the
+    controller records the broker's new map and pushes it, and every process of
+    the broker applies it before the answer. validate_only: the checks only.
+    AlterConfigs: INVALID_REQUEST "Unknown resource type 8", as Kafka's.
+  * any other resource type (CLIENT_METRICS, GROUP, unknown ones): INVALID_REQUEST.
   * authorization (KafkaApis, ConfigAdminManager): ALTER_CONFIGS on each topic
     (refused: TOPIC_AUTHORIZATION_FAILED) or on the cluster for a broker
     (CLUSTER_AUTHORIZATION_FAILED), per resource, before anything else.
@@ -42,6 +49,7 @@ Caller: protocol.node_table, through `routes(alter_topic_config)`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -49,6 +57,7 @@ from collections.abc import Awaitable, Callable
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from rafka.core import broker_loggers
 from rafka.core.config import DELETE, SET, ConfigOp, check_config_ops
 from rafka.core.errors import InvalidRequest
 from rafka.protocol.authorization import config_acl_resource, decide
@@ -57,12 +66,34 @@ from rafka.protocol.entities import load_response_schema, make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
 
 ALTER_CONFIGS_KEY, INCREMENTAL_ALTER_CONFIGS_KEY = 33, 44
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-NOT_SERVED = {8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
+NOT_SERVED = {16: "CLIENT_METRICS", 32: "GROUP"}
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 # (topic name, [(operation, name, value)], validate_only, replace) -> {"name", "config"}
 AlterTopicConfig = Callable[[str, list, bool, bool], Awaitable[dict]]
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerLoggersHost:
+    """The broker a node is, and how its loggers' changes reach the controller
+    (broker id, [(operation, name, value)]) -> the broker's new map."""
+    broker_id: int
+    alter: Callable[[int, list], Awaitable[dict]]
+
+
+async def _alter_broker_loggers(host: BrokerLoggersHost | None, image, name: str, ops: list[ConfigOp],
+                                validate_only: bool) -> None:
+    """A BROKER_LOGGER resource on this node: checked here, applied by the controller."""
+    if host is None:   # a node that is no broker: no name is its id
+        broker_loggers.check_altered_broker(name, -1)
+        raise InvalidRequest(f"node {name} is not a broker: its loggers are not altered here")
+    broker_loggers.check_altered_broker(name, host.broker_id)
+    check_config_ops(ops)
+    levels = image.broker_logger_levels.get(host.broker_id, {}) if image is not None else {}
+    broker_loggers.check_changes(ops, broker_loggers.broker_loggers(levels))
+    if not validate_only:
+        await host.alter(host.broker_id, ops)
 
 
 def _check_broker_resource(name: str, ops: list[ConfigOp]) -> None:
@@ -76,7 +107,8 @@ def _check_broker_resource(name: str, ops: list[ConfigOp]) -> None:
         raise InvalidRequest(f"Cannot update these configs dynamically: Set({', '.join(changed)})")
 
 
-def routes(alter_topic_config: AlterTopicConfig) -> list[Route]:
+def routes(alter_topic_config: AlterTopicConfig, loggers: BrokerLoggersHost | None = None) -> list[Route]:
+    """`loggers`: the broker this node is (none: every BROKER_LOGGER name is refused)."""
     async def alter(request, context: RequestContext, *, replace: bool):
         api_key = ALTER_CONFIGS_KEY if replace else INCREMENTAL_ALTER_CONFIGS_KEY
         response_type = load_response_schema(api_key, context.api_version)
@@ -98,6 +130,9 @@ def routes(alter_topic_config: AlterTopicConfig) -> list[Route]:
                     await alter_topic_config(resource.resource_name, ops, bool(request.validate_only), replace)
                 elif resource.resource_type == BROKER_RESOURCE:
                     _check_broker_resource(resource.resource_name, ops)
+                elif resource.resource_type == BROKER_LOGGER_RESOURCE and not replace:
+                    await _alter_broker_loggers(loggers, context.image, resource.resource_name, ops,
+                                                bool(request.validate_only))
                 elif resource.resource_type in NOT_SERVED:
                     raise InvalidRequest(f"rafka does not serve {NOT_SERVED[resource.resource_type]} resources")
                 else:

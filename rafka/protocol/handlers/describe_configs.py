@@ -13,7 +13,15 @@ what this handler does the same way:
     An unknown topic: UNKNOWN_TOPIC_OR_PARTITION. error_message is "" (the
     field's default in Kafka) except for an error an exception made.
   * a broker (type 4): no configs, no error (rafka's brokers have no dynamic
-    configs to show). Any other resource type: INVALID_REQUEST.
+    configs to show).
+  * a broker's loggers (type 8, on that broker's node): each logger of the
+    broker (core.broker_loggers) with its effective level, source
+    DYNAMIC_BROKER_LOGGER_CONFIG (6), not read-only, config type 0 (Kafka sets
+    none); configuration_keys null or empty: all, else those of them it has.
+    Another broker's id, none, or one that is not an integer: INVALID_REQUEST
+    with ConfigHelper's words; a node that is no broker answers as one whose id
+    no name matches (-1).
+  * any other resource type: INVALID_REQUEST.
   * synonyms are not listed; documentation is null.
   * authorization (KafkaApis): DESCRIBE_CONFIGS on each topic (refused:
     TOPIC_AUTHORIZATION_FAILED) or on the cluster for a broker (refused:
@@ -31,15 +39,18 @@ from rafka.protocol.entities import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32Timedelta
 
+from rafka.core import broker_loggers
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.config import DESCRIBE_TYPE_CODES, TOPIC_CONFIG_DEFS, TopicConfig, kafka_string
+from rafka.core.errors import KafkaError
 from rafka.protocol.authorization import config_acl_resource, decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 
 API_KEY = 32
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG, DYNAMIC_BROKER_LOGGER_CONFIG = 1, 5, 6
+NO_BROKER = -1   # a node that is no broker: no BROKER_LOGGER name is its id
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
@@ -60,7 +71,16 @@ def topic_config_entries(overrides) -> list[ConfigEntry]:
                         DESCRIBE_TYPE_CODES[definition.kind]) for name, definition in TOPIC_CONFIG_DEFS.items()]
 
 
-def route(current_image: Callable[[], ClusterImage]) -> Route:
+def route(current_image: Callable[[], ClusterImage], broker_id: int = NO_BROKER) -> Route:
+    """`broker_id`: the broker this node is (its loggers are described), or NO_BROKER."""
+    def logger_entries(module, resource):
+        broker_loggers.check_described_broker(resource.resource_name, broker_id)
+        levels = current_image().broker_logger_levels.get(broker_id, {})
+        return tuple(make(module.DescribeConfigsResourceResult, name=name, value=level, read_only=False,
+                          config_source=i8(DYNAMIC_BROKER_LOGGER_CONFIG), is_default=False, is_sensitive=False,
+                          synonyms=(), config_type=i8(0), documentation=None)
+                     for name, level in broker_loggers.describe(levels, resource.configuration_keys))
+
     async def handle(request, context: RequestContext):
         response_type = load_response_schema(API_KEY, context.api_version)
         module = module_of(response_type)
@@ -86,6 +106,11 @@ def route(current_image: Callable[[], ClusterImage]) -> Route:
                         config_source=i8(entry.source), is_default=entry.source == DEFAULT_CONFIG,
                         is_sensitive=False, synonyms=(), config_type=i8(entry.type_code), documentation=None)
                         for entry in topic_config_entries(topic.config) if wanted is None or entry.name in wanted)
+            elif resource.resource_type == BROKER_LOGGER_RESOURCE:
+                try:
+                    configs = logger_entries(module, resource)
+                except KafkaError as error:
+                    code, message = ErrorCode(error.code), error.message
             elif resource.resource_type != BROKER_RESOURCE:
                 code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
             results.append(make(module.DescribeConfigsResult, error_code=code, error_message=message,
