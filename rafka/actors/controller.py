@@ -73,6 +73,7 @@ from rafka.core.metrics import Histogram
 from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER
 from rafka.protocol.connection import SaslLogin
 from rafka.protocol.handlers.describe_quorum import QuorumState, ReplicaState
+from rafka.protocol.handlers.envelope import CONTROLLER_ADMIN_CALLS
 from rafka.core.errors import KafkaError, NetworkException, NotController
 from rafka.core.metadata import UNCLEAN_ELECTION, ClusterMetadata, PartitionState, TopicMetadata
 from rafka.core.replica_pool import ReplicaPool
@@ -1721,15 +1722,7 @@ class _TopicAdminOnActorLoop:
         self.cluster_image = controller.cluster_image
         # Kafka's controller answers CreateTopics and CreatePartitions once the
         # metadata is committed; clients wait for leaders through Metadata
+        for name in CONTROLLER_ADMIN_CALLS:
+            setattr(self, name, hop(getattr(controller, name)))
         self.create_topic = hop(functools.partial(controller.create_topic, wait_for_leaders=False))
-        self.delete_topic = hop(controller.delete_topic)
         self.add_partitions = hop(functools.partial(controller.add_partitions, wait_for_leaders=False))
-        self.alter_topic_config = hop(controller.alter_topic_config)
-        self.create_acls = hop(controller.create_acls)
-        self.delete_acls = hop(controller.delete_acls)
-        self.alter_client_quotas = hop(controller.alter_client_quotas)
-        self.alter_user_scram_credentials = hop(controller.alter_user_scram_credentials)
-        self.elect_leaders = hop(controller.elect_leaders)
-        self.alter_partition_reassignments = hop(controller.alter_partition_reassignments)
-        self.list_partition_reassignments = hop(controller.list_partition_reassignments)
-        self.update_features = hop(controller.update_features)

@@ -661,6 +661,7 @@ class _Written:
             self._admit()
 
 
+@envelope.answering_every_admin_call("_unreachable")
 class ControllerUnreachable:
     """A broker's topic administration (node_table's topic_admin_host): what the
     edge answers when the controller's node cannot be reached (or is not known
@@ -672,9 +673,6 @@ class ControllerUnreachable:
 
     async def _unreachable(self, *args, **kwargs):
         raise RequestTimedOut("the controller could not be reached from this broker; retry")
-    create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _unreachable
-    alter_client_quotas = alter_user_scram_credentials = _unreachable
-    elect_leaders = alter_partition_reassignments = list_partition_reassignments = update_features = _unreachable
 
 
 def _trimmed(api_key: int, answer, body, request_gate):

@@ -71,6 +71,7 @@ class _NoGroups:
         return None
 
 
+@envelope.answering_every_admin_call("_refuse")
 class _NotController:
     def __init__(self, image: Callable[[], ClusterImage]) -> None:
         self.cluster_image = image
@@ -78,9 +79,6 @@ class _NotController:
     async def _refuse(self, *args, **kwargs):
         raise NotController("this node is not the controller: send cluster administration to the "
                             "controller Metadata names")
-    create_topic = delete_topic = add_partitions = alter_topic_config = create_acls = delete_acls = _refuse
-    alter_client_quotas = alter_user_scram_credentials = _refuse
-    elect_leaders = alter_partition_reassignments = list_partition_reassignments = update_features = _refuse
 
 
 class UserAdmin(client_quotas.QuotaAdmin, scram_credentials.ScramAdmin, Protocol):

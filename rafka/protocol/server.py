@@ -212,8 +212,8 @@ class ProtocolServer:
 
     def _accepting_ended(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:   # nothing is accepted any more: say so loudly
-            logger.error("the listener on port %s stopped accepting connections", self.requested_port,
-                         exc_info=task.exception())
+            logger.error("the listener on port %s stopped accepting connections",
+                         self.port if self._listener is not None else self.requested_port, exc_info=task.exception())
 
     def _admit(self, sock: socket.socket, peer) -> None:
         """Serve, refuse (closed now) or hold (closed after its throttle time) a

@@ -45,6 +45,21 @@ ENVELOPE_KEY = 58
 # ElectLeaders, Alter/ListPartitionReassignments, AlterClientQuotas, AlterUserScramCredentials,
 # DescribeQuorum (Kafka's brokers forward it too: KafkaApis.forwardToControllerOrFail), UpdateFeatures
 FORWARDED_APIS = frozenset({19, 20, 37, 33, 44, 30, 31, 43, 45, 46, 49, 51, 55, 57})
+# The controller's calls the handlers of FORWARDED_APIS make (node_table's
+# topic_admin_host): the controller's node makes each, and every stand-in for the
+# controller (a node that is not it, a broker that cannot reach it) answers each.
+CONTROLLER_ADMIN_CALLS = ("create_topic", "delete_topic", "add_partitions", "alter_topic_config", "create_acls",
+                          "delete_acls", "alter_client_quotas", "alter_user_scram_credentials", "elect_leaders",
+                          "alter_partition_reassignments", "list_partition_reassignments", "update_features")
+
+
+def answering_every_admin_call(method: str):
+    """A class decorator: each of CONTROLLER_ADMIN_CALLS is the class's `method`."""
+    def decorate(cls):
+        for name in CONTROLLER_ADMIN_CALLS:
+            setattr(cls, name, getattr(cls, method))
+        return cls
+    return decorate
 _CLUSTER_ACTION = check_of(ENVELOPE_KEY, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
 _VERSION = struct.Struct(">h")
 
