@@ -49,8 +49,8 @@ from rafka.core.structs import TopicPartition
 from rafka.core.scram import DEFAULT_ITERATIONS
 from rafka.core.scram_admin import upsertion_refusal
 from rafka.core.transaction_shard import TransactionListing, TxnMarker
-from rafka.protocol import (acl_requests, feature_requests, quota_requests, admin_requests, cluster_requests,
-                            fetching, group_requests, scram_requests, txn_admin_requests, txn_markers)
+from rafka.protocol import (acl_requests, config_requests, feature_requests, quota_requests, admin_requests,
+                            cluster_requests, fetching, group_requests, scram_requests, txn_admin_requests, txn_markers)
 from rafka.protocol.network import coordinator_channel
 from rafka.protocol.txn_admin_requests import DescribedTransaction
 from rafka.protocol.tls import cluster_client_context, node_tls_settings
@@ -430,6 +430,47 @@ class Admin:
             return []
         return self._metadata.ask_any_node(quota_requests.alter_request(entries, validate_only=validate_only),
                                            quota_requests.alter_answer, what="alter client quotas")
+
+    # --- topics', brokers' and broker loggers' configs (kafka-configs.sh), over the wire --------
+
+    def describe_configs(self, resources: list[config_requests.Resource], names: list[str] | None = None
+                         ) -> dict[config_requests.Resource, list[config_requests.DescribedConfig] | KafkaError]:
+        """Per (resource type, name), its configs (all, or `names`) or why not
+        (DescribeConfigs): a topic's from any broker, a broker's and its loggers'
+        from that broker, as Kafka's AdminClient asks."""
+        return self._ask_by_resource(resources, lambda part: config_requests.describe_request(part, names),
+                                     config_requests.describe_answer, what="describe configs")
+
+    def incremental_alter_configs(self, changes: dict[config_requests.Resource, list], *,
+                                  validate_only: bool = False) -> dict[config_requests.Resource, KafkaError | None]:
+        """Per (resource type, name), None or why not (IncrementalAlterConfigs: ops
+        of core.config SET, DELETE, APPEND, SUBTRACT): topics' through any broker
+        (to the controller, which pushes them to the topic's replicas before it
+        answers), a broker's loggers on that broker."""
+        return self._ask_by_resource(list(changes), lambda part: config_requests.alter_request(
+            {r: changes[r] for r in part}, validate_only=validate_only), config_requests.alter_answer,
+            what="alter configs")
+
+    def _ask_by_resource(self, resources, request_for, read, *, what: str) -> dict:
+        """`read(answer)` merged over one request per node the resources go to: a
+        BROKER or BROKER_LOGGER resource named by a broker id to that broker (one
+        no live broker has: BrokerNotAvailable), the rest to any broker."""
+        by_broker: dict[int | None, list] = {}
+        for kind, name in dict.fromkeys(resources):
+            named = kind != config_requests.TOPIC and name.isdigit()
+            by_broker.setdefault(int(name) if named else None, []).append((kind, name))
+        addresses = self._broker_addresses() if set(by_broker) - {None} else {}
+        found: dict = {}
+        for broker, part in by_broker.items():
+            if broker is None:
+                found.update(self._metadata.ask_any_node(request_for(part), read, what=what))
+            elif broker not in addresses:
+                found.update({r: BrokerNotAvailable(f"broker {broker} is not live") for r in part})
+            else:
+                found.update(retry_until(lambda remaining_s, address=addresses[broker], part=part: read(
+                    self._network.submit(address, request_for(part)).result(remaining_s)),
+                    timeout_s=self.default_api_timeout_s, retry_backoff_s=self.retry_backoff_s, what=what))
+        return found
 
     # --- feature flags (kafka-features.sh), over the wire -------------------------------------
 

@@ -270,6 +270,28 @@ def check_users(address):
     assert rafka(address, "users", "--list")[1] == "bob  SCRAM-SHA-512\n"
 
 
+def check_configs(ray_address):
+    """kafka-configs.sh for a topic and a broker's loggers: the change holds when
+    the command returns, and --describe shows it."""
+    code, out, _ = rafka(ray_address, "configs", "--alter", "--topic", "clicks", "--add-config",
+                         "retention.ms=60000,cleanup.policy=[compact,delete]")
+    assert (code, out) == (0, "Completed updating config for topic clicks.\n")
+    code, out, _ = rafka(ray_address, "configs", "--describe", "--topic", "clicks")
+    assert (code, out) == (0, "Dynamic configs for topic clicks are:\n"
+                              "  cleanup.policy=compact,delete sensitive=false synonyms={}\n"
+                              "  min.insync.replicas=2 sensitive=false synonyms={}\n"
+                              "  retention.ms=60000 sensitive=false synonyms={}\n")
+    code, _, err = rafka(ray_address, "configs", "--alter", "--topic", "clicks", "--delete-config", "segment.ms")
+    assert code != 0 and "Invalid config(s): segment.ms" in err
+    code, out, _ = rafka(ray_address, "configs", "--alter", "--broker-logger", "1", "--add-config",
+                         "rafka.core.replica=DEBUG")
+    assert (code, out) == (0, "Completed updating config for broker-logger 1.\n")
+    code, out, _ = rafka(ray_address, "configs", "--describe", "--broker-logger", "1")
+    assert code == 0 and "  rafka.core.replica=DEBUG sensitive=false synonyms={}\n" in out
+    assert rafka(ray_address, "configs", "--alter", "--broker-logger", "1", "--delete-config",
+                 "rafka.core.replica")[0] == 0
+
+
 def test_cli__before_up__status_says_to_run_up(ray_address):
     code, _, err = rafka_process(ray_address, "status")
     assert code == 1 and "rafka is not up" in err and "run `rafka up`" in err
@@ -316,6 +338,7 @@ def test_cli__up_topics_status_down(ray_address, data_dir):
                                         "FinalizedVersionLevel: 1\tEpoch: ")
     code, out, _ = rafka(ray_address, "features", "disable", "--feature", "group.version", "--dry-run")
     assert (code, out) == (0, "group.version can be disabled.\n")
+    check_configs(ray_address)
 
     assert rafka(ray_address, "topics", "--delete", "--topic", "clicks")[0] == 0
     assert rafka(ray_address, "topics", "--list", "--exclude-internal")[1] == ""

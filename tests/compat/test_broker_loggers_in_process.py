@@ -112,3 +112,28 @@ def test_alter_with_a_topic__the_loggers_answered_by_the_broker_the_topic_relaye
     answer = ask(node, (2, "orders", [(0, "retention.ms", "60000")]), (8, "0", [(0, PARENT, "ERROR")]))
     assert answer[(8, "0")] == (ErrorCode.none, None) and logging.getLogger(PARENT).level == logging.ERROR
     assert answer[(2, "orders")][0] == ErrorCode.not_controller
+
+
+def test_rafkas_admin_and_cli__describe_and_alter_a_brokers_loggers_and_a_topics_configs(node):
+    """`rafka configs` through rafka's Admin over the wire: a broker's loggers to
+    that broker, a topic's configs from any broker; a broker no one runs:
+    BROKER_NOT_AVAILABLE without asking."""
+    from rafka.cli import build_parser
+    from rafka.cli_configs import cmd_configs
+    from rafka.core.errors import BrokerNotAvailable
+    admin = node.wire_admin()
+
+    def configs(*argv):
+        lines = []
+        assert cmd_configs(admin, build_parser().parse_args(["configs", *argv]), out=lines.append) == 0
+        return lines
+    assert configs("--alter", "--broker-logger", "0", "--add-config", f"{PARENT}=ERROR") == [
+        "Completed updating config for broker-logger 0."]
+    assert f"  {CHILD}=ERROR sensitive=false synonyms={{}}" in configs("--describe", "--broker-logger", "0")
+    assert logging.getLogger(CHILD).getEffectiveLevel() == logging.ERROR
+    assert configs("--describe", "--topic", "orders") == [
+        "Dynamic configs for topic orders are:", "  min.insync.replicas=1 sensitive=false synonyms={}"]
+    assert len(configs("--describe", "--topic", "orders", "--all")) > 20
+    found = admin.describe_configs([(8, "7"), (2, "orders")], names=["retention.ms"])
+    assert isinstance(found[(8, "7")], BrokerNotAvailable)
+    assert [(c.name, c.value, c.source) for c in found[(2, "orders")]] == [("retention.ms", "604800000", 5)]
