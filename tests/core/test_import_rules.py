@@ -206,8 +206,8 @@ def parsed(path: Path, attempts: int = 3) -> ast.Module:
     recursion depth in the interpreter's state, shared by every thread, so a parse
     racing another thread's in this process can fail with "SystemError: AST
     constructor recursion depth mismatch" (CPython gh-106905, seen there in
-    threaded programs): a full CI run saw it once, and a core run once, with
-    earlier tests' threads still running. The parse is tried again; any other
+    threaded programs): a full CI run saw it once, with earlier tests' threads
+    still running. The parse is tried again; any other
     error, or this one every time, fails the test."""
     for attempt in range(attempts):
         try:
