@@ -1424,13 +1424,14 @@ class ControllerActor:
             except ray.exceptions.RayError as error:   # dead, restarting, or its port is taken: not listening
                 if isinstance(error, ray.exceptions.RayTaskError):
                     logger.warning("broker %d's node does not listen on port %s: %s", broker_id,
-                                   self.metadata.broker_ports.get(broker_id), error.cause)
+                                   self.listener_port or self.metadata.broker_ports.get(broker_id), error.cause)
                 self._lost(name, error)
                 await self._node_down(name, type(error).__name__)
                 return
-            if broker_id not in self.metadata.broker_ports:   # a log from before ports were kept
-                async with self._lock:
-                    self._commit(self.metadata.handle_broker_port(broker_id, answer["endpoint"][1]))
+            if not self.listener_port and broker_id not in self.metadata.broker_ports:   # a log from before
+                async with self._lock:                                                    # ports were kept
+                    if broker_id not in self.metadata.broker_ports:
+                        self._commit(self.metadata.handle_broker_port(broker_id, answer["endpoint"][1]))
             await self._sync_node(handle, name, answer)
         await asyncio.gather(*(one(b, k) for b in sorted(self._live_brokers | referenced)
                                for k in range(self.network_processes)))

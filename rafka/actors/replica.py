@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable
 import ray
 
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
-                                  alter_topic_config_on_controller)
+                                  alter_topic_config_on_controller, node_broker_id)
 from rafka.actors.serving import controller as serving_controller
 from rafka.core.actor_names import CONTROLLER_NAME, NAMESPACE, broker_of_shell
 from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_partition_directory,
@@ -92,12 +92,6 @@ logger = logging.getLogger(__name__)
 def replica_directory(log_dir, topic: str, partition: int) -> str:
     """Kafka's layout: one directory per partition under the broker's log dir."""
     return os.path.join(log_dir, f"{topic}-{partition}")
-
-
-def node_broker_id() -> int | None:
-    """The broker id of the node this process runs on (its `rafka-broker-id` label)."""
-    label = ray.get_runtime_context().get_node_labels().get(BROKER_ID_LABEL)
-    return int(label) if label is not None and label.isdigit() else None
 
 
 def _tell_controller_restarted(name: str, topic: str, partition: int) -> None:

@@ -51,6 +51,13 @@ FIRST_IMAGE_WAIT_S = 15.0
 FORWARD_TIMEOUT_S = 30.0   # a forwarded config change (Kafka's request.timeout.ms default)
 
 
+def node_broker_id() -> int | None:
+    """The broker id of the node this process runs on (its `rafka-broker-id` label);
+    None on a node of no broker."""
+    label = ray.get_runtime_context().get_node_labels().get(BROKER_ID_LABEL)
+    return int(label) if label is not None and label.isdigit() else None
+
+
 async def controller():
     """The controller's handle, looked up off the loop (a GCS call: it must not
     stall the node's requests); ValueError if it does not exist."""
@@ -166,17 +173,20 @@ class NodeServing:
                 self._answered = self._view(image)
             self.image = image
             self._has_image.set()
-            broker_id = self._node_broker_id()
-            if broker_id is not None:
-                self._logger_levels.apply(image.broker_logger_levels.get(broker_id, {}))
+            self._apply_logger_levels(image)
 
-    def _node_broker_id(self) -> int | None:
-        """The broker this process runs on (its Ray node's label), None on a node of
-        no broker; read once."""
-        if self._broker_id is None:   # not in a Ray worker (an in-process test's node): none
-            label = ray.get_runtime_context().get_node_labels().get(BROKER_ID_LABEL) if ray.is_initialized() else None
-            self._broker_id = int(label) if label is not None else -1
-        return self._broker_id if self._broker_id >= 0 else None
+    def _apply_logger_levels(self, image: ClusterImage) -> None:
+        """This process's loggers at its broker's levels (core.broker_loggers). A
+        failure is logged, never raised: the image is taken whatever happens here."""
+        if self._broker_id is None:   # read once; not in a Ray worker (an in-process test's node): none
+            self._broker_id = (node_broker_id() if ray.is_initialized() else None)
+            self._broker_id = -1 if self._broker_id is None else self._broker_id
+        if self._broker_id < 0:
+            return
+        try:
+            self._logger_levels.apply(image.broker_logger_levels.get(self._broker_id, {}))
+        except Exception:
+            logger.exception("%s: broker %d's log levels not applied", self.name, self._broker_id)
 
     async def _first_image(self) -> None:
         """Until this node has a cluster image (its users, whether SASL is required),

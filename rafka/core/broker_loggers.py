@@ -8,17 +8,20 @@ Invariants:
     image; each rafka process on the broker's node applies its broker's map
     whenever an image changes it (`LoggerLevels.apply`), so the broker's network
     processes, replicas and coordinators log alike, and a process that restarts
-    takes the map again. (Kafka keeps the levels in the broker's memory and
+    takes the map again (the controller, which builds images rather than being
+    offered them, does not: it is no broker's). (Kafka keeps the levels in the broker's memory and
     loses them when it restarts: a rafka broker is many processes, which only
     the image keeps alike; so here they last until deleted.)
   * a level is one of Kafka's six, upper case as Kafka checks them (TRACE,
     DEBUG, INFO, WARN, ERROR, FATAL), on Python's scale (TRACE = 5, WARN =
     WARNING, FATAL = CRITICAL); a described level is the logger's effective one
     in those names (the nearest Kafka level at or below it).
-  * the loggers a broker has are the root (as "root"), every logger made in the
-    process answering, every rafka module's (each logs under its module's name,
-    whether or not that process imported it) and every one the map names; SET
-    and DELETE name one of them, never a new one, as Kafka's broker refuses.
+  * the loggers a broker has are the root (as "root"), every rafka module's (each
+    logs under its module's name, whether or not a process imported it) and
+    every one the map names: the same set from each of the broker's processes
+    (what a process happens to have made, Ray's or asyncio's, differs between
+    them, and a describe and an alter may meet different ones); SET and DELETE
+    name one of them, never a new one, as Kafka's broker refuses.
   * DELETE takes the logger out of the map: each process gives it back the level
     it had before the map first named it (none for almost every logger, so it
     follows its parent, as Kafka's DELETE does); the root's cannot be deleted.
@@ -73,10 +76,8 @@ def _rafka_module_loggers() -> frozenset[str]:
 
 
 def broker_loggers(levels: Mapping[str, str]) -> list[str]:
-    """The loggers of a broker whose map is `levels`, as seen from this process, sorted."""
-    made = (name for name, logger in list(logging.root.manager.loggerDict.items())
-            if isinstance(logger, logging.Logger))
-    return sorted({ROOT, *made, *_rafka_module_loggers(), *levels})
+    """The loggers of a broker whose map is `levels`, sorted."""
+    return sorted({ROOT, *_rafka_module_loggers(), *levels})
 
 
 def describe(levels: Mapping[str, str], wanted: Iterable[str] | None) -> list[tuple[str, str]]:
@@ -114,18 +115,16 @@ def check_level(name: str, value) -> None:
 
 
 def altered(levels: Mapping[str, str], ops: Iterable[ConfigOp]) -> dict[str, str]:
-    """The map after `ops` (checked: SET and DELETE only)."""
+    """The map after `ops` (the broker checked that their loggers exist; the rest
+    is checked again here)."""
+    ops = list(ops)
+    check_changes(ops, {name for _, name, _ in ops})
     result = dict(levels)
     for operation, name, value in ops:
         if operation == SET:
-            check_level(name, value)
             result[name] = value
-        elif operation == DELETE:
-            if name == ROOT:
-                raise InvalidRequest("Removing the log level of the root logger is not allowed")
-            result.pop(name, None)
         else:
-            raise InvalidRequest(f"operation {operation} is not allowed for the BROKER_LOGGER resource")
+            result.pop(name, None)
     return result
 
 
