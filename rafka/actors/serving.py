@@ -144,7 +144,10 @@ class NodeServing:
                                    alter_topic_config=alter_topic_config, log_dirs=log_dirs, envelopes=envelopes,
                                    quorum=quorum, broker_loggers=broker_loggers)
         self._logger_levels = LoggerLevels()
-        self._broker_id: int | None = broker_loggers.broker_id if broker_loggers is not None else None
+        # the broker whose log levels this process takes: a broker's own, else its Ray
+        # node's; none for an in-process test's node (no Ray)
+        self._broker_id: int | None = (broker_loggers.broker_id if broker_loggers is not None
+                                       else node_broker_id() if ray.is_initialized() else None)
         self._image_source = image_source
         self.listener_port = listener_port
         self.max_pipelined_requests = max_pipelined_requests
@@ -178,10 +181,7 @@ class NodeServing:
     def _apply_logger_levels(self, image: ClusterImage) -> None:
         """This process's loggers at its broker's levels (core.broker_loggers). A
         failure is logged, never raised: the image is taken whatever happens here."""
-        if self._broker_id is None:   # read once; not in a Ray worker (an in-process test's node): none
-            self._broker_id = (node_broker_id() if ray.is_initialized() else None)
-            self._broker_id = -1 if self._broker_id is None else self._broker_id
-        if self._broker_id < 0:
+        if self._broker_id is None:
             return
         try:
             self._logger_levels.apply(image.broker_logger_levels.get(self._broker_id, {}))

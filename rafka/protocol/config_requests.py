@@ -21,8 +21,9 @@ from kio.static.primitive import i8
 
 from rafka.core.config import ConfigOp
 from rafka.core.errors import KafkaError, error_or_none
+from rafka.protocol.authorization import CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_TOPIC
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER = CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER
 # Kafka's ConfigSource names (DescribeConfigsResponse.ConfigSource), as kafka-configs.sh prints them
 SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
                 3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",

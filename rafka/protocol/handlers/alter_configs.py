@@ -60,13 +60,14 @@ from kio.static.primitive import i32Timedelta
 from rafka.core import broker_loggers
 from rafka.core.config import DELETE, SET, ConfigOp, check_config_ops
 from rafka.core.errors import InvalidRequest
-from rafka.protocol.authorization import config_acl_resource, decide
+from rafka.protocol.authorization import (CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_TOPIC, config_acl_resource,
+                                          decide)
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
 from rafka.protocol.handlers.partitions import error_code_of
 
 ALTER_CONFIGS_KEY, INCREMENTAL_ALTER_CONFIGS_KEY = 33, 44
-TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER
 NOT_SERVED = {16: "CLIENT_METRICS", 32: "GROUP"}
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 

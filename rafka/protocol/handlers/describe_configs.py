@@ -43,12 +43,13 @@ from rafka.core import broker_loggers
 from rafka.core.cluster_image import ClusterImage
 from rafka.core.config import DESCRIBE_TYPE_CODES, TOPIC_CONFIG_DEFS, TopicConfig, kafka_string
 from rafka.core.errors import KafkaError
-from rafka.protocol.authorization import config_acl_resource, decide
+from rafka.protocol.authorization import (CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_TOPIC, config_acl_resource,
+                                          decide)
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
 
 API_KEY = 32
-TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG, DYNAMIC_BROKER_LOGGER_CONFIG = 1, 5, 6
 NO_BROKER = -1   # a node that is no broker: no BROKER_LOGGER name is its id
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
@@ -73,9 +74,9 @@ def topic_config_entries(overrides) -> list[ConfigEntry]:
 
 def route(current_image: Callable[[], ClusterImage], broker_id: int = NO_BROKER) -> Route:
     """`broker_id`: the broker this node is (its loggers are described), or NO_BROKER."""
-    def logger_entries(module, resource):
+    def logger_entries(module, resource, image: ClusterImage):
         broker_loggers.check_described_broker(resource.resource_name, broker_id)
-        levels = current_image().broker_logger_levels.get(broker_id, {})
+        levels = image.broker_logger_levels.get(broker_id, {})
         return tuple(make(module.DescribeConfigsResourceResult, name=name, value=level, read_only=False,
                           config_source=i8(DYNAMIC_BROKER_LOGGER_CONFIG), is_default=False, is_sensitive=False,
                           synonyms=(), config_type=i8(0), documentation=None)
@@ -108,7 +109,7 @@ def route(current_image: Callable[[], ClusterImage], broker_id: int = NO_BROKER)
                         for entry in topic_config_entries(topic.config) if wanted is None or entry.name in wanted)
             elif resource.resource_type == BROKER_LOGGER_RESOURCE:
                 try:
-                    configs = logger_entries(module, resource)
+                    configs = logger_entries(module, resource, image)
                 except KafkaError as error:
                     code, message = ErrorCode(error.code), error.message
             elif resource.resource_type != BROKER_RESOURCE:
