@@ -115,6 +115,9 @@ REPLICA_WATCH_TIMEOUT_MS = 60_000
 # rounds (a creation commits many images a second: one push per round to every
 # replica would be most of its work).
 PUSH_SETTLED_EVERY_ROUNDS = 5
+# How long brokers wait for a new leader to be told before they see it all the
+# same, in leader pings (`_hold_until_told`): a bound, should an announce never come.
+LEADER_HOLD_PINGS = 2
 # One actor class for every replica: `ray.remote(cls)` made anew exports the class to
 # the GCS again at its first creation (a blocking round trip per replica).
 _REPLICA_ACTOR = ray.remote(ReplicaActor)
@@ -251,6 +254,9 @@ class ControllerActor:
         self._brokers_listen = asyncio.Event()   # some broker's node registered: clients can bootstrap
         self._broker_push: asyncio.Task | None = None
         self._brokers_behind = False
+        # Partitions whose new leader is committed and not told yet (`_commit`,
+        # `_announce`): brokers get no image naming it until then (`_push_to_brokers`).
+        self._leaders_untold: dict[tuple[str, int], asyncio.Future] = {}
         # Ping answers whose endpoints wait for the next group commit (`_sync_nodes`),
         # and the task writing them.
         self._answers_to_register: list[tuple] = []
@@ -343,6 +349,7 @@ class ControllerActor:
     def _commit(self, records: list[dict]) -> None:
         if not records:
             return
+        self._hold_until_told(self.metadata.leaders_moved_by(records))
         with open(self._log_path, "ab") as f:
             f.write(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records))
             f.flush()
@@ -354,6 +361,31 @@ class ControllerActor:
         if self._image.brokers:
             self._brokers_listen.set()
         self._tell_brokers()
+
+    def _hold_until_told(self, partitions: list[tuple[str, int]]) -> None:
+        """Brokers see these partitions' new leaders only once `_announce` told them
+        (or gave up on it), at most LEADER_HOLD_PINGS leader pings later. Kafka's
+        controller sends LeaderAndIsr before UpdateMetadata for the same reason:
+        a broker that names a leader before it leads sends a producer there, whose
+        first batch is answered NOT_LEADER_OR_FOLLOWER and whose next one, on the
+        same connection, is written once it leads, a sequence the new leader cannot
+        check against a producer it has never seen; the first batch's retry is
+        then refused OUT_OF_ORDER_SEQUENCE_NUMBER (`rafka verify`, restart-cluster:
+        every partition elected at once on a busy machine). A second election of a
+        partition before the first is told shares the first's hold."""
+        if self._loop is None:   # loading, before any broker could be told
+            return
+        for key in partitions:
+            if key not in self._leaders_untold:
+                self._leaders_untold[key] = self._loop.create_future()
+                self._loop.call_later(LEADER_HOLD_PINGS * self.leader_ping_timeout_ms / 1000,
+                                      self._leader_told, *key)
+
+    def _leader_told(self, topic: str, partition: int) -> None:
+        held = self._leaders_untold.pop((topic, partition), None)
+        if held is not None:
+            held.set_result(None)
+            self._tell_brokers()
 
     def _tell_brokers(self) -> None:
         """Every commit's image to the brokers' nodes at once, where clients read
@@ -373,13 +405,19 @@ class ControllerActor:
             await asyncio.shield(self._broker_push)
 
     async def _push_to_brokers(self) -> None:
+        """The newest image to every broker process, once the leaders it moves are
+        told (`_hold_until_told`): the image is taken first, so the wait is for its
+        own moves, and one committed meanwhile goes in the next round's."""
         while self._brokers_behind:
             self._brokers_behind = False
+            image, untold = self._image, list(self._leaders_untold.values())
+            if untold:
+                await asyncio.wait(untold)
             handles = [h for name, h in list(self._handles.items())
                        if broker_of_actor_name(name) is not None and name in self.metadata.nodes]
             if not handles:
                 continue
-            image = ray.put(self._image)   # one copy for every broker process, not one pickled per call
+            image = ray.put(image)   # one copy for every broker process, not one pickled per call
             await asyncio.gather(*(asyncio.wait_for(h.update_image.remote(image), self.leader_ping_timeout_ms / 1000)
                                    for h in handles), return_exceptions=True)
 
@@ -410,7 +448,10 @@ class ControllerActor:
         image = self.cluster_image()
         version = reported = answer.get("image_version", image.version)
         if version < image.version:
-            handle.update_image.remote(image)
+            if broker_of_actor_name(actor) is not None:   # through the one push that waits for untold leaders
+                self._tell_brokers()
+            else:
+                handle.update_image.remote(image)
             version = image.version
         self._image_versions[actor] = version   # (settled replicas: `_push_behind_images`)
         if broker_of_actor_name(actor) is not None:   # DescribeQuorum's observers: what it reported, and when
@@ -499,12 +540,15 @@ class ControllerActor:
     async def _push_image(self) -> None:
         """The current image to every actor the controller has a handle on, now,
         rather than at their next watch round (a change that takes endpoints away
-        must reach the nodes before those endpoints close). Bounded: an actor that
+        must reach the nodes before those endpoints close); to the brokers through
+        `brokers_current` (it waits for untold leaders). Bounded: an actor that
         does not answer gets it from the watch loop."""
         image = ray.put(self.cluster_image())
-        handles = [h for name, h in list(self._handles.items()) if name in self.metadata.nodes]
-        await asyncio.gather(*(asyncio.wait_for(h.update_image.remote(image), self.leader_ping_timeout_ms / 1000)
-                               for h in handles), return_exceptions=True)
+        handles = [h for name, h in list(self._handles.items())
+                   if name in self.metadata.nodes and broker_of_actor_name(name) is None]
+        await asyncio.gather(self.brokers_current(), *(
+            asyncio.wait_for(h.update_image.remote(image), self.leader_ping_timeout_ms / 1000) for h in handles),
+            return_exceptions=True)
 
     # --- actor handles: every blocking Ray call runs off the event loop ------------
     # The controller's loop also serves the bootstrap node: a blocking GCS call here
@@ -803,16 +847,18 @@ class ControllerActor:
         """Tell the leader, then the followers, their roles at the current epoch. A
         replica that cannot take its role now (its broker is down, it is still
         starting) is told again by the watch loop."""
-        if not state.online:
-            return
-        leader = await self._replica(topic, partition, state.leader)
         try:
+            if not state.online:
+                return
+            leader = await self._replica(topic, partition, state.leader)
             leader_endpoint = await asyncio.wait_for(leader.become_leader.remote(
                 state.leader_epoch, list(state.replicas), list(state.isr), state.partition_epoch),
                 timeout=self.leader_ping_timeout_ms / 1000)
         except (asyncio.TimeoutError, ray.exceptions.RayError) as error:
             logger.info("%s-%d: the leader did not take its role yet: %s", topic, partition, error)
             return
+        finally:   # brokers may name it now: it leads, or the watch loop tells it
+            self._leader_told(topic, partition)
         followers = [await self._replica(topic, partition, r) for r in state.replicas if r != state.leader]
         results = await asyncio.gather(*(asyncio.wait_for(
             f.become_follower.remote(state.leader, state.leader_epoch, leader_endpoint),
@@ -893,7 +939,7 @@ class ControllerActor:
                 return results
             self._commit(records)
         logger.info("%s: %d records committed", what, len(records))
-        await asyncio.gather(self._push_image(), self.brokers_current())
+        await self._push_image()   # the brokers' included
         return results
 
     async def create_acls(self, bindings: list) -> list:

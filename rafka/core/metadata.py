@@ -844,6 +844,23 @@ class ClusterMetadata:
         except KeyError:
             raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.") from None
 
+    def leaders_moved_by(self, records: Sequence[Record]) -> list[tuple[str, int]]:
+        """The partitions whose leader replica `records` change to another one that
+        serves (a new leader, not the same one at a new epoch, nor none), read
+        before they are replayed. Until such a leader is told (become_leader), it
+        answers NOT_LEADER_OR_FOLLOWER to a Produce that reaches it: the
+        controller shows brokers the change only once it is told."""
+        moved = []
+        for record in records:
+            if record["type"] != "partition" or record["leader"] == NO_LEADER:
+                continue
+            topic = self.topics.get(record["topic"])
+            before = (topic.partitions[record["partition"]]
+                      if topic is not None and record["partition"] < len(topic.partitions) else None)
+            if before is None or before.leader != record["leader"]:
+                moved.append((record["topic"], record["partition"]))
+        return moved
+
     def partition(self, topic: str, partition: int) -> PartitionState:
         partitions = self.topic(topic).partitions
         if not 0 <= partition < len(partitions):

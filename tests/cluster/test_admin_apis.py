@@ -108,6 +108,67 @@ def test_elect_leaders__preferred_election_moves_leadership_back__reassignment_l
     assert [offset for offset, _ in read_back(cluster, "moved")] == moved_acked
 
 
+def test_elect_leader__no_broker_names_the_new_leader_before_it_is_told(cluster):
+    """An election to a replica whose process is paused (SIGSTOP) is committed at
+    once, yet for as long as its become_leader cannot be answered no broker's
+    Metadata names it: a broker that did would send producers to a replica that
+    answers their first batch NOT_LEADER_OR_FOLLOWER and writes their next one
+    once it leads (the first's retry then refused OUT_OF_ORDER_SEQUENCE_NUMBER:
+    `rafka verify`'s restart-cluster). Once it runs again the partition has a
+    leader and every record acked before and after reads back."""
+    import asyncio
+    import time
+
+    import ray
+
+    from rafka.protocol.cluster_requests import metadata_answer, metadata_request
+    from rafka.protocol.connection import Connection
+    from tests.harness import TEST_CLUSTER_OPTIONS, partition_state, paused, read_back, wait_for_leader
+
+    def leaders_named() -> dict[str, tuple[int, int]]:
+        """Each broker's answer: (leader broker id, leader epoch) of handover-0."""
+        async def ask(address: str):
+            connection = await Connection.open(*address.rsplit(":", 1))
+            try:
+                partition, = metadata_answer(await connection.request(metadata_request(["handover"]))
+                                             ).topics["handover"].partitions
+                return partition.leader_node, partition.leader_epoch
+            finally:
+                await connection.close()
+        async def ask_each(addresses: list[str]):
+            return dict(zip(addresses, await asyncio.gather(*map(ask, addresses))))
+        return asyncio.run(ask_each(cluster.bootstrap_servers.split(",")))
+
+    admin = cluster.admin()
+    admin.create_topic("handover", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    first = wait_for_leader(cluster, "handover", 0)
+    wait_until(lambda: len(partition_state(cluster, "handover", 0)["isr"]) == 3, timeout_s=TIMEOUT_S,
+               what="every replica of handover in the ISR")
+    with cluster.producer(acks="all") as producer:
+        acked = [producer.send("handover", b"before-%d" % i, partition=0).result(timeout=TIMEOUT_S).offset
+                 for i in range(5)]
+    target = next(r for r in first["replicas"] if r != first["leader"])
+    target_broker = first["brokers"][first["replicas"].index(target)]
+    with paused(describe_replica("handover", 0, target)["pid"]):
+        election = cluster.controller.elect_leader.remote(
+            "handover", 0, [r for r in first["replicas"] if r != target])
+        wait_until(lambda: partition_state(cluster, "handover", 0)["leader"] == target, timeout_s=TIMEOUT_S,
+                   what="the election committed")
+        # its become_leader waits out leader_ping_timeout_ms: half of it is watched
+        watched_until_s = time.monotonic() + TEST_CLUSTER_OPTIONS["leader_ping_timeout_ms"] / 2000
+        answers = []
+        while time.monotonic() < watched_until_s:
+            answers.append(leaders_named())
+        assert answers and all(leader != target_broker for answer in answers for leader, _ in answer.values()), \
+            answers
+    ray.get(election, timeout=TIMEOUT_S)
+    wait_for_leader(cluster, "handover", 0, newer_than_epoch=first["leader_epoch"])
+    with cluster.producer(acks="all") as producer:
+        acked += [producer.send("handover", b"after-%d" % i, partition=0).result(timeout=TIMEOUT_S).offset
+                  for i in range(5)]
+    assert [offset for offset, _ in read_back(cluster, "handover")] == acked
+
+
 def test_controller_mutation_rate__confluent_admin_through_a_broker__told_the_throttle_time(cluster):
     """KIP-599 as a client sees it: a client id's controller_mutation_rate of 0.1
     partitions a second (a bucket of one); confluent-kafka's AdminClient of that

@@ -85,6 +85,32 @@ def test_elect_leader__no_live_isr_member__offline_not_unclean():
     assert (state.leader, state.leader_epoch) == (0, 2)
 
 
+def test_leaders_moved_by__only_a_change_to_another_serving_leader_counts():
+    """What the controller holds back from brokers until the new leader is told:
+    an election to another replica; not an ISR change, the same leader at a new
+    epoch, an offline partition, nor a new topic (its endpoints come once it leads)."""
+    metadata, _ = started()
+    created, _ = metadata.handle_create_topic("orders", 2, 3, None, [0, 1, 2])
+    assert metadata.leaders_moved_by(created) == []
+    apply(metadata, created)
+    elected, _ = metadata.handle_elect_leader("orders", 1, unavailable_replicas={0, 1})
+    assert metadata.leaders_moved_by(elected) == [("orders", 1)]
+    apply(metadata, elected)
+    state = metadata.partition("orders", 0)
+    shrunk, _ = metadata.handle_alter_isr("orders", 0, state.leader, state.leader_epoch, state.partition_epoch,
+                                          [state.leader])
+    assert metadata.leaders_moved_by(shrunk) == []
+    apply(metadata, shrunk)
+    offline, state = metadata.handle_elect_leader("orders", 0, unavailable_replicas={state.leader})
+    assert state.leader == NO_LEADER and metadata.leaders_moved_by(offline) == []
+    apply(metadata, offline)
+    back, state = metadata.handle_elect_leader("orders", 0, unavailable_replicas=set())
+    assert state.leader != NO_LEADER and metadata.leaders_moved_by(back) == [("orders", 0)]
+    same = dict(back[0], leader_epoch=back[0]["leader_epoch"] + 1)
+    apply(metadata, back)
+    assert metadata.leaders_moved_by([same]) == []   # the same leader at a new epoch keeps serving
+
+
 def test_alter_isr__stale_leader_epoch_is_fenced():
     metadata, _ = started()
     apply(metadata, metadata.handle_create_topic("orders", 1, 3, None, [0, 1, 2])[0])
