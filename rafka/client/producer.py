@@ -179,6 +179,7 @@ class _Batch:
     order: int = 0                            # close order on its partition: the send order
     absorbed: list = dataclasses.field(default_factory=list)   # (batch, index of its first record here)
     attempts: int = 0
+    retried_after: Exception | None = None    # what its last retried attempt was answered (for the log)
     not_before_s: float = 0.0
     node: object = None                       # the leader's address it was taken for: its connection's slot
 
@@ -903,6 +904,7 @@ class Producer:
                                                 and (key_tp in self._recovering or earlier_outstanding))
             self._recovering.add(key_tp)
         if retriable and not expired:
+            batch.retried_after = error
             self._metadata.invalidate(batch.topic)
             batch.not_before_s = time.monotonic() + self.retry_backoff_s
             with self._lock:
@@ -911,8 +913,9 @@ class Producer:
             return
         if isinstance(cause, OutOfOrderSequence):   # as Kafka's Sender logs it: the leader lost track of us
             logger.error("%s-%d: the leader answered %s for producer id %d, epoch %d, sequence %d (attempt %d; "
-                         "no earlier batch outstanding)", batch.topic, batch.partition, type(cause).__name__,
-                         *batch.encoded_for, batch.base_sequence, batch.attempts)
+                         "no earlier batch outstanding; the attempt before answered %r)", batch.topic,
+                         batch.partition, type(cause).__name__, *batch.encoded_for, batch.base_sequence,
+                         batch.attempts, batch.retried_after)
         self._fail_for_good(batch, cause if isinstance(cause, Exception) else error)
 
     def _fail_for_good(self, batch: _Batch, failure: Exception, *, taken: bool = True) -> None:
