@@ -127,7 +127,8 @@ def regex_source(pattern: re.Pattern) -> str:
 
 class ConsumerRebalanceListener:
     """Kafka's ConsumerRebalanceListener. Called from poll, in the consumer's
-    thread. By default a lost partition is reported as revoked, as Kafka's is."""
+    thread. By default a lost partition is reported as revoked, as Kafka's is;
+    so is it to a listener without on_partitions_lost (kafka-python's has none)."""
 
     def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         pass
@@ -393,8 +394,8 @@ class Consumer:
         if membership.take_lost():
             lost = set(self._partitions)
             self._partitions.clear()
-            if lost:
-                self._listener.on_partitions_lost(lost)
+            if lost:   # a listener of kafka-python's shape has no on_partitions_lost: told as revoked
+                getattr(self._listener, "on_partitions_lost", self._listener.on_partitions_revoked)(lost)
         if self.group_protocol == "consumer":
             self._reconcile(membership)
             return

@@ -176,3 +176,31 @@ def test_own_cooperative_sticky__a_second_member_joins__the_first_revokes_only_w
         for m in (first, second):
             if m is not None:
                 m.close()
+
+
+def test_own_consumer__a_listener_without_on_partitions_lost__told_of_lost_partitions_as_revoked(node):
+    """kafka-python's ConsumerRebalanceListener has no on_partitions_lost: a
+    listener of that shape is told of partitions lost (here, a poll later than
+    max_poll_interval_ms: the member left the group) by on_partitions_revoked,
+    as Kafka's default on_partitions_lost does, and polling goes on."""
+    class KafkaPythonShaped:   # not a subclass: only the two methods kafka-python's has
+        def __init__(self):
+            self.assigned, self.revoked = [], []
+
+        def on_partitions_assigned(self, assigned):
+            self.assigned.append(sorted((tp.topic, tp.partition) for tp in assigned))
+
+        def on_partitions_revoked(self, revoked):
+            self.revoked.append(sorted((tp.topic, tp.partition) for tp in revoked))
+
+    listener = KafkaPythonShaped()
+    every = [("orders", p) for p in range(4)]
+    with Consumer(node.bootstrap, group_id="lost", session_timeout_ms=6_000, heartbeat_interval_ms=100,
+                  max_poll_interval_ms=300, enable_auto_commit=False) as consumer:
+        consumer.subscribe(["orders"], listener=listener)
+        assert wait_until(lambda: consumer.poll(0.05) == [] and listener.assigned == [every])
+        membership = consumer._membership
+        # no poll: the heartbeat thread leaves the group once max_poll_interval_ms has passed
+        assert wait_until(lambda: membership.member_id == "")
+        assert wait_until(lambda: consumer.poll(0.05) == [] and listener.assigned == [every, every])
+        assert listener.revoked == [every]
