@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rafka.client.consumer import Consumer, ConsumerRebalanceListener
+from rafka.client.consumer import Consumer
 from tests.core.protocol_node import ProtocolNode
 
 pytestmark = pytest.mark.core
@@ -21,7 +21,10 @@ def node(tmp_path):
         yield node
 
 
-class Recorder(ConsumerRebalanceListener):
+class Recorder:
+    """A rebalance listener of kafka-python's shape: no base class, and no
+    on_partitions_lost (rafka's Consumer then tells lost partitions as revoked)."""
+
     def __init__(self):
         self.assigned, self.revoked = [], []
 
@@ -183,17 +186,7 @@ def test_own_consumer__a_listener_without_on_partitions_lost__told_of_lost_parti
     listener of that shape is told of partitions lost (here, a poll later than
     max_poll_interval_ms: the member left the group) by on_partitions_revoked,
     as Kafka's default on_partitions_lost does, and polling goes on."""
-    class KafkaPythonShaped:   # not a subclass: only the two methods kafka-python's has
-        def __init__(self):
-            self.assigned, self.revoked = [], []
-
-        def on_partitions_assigned(self, assigned):
-            self.assigned.append(sorted((tp.topic, tp.partition) for tp in assigned))
-
-        def on_partitions_revoked(self, revoked):
-            self.revoked.append(sorted((tp.topic, tp.partition) for tp in revoked))
-
-    listener = KafkaPythonShaped()
+    listener = Recorder()
     every = [("orders", p) for p in range(4)]
     with Consumer(node.bootstrap, group_id="lost", session_timeout_ms=6_000, heartbeat_interval_ms=100,
                   max_poll_interval_ms=300, enable_auto_commit=False) as consumer:
