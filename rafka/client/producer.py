@@ -32,8 +32,9 @@ of its own.
 In flight: up to `max_in_flight_requests_per_connection` (Kafka's 5) requests
 per connection, as Kafka counts them: a broker's partitions share its five, taken
 in turn (the first partition served rotates each round, and each takes one
-request a round); and on each partition up to that many with idempotence, one
-without. Batches that wait for a slot stay in the producer, where the ones
+request a round); and on each partition up to that many with idempotence (one
+until a batch of the producer id and epoch is acked there, `_sequence_held`: a
+leader takes any sequence as a new producer's first), one without. Batches that wait for a slot stay in the producer, where the ones
 behind them join them (`_absorb_waiting`): with many partitions a request grows
 toward max_request_size instead of five small ones per partition queueing in
 the connection (each request is a wake-up of the leader's and the followers'
@@ -291,6 +292,15 @@ class Producer:
         self._node_waited = False
         self._rotation = 0
         self._recovering: set[tuple[str, int]] = set()   # a batch failed here: one at a time
+        # Partitions where a batch of the current producer id and epoch was acked:
+        # their leader holds this producer's sequence. Elsewhere one batch at a time
+        # (`_pump`): a leader that has never seen a producer takes any sequence as
+        # its first (Kafka's ProducerAppendInfo does too), so with several in flight
+        # a first batch refused for a moment (NOT_ENOUGH_REPLICAS while the ISR
+        # regrows, NOT_LEADER_OR_FOLLOWER) let the next one in ahead of it, and its
+        # retry was refused OUT_OF_ORDER_SEQUENCE_NUMBER (`rafka verify`,
+        # restart-cluster: new producers, ISRs not yet back).
+        self._sequence_held: set[tuple[str, int]] = set()
         self._orders = itertools.count()
         self._next_sequence: dict[tuple[str, int], int] = collections.defaultdict(int)
         self._buffered_bytes = 0
@@ -487,7 +497,7 @@ class Producer:
             cluster_requests.init_producer_id_answer, timeout_s=timeout_s)
         with self._lock:
             self.producer_id, self.producer_epoch = producer_id, epoch
-            self._next_sequence.clear()
+            self._new_sequences()
             self._txn.move(TxnEvent.INITIALIZED)
 
     def _end_txn(self, *, commit: bool, timeout_s: float) -> None:
@@ -727,7 +737,8 @@ class Producer:
                 again = []
                 for key_tp in sendable:
                     queue = self._ready[key_tp]
-                    limit = 1 if key_tp in self._recovering else self._max_in_flight
+                    limit = (1 if key_tp in self._recovering or key_tp not in self._sequence_held
+                             else self._max_in_flight)
                     if not queue or self._sending[key_tp] >= limit or queue[0].not_before_s > now:
                         continue
                     node = self._leader_node(key_tp)
@@ -950,6 +961,12 @@ class Producer:
         return self._metadata.ask_any_node(cluster_requests.init_producer_id_request(),
                                            cluster_requests.init_producer_id_answer, what="a producer id")
 
+    def _new_sequences(self) -> None:
+        """A new producer id or epoch: sequences restart at 0 on every partition,
+        and no leader holds them yet."""
+        self._next_sequence.clear()
+        self._sequence_held.clear()
+
     def _bump_epoch(self) -> None:
         """A batch failed for good: the leader may or may not hold it, so its sequence
         can be neither reused nor skipped. As Kafka's idempotent producer does
@@ -959,7 +976,7 @@ class Producer:
         partition. Once per 32,767 epochs a new producer id is needed: asked for
         on a worker thread (a blocking request), and nothing is sent until it is
         here (batches are encoded again with it)."""
-        self._next_sequence.clear()
+        self._new_sequences()
         if self.producer_epoch < MAX_PRODUCER_EPOCH:
             self.producer_epoch += 1
             return
@@ -970,7 +987,7 @@ class Producer:
                 self._loop.call_later(self.retry_backoff_s, ask)
                 return
             self.producer_id, self.producer_epoch = done.result()
-            self._next_sequence.clear()
+            self._new_sequences()
             self._awaiting_producer_id = False
             self._wake()
 
@@ -992,6 +1009,8 @@ class Producer:
             if taken:
                 self._sending[key_tp] -= 1
                 self._node_sending[batch.node] -= 1
+            if error is None and batch.encoded_for == (self.producer_id, self.producer_epoch):
+                self._sequence_held.add(key_tp)   # its leader knows this producer now
             if error is None and not self._sending[key_tp]:
                 self._recovering.discard(key_tp)   # in order again: back to full pipelining
             self._buffered_bytes -= batch.size_bytes

@@ -124,6 +124,50 @@ def test_out_of_order_sequence_with_nothing_earlier_outstanding__fails_the_batch
             producer.close(timeout=10)
 
 
+def test_a_new_producers_first_batch_refused_for_a_moment__the_next_waits_for_it__both_written_in_order(tmp_path):
+    """A leader that has never seen a producer takes any sequence as its first
+    (Kafka's too). So until a batch of the producer id and epoch is acked on a
+    partition, the next batch there waits: here the first is refused
+    NOT_ENOUGH_REPLICAS (the ISR regrowing after a whole-cluster restart) while
+    the second is sent. With both in flight the second was written first, and the
+    first's retry refused OUT_OF_ORDER_SEQUENCE_NUMBER (`rafka verify`,
+    restart-cluster); now both are written, in send order."""
+    import asyncio
+
+    from rafka.core.errors import NotEnoughReplicas
+    with ProtocolNode(tmp_path, {"orders": 1}) as node:
+        producer = Producer(node.bootstrap, acks="all", linger_ms=0, retry_backoff_ms=20)
+        real_request = producer._network.nodes.request
+        first_sent, release = threading.Event(), asyncio.Event()
+        produces = [0]
+
+        async def request(address, body, **options):
+            if body.__api_key__ != 0:   # not a Produce (metadata, producer id)
+                return await real_request(address, body, **options)
+            produces[0] += 1
+            if produces[0] == 1:   # the first: held, then refused, nothing written
+                first_sent.set()
+                await release.wait()
+                raise NotEnoughReplicas("the ISR is below min.insync.replicas for now")
+            return await real_request(address, body, **options)
+        producer._network.nodes.request = request
+
+        async def loop_rounds() -> None:
+            for _ in range(5):
+                await asyncio.sleep(0)
+        try:
+            first = producer.send("orders", b"first", partition=0)
+            assert first_sent.wait(10)
+            second = producer.send("orders", b"second", partition=0)
+            asyncio.run_coroutine_threadsafe(loop_rounds(), producer._loop).result(10)
+            assert produces[0] == 1   # the second waits for the first's ack
+            producer._loop.call_soon_threadsafe(release.set)
+            assert [first.result(timeout=10).offset, second.result(timeout=10).offset] == [0, 1]
+        finally:
+            producer._loop.call_soon_threadsafe(release.set)
+            producer.close(timeout=10)
+
+
 def test_in_flight_is_counted_per_connection__waiting_partitions_take_turns_and_grow_their_request(tmp_path):
     """Kafka's max.in.flight.requests.per.connection counts requests on a
     connection, not per partition: 8 partitions of one broker share its 5. The
