@@ -198,7 +198,7 @@ class ProducerTransaction:
         except KeyError:
             raise IllegalStateError(f"TransactionalId {self.transactional_id}: Invalid transition attempted from "
                                     f"state {self.state.name} on {event.value}") from None
-        if event in (E.ENDED, E.INIT):
+        if event in (E.ENDED, E.INIT, E.BUMP_EPOCH):   # the transaction is over, with or without a new epoch
             self.partitions.clear()
             self.groups.clear()
         if event in (E.ENDED, E.INITIALIZED):

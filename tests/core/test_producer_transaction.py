@@ -114,8 +114,16 @@ def test_scenario__commit_then_next_transaction__partitions_start_empty():
 
 
 def test_scenario__batch_failed__abortable__commit_raises_its_type__abort_then_epoch_bump():
+    """...and the next transaction starts with no partition or group: its first
+    batch to a partition of the aborted one asks AddPartitionsToTxn again. Kept
+    from the aborted one, its batches went out unadded, the coordinator sent that
+    partition no marker at commit, and its records stayed in an open transaction,
+    later counted aborted (`rafka verify`: a torn transaction; a consume-transform-
+    produce chain whose offsets were never committed read its inputs twice)."""
     txn = ready()
     txn.move(E.BEGIN)
+    txn.partitions.add(("t", 0))
+    txn.groups.add("g")
     txn.fail(API.PRODUCE, RecordTooLarge("too big"))
     assert txn.state is S.ABORTABLE_ERROR and txn.epoch_bump_required
     with pytest.raises(RecordTooLarge, match="error state"):
@@ -126,6 +134,8 @@ def test_scenario__batch_failed__abortable__commit_raises_its_type__abort_then_e
     assert txn.end() is True and txn.state is S.INITIALIZING
     txn.move(E.INITIALIZED)
     assert txn.state is S.READY and not txn.epoch_bump_required and txn.last_error is None
+    txn.move(E.BEGIN)
+    assert txn.partitions == set() and txn.groups == set() and not txn.started
 
 
 def test_scenario__second_error_while_abortable__the_first_is_reported():
