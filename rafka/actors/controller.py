@@ -377,9 +377,14 @@ class ControllerActor:
             return
         for key in partitions:
             if key not in self._leaders_untold:
-                self._leaders_untold[key] = self._loop.create_future()
+                held = self._leaders_untold[key] = self._loop.create_future()
                 self._loop.call_later(LEADER_HOLD_PINGS * self.leader_ping_timeout_ms / 1000,
-                                      self._leader_told, *key)
+                                      self._hold_expired, key, held)
+
+    def _hold_expired(self, key: tuple[str, int], held: asyncio.Future) -> None:
+        """The bound of one hold: it ends, not a later hold of the same partition."""
+        if self._leaders_untold.get(key) is held:
+            self._leader_told(*key)
 
     def _leader_told(self, topic: str, partition: int) -> None:
         held = self._leaders_untold.pop((topic, partition), None)

@@ -34,8 +34,8 @@ per connection, as Kafka counts them: a broker's partitions share its five, take
 in turn (the first partition served rotates each round, and each takes one
 request a round); and on each partition up to that many with idempotence (one
 until a batch of the producer id and epoch is acked there, `_sequence_held`: a
-leader takes any sequence as a new producer's first), one without. Batches that wait for a slot stay in the producer, where the ones
-behind them join them (`_absorb_waiting`): with many partitions a request grows
+leader takes any sequence as a new producer's first), one without. Batches that
+wait for a slot stay in the producer, where the ones behind them join them (`_absorb_waiting`): with many partitions a request grows
 toward max_request_size instead of five small ones per partition queueing in
 the connection (each request is a wake-up of the leader's and the followers'
 processes: at 30 partitions RF3, 5 per partition held the aggregate rate to
