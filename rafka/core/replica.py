@@ -135,7 +135,17 @@ class PartitionReplica:
 
     def become_leader(self, *, leader_epoch: int, replicas: list[int], isr: list[int],
                       partition_epoch: int) -> None:
+        """Lead at `leader_epoch`. Told again at the epoch it already leads at (the
+        controller's watch loop, or an announcement that read the partition before a
+        later ISR change was committed), it keeps its followers' progress and takes
+        the ISR only from a newer partition epoch, as Kafka's Partition.makeLeader:
+        an older ISR put back would leave out a follower the controller counts as in
+        sync (and may elect) while the HW passes records it does not have."""
         self.check_new_epoch(leader_epoch)
+        if self.role is Role.LEADER and leader_epoch == self.leader_epoch:
+            self.leader.update_replicas(replicas, now_ms=self.clock.monotonic_ms())
+            self.apply_isr(isr, partition_epoch)
+            return
         self.role = Role.LEADER
         self.leader_epoch, self.leader_id = leader_epoch, self.replica_id
         self.leader = LeaderState(replica_id=self.replica_id, replicas=replicas, isr=isr,

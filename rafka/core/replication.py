@@ -150,6 +150,15 @@ class LeaderState:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
+    def update_replicas(self, replicas: Iterable[int], now_ms: int) -> None:
+        """The assignment told again at this leader epoch (at one epoch only its order
+        can change: core.metadata bumps the epoch when replicas come or go); a
+        replica not known yet starts with a fresh lag window, the rest keep theirs."""
+        self.replicas = list(replicas)
+        for r in self.replicas:
+            if r != self.replica_id and r not in self.followers:
+                self.followers[r] = FollowerProgress(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+
     @property
     def isr(self) -> frozenset[int]:
         """The committed ISR (the controller's record)."""

@@ -177,16 +177,21 @@ class HostedPartition:
         return await self.acknowledged(appended, request_timeout_ms)
 
     async def acknowledged(self, appended: Appended, request_timeout_ms: int) -> ProduceResult:
-        """A Produce's second part: its acks (for acks=all, the HW past the batch)."""
+        """A Produce's second part: its acks (for acks=all, the HW past the batch).
+        Leadership is checked before the HW, as Kafka's checkEnoughReplicasReachOffset:
+        a deposed leader's HW is a follower's, and may pass an offset its log holds
+        another leader's record at."""
         result = appended.result
         if appended.acks != ACKS_ALL:
             return result
         replica = self._replica()
         deadline = asyncio.get_running_loop().time() + request_timeout_ms / 1000
-        while not replica.is_committed(result.last_offset):
+        while True:
             if replica.role is not Role.LEADER or replica.leader_epoch != appended.leader_epoch:
                 raise NotLeaderOrFollower(f"{replica.name} lost leadership before offset "
                                           f"{result.last_offset} was replicated")
+            if replica.is_committed(result.last_offset):
+                break
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 raise RequestTimedOut(f"{replica.name}: offset {result.last_offset} not replicated "

@@ -144,6 +144,29 @@ def test_isr_expansion_in_flight__joining_follower_elected__no_acked_record_lost
     assert log_bytes(b, c.log.high_watermark) == log_bytes(c, c.log.high_watermark)
 
 
+def test_leader_told_again_at_its_epoch__an_older_isr_is_ignored__followers_progress_kept(tmp_path):
+    """A late announcement (read before an ISR expansion was committed) tells the
+    leader its role again at the same leader epoch with the older ISR. Taken as
+    given, c would drop out of the leader's ISR while the controller counts it in
+    sync: the HW would pass records c lacks, and an election of c would lose them."""
+    _, (a, b, c) = replicas(tmp_path, **{"min.insync.replicas": 2})
+    elect(a, [b, c], 0, isr=[0, 1])                       # partition epoch 0; c catching up
+    a.append(records(b"w"), acks=ACKS_ALL)
+    fetch(a, b), fetch(a, c), fetch(a, b), fetch(a, c)
+    expand = a.maybe_propose_isr_change()
+    a.isr_change_answered(expand, isr=[0, 1, 2], partition_epoch=1)
+    a.become_leader(leader_epoch=0, replicas=[0, 1, 2], isr=[0, 1], partition_epoch=0)   # the late one
+    assert (a.leader.isr, a.partition_epoch) == ({0, 1, 2}, 1)
+    assert [a.leader.followers[r].log_end_offset for r in (1, 2)] == [1, 1]   # their progress kept
+    x = a.append(records(b"x"), acks=ACKS_ALL)
+    fetch(a, b), fetch(a, b), fetch(a, b)                 # c is slow
+    assert not a.is_committed(x.last_offset)              # c, in the controller's ISR, lacks x
+    fetch(a, c), fetch(a, c)
+    assert a.is_committed(x.last_offset)
+    a.become_leader(leader_epoch=0, replicas=[0, 1, 2], isr=[0, 1], partition_epoch=2)   # a newer record
+    assert (a.leader.isr, a.partition_epoch) == ({0, 1}, 2)
+
+
 def test_min_insync__append_counts_the_committed_isr__after_append_the_maximal_isr(tmp_path):
     """Kafka's Partition: appendRecordsToLeader checks partitionState.isr,
     checkEnoughReplicasReachOffset partitionState.maximalIsr."""
