@@ -69,6 +69,7 @@ import socket
 
 from rafka.core.acl import user_principal
 from rafka.core.client_quotas import IpConnectionRateManager
+from rafka.core.clock import SystemClock
 from rafka.protocol.dispatch import ANONYMOUS_SESSION, Dispatcher, Session
 from rafka.protocol.errors import ProtocolError
 from rafka.protocol.framing import SOCKET_REQUEST_MAX_BYTES_DEFAULT, FrameDecoder
@@ -93,7 +94,9 @@ class ProtocolServer:
                  connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT,
                  max_pipelined_requests: int = MAX_PIPELINED_REQUESTS_DEFAULT,
                  sasl: SaslListener | None = None, tls: ssl.SSLContext | None = None,
-                 reuse_port: bool = False, ip_connection_rates: IpConnectionRateManager | None = None) -> None:
+                 reuse_port: bool = False, ip_connection_rates: IpConnectionRateManager | None = None,
+                 clock=None) -> None:
+        """`clock` (core.clock; the system's if None): what connection rates are counted by."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         if connections_max_idle_ms <= 0:
@@ -111,6 +114,7 @@ class ProtocolServer:
         self.tls = tls      # protocol.tls.server_context: every connection is TLS (SSL, SASL_SSL)
         self.reuse_port = reuse_port   # several processes share the port (SO_REUSEPORT): a broker's network processes
         self.ip_connection_rates = ip_connection_rates   # None: no connection_creation_rate here (not a client listener)
+        self.clock = clock or SystemClock()
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task | None = None
         self._handshakes: set[asyncio.Task] = set()   # admitted, the transport not made yet (TLS: its handshake)
@@ -226,7 +230,7 @@ class ProtocolServer:
         if self.ip_connection_rates is not None and self.dispatcher.table.image is not None:
             throttle_ms = self.ip_connection_rates.throttle_time_ms(
                 self.dispatcher.table.image().client_quotas, str(peer[0]) if isinstance(peer, tuple) else "",
-                int(loop.time() * 1000))
+                self.clock.monotonic_ms())
             if throttle_ms > 0:   # never read; closed when the throttle time has passed
                 if len(self._held) >= self.max_connections:   # held ones bounded apart (Kafka counts them not)
                     self.refused_connections += 1
