@@ -201,3 +201,31 @@ def test_rafka_consumer__read_committed__committed_waits_for_a_pending_transacti
         producer.close()
         plain.close()
         stable.close()
+
+
+def test_rafka_producer__a_batch_failed_for_good__abort_bumps_the_epoch__the_next_commit_on_that_partition_is_whole(
+        tmp_path):
+    """A batch the broker refuses for good (larger than the topic's
+    max.message.bytes) makes the transaction abortable with an epoch bump
+    (KIP-360). The next transaction, sent to the same partition, must add it to
+    the transaction again: skipped, its records would get no commit marker and
+    stay in an open transaction, holding read_committed back (issue found by
+    `rafka verify` as torn transactions and aborted reads)."""
+    with ProtocolNode(tmp_path, {"orders": 2}, configs={"orders": {"max.message.bytes": "2000"}}) as node:
+        producer = Producer(node.bootstrap, transactional_id="bumped", linger_ms=0)
+        try:
+            producer.init_transactions()
+            first_epoch = producer.producer_epoch
+            producer.begin_transaction()
+            producer.send("orders", value=b"aborted", partition=0).result(timeout=10)
+            refused = producer.send("orders", value=b"x" * 5000, partition=0)
+            with pytest.raises(KafkaError):
+                refused.result(timeout=10)
+            producer.abort_transaction()
+            assert producer.producer_epoch > first_epoch   # the abort bumped it
+            producer.begin_transaction()
+            producer.send("orders", value=b"committed", partition=0)
+            producer.commit_transaction()
+        finally:
+            producer.close()
+        assert rafka_values(node, "read_committed", partitions=(0,)) == {0: [b"committed"]}
