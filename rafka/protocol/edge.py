@@ -328,6 +328,8 @@ class EdgeDispatcher(Dispatcher):
         if not expect_response:
             return None
         answer = answers[0] if len(answers) == 1 else _merge(api_key, parsed.context.api_version, answers)
+        if api_key in ITEMS_ANSWERED_HERE and len(answers) > 1:
+            answer = _in_request_order(api_key, body, answer)
         if api_key in CONTROLLER_APIS:   # some of its items refused here, the rest relayed
             self._mute_for_controller_throttle(answer, connection_id)
         if trim:
@@ -773,6 +775,20 @@ def _merge(api_key: int, version: int, answers: list):
         if api_key == LIST_TRANSACTIONS_KEY:
             changes["unknown_state_filters"] = tuple(sorted({f for a in answers for f in a.unknown_state_filters}))
     return dataclasses.replace(first, **changes)
+
+
+def _in_request_order(api_key: int, body, answer):
+    """A split IncrementalAlterConfigs answered in the request's order, as Kafka's
+    broker reassembles the answer it forwarded (ConfigAdminManager
+    .reassembleIncrementalResponse): its own items are not put last."""
+    api = ITEM_APIS[api_key]
+    def key(resource):
+        return int(resource.resource_type), resource.resource_name
+    position = {}
+    for index, resource in enumerate(getattr(body, api.items[0])):
+        position.setdefault(key(resource), index)
+    items = sorted(getattr(answer, api.answer_items), key=lambda item: position.get(key(item), len(position)))
+    return dataclasses.replace(answer, **{api.answer_items: tuple(items)})
 
 
 # the answer's list field of the APIs asked of every coordinator here

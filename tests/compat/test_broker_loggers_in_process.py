@@ -108,10 +108,12 @@ def test_alter__kafkas_refusals_each_resource_whole__validate_only_changes_nothi
 
 def test_alter_with_a_topic__the_loggers_answered_by_the_broker_the_topic_relayed_to_the_controller(node):
     """The in-process controller node has no topic administration (NOT_CONTROLLER):
-    the topic's answer shows it went there, the loggers' that they did not."""
-    answer = ask(node, (2, "orders", [(0, "retention.ms", "60000")]), (8, "0", [(0, PARENT, "ERROR")]))
+    the topic's answer shows it went there, the loggers' that they did not. The
+    answer keeps the request's order, the broker's own item first here."""
+    answer = ask(node, (8, "0", [(0, PARENT, "ERROR")]), (2, "orders", [(0, "retention.ms", "60000")]))
     assert answer[(8, "0")] == (ErrorCode.none, None) and logging.getLogger(PARENT).level == logging.ERROR
     assert answer[(2, "orders")][0] == ErrorCode.not_controller
+    assert list(answer) == [(8, "0"), (2, "orders")]   # the request's order, as Kafka's broker reassembles it
 
 
 def test_rafkas_admin_and_cli__describe_and_alter_a_brokers_loggers_and_a_topics_configs(node):
