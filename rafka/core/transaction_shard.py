@@ -338,7 +338,7 @@ class TransactionShard:
             metadata = self.metadata.get(timed_out.transactional_id)
             if metadata is None or self.closed:
                 continue
-            prepared = prepare_timeout_abort(metadata, producer_id=timed_out.producer_id)
+            prepared = prepare_timeout_abort(metadata, timed_out, clock=self.clock)
             if prepared is None:
                 continue
             try:

@@ -531,11 +531,17 @@ def timed_out_transactions(metadatas: Iterable[TransactionMetadata], *, clock) -
             and m.txn_start_timestamp_ms + m.txn_timeout_ms < now_ms]
 
 
-def prepare_timeout_abort(metadata: TransactionMetadata, *, producer_id: int) -> Prepared | None:
+def prepare_timeout_abort(metadata: TransactionMetadata, timed_out: TimedOutTransaction, *,
+                          clock) -> Prepared | None:
     """Fence the producer of a timed-out transaction (so it cannot commit what the
     coordinator aborts). None: the id has moved on since the scan (another
-    producer id, or a move pending); leave it."""
-    if metadata.producer_id != producer_id or metadata.pending_transition_in_progress:
+    producer id or epoch, a move pending, or the transaction ended and a new one
+    began): leave it. The sweep writes one abort at a time, each waiting for its
+    acks, so a scan's list can be seconds old when an id's turn comes; Kafka's
+    sweep, which does not wait, checks the producer id and epoch alone."""
+    if (metadata.producer_id != timed_out.producer_id or metadata.producer_epoch != timed_out.producer_epoch
+            or metadata.pending_transition_in_progress or metadata.state is not S.ONGOING
+            or metadata.txn_start_timestamp_ms + metadata.txn_timeout_ms >= clock.now_ms()):
         return None
     return metadata.prepare_fence_producer_epoch()
 

@@ -267,6 +267,28 @@ async def test_timeout__expired_transaction_aborted_epoch_bumped_producer_fenced
 
 
 @scenario
+async def test_timeout__an_id_that_committed_and_began_anew_while_the_sweep_wrote_another__left_alone(h):
+    """The sweep writes one abort at a time, each waiting for its acks: while
+    txn-a's is held, txn-b (timed out too when scanned) commits and begins a
+    new transaction. Its turn must leave it alone, not abort a transaction 0 ms
+    old and fence a healthy producer."""
+    await h.begin("txn-a", TP0)
+    pid, epoch = await h.begin("txn-b", TP1)
+    h.clock.advance(TIMEOUT_MS + 1)
+    held, appends = h.log.hold_next(), h.log.appends_started   # txn-a's fence write is held
+    sweep = asyncio.get_running_loop().create_task(h.shard.abort_timed_out_transactions())
+    while h.log.appends_started == appends:
+        await asyncio.sleep(0)
+    await h.shard.end_transaction("txn-b", producer_id=pid, producer_epoch=epoch, commit=True)
+    await h.shard.drain_markers()
+    await h.shard.add_partitions("txn-b", producer_id=pid, producer_epoch=epoch, partitions=[TP0])
+    held.set()
+    assert await sweep == ["txn-a"]
+    assert (h.shard.metadata["txn-b"].state, h.shard.metadata["txn-b"].producer_epoch) == (S.ONGOING, epoch)
+    await h.shard.end_transaction("txn-b", producer_id=pid, producer_epoch=epoch, commit=True)   # not fenced
+
+
+@scenario
 async def test_timeout__fence_write_failed__next_sweep_aborts_without_a_second_bump(h):
     pid, epoch = await h.begin("txn-a", TP0)
     h.clock.advance(TIMEOUT_MS + 1)

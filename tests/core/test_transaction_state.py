@@ -400,11 +400,12 @@ def test_timeout__abort_fences_the_producer_then_completes(h):
     metadata = h.add(h.new_producer(), TP0)
     h.clock.advance(TIMEOUT_MS + 1)
     (expired,) = timed_out_transactions([metadata], clock=h.clock)
-    assert prepare_timeout_abort(metadata, producer_id=expired.producer_id + 1) is None   # id moved on
-    fence = prepare_timeout_abort(metadata, producer_id=expired.producer_id)
+    assert prepare_timeout_abort(metadata, expired._replace(producer_id=expired.producer_id + 1),
+                                 clock=h.clock) is None   # id moved on
+    fence = prepare_timeout_abort(metadata, expired, clock=h.clock)
     metadata = h.write(h.end(fence.metadata, commit=False, epoch=fence.transit.producer_epoch, from_client=False))
     assert (metadata.state, metadata.producer_epoch) == (S.PREPARE_ABORT, 1)
-    assert prepare_timeout_abort(fence.metadata, producer_id=expired.producer_id) is None  # a move pending
+    assert prepare_timeout_abort(fence.metadata, expired, clock=h.clock) is None  # a move pending
     assert timed_out_transactions([metadata], clock=h.clock) == []
     with pytest.raises(ProducerFenced):                                # the producer comes back to commit
         h.end(metadata, commit=True, epoch=0)
