@@ -640,6 +640,7 @@ class ConsumerGroups:
                 subscribed_topic_regex=value.subscribed_topic_regex, rebalance_timeout_ms=value.rebalance_timeout_ms,
                 server_assignor=value.server_assignor)
             group.session_deadline_ms.setdefault(key.member_id, now_ms + self.session_timeout_ms)
+            self._track_revocation_loaded(group, group.members[key.member_id], now_ms)
         elif isinstance(key, CurrentAssignmentKey):
             member = group.members.get(key.member_id) or Member(key.member_id)
             if value is None:
@@ -653,6 +654,18 @@ class ConsumerGroups:
                                              pending_revocation=value.pending_revocation)
             group.members[key.member_id] = member
             group.session_deadline_ms.setdefault(key.member_id, now_ms + self.session_timeout_ms)
+            self._track_revocation_loaded(group, member, now_ms)
+
+    def _track_revocation_loaded(self, group: ConsumerGroup, member: Member, now_ms: int) -> None:
+        """A member replayed while it must revoke gets its rebalance timeout from
+        now, unless it has one at this epoch already (Kafka's onLoaded schedules it
+        for every member loaded in UNREVOKED_PARTITIONS): else a coordinator that
+        reloaded never fenced a member that did not revoke, and the members waiting
+        for its partitions waited for good."""
+        tracked = group.revocation_deadline_ms.get(member.member_id)
+        if member.state is not MemberState.UNREVOKED_PARTITIONS or tracked is None \
+                or tracked[0] != member.member_epoch:
+            self._track_revocation(group, member, now_ms)
 
 
 def preferred_assignor(members: Iterable[Member]) -> str:

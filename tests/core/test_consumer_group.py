@@ -185,6 +185,27 @@ def test_member_that_does_not_revoke_within_its_rebalance_timeout__fenced():
     assert b.heartbeat().assignment == orders(0, 1, 2, 3, 4, 5)
 
 
+def test_coordinator_reloaded_while_a_member_must_revoke__still_fenced_at_its_rebalance_timeout():
+    """Kafka's onLoaded: a member loaded in UNREVOKED_PARTITIONS gets its rebalance
+    timeout again. Without it the reloaded coordinator never fenced a member that
+    does not revoke, and b waited for its partitions for good."""
+    coordinator = Coordinator()
+    a, b = Client(coordinator, "a"), Client(coordinator, "b")
+    a.heartbeat()
+    b.heartbeat()
+    coordinator.heartbeat("a", 1, owned=orders(0, 1, 2, 3, 4, 5), timeout_ms=10_000)   # asked to revoke 3
+    coordinator.groups = coordinator.reloaded()                                        # failover
+    coordinator.now_ms += 9_999
+    coordinator.heartbeat("a", 1, owned=orders(0, 1, 2, 3, 4, 5), timeout_ms=10_000)   # still holds them
+    b.heartbeat()
+    coordinator.expire()
+    assert "a" in coordinator.group.members
+    coordinator.now_ms += 1
+    coordinator.expire()
+    assert set(coordinator.group.members) == {"b"}
+    assert b.heartbeat().assignment == orders(0, 1, 2, 3, 4, 5)
+
+
 def test_last_member_leaves__group_empty_epoch_kept():
     coordinator = Coordinator()
     coordinator.heartbeat("a", 0)
