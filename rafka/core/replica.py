@@ -418,7 +418,14 @@ class PartitionReplica:
                 # The leader does not know our latest epoch: cut at its end of the
                 # epoch it knows, then our own end of that epoch (KIP-279).
                 own_epoch, own_end = self.log.end_offset_for_epoch(epoch)
-                end_offset = min(end_offset, own_end) if own_epoch == epoch else end_offset
+                if own_epoch == epoch:
+                    end_offset = min(end_offset, own_end)
+                elif own_end != UNDEFINED_OFFSET:
+                    # We do not know the leader's epoch: cut at our own end of the
+                    # epoch below it and ask again (Kafka's getOffsetTruncationState).
+                    # Cutting at the leader's end kept records of an epoch the
+                    # leader never had, and the same answer came back for good.
+                    end_offset = own_end
             self.log.truncate_to(end_offset)   # reloads producer state as of the new LEO
         return self.log.log_end_offset
 
@@ -430,12 +437,25 @@ class PartitionReplica:
             raise FencedLeaderEpoch(f"{self.name}: fetched at epoch {result.leader_epoch}, "
                                     f"follows epoch {self.leader_epoch}")
         if result.records:
+            self._start_at_a_straddling_batch(result.records)
             self.log.append_as_follower(result.records)   # producer state and aborted transactions too
         self.log.update_high_watermark(follower_high_watermark(result.high_watermark, self.log.log_end_offset))
         if result.log_start_offset > self.log.log_start_offset:
             # the leader's log start (DeleteRecords, retention), never past our own
             # HW: the leader's is at most its HW, ours just became min(its HW, our LEO)
             self.log.maybe_increment_log_start_offset(min(result.log_start_offset, self.log.high_watermark))
+
+    def _start_at_a_straddling_batch(self, records) -> None:
+        """An empty log starting inside the first fetched batch (the leader's log
+        start was moved into a batch, by DeleteRecords): start it at the batch, as
+        Kafka's Partition.appendRecordsToFollowerOrFutureReplica does, else the
+        batch is refused below the LEO on every fetch and the follower never
+        catches up. The leader's log start is taken back after the append."""
+        if self.log.log_end_offset != self.log.log_start_offset:
+            return
+        _, first = next(iter_batches(records, verify_crc=False))
+        if first.base_offset < self.log.log_end_offset < first.next_offset:
+            self.log.truncate_fully_and_start_at(first.base_offset)
 
     def restart_from(self, leader_log_start_offset: int) -> None:
         """Our fetch offset fell below the leader's log start: start empty there."""

@@ -301,3 +301,59 @@ def test_diverging_epoch__an_epoch_the_leader_has_no_end_for__offset_out_of_rang
     elect(a, [b], 0, isr=[0, 1])
     with pytest.raises(OffsetOutOfRange):
         a.fetch_for_follower(follower_id=1, fetch_offset=0, leader_epoch=0, max_bytes=100, last_fetched_epoch=7)
+
+
+# --- followers that must not wedge ---------------------------------------------------
+
+
+def batches_of(replica):
+    from rafka.core.records import iter_batches
+    return [(h.base_offset, h.partition_leader_epoch)
+            for _, h in iter_batches(replica.log.read(0, 1 << 30), verify_crc=False)]
+
+
+def catch_up(leader, follower, rounds=4):
+    for _ in range(rounds):
+        result = leader.fetch_for_follower(follower_id=follower.replica_id, fetch_offset=follower.log.log_end_offset,
+                                           leader_epoch=follower.leader_epoch, max_bytes=1 << 20,
+                                           last_fetched_epoch=follower.log.latest_epoch,
+                                           log_start_offset=follower.log.log_start_offset)
+        if result.diverging_epoch is not None:
+            follower.truncate_to_leader_epoch_end(result.diverging_epoch)
+        else:
+            follower.apply_fetched(result)
+
+
+def test_diverging_epoch_the_follower_never_had__cut_at_its_own_end_below_it__logs_match(tmp_path):
+    """a led epoch 2 (writing 5-9) without ever seeing epoch 1 (c's 5-7, from b);
+    c leads epoch 3 and answers a's epoch 2 with (1, 8). a does not know epoch 1:
+    as Kafka, it cuts at its own end of the epoch below (5) and asks again. Cut
+    at 8, it kept 5-7 of an epoch c never had, and got (1, 8) back for good."""
+    _, (a, b, c) = replicas(tmp_path)
+    elect(a, [b, c], 0, isr=[0, 1, 2])
+    a.append(records(*[b"e0"] * 5), acks=ACKS_LEADER)
+    fetch(a, c)
+    c.become_follower(leader_id=1, leader_epoch=1)        # b leads epoch 1; c copies its 5-7
+    c.log.append_as_follower(encode_batch([RecordInput(b"e1", b"k")] * 3, base_offset=5, partition_leader_epoch=1))
+    a.become_follower(leader_id=1, leader_epoch=1)        # a rejoined, fetched nothing of epoch 1
+    a.become_leader(leader_epoch=2, replicas=[0, 1, 2], isr=[0, 2], partition_epoch=2)   # b paused
+    a.append(records(*[b"e2"] * 3), acks=ACKS_LEADER)
+    a.append(records(*[b"e2"] * 2), acks=ACKS_LEADER)
+    c.become_leader(leader_epoch=3, replicas=[0, 1, 2], isr=[2], partition_epoch=3)   # a died
+    a.become_follower(leader_id=2, leader_epoch=3)
+    catch_up(c, a)
+    assert batches_of(a) == batches_of(c) == [(0, 0), (5, 1)]
+
+
+def test_leaders_log_start_inside_a_batch__an_empty_follower_starts_at_the_batch__catches_up(tmp_path):
+    """DeleteRecords moved the leader's log start into a batch (0-9, start 5). A new
+    replica starts at 5; the fetch at 5 returns the batch from 0. As Kafka, it
+    starts its empty log at the batch; refused below its LEO, it never caught up."""
+    _, (a, b, c) = replicas(tmp_path)
+    elect(a, [b, c], 0, isr=[0])
+    a.append(records(*[b"v"] * 10), acks=ACKS_LEADER)
+    a.delete_records(5)
+    b.restart_from(5)   # the fetch at 0 was out of range; ListOffsets EARLIEST said 5
+    catch_up(a, b)
+    assert (b.log.log_start_offset, b.log.log_end_offset) == (5, 10)
+    assert b.log.read(5, 1 << 30) == a.log.read(5, 1 << 30)
