@@ -35,12 +35,13 @@ in turn (the first partition served rotates each round, and each takes one
 request a round); and on each partition up to that many with idempotence (one
 until a batch of the producer id and epoch is acked there, `_sequence_held`: a
 leader takes any sequence as a new producer's first), one without. Batches that
-wait for a slot stay in the producer, where the ones behind them join them (`_absorb_waiting`): with many partitions a request grows
-toward max_request_size instead of five small ones per partition queueing in
-the connection (each request is a wake-up of the leader's and the followers'
+wait for a slot stay in the producer, where the ones behind them join them
+(`_absorb_waiting`): with many partitions a request grows toward
+max_request_size instead of five small ones per partition queueing in the
+connection (each request is a wake-up of the leader's and the followers'
 processes: at 30 partitions RF3, 5 per partition held the aggregate rate to
-0.53-0.67 of what 5 per connection gives, bench/scale_bench.py). Order is kept as Kafka's idempotent
-producer keeps it: batches take their sequence numbers in send order; after any
+0.53-0.67 of what 5 per connection gives, bench/scale_bench.py). Order is kept
+as Kafka's idempotent producer keeps it: batches take their sequence numbers in send order; after any
 failure on a partition it sends nothing more there until its requests in flight
 have come back, then resends the failed batches in their original order, one at
 a time until one succeeds. While recovering, OUT_OF_ORDER_SEQUENCE is retriable
