@@ -84,7 +84,7 @@ from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupI
                                UnknownMemberId, UnknownTopicOrPartition, UnstableOffsetCommit)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
-from rafka.core.offset_store import OffsetCommit, OffsetStore, Record
+from rafka.core.offset_store import BY_COMMIT, OffsetCommit, OffsetStore, Record, Retention
 from rafka.core.offsets_schema import GroupKey, OffsetKey
 from rafka.core.records import NO_PRODUCER_ID
 from rafka.core.write_queue import Append, TransactionalBatch, TxnMarkerWrite, WriteKind, WriteQueue
@@ -594,14 +594,10 @@ class CoordinatorShard:
         record of it (Kafka's cleanupGroupMetadata, maybeDeleteGroup): else each
         group id ever used would stay in memory and in the partition for good."""
         state = self.groups.groups.get(group)
-        empty_since_ms = {} if state is None else {
-            group: state.state_since_ms if state.state is GroupState.EMPTY else None}
-        modern = self.consumer_groups.groups.get(group)
-        if modern is not None and modern.members:   # kept while it has members (Kafka's consumer groups)
-            empty_since_ms = {group: None}
-        records = self.offsets.handle_expire(now_ms, empty_since_ms, only_group=group).records
+        since_ms = state.state_since_ms if state is not None and state.state is GroupState.EMPTY else None
+        records = self.offsets.handle_expire(now_ms, {group: self._retention(group)}, only_group=group).records
         expiring = {(key.topic, key.partition) for key, _ in records}
-        since_ms = empty_since_ms.get(group)
+        modern = self.consumer_groups.groups.get(group)
         offsets_left = bool(set(self.offsets.fetch(group)) - expiring) or self.offsets.has_open_transactions(group)
         if modern is not None and not modern.members and not offsets_left:
             records += self.consumer_groups.tombstones(group)
@@ -609,6 +605,27 @@ class CoordinatorShard:
                 and now_ms - since_ms >= self.offsets.offsets_retention_ms):
             records.append((GroupKey(group), None))
         return records
+
+    def _retention(self, group: str) -> Retention | None:
+        """How `group`'s offsets age now (Kafka's offsetExpirationCondition and
+        isSubscribedToTopic): a KIP-848 group with members by commit, but never a
+        topic they subscribe to (nothing while one subscribes by regex); a classic
+        group with a protocol type: Empty, from when it became Empty (by commit
+        when a v0/v1 group value left that unknown: -1); Stable with a consumer
+        protocol whose subscriptions parse, by commit but never a subscribed
+        topic; else nothing. Without group metadata, or its protocol type, by
+        commit."""
+        modern = self.consumer_groups.groups.get(group)
+        if modern is not None and modern.members:
+            subscribed = modern.subscribed_topic_names()
+            return None if subscribed is None else Retention(subscribed=frozenset(subscribed))
+        state = self.groups.groups.get(group)
+        if state is None or state.protocol_type is None:
+            return BY_COMMIT
+        if state.state is GroupState.EMPTY:
+            return BY_COMMIT if state.state_since_ms < 0 else Retention(since_ms=state.state_since_ms)
+        subscribed = self.groups.subscribed_topics(group) if state.state is GroupState.STABLE else None
+        return None if subscribed is None else Retention(subscribed=frozenset(subscribed))
 
 
 async def _no_topics(topics: set[str] | None) -> dict:

@@ -14,10 +14,13 @@ Invariants:
   errors are per partition, as Kafka's: a partition whose metadata is longer than
   offset.metadata.max.bytes (OFFSET_METADATA_TOO_LARGE) or whose offset is
   negative (INVALID_REQUEST) writes nothing; the other partitions commit
-  expiry (KIP-211): a group's offsets expire offsets.retention.ms after the group
-  became Empty; offsets of a group without membership (assign mode) expire that
-  long after their commit; a group with members never loses offsets, nor a
-  partition whose transactional offset is pending
+  expiry (KIP-211, Kafka's offsetExpirationCondition with isSubscribedToTopic):
+  each group's `Retention` says how its offsets age: an Empty group's all from
+  when it became Empty (from their commit when that time is unknown: a group
+  value of format v0/v1 holds none); a group without membership (assign mode)
+  each from its commit; a group with members each from its commit but never a
+  topic its members subscribe to, and nothing while their subscriptions are not
+  known. A partition whose transactional offset is pending never expires
   transactional offsets (KIP-98, Kafka's pendingTransactionalOffsets): a commit
   written in a producer's transactional batch stays pending, invisible to fetch,
   until that producer's marker replays: COMMIT makes it the committed offset
@@ -45,6 +48,18 @@ Record = tuple[OffsetKey | GroupKey, object]   # (key, value or None for a tombs
 class CoordinatorResult:
     records: list[Record]
     response: object
+
+
+@dataclasses.dataclass(frozen=True)
+class Retention:
+    """How one group's offsets age (`handle_expire`): each from `since_ms` when
+    set (an Empty group's: when it became Empty), else from its own commit; never
+    an offset of a topic in `subscribed` (a group with members)."""
+    since_ms: int | None = None
+    subscribed: frozenset[str] = frozenset()
+
+
+BY_COMMIT = Retention()   # a group without membership, or Empty since a time not known
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,31 +105,31 @@ class OffsetStore:
                                 OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)))
         return CoordinatorResult(records, response)
 
-    def handle_expire(self, now_ms: int, empty_since_ms_by_group: Mapping[str, int | None], *,
+    def handle_expire(self, now_ms: int, retention_by_group: Mapping[str, Retention | None], *,
                       only_group: str | None = None) -> CoordinatorResult:
         """Tombstones for expired offsets (of every group, or of `only_group`).
-        `empty_since_ms_by_group`: for each group with membership metadata, when it
-        became Empty, or None while it has members; a group absent from it commits
-        outside the group protocol. The decision holds only until the group's next
-        commit: the caller writes the tombstones before any later commit of the
-        group is acked (core.coordinator_shard decides and writes under the group's
-        lock), or a tombstone would delete a newer commit."""
+        `retention_by_group`: how each group's offsets age, None for a group none
+        of whose offsets may expire now; a group absent from it ages by commit
+        (BY_COMMIT: it commits outside the group protocol). The decision holds
+        only until the group's next commit: the caller writes the tombstones
+        before any later commit of the group is acked (core.coordinator_shard
+        decides and writes under the group's lock), or a tombstone would delete a
+        newer commit."""
         records: list[Record] = []
         if only_group is None:
             groups = sorted(self.offsets_by_group.items())
         else:
             groups = [(only_group, self.offsets_by_group[only_group])] if only_group in self.offsets_by_group else []
         for group, offsets in groups:
+            retention = retention_by_group.get(group, BY_COMMIT)
+            if retention is None:
+                continue
             pending = self.pending_partitions(group)   # Kafka keeps them until the marker
-            if group in empty_since_ms_by_group:
-                empty_since_ms = empty_since_ms_by_group[group]
-                if empty_since_ms is None or now_ms - empty_since_ms < self.offsets_retention_ms:
-                    continue
-                expired = sorted(tp for tp in offsets if tp not in pending)
-            else:
-                expired = sorted(tp for tp, value in offsets.items()
-                                 if now_ms - value.commit_timestamp_ms >= self.offsets_retention_ms
-                                 and tp not in pending)
+            expired = sorted(
+                tp for tp, value in offsets.items()
+                if tp not in pending and tp[0] not in retention.subscribed
+                and now_ms - (value.commit_timestamp_ms if retention.since_ms is None else retention.since_ms)
+                >= self.offsets_retention_ms)
             records += [(OffsetKey(group, topic, partition), None) for topic, partition in expired]
         return CoordinatorResult(records, len(records))
 

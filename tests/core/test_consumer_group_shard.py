@@ -20,12 +20,13 @@ from tests.core.test_coordinator_shard import FakeOffsetsPartition, join, sync
 
 pytestmark = pytest.mark.core
 G = "billing"
-ORDERS = uuid.UUID(int=0xA1)
+ORDERS, RETURNS = uuid.UUID(int=0xA1), uuid.UUID(int=0xA2)
 SESSION_MS = 45_000
 
 
 async def topic_metadata(topics):
-    return {t: (ORDERS, 4) for t in (topics if topics is not None else ("orders",)) if t == "orders"}
+    known = {"orders": (ORDERS, 4), "returns": (RETURNS, 1)}
+    return {t: known[t] for t in (topics if topics is not None else ("orders",)) if t in known}
 
 
 async def partitions_per_topic(topics):
@@ -176,6 +177,23 @@ def test_consumer_group_left_empty_with_offsets__kept_until_they_expire():
         await shard.tick()
         assert G not in shard.consumer_groups.groups
         assert G not in reloaded(partition, clock).consumer_groups.groups
+    on_a_shard(scenario)
+
+
+def test_consumer_group_with_members__offsets_of_an_unsubscribed_topic_expire__subscribed_ones_kept():
+    """Kafka's ConsumerGroup: with members, offsets age from their commit, except
+    those of a topic a member subscribes to."""
+    async def scenario(shard, partition, clock):
+        a = await heartbeat(shard, "a", 0)
+        answer = await shard.commit_offsets(G, {("orders", 0): (5, -1, ""), ("returns", 0): (2, -1, "")}, "a",
+                                            a.member_epoch)
+        assert answer == {("orders", 0): None, ("returns", 0): None}
+        clock.advance(shard.offsets.offsets_retention_ms + shard.offsets_retention_check_interval_ms)
+        await heartbeat(shard, "a", a.member_epoch, owned=a.assignment)
+        await shard.tick()
+        assert G in shard.consumer_groups.groups
+        for coordinator in (shard, reloaded(partition, clock)):
+            assert coordinator.fetch_offsets(G) == {("orders", 0): (5, -1, "")}
     on_a_shard(scenario)
 
 

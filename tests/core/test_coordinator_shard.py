@@ -6,6 +6,7 @@ does) and comparing."""
 
 import asyncio
 import dataclasses
+import struct
 
 import pytest
 
@@ -16,7 +17,7 @@ from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, Rebala
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState
 from rafka.core.offset_store import OffsetStore
-from rafka.core.offsets_schema import decode_key, decode_value, encode_key, encode_value
+from rafka.core.offsets_schema import GroupKey, decode_key, decode_value, encode_key, encode_value
 
 pytestmark = pytest.mark.core
 G = "billing"
@@ -64,7 +65,7 @@ class FakeOffsetsPartition:
 
 
 async def partitions_per_topic(topics):
-    return {t: 4 for t in topics if t == "orders"}
+    return {t: 4 for t in topics if t in ("orders", "returns")}
 
 
 def shard_on(partition, clock, *, delay_ms=0, retention_ms=DAY_MS, max_queued=4_000):
@@ -81,6 +82,11 @@ def reloaded(partition, clock, *, make=None):
         key = decode_key(key_bytes)
         shard.replay(key, decode_value(key, value_bytes))
     return shard
+
+
+def string(text: bytes | None) -> bytes:
+    """A nullable int16-length string as the classic schemas write it."""
+    return struct.pack(">h", -1) if text is None else struct.pack(">h", len(text)) + text
 
 
 def join(shard, client, member_id="", *, instance=None, metadata=b"orders"):
@@ -229,6 +235,49 @@ def test_empty_group_past_retention__offsets_and_group_tombstoned_then_dead_afte
         await shard.tick()
         for coordinator in (shard, reloaded(partition, clock)):
             assert coordinator.fetch_offsets(G) == {} and coordinator.describe_group(G)["state"] == "Dead"
+    asyncio.run(scenario())
+
+
+def test_group_value_v1_without_state_time__offsets_age_from_their_commit_not_all_at_once():
+    """A group value of format v1 (written by an old Kafka: no state timestamp) for
+    an Empty group: its offsets age from their own commits (Kafka's fallback), so
+    the first retention check after the load expires the old one only."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        await shard.commit_offsets(G, {("orders", 0): (5, -1, "")})
+        clock.advance(DAY_MS - 1_000)
+        await shard.commit_offsets(G, {("orders", 1): (9, -1, "")})
+        empty_v1 = struct.pack(">h", 1) + string(b"consumer") + struct.pack(">i", 4) + string(b"range") + \
+            string(None) + struct.pack(">i", 0)
+        partition.records.append((encode_key(GroupKey(G)), empty_v1))
+        clock.advance(1_000)
+        loaded = reloaded(partition, clock)
+        assert loaded.describe_group(G)["state"] == "Empty"
+        await loaded.tick()
+        assert loaded.fetch_offsets(G) == {("orders", 1): (9, -1, "")}
+    asyncio.run(scenario())
+
+
+def test_stable_group__offsets_of_topics_no_member_subscribes_to_expire__subscribed_ones_kept():
+    """Kafka's isSubscribedToTopic: a Stable consumer group whose subscriptions
+    parse loses the offsets of a topic it no longer subscribes to once they are
+    past retention from their commit; the offsets of "orders" stay."""
+    async def scenario():
+        clock, partition = FakeClock(), FakeOffsetsPartition()
+        shard = shard_on(partition, clock)
+        subscription = struct.pack(">hi", 1, 1) + string(b"orders") + struct.pack(">i", -1)
+        a = await join(shard, "a", metadata=subscription)
+        await sync(shard, a["member_id"], 1)
+        answer = await shard.commit_offsets(G, {("orders", 0): (3, -1, ""), ("returns", 0): (8, -1, "")},
+                                            a["member_id"], 1)
+        assert answer == {("orders", 0): None, ("returns", 0): None}
+        clock.advance(DAY_MS)
+        await shard.heartbeat(G, a["member_id"], 1)
+        await shard.tick()
+        assert members_and_generation(shard)[0] is GroupState.STABLE
+        for coordinator in (shard, reloaded(partition, clock)):
+            assert coordinator.fetch_offsets(G) == {("orders", 0): (3, -1, "")}
     asyncio.run(scenario())
 
 

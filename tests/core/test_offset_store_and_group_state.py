@@ -8,7 +8,7 @@ from rafka.core.errors import (CoordinatorNotAvailable, IllegalGeneration, Inval
                                OffsetMetadataTooLarge, RebalanceInProgress, UnknownMemberId)
 from rafka.core.group_state import (TRANSITIONS, GroupEvent, GroupState, IllegalTransition, next_state,
                                     validate_offset_commit)
-from rafka.core.offset_store import OffsetCommit, OffsetStore
+from rafka.core.offset_store import OffsetCommit, OffsetStore, Retention
 from rafka.core.offsets_schema import OffsetKey, OffsetValue, decode_key, decode_value, encode_key, encode_value
 
 pytestmark = pytest.mark.core
@@ -58,12 +58,14 @@ def test_loading_after_failover__replaying_the_encoded_partition_rebuilds_the_sa
 
 
 def test_retention__empty_group_expires_after_retention_active_group_never():
+    """"gone" became Empty, "busy" has members whose subscriptions are not known,
+    "standalone" commits outside the group protocol."""
     store, clock = OffsetStore(offsets_retention_ms=DAY_MS), FakeClock()
     for group in ("gone", "busy", "standalone"):
         committed(store, store.handle_commit(group, {("t", 0): OffsetCommit(3)}, clock.now_ms()))
     empty_since_ms = clock.now_ms()
     clock.advance(DAY_MS - 1)
-    groups = {"gone": empty_since_ms, "busy": None}
+    groups = {"gone": Retention(since_ms=empty_since_ms), "busy": None}
     assert store.handle_expire(clock.now_ms(), groups).records == []
     clock.advance(1)
     result = store.handle_expire(clock.now_ms(), groups)
