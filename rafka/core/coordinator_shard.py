@@ -80,8 +80,9 @@ from collections.abc import Awaitable, Callable
 from rafka.core import consumer_group_records
 from rafka.core.consumer_group import ConsumerGroups, HeartbeatAnswer
 from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotFound, GroupSubscribedToTopic,
-                               IllegalGeneration, InconsistentGroupProtocol, NonEmptyGroup, RebalanceInProgress,
-                               UnknownMemberId, UnknownTopicOrPartition, UnstableOffsetCommit)
+                               IllegalGeneration, InconsistentGroupProtocol, KafkaError, NonEmptyGroup,
+                               RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition, UnstableOffsetCommit,
+                               coordinator_append_error)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import BY_COMMIT, OffsetCommit, OffsetStore, Record, Retention
@@ -187,7 +188,7 @@ class CoordinatorShard:
         if not records:
             return
         try:
-            await self._writes.submit(records)
+            await _appended(self._writes.submit(records))
         except asyncio.CancelledError:
             # The caller went away, the write goes on: the group's lock stays held
             # until it is answered, so no later request decides before its replay.
@@ -225,7 +226,7 @@ class CoordinatorShard:
         if on_queued is not None:
             on_queued()
         if written is not None:
-            await written
+            await _appended(written)
             self.offset_commits += len(result.records)
         return {**result.response, **unknown}
 
@@ -284,7 +285,7 @@ class CoordinatorShard:
         if on_queued is not None:
             on_queued()
         if written is not None:
-            await written
+            await _appended(written)
         return {**result.response, **unknown}
 
     async def complete_transaction(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int,
@@ -422,13 +423,21 @@ class CoordinatorShard:
         bytes). The leader's assignments are written with the group (acked once
         replicated); a follower's sync waits for them, at most twice the group's
         rebalance timeout (the leader is removed once it has not synced for one,
-        which rebalances the group and answers REBALANCE_IN_PROGRESS here)."""
+        which rebalances the group and answers REBALANCE_IN_PROGRESS here). A
+        failed write of the leader's answers its error (as `_appended` maps it) and
+        starts a rebalance: the followers' syncs answer REBALANCE_IN_PROGRESS."""
         async with self.locks.hold(group):
             now_ms = self.clock.now_ms()
             records, assignment = self.groups.sync(group, member_id, generation, group_instance_id=group_instance_id,
                                                    protocol_type=protocol_type, protocol_name=protocol_name,
                                                    assignments=assignments, now_ms=now_ms)
-            await self._write(records)
+            try:
+                await self._write(records)
+            except (Exception, asyncio.CancelledError):
+                if records:   # Kafka's resetAndPropagateAssignmentWithError: the waiting syncs end too
+                    self.groups.sync_write_failed(group, generation, self.clock.now_ms())
+                    self._notify()
+                raise
             if records:
                 assignment = self.groups.sync_outcome(group, member_id, generation, group_instance_id)
             give_up_ms = now_ms + 2 * self.groups.groups[group].rebalance_timeout_ms()
@@ -626,6 +635,18 @@ class CoordinatorShard:
             return BY_COMMIT if state.state_since_ms < 0 else Retention(since_ms=state.state_since_ms)
         subscribed = self.groups.subscribed_topics(group) if state.state is GroupState.STABLE else None
         return None if subscribed is None else Retention(subscribed=frozenset(subscribed))
+
+
+async def _appended(written: Awaitable) -> None:
+    """A write of the group coordinator's records, its failure answered as
+    Kafka's coordinators answer a failed append (errors.coordinator_append_error)."""
+    try:
+        await written
+    except KafkaError as error:
+        mapped = coordinator_append_error(error)
+        if mapped is error:
+            raise
+        raise mapped from error
 
 
 async def _no_topics(topics: set[str] | None) -> dict:

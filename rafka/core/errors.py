@@ -341,3 +341,25 @@ def error_for_code(code: int, message: str = "") -> KafkaError:
 def error_or_none(code: int, message: str | None) -> KafkaError | None:
     """An answer's error code and message as its typed error (None for NONE, 0)."""
     return None if int(code) == 0 else error_for_code(int(code), message or "")
+
+
+def coordinator_append_error(error: BaseException) -> BaseException:
+    """What a coordinator answers when the append of its records to its internal
+    partition failed (Kafka's CoordinatorOperationExceptionHelper for the group
+    coordinator, TransactionStateManager.appendTransactionToLog for the
+    transaction one): the partition not writable now is COORDINATOR_NOT_AVAILABLE,
+    its leadership gone NOT_COORDINATOR, a batch too large UNKNOWN_SERVER_ERROR, a
+    network failure COORDINATOR_LOAD_IN_PROGRESS (retried without a coordinator
+    lookup); anything else is answered as it is. Clients handle only these codes
+    on group and transaction requests: a Java consumer treats REQUEST_TIMED_OUT
+    from SyncGroup or a KIP-848 heartbeat as fatal."""
+    if isinstance(error, (UnknownTopicOrPartition, NotEnoughReplicas, NotEnoughReplicasAfterAppend,
+                          RequestTimedOut)):
+        return CoordinatorNotAvailable(f"the append to the coordinator's partition failed: {error}")
+    if isinstance(error, (NotLeaderOrFollower, KafkaStorageError)):
+        return NotCoordinator(f"the append to the coordinator's partition failed: {error}")
+    if isinstance(error, (RecordTooLarge, RecordListTooLarge)):
+        return UnknownServerError(f"the append to the coordinator's partition failed: {error}")
+    if isinstance(error, NetworkException):
+        return CoordinatorLoadInProgress(f"the append to the coordinator's partition failed: {error}")
+    return error

@@ -402,6 +402,20 @@ class GroupManager:
                    for m, member in group.members.items()}
         return [self.metadata_record(dataclasses.replace(group, members=members), now_ms)], None
 
+    def sync_write_failed(self, group_id: str, generation: int, now_ms: int) -> None:
+        """The leader's sync record for `generation` was not written (Kafka's
+        resetAndPropagateAssignmentWithError, then maybePrepareRebalanceOrCompleteJoin):
+        a group still CompletingRebalance at that generation drops every member's
+        assignment and rebalances, so the followers waiting on `sync_outcome` are
+        told to rejoin instead of waiting out their deadline. The record may have
+        landed all the same (a timeout): the next generation's record follows it."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is not GroupState.COMPLETING_REBALANCE or group.generation != generation:
+            return
+        for member in group.members.values():
+            member.assignment = b""
+        self._prepare_rebalance(group, now_ms)
+
     def sync_outcome(self, group_id: str, member_id: str, generation: int,
                      group_instance_id: str | None = None) -> bytes | None:
         """For a sync waiting on the leader's: its assignment once the group is

@@ -48,12 +48,11 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from rafka.core.actor_names import OFFSETS_TOPIC
 from rafka.core.errors import (ConcurrentTransactions, CoordinatorLoadInProgress, CoordinatorNotAvailable,
-                               InvalidProducerEpoch, InvalidProducerIdMapping, InvalidRequest,
-                               KafkaError, KafkaStorageError, NotCoordinator, NotEnoughReplicas,
-                               NotEnoughReplicasAfterAppend, NotLeaderOrFollower, ProducerFenced, RecordListTooLarge,
-                               RecordTooLarge, RequestTimedOut, TransactionAbortable,
-                               TransactionalIdNotFound, TransactionCoordinatorFenced, UnknownServerError,
-                               UnknownTopicOrPartition, UnsupportedForMessageFormat, UnsupportedVersion)
+                               InvalidProducerEpoch, InvalidProducerIdMapping, InvalidRequest, KafkaError,
+                               KafkaStorageError, NotCoordinator, NotEnoughReplicas, NotEnoughReplicasAfterAppend,
+                               NotLeaderOrFollower, ProducerFenced, RequestTimedOut, TransactionAbortable,
+                               TransactionCoordinatorFenced, TransactionalIdNotFound, UnknownTopicOrPartition,
+                               UnsupportedForMessageFormat, UnsupportedVersion, coordinator_append_error)
 from rafka.core.offsets_schema import partition_for_group
 from rafka.core.producer_ids import ProducerIdAllocator
 from rafka.core.transaction_log import Record, TxnKey, partition_for, replay_into, value_of
@@ -94,19 +93,6 @@ _MARKER_RETRIABLE = (UnknownTopicOrPartition, NotLeaderOrFollower, NotEnoughRepl
                      RequestTimedOut, KafkaStorageError)
 _MARKER_CANCELS = (InvalidProducerEpoch, TransactionCoordinatorFenced)   # a newer epoch took over
 _MARKER_DROPS_PARTITION = (UnsupportedForMessageFormat, UnsupportedVersion)   # it never took the producer's writes
-
-
-def coordinator_error_for_append(error: BaseException) -> BaseException:
-    """What a transaction log append's error answers (Kafka's
-    TransactionStateManager.appendTransactionToLog)."""
-    if isinstance(error, (UnknownTopicOrPartition, NotEnoughReplicas, NotEnoughReplicasAfterAppend,
-                          RequestTimedOut)):
-        return CoordinatorNotAvailable(f"the transaction log append failed: {error}")
-    if isinstance(error, (NotLeaderOrFollower, KafkaStorageError)):
-        return NotCoordinator(f"the transaction log append failed: {error}")
-    if isinstance(error, (RecordTooLarge, RecordListTooLarge)):
-        return UnknownServerError(f"the transaction log append failed: {error}")
-    return error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,7 +395,7 @@ class TransactionShard:
             except Exception as error:
                 if self.metadata.get(tid) is prepared.metadata:
                     self.metadata[tid] = prepared.metadata.abandon_pending(epoch_fence_failed=epoch_fence)
-                raise coordinator_error_for_append(error) from None
+                raise coordinator_append_error(error) from None
             if self.closed or self.metadata.get(tid) is not prepared.metadata:
                 raise NotCoordinator(f"{tid!r} left this coordinator while its record was written")
             completed = self.metadata[tid] = prepared.metadata.complete_transition_to(prepared.transit)
@@ -501,7 +487,7 @@ class TransactionShard:
             try:
                 await asyncio.shield(self._append([(TxnKey(tid), value_of(complete.transit))]))
             except Exception as error:
-                mapped = coordinator_error_for_append(error)
+                mapped = coordinator_append_error(error)
                 if isinstance(mapped, CoordinatorNotAvailable):
                     await self._sleep(self.marker_retry_backoff_ms / 1000)
                     continue

@@ -11,8 +11,8 @@ import pytest
 from rafka.core.clock import FakeClock
 from rafka.core.consumer_group import ConsumerGroups
 from rafka.core.coordinator_shard import CoordinatorShard
-from rafka.core.errors import (GroupIdNotFound, GroupSubscribedToTopic, InconsistentGroupProtocol, NonEmptyGroup,
-                               RequestTimedOut, StaleMemberEpoch)
+from rafka.core.errors import (CoordinatorNotAvailable, GroupIdNotFound, GroupSubscribedToTopic,
+                               InconsistentGroupProtocol, NonEmptyGroup, StaleMemberEpoch)
 from rafka.core.group_manager import GroupManager
 from rafka.core.offset_store import OffsetStore
 from tests.core import test_coordinator_shard as coordinator_shard_tests
@@ -75,7 +75,7 @@ def test_heartbeats_written__a_failover_replays_the_same_group_and_its_members_g
 def test_heartbeat_write_fails__nothing_replayed__the_retried_join_succeeds():
     async def scenario(shard, partition, clock):
         partition.fail_next = 1
-        with pytest.raises(RequestTimedOut):
+        with pytest.raises(CoordinatorNotAvailable):
             await heartbeat(shard, "a", 0)
         assert G not in shard.consumer_groups.groups
         assert (await heartbeat(shard, "a", 0)).member_epoch == 1

@@ -281,21 +281,34 @@ def test_stable_group__offsets_of_topics_no_member_subscribes_to_expire__subscri
     asyncio.run(scenario())
 
 
-def test_sync_write_fails__group_unchanged_and_the_retried_sync_writes_the_record():
-    """The first sync's record is not replicated: the group stays CompletingRebalance
-    (nothing written, nothing changed), and the member's retry writes it."""
+def test_leaders_sync_write_fails__coordinator_not_available__the_follower_told_to_rejoin_then_both_sync():
+    """Kafka's resetAndPropagateAssignmentWithError: the leader's sync record is not
+    replicated. The leader gets COORDINATOR_NOT_AVAILABLE (a Java consumer treats
+    REQUEST_TIMED_OUT from SyncGroup as fatal), the group drops the assignments and
+    rebalances, so the follower waiting on the leader's sync is told to rejoin at
+    once, not after twice the rebalance timeout. Both rejoin and sync."""
     async def scenario():
         clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock)
-        a = await join(shard, "a")
+        shard = shard_on(partition, clock, delay_ms=1_000)
+        a, b = await join_together(shard, clock, join(shard, "a"), join(shard, "b"))
+        follower = asyncio.create_task(sync(shard, b["member_id"], 1))
+        await settle()
         partition.fail_next = 1
-        with pytest.raises(RequestTimedOut):
+        with pytest.raises(CoordinatorNotAvailable):
             await sync(shard, a["member_id"], 1)
-        assert members_and_generation(shard) == (GroupState.COMPLETING_REBALANCE, 1, {a["member_id"]})
+        with pytest.raises(RebalanceInProgress):
+            await asyncio.wait_for(follower, timeout=5)
+        assert members_and_generation(shard) == (GroupState.PREPARING_REBALANCE, 1, {a["member_id"], b["member_id"]})
+        assert {m.assignment for m in shard.groups.groups[G].members.values()} == {b""}
         assert partition.records == []
-        assert await sync(shard, a["member_id"], 1) == a["member_id"].encode()
-        assert len(partition.records) == 1
-        assert members_and_generation(reloaded(partition, clock)) == (GroupState.STABLE, 1, {a["member_id"]})
+        a, b = await asyncio.gather(join(shard, "a", a["member_id"]), join(shard, "b", b["member_id"]))
+        assert a["generation"] == b["generation"] == 2
+        leader, other = (a, b) if a["leader"] == a["member_id"] else (b, a)
+        follower = asyncio.create_task(sync(shard, other["member_id"], 2))
+        assert await sync(shard, leader["member_id"], 2) == leader["member_id"].encode()
+        assert await asyncio.wait_for(follower, timeout=5) == other["member_id"].encode()
+        assert members_and_generation(reloaded(partition, clock)) == (
+            GroupState.STABLE, 2, {a["member_id"], b["member_id"]})
     asyncio.run(scenario())
 
 
@@ -307,7 +320,7 @@ def test_last_member_expiry_write_fails__member_kept_and_the_next_tick_writes_th
         await sync(shard, a["member_id"], 1)
         clock.advance(SESSION_MS + 1)
         partition.fail_next = 1
-        with pytest.raises(RequestTimedOut):
+        with pytest.raises(CoordinatorNotAvailable):
             await shard.tick()
         assert members_and_generation(shard) == (GroupState.STABLE, 1, {a["member_id"]})
         await shard.tick()
@@ -405,7 +418,7 @@ def test_append_carrying_two_commits_fails__both_fail_nothing_replayed__the_next
         hold.release()
         assert await first == {("orders", 0): None}
         for task in failing:
-            with pytest.raises(RequestTimedOut):
+            with pytest.raises(CoordinatorNotAvailable):
                 await task
         assert shard.fetch_offsets("audit") == {("orders", 0): (2, -1, "")}
         assert await shard.commit_offsets("audit", {("orders", 1): (4, -1, "")}) == {("orders", 1): None}

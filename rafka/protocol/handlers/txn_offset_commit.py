@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from rafka.core.acl import ResourceType
+from rafka.core.errors import coordinator_append_error
 from rafka.protocol.authorization import decide
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
@@ -39,13 +40,6 @@ from rafka.protocol.handlers.partitions import error_code_of
 API_KEY = 28
 MIN_VERSION, MAX_VERSION = 0, 4
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-# a failed append, as Kafka's coordinator runtime answers it
-_APPEND_ERRORS = {ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-                  ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-                  ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-                  ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-                  ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-                  ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress}
 
 
 def route(host: GroupHost) -> Route:
@@ -79,9 +73,8 @@ async def commit(host: GroupHost, request, context: RequestContext):
                     producer_epoch=int(request.producer_epoch), member_id=getattr(request, "member_id", ""),
                     generation=int(getattr(request, "generation_id", -1)),
                     group_instance_id=getattr(request, "group_instance_id", None))
-            except Exception as error:
-                code = error_code_of(error)
-    code = _APPEND_ERRORS.get(code, code)
+            except Exception as error:   # a failed append, as Kafka's coordinator runtime answers it
+                code = error_code_of(coordinator_append_error(error))
     if version < 2 and code == ErrorCode.coordinator_load_in_progress:
         code = ErrorCode.coordinator_not_available
     response_type = load_response_schema(API_KEY, version)
