@@ -59,9 +59,13 @@ Between begin_transaction and commit_transaction / abort_transaction every batch
 is transactional (the attribute bit, the producer id, epoch and sequence), and
 none goes to a partition before AddPartitionsToTxn put that partition in the
 transaction: the sender asks for the partitions its batches wait on, on a worker
-thread, and sends them once answered. send_offsets_to_transaction adds the
-group's offsets (AddOffsetsToTxn, then TxnOffsetCommit to the group's
-coordinator). commit_transaction flushes, then EndTxn; abort_transaction fails
+thread, and sends them once answered. That request is retried for as long as the
+producer is open, as Kafka's TxnRequestHandler does, not for a delivery timeout:
+given up, its outcome would be unknown (the coordinator may have added them), and
+an abort that skipped EndTxn would leave the transaction open at the coordinator
+until its timeout; commit and abort wait for it up to their `timeout`.
+send_offsets_to_transaction adds the group's offsets (AddOffsetsToTxn, then
+TxnOffsetCommit to the group's coordinator). commit_transaction flushes, then EndTxn; abort_transaction fails
 the batches not yet sent (TransactionAborted), waits for those in flight, then
 EndTxn. What the coordinator's and leaders' errors mean, and which call may run
 in which state, is core.producer_transaction's (retriable: retried by the one
@@ -105,6 +109,7 @@ RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
 BYTES_LIKE = (bytes, bytearray, memoryview)
 MAX_TIMESTAMP_MS = 1 << 63
+UNTIL_CLOSED_S = 10 * 365 * 24 * 3600.0   # AddPartitionsToTxn's retries: close ends them (the network refuses)
 
 logger = logging.getLogger(__name__)
 
@@ -547,7 +552,7 @@ class Producer:
             self._txn_call(TxnApi.ADD_PARTITIONS, lambda: txn_requests.add_partitions_request(
                 self.transactional_id, self.producer_id, self.producer_epoch, partitions),
                 lambda response: txn_requests.add_partitions_answer(response, partitions),
-                timeout_s=self.delivery_timeout_s)
+                timeout_s=UNTIL_CLOSED_S)
 
         def added(done) -> None:
             with self._lock:
