@@ -900,6 +900,15 @@ class ControllerActor:
             self._commit(records)
         return block
 
+    async def next_transaction_coordinator_epoch(self, partition: int, leader_epoch: int) -> int:
+        """A transaction coordinator's epoch for the load of its partition it has
+        just made (core.metadata's handle_next_transaction_coordinator_epoch),
+        committed to the metadata log before it is answered."""
+        async with self._lock:
+            records, epoch = self.metadata.handle_next_transaction_coordinator_epoch(partition, leader_epoch)
+            self._commit(records)
+        return epoch
+
     async def alter_topic_config(self, name: str, ops: list, validate_only: bool = False,
                                  replace: bool = False) -> dict:
         """IncrementalAlterConfigs (`ops`: [(operation, name, value)], core.config's

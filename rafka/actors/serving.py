@@ -82,6 +82,16 @@ async def allocate_producer_ids_from_controller() -> ProducerIdBlock:
     return ProducerIdBlock(first, count)
 
 
+async def next_transaction_coordinator_epoch_from_controller(partition: int, leader_epoch: int) -> int:
+    """The coordinator epoch for a transaction coordinator's completed load
+    (core.metadata). A controller that is gone or restarting:
+    COORDINATOR_LOAD_IN_PROGRESS (retriable): the coordinator serves once it has it."""
+    try:
+        return await (await controller()).next_transaction_coordinator_epoch.remote(partition, leader_epoch)
+    except (ValueError, ray.exceptions.RayError) as error:
+        raise CoordinatorLoadInProgress(f"no coordinator epoch from the controller: {error}") from None
+
+
 async def alter_topic_config_on_controller(name: str, ops: list, validate_only: bool = False,
                                            replace: bool = False) -> dict:
     """IncrementalAlterConfigs / AlterConfigs on a replica or coordinator node:

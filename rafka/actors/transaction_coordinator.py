@@ -7,10 +7,13 @@ What the actor adds, as the group coordinator actor does for its shard (both on
 actors.internal_partition):
   * loading: at start (and so after every restart) it reads its partition from
     the partition's leader up to the HW and replays every record; until then
-    every request gets COORDINATOR_LOAD_IN_PROGRESS. The loaded shard takes the
-    leader epoch the load read at as its coordinator epoch (the markers carry it,
-    and a partition leader refuses markers of an older one) and completes every
-    transaction left in PrepareCommit/PrepareAbort (Kafka's failover);
+    every request gets COORDINATOR_LOAD_IN_PROGRESS. The loaded shard takes a
+    coordinator epoch from the controller, at least the leader epoch the load read
+    at and above every one taken for the partition before, so it rises on every
+    load as Kafka's does, a restart of this actor without a leader election
+    included (the markers carry it, and a partition leader refuses markers of an
+    older one); then it completes every transaction left in
+    PrepareCommit/PrepareAbort (Kafka's failover);
   * a newer leader epoch of the partition in an image (a leader election):
     Kafka's coordinator resigns and the new leader's loads the partition again
     at the new epoch; here the shard is closed (its requests in flight, its
@@ -33,6 +36,7 @@ answers the transaction APIs for its ids (NOT_COORDINATOR for the others).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
@@ -40,10 +44,11 @@ import ray
 
 from rafka.actors.internal_partition import InternalPartition, broker_label
 from rafka.actors.serving import (NodeServing, allocate_producer_id_from_controller,
-                                  allocate_producer_ids_from_controller, alter_topic_config_on_controller)
+                                  allocate_producer_ids_from_controller, alter_topic_config_on_controller,
+                                  next_transaction_coordinator_epoch_from_controller)
 from rafka.core.actor_names import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
 from rafka.core.clock import SystemClock
-from rafka.core.errors import NotCoordinator
+from rafka.core.errors import CoordinatorLoadInProgress, NotCoordinator
 from rafka.core.producer_ids import ProducerIdAllocator
 from rafka.core.transaction_log import decode_record, encode_key, encode_value, partition_for
 from rafka.core.transaction_shard import TransactionShard
@@ -76,6 +81,9 @@ class TransactionCoordinatorActor:
             remove_expired_transactional_ids_interval_ms=remove_expired_transactional_ids_interval_ms,
             marker_retry_backoff_ms=retry_backoff_ms)
         self.shard = self._new_shard()
+        self.loaded_leader_epoch = -1   # of the leader the serving shard's load read from
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self._taking_epoch: asyncio.Task | None = None
         self.serving = NodeServing(transaction_coordinator_actor_name(transaction_state_partition), transactions=self,
                                    allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller)
@@ -92,7 +100,7 @@ class TransactionCoordinatorActor:
         ray.get_runtime_context().current_actor.start_loading.options(max_task_retries=-1).remote()
 
     def _new_shard(self) -> TransactionShard:
-        # the coordinator epoch is the leader epoch the load reads at (`_loaded`)
+        # the coordinator epoch is the controller's, once the load is done (`_loaded`)
         return TransactionShard(coordinator_epoch=-1, clock=self.clock, append=self._append,
                                 send_markers=self._send_markers, producer_ids=self.producer_ids,
                                 **self._shard_options)
@@ -103,8 +111,24 @@ class TransactionCoordinatorActor:
         self.log.start()
 
     def _loaded(self) -> None:
-        self.shard.coordinator_epoch = self.log.load.leader_epoch
-        self.shard.finish_loading()
+        """The load is done: the shard serves once it has its coordinator epoch
+        (until then it answers COORDINATOR_LOAD_IN_PROGRESS), unless it resigned
+        meanwhile."""
+        shard, leader_epoch = self.shard, self.log.load.leader_epoch
+
+        async def take_epoch() -> None:
+            while shard is self.shard and not shard.closed:
+                try:
+                    epoch = await next_transaction_coordinator_epoch_from_controller(self.partition, leader_epoch)
+                except CoordinatorLoadInProgress as error:
+                    logger.info("transaction coordinator %d: %s", self.partition, error)
+                    await asyncio.sleep(self.retry_backoff_s)
+                    continue
+                if shard is self.shard and not shard.closed:
+                    shard.coordinator_epoch, self.loaded_leader_epoch = epoch, leader_epoch
+                    shard.finish_loading()
+                return
+        self._taking_epoch = asyncio.get_running_loop().create_task(take_epoch())
 
     def _require_loaded(self, transactional_id: str) -> None:
         self.log.start()
@@ -190,11 +214,10 @@ class TransactionCoordinatorActor:
         """An image (pushed, or asked for by a write) names `leader_epoch` for the
         partition: newer than the loaded shard's, the shard resigns and a new one
         loads."""
-        if self.shard.loading or leader_epoch <= self.shard.coordinator_epoch:
+        if self.shard.loading or leader_epoch <= self.loaded_leader_epoch:
             return
         logger.info("transaction coordinator %d: %s-%d has a new leader (epoch %d, loaded at %d): loading again",
-                    self.partition, TRANSACTION_STATE_TOPIC, self.partition, leader_epoch,
-                    self.shard.coordinator_epoch)
+                    self.partition, TRANSACTION_STATE_TOPIC, self.partition, leader_epoch, self.loaded_leader_epoch)
         self.shard.close()
         self.shard = self._new_shard()
         self.log.load_again(self.shard.replay)

@@ -236,6 +236,8 @@ class ClusterMetadata:
         self.controller_epoch = 0
         self.topics: dict[str, TopicMetadata] = {}
         self.next_producer_id = 0
+        # __transaction_state partition -> the last coordinator epoch its coordinators took
+        self.transaction_coordinator_epochs: dict[int, int] = {}
         self.nodes: dict[str, NodeEndpoint] = {}   # by actor name: the nodes that are up
         self.node_ids: dict[str, int] = {}         # by actor name, up or down: ids are never reused
         self.next_node_id = 0
@@ -295,6 +297,8 @@ class ClusterMetadata:
             self.actor_replicas[record["actor"]] = key
         elif kind == "producer_ids":
             self.next_producer_id = record["next"]
+        elif kind == "transaction_coordinator_epoch":
+            self.transaction_coordinator_epochs[record["partition"]] = record["epoch"]
         elif kind == "node":
             node = NodeEndpoint(record["node_id"], record["actor"], record["host"], record["port"], record.get("rack"))
             self.nodes[node.actor] = node
@@ -562,6 +566,21 @@ class ClusterMetadata:
             raise ValueError(f"a producer id block holds at least one id, not {count}")
         first = self.next_producer_id
         return [{"type": "producer_ids", "next": first + count}], (first, count)
+
+    def handle_next_transaction_coordinator_epoch(self, partition: int,
+                                                  leader_epoch: int) -> tuple[list[Record], int]:
+        """The coordinator epoch of a transaction coordinator that has just loaded
+        __transaction_state-`partition` from a leader at `leader_epoch`: at least that
+        leader epoch and above every epoch taken for the partition before. Kafka's
+        coordinator epoch is the partition's leader epoch and rises on every load,
+        as its coordinator moves only with leadership; here a coordinator actor
+        restarts without a leader change, and a marker its predecessor still had
+        in flight must be fenced (TRANSACTION_COORDINATOR_FENCED) by the epoch of
+        every marker the successor writes."""
+        if leader_epoch < 0:
+            raise ValueError(f"a load reads from a leader at an epoch >= 0, not {leader_epoch}")
+        epoch = max(leader_epoch, self.transaction_coordinator_epochs.get(partition, -1) + 1)
+        return [{"type": "transaction_coordinator_epoch", "partition": partition, "epoch": epoch}], epoch
 
     def handle_register_node(self, actor: str, host: str, port: int,
                              rack: str | None = None) -> tuple[list[Record], NodeEndpoint]:

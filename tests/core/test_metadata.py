@@ -147,6 +147,26 @@ def test_producer_ids__never_handed_out_twice_across_restarts():
     assert restarted.handle_allocate_producer_id()[1] not in ids and len(set(ids)) == 3
 
 
+def test_transaction_coordinator_epoch__rises_on_every_load__at_least_the_leader_epoch__across_restarts():
+    """Two loads at leader epoch 3 (a coordinator restarted without an election)
+    take 3 then 4; a load at leader epoch 9 takes 9; another partition its own; a
+    restarted controller goes on from the log. A negative leader epoch is refused
+    and records nothing."""
+    metadata, log = started()
+    epochs = []
+    for partition, leader_epoch in [(0, 3), (0, 3), (0, 2), (0, 9), (1, 0)]:
+        records, epoch = metadata.handle_next_transaction_coordinator_epoch(partition, leader_epoch)
+        log += apply(metadata, records)
+        epochs.append(epoch)
+    assert epochs == [3, 4, 5, 9, 0]
+    restarted = ClusterMetadata()
+    apply(restarted, log)
+    assert restarted.handle_next_transaction_coordinator_epoch(0, 9)[1] == 10
+    with pytest.raises(ValueError):
+        restarted.handle_next_transaction_coordinator_epoch(1, -1)
+    assert restarted.transaction_coordinator_epochs == {0: 9, 1: 0}
+
+
 def test_broker_port__kept_across_restarts__a_record_only_when_it_changes__bad_input_changes_nothing():
     metadata, log = started()
     log += apply(metadata, metadata.handle_broker_port(1, 40_001))
