@@ -21,8 +21,12 @@ ProduceRequest.validateRecords), and what this handler does the same way:
   * a duplicate of an idempotent producer's last batches: its first offsets, no
     error (core.producer_state decides).
   * log_append_time is -1 (None on the wire) unless the topic stamps
-    LogAppendTime. Transactions are not served (InitProducerId refuses a
-    transactional id), so a transactional id here is ignored.
+    LogAppendTime.
+  * a transactional batch is appended as any other, its producer's epoch and
+    sequence checked (core.producer_state); the leader does not ask the
+    transaction coordinator whether the partition is in the producer's open
+    transaction first (KIP-890 part 1's verification: not built), so a Produce
+    that arrives after its transaction ended opens one no coordinator knows of.
   * authorization (KafkaApis): a transactional id needs WRITE on it, refused:
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; each topic needs
     WRITE, a refused one's partitions answer TOPIC_AUTHORIZATION_FAILED. Nothing
