@@ -23,8 +23,9 @@ commits are batched under load and no group's commit waits for another's round
 trip of its own. A commit lets its connection's next request start as soon as it
 is queued (pipelining.admit_next), so one member's commits are in flight together.
 A write that cannot complete within `offsets_commit_timeout_ms` (the ISR below
-min.insync.replicas, no leader) fails with REQUEST_TIMED_OUT, a retriable error,
-and changes nothing in the cache.
+min.insync.replicas, no leader) fails with COORDINATOR_NOT_AVAILABLE (Kafka's
+answer to its REQUEST_TIMED_OUT: core.errors.coordinator_append_error), a
+retriable error, and changes nothing in the cache.
 
 Transactions: TxnOffsetCommit records go out as the producer's transactional
 batch (`_append` with a TransactionalBatch), pending in the shard until the

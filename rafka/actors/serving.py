@@ -49,6 +49,7 @@ from rafka.protocol.server import MAX_PIPELINED_REQUESTS_DEFAULT, ProtocolServer
 logger = logging.getLogger(__name__)
 FIRST_IMAGE_WAIT_S = 15.0
 FORWARD_TIMEOUT_S = 30.0   # a forwarded config change (Kafka's request.timeout.ms default)
+CONTROLLER_CALL_TIMEOUT_S = 10.0   # a coordinator epoch asked of the controller (asked again after)
 
 
 def node_broker_id() -> int | None:
@@ -87,9 +88,10 @@ async def next_transaction_coordinator_epoch_from_controller(partition: int, lea
     (core.metadata). A controller that is gone or restarting:
     COORDINATOR_LOAD_IN_PROGRESS (retriable): the coordinator serves once it has it."""
     try:
-        return await (await controller()).next_transaction_coordinator_epoch.remote(partition, leader_epoch)
-    except (ValueError, ray.exceptions.RayError) as error:
-        raise CoordinatorLoadInProgress(f"no coordinator epoch from the controller: {error}") from None
+        return await asyncio.wait_for((await controller()).next_transaction_coordinator_epoch.remote(
+            partition, leader_epoch), timeout=CONTROLLER_CALL_TIMEOUT_S)
+    except (ValueError, ray.exceptions.RayError, asyncio.TimeoutError) as error:
+        raise CoordinatorLoadInProgress(f"no coordinator epoch from the controller: {error!r}") from None
 
 
 async def alter_topic_config_on_controller(name: str, ops: list, validate_only: bool = False,

@@ -37,6 +37,7 @@ answers the transaction APIs for its ids (NOT_COORDINATOR for the others).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 
@@ -48,7 +49,7 @@ from rafka.actors.serving import (NodeServing, allocate_producer_id_from_control
                                   next_transaction_coordinator_epoch_from_controller)
 from rafka.core.actor_names import TRANSACTION_STATE_TOPIC, transaction_coordinator_actor_name
 from rafka.core.clock import SystemClock
-from rafka.core.errors import CoordinatorLoadInProgress, NotCoordinator
+from rafka.core.errors import KafkaError, NotCoordinator
 from rafka.core.producer_ids import ProducerIdAllocator
 from rafka.core.transaction_log import decode_record, encode_key, encode_value, partition_for
 from rafka.core.transaction_shard import TransactionShard
@@ -120,13 +121,18 @@ class TransactionCoordinatorActor:
             while shard is self.shard and not shard.closed:
                 try:
                     epoch = await next_transaction_coordinator_epoch_from_controller(self.partition, leader_epoch)
-                except CoordinatorLoadInProgress as error:
+                except Exception as error:   # the controller gone, restarting or slow: asked again
                     logger.info("transaction coordinator %d: %s", self.partition, error)
                     await asyncio.sleep(self.retry_backoff_s)
                     continue
                 if shard is self.shard and not shard.closed:
                     shard.coordinator_epoch, self.loaded_leader_epoch = epoch, leader_epoch
                     shard.finish_loading()
+                    # an image that named a newer leader while the shard waited was let
+                    # pass (`_resign_before` leaves a loading shard alone): looked at now
+                    with contextlib.suppress(KafkaError):
+                        self._resign_before(self.serving.image.leader_endpoint(TRANSACTION_STATE_TOPIC,
+                                                                               self.partition)[1])
                 return
         self._taking_epoch = asyncio.get_running_loop().create_task(take_epoch())
 

@@ -59,11 +59,14 @@ Between begin_transaction and commit_transaction / abort_transaction every batch
 is transactional (the attribute bit, the producer id, epoch and sequence), and
 none goes to a partition before AddPartitionsToTxn put that partition in the
 transaction: the sender asks for the partitions its batches wait on, on a worker
-thread, and sends them once answered. That request is retried for as long as the
-producer is open, as Kafka's TxnRequestHandler does, not for a delivery timeout:
-given up, its outcome would be unknown (the coordinator may have added them), and
-an abort that skipped EndTxn would leave the transaction open at the coordinator
-until its timeout; commit and abort wait for it up to their `timeout`.
+thread, and sends them once answered. That request is retried until the producer
+closes or the transaction's own timeout has passed (by then the coordinator has
+aborted it itself), whichever is first, and at least for `delivery_timeout_ms`:
+given up sooner, its outcome would be unknown (the coordinator may have added
+them), and an abort that skipped EndTxn would leave the transaction open at the
+coordinator until that timeout. Kafka's TxnRequestHandler retries it until the
+transaction fails; a bound here keeps a producer never closed from holding its
+process at exit for longer. Commit and abort wait for it up to their `timeout`.
 send_offsets_to_transaction adds the group's offsets (AddOffsetsToTxn, then
 TxnOffsetCommit to the group's coordinator). commit_transaction flushes, then EndTxn; abort_transaction fails
 the batches not yet sent (TransactionAborted), waits for those in flight, then
@@ -109,7 +112,6 @@ RECORD_OVERHEAD_BYTES = 16  # a record's framing, roughly, for batch sizing
 MAX_PRODUCER_EPOCH = 32_767  # an int16 on the wire; past it, a new producer id
 BYTES_LIKE = (bytes, bytearray, memoryview)
 MAX_TIMESTAMP_MS = 1 << 63
-UNTIL_CLOSED_S = 10 * 365 * 24 * 3600.0   # AddPartitionsToTxn's retries: close ends them (the network refuses)
 
 logger = logging.getLogger(__name__)
 
@@ -552,7 +554,7 @@ class Producer:
             self._txn_call(TxnApi.ADD_PARTITIONS, lambda: txn_requests.add_partitions_request(
                 self.transactional_id, self.producer_id, self.producer_epoch, partitions),
                 lambda response: txn_requests.add_partitions_answer(response, partitions),
-                timeout_s=UNTIL_CLOSED_S)
+                timeout_s=max(self.delivery_timeout_s, self.transaction_timeout_ms / 1000))
 
         def added(done) -> None:
             with self._lock:

@@ -1,9 +1,9 @@
-"""AddPartitionsToTxn from the producer: retried while the producer is open, as
-Kafka's TxnRequestHandler retries it, never given up at a deadline. A request
-given up leaves its outcome unknown (the coordinator may have added the
-partitions), and an abort that then skipped EndTxn would leave the transaction
-Ongoing at the coordinator until its timeout, holding back every read_committed
-consumer of those partitions."""
+"""AddPartitionsToTxn from the producer: retried until the transaction's own
+timeout (past it the coordinator has aborted the transaction itself), not only
+for the delivery timeout. A request given up sooner leaves its outcome unknown
+(the coordinator may have added the partitions), and an abort that then skipped
+EndTxn would leave the transaction Ongoing at the coordinator until its timeout,
+holding back every read_committed consumer of those partitions."""
 
 import threading
 import time
