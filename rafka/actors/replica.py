@@ -72,6 +72,7 @@ from rafka.core.replication import follower_fetch_wait_ms
 from rafka.core.scram import salted_password
 from rafka.actors.cluster_credential import cluster_login
 from rafka.protocol.network import NodeConnections
+from rafka.protocol.txn_verification import TransactionVerifier
 from rafka.protocol.tls import cluster_client_context
 from rafka.protocol import fetching
 from rafka.protocol.framing import release_freed_memory
@@ -130,6 +131,17 @@ class _ServedPartition:
         refuse as a follower, offline or stopped replica would)."""
         return self._actor.hosted if (topic, partition) == self._actor._partition else None
 
+    async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 partitions: list[tuple[str, int]]) -> dict:
+        """PartitionHost: KIP-890's question to the transaction coordinator, over
+        the actor's own connections to it (made at the first transactional
+        Produce that needs one)."""
+        actor = self._actor
+        if actor.transaction_verifier is None:
+            actor.transaction_verifier = TransactionVerifier(self.image, NodeConnections(
+                client_id=f"rafka-txn-verifier-{actor.name}", sasl=cluster_login, tls=cluster_client_context()))
+        return await actor.transaction_verifier.verify(transactional_id, producer_id, producer_epoch, partitions)
+
     def usable(self) -> PartitionReplica:
         actor = self._actor
         if actor.storage_error is not None:
@@ -180,6 +192,7 @@ class ReplicaActor:
         self.served = _ServedPartition(self)   # what each request calls (PartitionHost)
         self.hosted = HostedPartition(self.served.usable)   # the partition calls, with their waiting
         self.serving: NodeServing | None = None   # its Kafka node, once assigned
+        self.transaction_verifier: TransactionVerifier | None = None   # at its first transactional Produce
         self._fetcher: asyncio.Task | None = None
         self._fetcher_stop = asyncio.Event()   # set to stop the fetch loop (see _stop_fetcher)
         self._leader_endpoint: tuple[str, int] | None = None   # given with the follower role

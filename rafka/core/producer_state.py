@@ -23,6 +23,19 @@ and each transaction marker the coordinator has it write (`check_marker`): an
 older producer epoch is INVALID_PRODUCER_EPOCH, an older coordinator epoch than
 the producer's last marker TRANSACTION_COORDINATOR_FENCED.
 
+Transaction verification (KIP-890 part 1, Kafka's VerificationGuard): before a
+producer's first transactional batch of a transaction is appended here, the
+leader asks the transaction coordinator whether this partition is in the
+producer's open transaction. `start_verification` hands out the producer's
+guard (None while its transaction is open here: nothing to ask); `check_verified`
+refuses (INVALID_TXN_STATE) a transactional batch of a producer with no open
+transaction here unless it comes with the producer's current guard. Any
+transactional batch or marker of the producer drops its guard, so a verification
+answered before an ABORT marker cannot let a batch in after it (the ABA of
+Kafka's ReplicaManager comment). Guards are the leader's alone, kept in memory,
+at most one per producer id and MAX_VERIFICATION_GUARDS in all (the oldest goes);
+one whose verification failed goes at once (`end_verification`).
+
 Transactions: a producer's first transactional batch opens its transaction at
 that batch's base offset; its COMMIT or ABORT marker closes it. A closed
 transaction stays "unreplicated" until the HW passes its marker. The first
@@ -65,6 +78,8 @@ from rafka.core.errors import (CorruptRecord, InvalidProducerEpoch, InvalidTxnSt
 from rafka.core.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, EndTxnMarker
 
 BATCHES_KEPT_PER_PRODUCER = 5  # Kafka's max.in.flight.requests.per.connection bound for idempotence
+MAX_VERIFICATION_GUARDS = 10_000   # producers with a verification started and no batch since, per partition
+UNVERIFIED = object()   # an append whose request named no transactional id (a coordinator's own): not checked
 SEQUENCE_MODULUS = 2**31
 NO_OFFSET = -1
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -123,6 +138,7 @@ class ProducerStateTable:
         self._open_txns: dict[int, int] = {}                  # first offset -> producer id, in offset order
         self._unreplicated: collections.deque[CompletedTxn] = collections.deque()   # marker order
         self.map_end_offset = map_end_offset                  # the offset after the last batch applied
+        self._verification_guards: dict[int, object] = {}     # producer id -> its guard (the leader's)
 
     # --- checks before an append (the leader) --------------------------------------
 
@@ -159,6 +175,37 @@ class ProducerStateTable:
                                      f"(batches kept: {kept or 'none'})")
         return None
 
+    def start_verification(self, producer_id: int) -> object | None:
+        """Kafka's maybeStartTransactionVerification: None while the producer's
+        transaction is open here (its batches need no verification), else its
+        guard, made once and kept until its next transactional batch or marker."""
+        entry = self._entries.get(producer_id)
+        if entry is not None and entry.current_txn_first_offset != NO_OFFSET:
+            return None
+        guards = self._verification_guards
+        if producer_id not in guards and len(guards) >= MAX_VERIFICATION_GUARDS:
+            del guards[next(iter(guards))]   # the oldest: its append, if it ever comes, is refused
+        return guards.setdefault(producer_id, object())
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        """The coordinator did not verify: the producer's guard goes, if it is still
+        `guard` (its next batch starts a verification afresh)."""
+        if self._verification_guards.get(producer_id) is guard:
+            del self._verification_guards[producer_id]
+
+    def check_verified(self, header: BatchHeader, guard: object | None) -> None:
+        """A transactional batch appended with verification (its request named a
+        transactional id): refused unless the producer's transaction is open here
+        or `guard` is the producer's current one."""
+        if not header.is_transactional:
+            return
+        entry = self._entries.get(header.producer_id)
+        if entry is not None and entry.current_txn_first_offset != NO_OFFSET:
+            return
+        if guard is None or self._verification_guards.get(header.producer_id) is not guard:
+            raise InvalidTxnState(f"producer {header.producer_id}: the record was not part of an ongoing "
+                                  f"transaction")
+
     def check_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
         """Validate a marker the coordinator asks to write (WriteTxnMarkers)."""
         entry = self._entries.get(producer_id)
@@ -180,6 +227,8 @@ class ProducerStateTable:
         producer_id = header.producer_id
         if producer_id == NO_PRODUCER_ID:
             return None
+        if header.is_transactional and self._verification_guards:   # data or marker: the transaction moved
+            self._verification_guards.pop(producer_id, None)
         entry = self._entries.get(producer_id)
         if entry is None:
             entry = self._entries[producer_id] = ProducerEntry(header.producer_epoch, _new_batches())

@@ -40,7 +40,7 @@ from rafka.core.errors import (DuplicateSequence, FencedLeaderEpoch, InvalidReco
                                UnknownLeaderEpoch)
 from rafka.core.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from rafka.core.log import PartitionLog
-from rafka.core.producer_state import ProducerStateTable
+from rafka.core.producer_state import UNVERIFIED, ProducerStateTable
 from rafka.core.records import encode_end_txn_marker, iter_batches, next_offset_after
 from rafka.core.replication import LeaderState, PendingIsrChange, follower_high_watermark
 
@@ -203,11 +203,15 @@ class PartitionReplica:
 
     # --- produce (leader) ---------------------------------------------------------
 
-    def append(self, records: bytes, *, acks: int, leader_epoch: int | None = None) -> ProduceResult:
+    def append(self, records: bytes, *, acks: int, leader_epoch: int | None = None,
+               verification_guard: object | None = UNVERIFIED) -> ProduceResult:
         """Append a producer's batches. acks=all fails NOT_ENOUGH_REPLICAS before
         writing when the ISR is below min.insync.replicas; the caller then waits for
         `is_committed(last_offset)`. Duplicate batches of an idempotent producer are
-        answered with their original offsets."""
+        answered with their original offsets. With `verification_guard` (what
+        `start_verification` gave, once the coordinator verified the partition), a
+        transactional batch of a producer with no transaction open here is refused
+        INVALID_TXN_STATE unless the guard is still the producer's (KIP-890)."""
         self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
         # The committed ISR, not the maximal one, as Kafka's Partition.appendRecordsToLeader
         # (partitionState.isr): a follower whose addition is still in flight may be
@@ -223,14 +227,28 @@ class PartitionReplica:
             duplicate = self.producers.check(headers[0])
             if duplicate is not None:
                 return ProduceResult(duplicate.first_offset, duplicate.last_offset, -1, True)
+            if verification_guard is not UNVERIFIED:
+                self.producers.check_verified(headers[0], verification_guard)
         else:
             for header in headers:
                 if self.producers.check(header) is not None:
                     raise DuplicateSequence(f"{self.name}: a multi-batch request holds a batch "
                                             f"that was already written")
+                if verification_guard is not UNVERIFIED:
+                    self.producers.check_verified(header, verification_guard)
         result = self.log.append_as_leader(records, self.leader_epoch)
         self.leader.maybe_advance_high_watermark()
         return ProduceResult(result.base_offset, result.last_offset, result.log_append_time_ms, False)
+
+    def start_verification(self, producer_id: int) -> object | None:
+        """The leader's: the guard a transactional Produce of `producer_id` appends
+        with once the coordinator verified it; None while the producer's
+        transaction is open here (core.producer_state)."""
+        self._require_leader(self.leader_epoch)
+        return self.producers.start_verification(producer_id)
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        self.producers.end_verification(producer_id, guard)
 
     def append_txn_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                           leader_epoch: int | None = None) -> ProduceResult:

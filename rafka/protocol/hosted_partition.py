@@ -51,7 +51,7 @@ import logging
 from collections.abc import Callable
 
 from rafka.core.errors import NotLeaderOrFollower, OutOfOrderSequence, RequestTimedOut
-from rafka.core.producer_state import ActiveProducer
+from rafka.core.producer_state import UNVERIFIED, ActiveProducer
 from rafka.core.records import count_records
 from rafka.core.replica import (ACKS_ALL, READ_UNCOMMITTED, FetchResult, PartitionReplica, ProduceResult,
                                 Role)
@@ -142,12 +142,19 @@ class HostedPartition:
     async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
         return await self.acknowledged(self.append(records, acks), request_timeout_ms)
 
-    def append(self, records: bytes, acks: int) -> Appended:
+    def start_verification(self, producer_id: int) -> object | None:
+        """A transactional Produce's guard (core.replica.start_verification)."""
+        return self._replica().start_verification(producer_id)
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        self._replica().end_verification(producer_id, guard)
+
+    def append(self, records: bytes, acks: int, verification_guard: object | None = UNVERIFIED) -> Appended:
         """A Produce's first part, done at once and in request order: the append."""
         replica = self._replica()
         high_watermark = replica.log.high_watermark
         try:
-            result = replica.append(records, acks=acks)
+            result = replica.append(records, acks=acks, verification_guard=verification_guard)
         except OutOfOrderSequence as error:   # the client fails the batch: say what this leader held
             logger.warning("%s: %s", replica.name, error)
             raise

@@ -17,6 +17,7 @@ import time
 
 import pytest
 import ray
+from kio.schema.errors import ErrorCode
 
 from rafka.actors.replica import NAMESPACE
 from rafka.core.actor_names import (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, coordinator_actor_name,
@@ -112,7 +113,6 @@ def test_confluent_kafka__init_commit_abort_commit__read_committed_reads_the_com
 
 def test_list_and_describe_transactions__through_the_brokers__the_coordinators_broker_answers(cluster, coordinator):
     from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
-    from kio.schema.errors import ErrorCode
     from kio.schema.list_transactions.v1.request import ListTransactionsRequest
     from kio.static.primitive import i64
 
@@ -343,7 +343,9 @@ def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_abor
     """A confluent-kafka producer left inside a transaction (its coordinator holds it
     Ongoing, with the partition) and a transactional batch of a producer whose
     coordinator never added the partition (what a produce arriving after its
-    transaction ended leaves behind, before KIP-890): both hold the partition's
+    transaction ended left behind before KIP-890: the leader now asks the
+    coordinator and refuses it INVALID_TXN_STATE, so it is written here without a
+    transactional id, which is not verified): both hold the partition's
     LSO, so a read_committed reader stops at the first. `rafka transactions` shows
     them as kafka-transactions.sh does; find-hanging reports only the second (the
     coordinator will end the first itself), from the leader and from a
@@ -373,17 +375,20 @@ def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_abor
         producer_epoch=never_added.producer_epoch, base_sequence=0, attributes=ATTR_TRANSACTIONAL),
         topic=topic), transactional_id="hanging-never-added")
 
-    async def produce_at_the_leader():
+    async def produce_at_the_leader(request):
         codes = []
         for address in cluster.bootstrap_servers.split(","):   # only the leader's broker takes it
             host, port = address.rsplit(":", 1)
             connection = await Connection.open(host, int(port))
             try:
-                codes.append((await connection.request(late)).responses[0].partition_responses[0].error_code)
+                codes.append((await connection.request(request)).responses[0].partition_responses[0].error_code)
             finally:
                 await connection.close()
         return codes
-    assert asyncio.run(produce_at_the_leader()).count(0) == 1   # written once, at offset 2
+    refused = asyncio.run(produce_at_the_leader(late))   # KIP-890: the coordinator says it is not added
+    assert refused.count(ErrorCode.invalid_txn_state) == 1 and ErrorCode.none not in refused, refused
+    unverified = dataclasses.replace(late, transactional_id=None)
+    assert asyncio.run(produce_at_the_leader(unverified)).count(0) == 1   # written once, at offset 2
     assert read_values(cluster.bootstrap_servers, topic, "read_committed", partitions=(0,)) == {0: []}
     opened = state_of(coordinator, "hanging-open")
     assert (opened.state, opened.topic_partitions) == ("Ongoing", frozenset({(topic, 0)}))

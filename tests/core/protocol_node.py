@@ -202,6 +202,17 @@ class ProtocolNode:
     def endpoint(self, topic: str, partition: int):
         return self.endpoints.get((topic, partition))
 
+    async def verify_transaction(self, transactional_id, producer_id, producer_epoch, partitions) -> dict:
+        """PartitionHost: KIP-890's question, asked of the one transaction coordinator
+        here directly (a cluster's leaders ask over the wire:
+        protocol.txn_verification, whose request and answer tests.core.
+        test_protocol_transactions drives through the handler)."""
+        try:
+            return self.transactions.shard.verify_partitions(transactional_id, producer_id=producer_id,
+                                                             producer_epoch=producer_epoch, partitions=partitions)
+        except KafkaError as error:
+            return {tp: error for tp in partitions}
+
     def wire_admin(self, *, default_api_timeout_ms: int = 30_000):
         """rafka's Admin with only its wire half, bootstrapped here (no Ray: the calls
         a test makes of it go over the wire)."""

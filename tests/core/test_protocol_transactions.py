@@ -191,6 +191,27 @@ def test_add_partitions_v4__verify_only__per_partition_and_per_transaction():
     run(scenario)
 
 
+def test_verify_request_and_answer__a_leaders_question_through_the_handler__each_partition_its_answer():
+    """protocol.txn_verification's request (v5, verify only), as a partition leader
+    sends it, answered by the handler and read back: the partition in the
+    transaction verified, the other TRANSACTION_ABORTABLE; an unknown id every
+    partition's INVALID_PRODUCER_ID_MAPPING."""
+    from rafka.core.errors import InvalidProducerIdMapping, TransactionAbortable
+    from rafka.protocol.txn_verification import verify_answer, verify_request
+
+    async def scenario(ask, host):
+        await ask(INIT, 4, transactional_id="t", transaction_timeout=timeout(60_000))
+        await host.shard.add_partitions("t", producer_id=5000, producer_epoch=0, partitions=[("orders", 0)])
+        asked = [("orders", 0), ("orders", 1)]
+        answer = verify_answer(await ask(ADD_PARTITIONS, 5, transactions=verify_request(
+            "t", 5000, 0, asked).transactions), asked)
+        assert answer[("orders", 0)] is None and isinstance(answer[("orders", 1)], TransactionAbortable)
+        unknown = verify_answer(await ask(ADD_PARTITIONS, 5, transactions=verify_request(
+            "nobody", 1, 0, asked[:1]).transactions), asked[:1])
+        assert isinstance(unknown[("orders", 0)], InvalidProducerIdMapping)
+    run(scenario)
+
+
 def test_add_offsets_and_end_txn__commit_and_fenced_codes_by_version():
     async def scenario(ask, host):
         await ask(INIT, 4, transactional_id="t", transaction_timeout=timeout(60_000))

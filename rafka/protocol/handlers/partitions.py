@@ -36,7 +36,11 @@ logger = logging.getLogger(__name__)
 class PartitionEndpoint(Protocol):
     """The async calls a hosted partition answers (the replica actor has them)."""
 
-    def append(self, records: bytes, acks: int) -> Any: ...
+    def append(self, records: bytes, acks: int, verification_guard: Any = ...) -> Any: ...
+
+    def start_verification(self, producer_id: int) -> Any: ...
+
+    def end_verification(self, producer_id: int, guard: Any) -> None: ...
 
     async def acknowledged(self, appended: Any, request_timeout_ms: int) -> Any: ...
 
@@ -58,6 +62,11 @@ class PartitionHost(Protocol):
     def image(self) -> ClusterImage: ...
 
     def endpoint(self, topic: str, partition: int) -> PartitionEndpoint | None: ...
+
+    async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 partitions: list[tuple[str, int]]) -> dict:
+        """{partition: None (in the producer's open transaction) or the error}
+        (protocol.txn_verification.TransactionVerifier.verify)."""
 
 
 def error_message_of(error: BaseException | None) -> str | None:

@@ -22,11 +22,17 @@ ProduceRequest.validateRecords), and what this handler does the same way:
     error (core.producer_state decides).
   * log_append_time is -1 (None on the wire) unless the topic stamps
     LogAppendTime.
-  * a transactional batch is appended as any other, its producer's epoch and
-    sequence checked (core.producer_state); the leader does not ask the
-    transaction coordinator whether the partition is in the producer's open
-    transaction first (KIP-890 part 1's verification: not built), so a Produce
-    that arrives after its transaction ended opens one no coordinator knows of.
+  * transaction verification (KIP-890 part 1, ReplicaManager.handleProduceAppend):
+    a request with a transactional id whose batch is a producer's first
+    transactional one here since its last marker asks the transaction
+    coordinator (`host.verify_transaction`, protocol.txn_verification) whether
+    the partition is in that producer's open transaction, and appends with the
+    guard core.producer_state gave it; a partition the coordinator did not verify
+    answers protocol.txn_verification's error and writes nothing. So a Produce
+    that arrives after its transaction ended (a client gave up on it, the
+    coordinator aborted) can no longer open a transaction no coordinator knows
+    of, which held back every read_committed consumer of the partition. The
+    connection's next request waits for the verification (request order).
   * authorization (KafkaApis): a transactional id needs WRITE on it, refused:
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; each topic needs
     WRITE, a refused one's partitions answer TOPIC_AUTHORIZATION_FAILED. Nothing
@@ -41,6 +47,7 @@ Caller: dispatch, through `route(host)`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 
 from rafka.protocol.entities import load_response_schema
@@ -48,7 +55,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from rafka.core.acl import ResourceType
-from rafka.core.errors import InvalidRecord, InvalidRequiredAcks
+from rafka.core.errors import InvalidRecord, InvalidRequiredAcks, KafkaError
+from rafka.core.producer_state import UNVERIFIED
 from rafka.core.records import MAGIC, read_header
 from rafka.protocol.authorization import ALLOWED, Decision, decide
 from rafka.protocol.dispatch import RequestContext, Route
@@ -57,6 +65,7 @@ from rafka.protocol.errors import ClosedAfterFailedAcksZeroProduce
 from rafka.protocol.handlers.partitions import PartitionHost, by_topic, error_code_of, locate
 from rafka.protocol.hot_writers import produce_answer_v9
 from rafka.protocol.pipelining import admit_next
+from rafka.protocol.txn_verification import produce_error
 
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 9
@@ -98,7 +107,10 @@ async def produce(host: PartitionHost, request, version: int, decision: Decision
     elif acks not in VALID_ACKS:   # before anything else, for every partition (ReplicaManager.appendRecords)
         rows = [(topic, p, InvalidRequiredAcks(), None) for topic, p in work]
     else:
-        appended = [(topic, p, *_append(host, topic, p, acks, decision)) for topic, p in work]
+        guards = await _verified(host, request.transactional_id, work, decision) \
+            if request.transactional_id is not None else {}
+        appended = [(topic, p, *_append(host, topic, p, acks, decision, guards.get((topic, int(p.index)), UNVERIFIED)))
+                    for topic, p in work]
         admit_next()
         if len(appended) == 1:   # what every client here sends: no task for the gather
             rows = [await _acknowledged(*appended[0], timeout_ms)]
@@ -153,17 +165,61 @@ def _error_message(error) -> str | None:
     return error.message if isinstance(error, InvalidRecord) and error.record_errors else None
 
 
-def _append(host: PartitionHost, topic: str, partition_data, acks: int, decision: Decision):
-    """(None, endpoint, Appended) of one partition's append, or (its error, None, None)."""
+async def _verified(host: PartitionHost, transactional_id: str, work, decision: Decision) -> dict:
+    """{(topic, partition): the guard to append with, or the error to answer} for
+    the partitions whose batch needs the coordinator's verification first (and
+    None, no guard needed, for those whose producer's transaction is open there);
+    a partition that will fail anyway (refused, not led here, a bad batch) is
+    left to `_append`, which says why."""
+    guards: dict = {}
+    asking: dict[tuple[int, int], dict] = {}   # (producer id, epoch) -> {partition: (endpoint, guard)}
+    for topic, partition_data in work:
+        if decision.refusal_of(ResourceType.TOPIC, topic) is not None:
+            continue
+        tp = (topic, int(partition_data.index))
+        _, endpoint = locate(host, *tp)
+        if endpoint is None:
+            continue
+        try:
+            check_single_v2_batch(partition_data.records)
+            header = read_header(partition_data.records, 0)
+            if not header.is_transactional or header.producer_id < 0:
+                continue
+            guard = endpoint.start_verification(header.producer_id)
+        except Exception:
+            continue
+        if guard is None:
+            guards[tp] = None
+        else:
+            asking.setdefault((header.producer_id, header.producer_epoch), {})[tp] = (endpoint, guard)
+    for (producer_id, producer_epoch), partitions in asking.items():
+        answers = await host.verify_transaction(transactional_id, producer_id, producer_epoch, list(partitions))
+        for tp, (endpoint, guard) in partitions.items():
+            error = answers.get(tp)
+            if error is None:
+                guards[tp] = guard
+            else:
+                with contextlib.suppress(KafkaError):   # the replica moved on meanwhile: `_append` says so
+                    endpoint.end_verification(producer_id, guard)
+                guards[tp] = produce_error(error)
+    return guards
+
+
+def _append(host: PartitionHost, topic: str, partition_data, acks: int, decision: Decision,
+            guard: object | None = UNVERIFIED):
+    """(None, endpoint, Appended) of one partition's append, or (its error, None, None).
+    `guard`: its verification's (`_verified`), or the error that ended it."""
     refused = decision.refusal_of(ResourceType.TOPIC, topic)
     if refused is not None:
         return refused, None, None
     code, endpoint = locate(host, topic, int(partition_data.index))
     if endpoint is None:
         return code, None, None
+    if isinstance(guard, KafkaError):
+        return guard, None, None
     try:
         check_single_v2_batch(partition_data.records)
-        return None, endpoint, endpoint.append(bytes(partition_data.records), acks)
+        return None, endpoint, endpoint.append(bytes(partition_data.records), acks, guard)
     except Exception as error:
         return error, None, None
 

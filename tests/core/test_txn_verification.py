@@ -1,0 +1,165 @@
+"""KIP-890 part 1: a leader appends a producer's first transactional batch of a
+transaction only once the transaction coordinator has said the partition is in
+it, and only with the guard its verification started with (core.producer_state,
+protocol.handlers.produce, protocol.txn_verification). What this closes: a
+Produce that arrives after its transaction ended (its client gave up on it, the
+coordinator aborted) opened a transaction no coordinator knew of, and every
+read_committed consumer of the partition stopped at it."""
+
+import dataclasses
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from rafka.client.producer import Producer
+from rafka.core import producer_state
+from rafka.core.errors import (ConcurrentTransactions, CoordinatorLoadInProgress, InvalidProducerEpoch,
+                               InvalidProducerIdMapping, InvalidTxnState, NetworkException, NotEnoughReplicas,
+                               ProducerFenced, TransactionAbortable)
+from rafka.core.producer_state import ProducerStateTable
+from rafka.core.records import (ATTR_TRANSACTIONAL, EndTxnMarker, RecordInput, encode_batch, encode_end_txn_marker,
+                                read_header)
+from rafka.protocol.txn_verification import produce_error
+from tests.core.protocol_node import ProtocolNode
+from tests.core.test_protocol_partitions import exchange, produce_request, produced
+
+pytestmark = pytest.mark.core
+
+
+def header(producer_id, *, epoch=0, sequence=0, base_offset=0, transactional=True):
+    return read_header(encode_batch([RecordInput(b"v", b"k", 1_000)], base_offset=base_offset,
+                                    producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                                    attributes=ATTR_TRANSACTIONAL if transactional else 0))
+
+
+def marker(producer_id, *, base_offset, commit=False):
+    """(header, marker) of a COMMIT or ABORT control batch, as on_append takes them."""
+    return (read_header(encode_end_txn_marker(producer_id=producer_id, producer_epoch=0, coordinator_epoch=0,
+                                              commit=commit, timestamp_ms=1_000, base_offset=base_offset)),
+            EndTxnMarker(commit, 0))
+
+
+def test_guard__one_per_producer__its_batch_needs_it__then_none_while_the_transaction_is_open():
+    table = ProducerStateTable()
+    guard = table.start_verification(7)
+    assert table.start_verification(7) is guard   # a retry of the same batch: the same verification
+    for wrong in (None, object()):
+        with pytest.raises(InvalidTxnState):
+            table.check_verified(header(7), wrong)
+    table.check_verified(header(7), guard)
+    table.check_verified(header(8, transactional=False), None)   # not transactional: nothing to verify
+    table.on_append(header(7))
+    assert table.start_verification(7) is None   # open here: no question to ask
+    table.check_verified(header(7, sequence=1, base_offset=1), None)
+
+
+def test_guard__a_marker_between_the_verification_and_the_append__the_batch_refused():
+    """The ABA: verified, then the coordinator's ABORT marker lands, then the batch
+    comes with the guard its verification gave: refused, as the transaction it
+    was verified for is over."""
+    table = ProducerStateTable()
+    table.on_append(header(7))
+    table.on_append(*marker(7, base_offset=1))
+    guard = table.start_verification(7)
+    assert guard is not None
+    table.on_append(*marker(7, base_offset=2))   # a marker again (the abort retried): the guard goes
+    with pytest.raises(InvalidTxnState):
+        table.check_verified(header(7, sequence=1, base_offset=3), guard)
+
+
+def test_guard__dropped_when_not_verified__only_its_own__bounded_oldest_first(monkeypatch):
+    table = ProducerStateTable()
+    guard = table.start_verification(7)
+    table.end_verification(7, object())   # another verification's: kept
+    assert table.start_verification(7) is guard
+    table.end_verification(7, guard)
+    assert table.start_verification(7) is not guard
+    monkeypatch.setattr(producer_state, "MAX_VERIFICATION_GUARDS", 3)
+    small = ProducerStateTable()
+    guards = {pid: small.start_verification(pid) for pid in (1, 2, 3, 4)}
+    with pytest.raises(InvalidTxnState):
+        small.check_verified(header(1), guards[1])   # the oldest went to make room
+    small.check_verified(header(4), guards[4])
+
+
+@pytest.mark.parametrize("error, answered", [
+    (TransactionAbortable("t-0 not in the transaction"), InvalidTxnState),
+    (ProducerFenced("epoch 0 is not 1"), InvalidProducerEpoch),
+    (ConcurrentTransactions("completing"), NotEnoughReplicas),
+    (CoordinatorLoadInProgress("loading"), NotEnoughReplicas),
+    (NetworkException("gone"), NotEnoughReplicas),
+    (InvalidProducerIdMapping("unknown"), InvalidProducerIdMapping),
+])
+def test_produce_error__what_a_produce_answers_for_a_partition_not_verified(error, answered):
+    assert type(produce_error(error)) is answered
+
+
+def transactional_produce(producer_id, epoch, sequence, transactional_id, *, partition=0):
+    return dataclasses.replace(produce_request(encode_batch(
+        [RecordInput(b"late", b"k", int(time.time() * 1000))], producer_id=producer_id, producer_epoch=epoch,
+        base_sequence=sequence, attributes=ATTR_TRANSACTIONAL), partition=partition),
+        transactional_id=transactional_id)
+
+
+def test_produce__partition_never_added__invalid_txn_state__nothing_written(tmp_path):
+    with ProtocolNode(tmp_path, {"orders": 2}) as node:
+        producer = Producer(node.bootstrap, transactional_id="careless", linger_ms=0)
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("orders", value=b"added", partition=0).result(timeout=10)   # orders-0 added
+            (answer,) = exchange(node, transactional_produce(producer.producer_id, producer.producer_epoch, 0,
+                                                             "careless", partition=1))
+            assert produced(answer) == (ErrorCode.invalid_txn_state, -1)
+            assert node.endpoints[("orders", 1)].replica.log.log_end_offset == 0
+            producer.commit_transaction()
+        finally:
+            producer.close(timeout=10)
+
+
+def test_produce__after_its_transaction_was_aborted__refused__no_transaction_left_open(tmp_path):
+    """A Produce a client gave up on arrives after the abort's marker, with the
+    same producer epoch and the next sequence: the coordinator no longer has the
+    partition in a transaction, so the leader refuses it, and the LSO stays at
+    the HW (before, the batch opened a transaction nobody would end)."""
+    with ProtocolNode(tmp_path, {"orders": 1}) as node:
+        producer = Producer(node.bootstrap, transactional_id="retrier", linger_ms=0)
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("orders", value=b"first", partition=0).result(timeout=10)
+            producer.abort_transaction()
+            (answer,) = exchange(node, transactional_produce(producer.producer_id, producer.producer_epoch, 1,
+                                                             "retrier"))
+            assert produced(answer) == (ErrorCode.invalid_txn_state, -1)
+            log = node.endpoints[("orders", 0)].replica.log
+            assert log.last_stable_offset == log.high_watermark == log.log_end_offset == 2   # record, marker
+            producer.begin_transaction()   # the producer goes on: a new transaction, verified afresh
+            producer.send("orders", value=b"second", partition=0).result(timeout=10)
+            producer.commit_transaction()
+            assert log.last_stable_offset == log.log_end_offset == 4
+        finally:
+            producer.close(timeout=10)
+
+
+def test_produce__transaction_open_here__no_question_asked__first_batch_of_each_transaction_asks(tmp_path):
+    with ProtocolNode(tmp_path, {"orders": 1}) as node:
+        asked = []
+        verify = node.verify_transaction
+
+        async def counting(transactional_id, producer_id, producer_epoch, partitions):
+            asked.append(tuple(partitions))
+            return await verify(transactional_id, producer_id, producer_epoch, partitions)
+        node.verify_transaction = counting
+        producer = Producer(node.bootstrap, transactional_id="steady", linger_ms=0)
+        try:
+            producer.init_transactions()
+            for _ in range(2):
+                producer.begin_transaction()
+                for i in range(3):
+                    producer.send("orders", value=b"%d" % i, partition=0).result(timeout=10)
+                producer.commit_transaction()
+            assert asked == [(("orders", 0),)] * 2
+        finally:
+            producer.close(timeout=10)
