@@ -48,6 +48,7 @@ completes joins whose deadline passed.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import ray
@@ -74,6 +75,8 @@ from rafka.protocol.pipelining import admit_next
 # to 16 of them, not 2 or 3 (group_bench: 1,100 -> 1,420 commits/s). Each parked
 # commit holds only its answer's state; the write queue bounds what all hold.
 PIPELINED_REQUESTS_PER_CONNECTION = 16
+
+logger = logging.getLogger(__name__)
 
 
 IMAGE_ASK_INTERVAL_MS = 250   # a topic missing from the image: the controller asked at most this often
@@ -172,7 +175,10 @@ class GroupCoordinatorActor:
         if (topics is not None and not set(topics) <= set(self.serving.image.topics)
                 and self.clock.now_ms() - self._image_asked_ms >= IMAGE_ASK_INTERVAL_MS):
             self._image_asked_ms = self.clock.now_ms()
-            await self.log.refresh_image()
+            try:
+                await self.log.refresh_image()
+            except Exception as error:   # the controller gone or restarting: the image held answers
+                logger.info("coordinator %d: asking the controller for the image failed: %s", self.partition, error)
         image = self.serving.image
         names = image.topics if topics is None else topics
         return {t: (image.topics[t].topic_id, len(image.topics[t].partitions)) for t in names if t in image.topics}

@@ -12,8 +12,8 @@ import pytest
 
 from rafka.core.clock import FakeClock
 from rafka.core.coordinator_shard import CoordinatorShard
-from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, RebalanceInProgress, RequestTimedOut,
-                               UnknownTopicOrPartition)
+from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, NetworkException, RebalanceInProgress,
+                               RequestTimedOut, UnknownTopicOrPartition)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState
 from rafka.core.offset_store import OffsetStore
@@ -633,3 +633,28 @@ def test_parked_join_of_a_static_member_replaced_meanwhile__fenced_instance_id()
         assert {answer["generation"] for answer in answers} == {2}
         assert members_and_generation(shard)[2] == {a["member_id"], answers[1]["member_id"]}
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("raised, answered", [
+    (RequestTimedOut("the write was not replicated"), "coordinator_not_available"),
+    (NetworkException("the controller is not registered"), "coordinator_load_in_progress"),
+    (RebalanceInProgress("rejoin"), "rebalance_in_progress"),
+])
+def test_group_call_failing__answered_as_kafkas_coordinator_maps_an_operations_error(raised, answered):
+    """The group handlers' one way to ask (handlers.group_offsets.coordinator_call)
+    maps what a call raised as Kafka's CoordinatorOperationExceptionHelper: a Java
+    consumer treats REQUEST_TIMED_OUT or NETWORK_EXCEPTION from SyncGroup or a
+    KIP-848 heartbeat as fatal."""
+    from kio.schema.errors import ErrorCode
+
+    from rafka.protocol.handlers.group_offsets import coordinator_call
+
+    class Failing:
+        async def sync_group(self, group, *args, **kwargs):
+            raise raised
+
+    class Host:
+        def coordinator_for(self, group):
+            return Failing()
+    code, answer, _ = asyncio.run(coordinator_call(Host(), G, "sync_group", "m", 1))
+    assert (code, answer) == (getattr(ErrorCode, answered), None)

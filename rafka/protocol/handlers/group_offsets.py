@@ -45,7 +45,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from rafka.core.acl import AclOperation, ResourceType
-from rafka.core.errors import KafkaError
+from rafka.core.errors import KafkaError, coordinator_append_error
 from rafka.protocol.authorization import ALLOWED, Decision, Gate, check_of, decide, gate
 from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import make, module_of
@@ -101,13 +101,17 @@ async def coordinator_call(host: GroupHost, group_id: str, method: str, *args,
                            **kwargs) -> tuple[ErrorCode, Any, str | None]:
     """(code, the coordinator's answer or None, the error's message or None): a
     group's call on its coordinator here (NOT_COORDINATOR without one), its typed
-    error as Kafka's code. The group handlers' one way to ask."""
+    error as Kafka's code, mapped as Kafka's coordinator maps an operation's
+    exception (core.errors.coordinator_append_error: a Java consumer treats
+    REQUEST_TIMED_OUT or NETWORK_EXCEPTION from most group APIs as fatal). The
+    group handlers' one way to ask."""
     coordinator = host.coordinator_for(group_id)
     if coordinator is None:
         return ErrorCode.not_coordinator, None, None
     try:
         return ErrorCode.none, await getattr(coordinator, method)(group_id, *args, **kwargs), None
     except Exception as error:
+        error = coordinator_append_error(error)
         return error_code_of(error), None, error.message if isinstance(error, KafkaError) else None
 
 
