@@ -289,10 +289,7 @@ def test_leaders_sync_write_fails__coordinator_not_available__the_follower_told_
     once, not after twice the rebalance timeout. Both rejoin and sync."""
     async def scenario():
         clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock, delay_ms=1_000)
-        a, b = await join_together(shard, clock, join(shard, "a"), join(shard, "b"))
-        follower = asyncio.create_task(sync(shard, b["member_id"], 1))
-        await settle()
+        shard, a, b, follower = await follower_waiting_on_the_leader(partition, clock)
         partition.fail_next = 1
         with pytest.raises(CoordinatorNotAvailable):
             await sync(shard, a["member_id"], 1)
@@ -553,6 +550,16 @@ async def join_together(shard, clock, *joins):
     return await asyncio.wait_for(asyncio.gather(*tasks), timeout=5)
 
 
+async def follower_waiting_on_the_leader(partition, clock):
+    """(shard, a, b, b's sync task): a (the leader) and b joined together in
+    generation 1; b's sync waits for a's."""
+    shard = shard_on(partition, clock, delay_ms=1_000)
+    a, b = await join_together(shard, clock, join(shard, "a"), join(shard, "b"))
+    follower = asyncio.create_task(sync(shard, b["member_id"], 1))
+    await settle()
+    return shard, a, b, follower
+
+
 def test_followers_sync_waits_for_the_leaders__then_each_gets_its_part():
     """Kafka's classic protocol: the coordinator relays the leader's assignment. b
     syncs first and waits; a (the leader) syncs with both parts; b gets its own."""
@@ -576,10 +583,7 @@ def test_followers_sync_waits_for_the_leaders__then_each_gets_its_part():
 def test_leader_never_syncs__its_pending_sync_expires__the_waiting_follower_is_told_to_rejoin():
     async def scenario():
         clock, partition = FakeClock(), FakeOffsetsPartition()
-        shard = shard_on(partition, clock, delay_ms=1_000)
-        a, b = await join_together(shard, clock, join(shard, "a"), join(shard, "b"))
-        follower = asyncio.create_task(sync(shard, b["member_id"], 1))
-        await settle()
+        shard, a, b, follower = await follower_waiting_on_the_leader(partition, clock)
         clock.advance(REBALANCE_MS)
         await shard.heartbeat(G, b["member_id"], 1)     # b is alive; a, the leader, is too but never syncs
         await shard.heartbeat(G, a["member_id"], 1)
