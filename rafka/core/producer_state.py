@@ -33,8 +33,9 @@ transaction here unless it comes with the producer's current guard. Any
 transactional batch or marker of the producer drops its guard, so a verification
 answered before an ABORT marker cannot let a batch in after it (the ABA of
 Kafka's ReplicaManager comment). Guards are the leader's alone, kept in memory,
-at most one per producer id and MAX_VERIFICATION_GUARDS in all (the oldest goes);
-one whose verification failed goes at once (`end_verification`).
+at most one per producer id and MAX_VERIFICATION_GUARDS in all (the oldest goes).
+One whose verification failed stays, as Kafka's VerificationStateEntry does: a
+verification of the same producer may be in flight with it.
 
 Transactions: a producer's first transactional batch opens its transaction at
 that batch's base offset; its COMMIT or ABORT marker closes it. A closed
@@ -186,12 +187,6 @@ class ProducerStateTable:
         if producer_id not in guards and len(guards) >= MAX_VERIFICATION_GUARDS:
             del guards[next(iter(guards))]   # the oldest: its append, if it ever comes, is refused
         return guards.setdefault(producer_id, object())
-
-    def end_verification(self, producer_id: int, guard: object) -> None:
-        """The coordinator did not verify: the producer's guard goes, if it is still
-        `guard` (its next batch starts a verification afresh)."""
-        if self._verification_guards.get(producer_id) is guard:
-            del self._verification_guards[producer_id]
 
     def check_verified(self, header: BatchHeader, guard: object | None) -> None:
         """A transactional batch appended with verification (its request named a

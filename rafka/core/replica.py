@@ -247,9 +247,6 @@ class PartitionReplica:
         self._require_leader(self.leader_epoch)
         return self.producers.start_verification(producer_id)
 
-    def end_verification(self, producer_id: int, guard: object) -> None:
-        self.producers.end_verification(producer_id, guard)
-
     def append_txn_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                           leader_epoch: int | None = None) -> ProduceResult:
         """Write a COMMIT or ABORT marker for `producer_id` (one WriteTxnMarkers

@@ -36,7 +36,8 @@ from rafka.core.acl import (CLUSTER_NAME, AclOperation, Resource, ResourceType, 
                             supported_operations)
 from rafka.core.api_authorization import KAFKA_API_AUTHORIZATION, Check, Scope, permits
 from rafka.core.cluster_image import ClusterImage
-from rafka.core.errors import KafkaError
+from rafka.core.errors import KafkaError, TransactionalIdAuthorizationFailed
+from rafka.core.records import ATTR_TRANSACTIONAL
 
 # Kafka's config resource types (DescribeConfigs, AlterConfigs): the ACL resource
 # each is authorized on, and the condition string the table names it by.
@@ -45,6 +46,8 @@ _CONFIG_RESOURCE_WHEN = {CONFIG_TOPIC: "resource_type == TOPIC",
                          CONFIG_BROKER: "resource_type in (BROKER, BROKER_LOGGER)",
                          CONFIG_BROKER_LOGGER: "resource_type in (BROKER, BROKER_LOGGER)",
                          CONFIG_GROUP: "resource_type == GROUP"}
+
+PRODUCE_KEY = 0
 
 # The table's request-level conditions, as predicates on (body, version).
 WHEN: Mapping[str, Callable[[Any, int], bool]] = MappingProxyType({
@@ -170,11 +173,25 @@ ALLOWED = Decision()
 
 
 def decide(context, body) -> Decision:
-    """The table's checks of the request's API, for its caller (see the module's note)."""
+    """The table's checks of the request's API, for its caller (see the module's note),
+    and one rule the table cannot hold, Kafka's whatever the ACLs: a Produce with
+    transactional records and no transactional id is refused whole
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaApis.handleProduceRequest), as it
+    would skip the leader's transaction verification (KIP-890); a super user's is
+    not (rafka's coordinators write their TxnOffsetCommit batches so)."""
     request_gate = gate(context)
     if request_gate.everything:
         return ALLOWED
+    if context.api_key == PRODUCE_KEY and body.transactional_id is None and _any_transactional(body):
+        return Decision(refusal=TransactionalIdAuthorizationFailed("transactional records need a transactional id"))
     return decide_with(request_gate, context.api_key, context.api_version, body)
+
+
+def _any_transactional(body) -> bool:
+    """Whether a Produce's batch has the transactional attribute (the low byte of a
+    v2 batch's attributes is its byte 22; one too short is refused by the handler)."""
+    return any(p.records is not None and len(p.records) > 22 and p.records[22] & ATTR_TRANSACTIONAL
+               for t in body.topic_data for p in t.partition_data)
 
 
 def decide_with(request_gate: Gate, api_key: int, version: int, body) -> Decision:

@@ -146,9 +146,6 @@ class HostedPartition:
         """A transactional Produce's guard (core.replica.start_verification)."""
         return self._replica().start_verification(producer_id)
 
-    def end_verification(self, producer_id: int, guard: object) -> None:
-        self._replica().end_verification(producer_id, guard)
-
     def append(self, records: bytes, acks: int, verification_guard: object | None = UNVERIFIED) -> Appended:
         """A Produce's first part, done at once and in request order: the append."""
         replica = self._replica()

@@ -14,15 +14,16 @@ a coordinator that could not answer now (loading, moving, not reachable, the
 transaction completing) NOT_ENOUGH_REPLICAS, which every producer retries without
 a metadata refresh.
 
-Invariants: `verify` never raises for a partition's sake: it answers every
-partition asked, None (verified) or its error; one request per call, bounded by
-the connection's request timeout.
+Invariants: `verify` never raises: it answers every partition asked, None
+(verified) or its error; one request per call, bounded as a whole by the
+connections' request timeout (connecting and logging in included).
 Callers: protocol.handlers.produce (through its host's `verify_transaction`),
 actors.replica, tests.core.protocol_node.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 
 from kio.schema.add_partitions_to_txn.v5 import request as add_partitions_v5
@@ -57,7 +58,10 @@ def verify_answer(response, partitions: Iterable[TopicPartition]) -> dict[TopicP
     UNKNOWN_SERVER_ERROR."""
     partitions = list(partitions)
     if response.error_code != ErrorCode.none:
-        error = error_for_code(response.error_code, "AddPartitionsToTxn (verify only)")
+        # the leader's own refusal is not the producer's to see (AddPartitionsToTxnManager)
+        error = InvalidTxnState("the partition could not be verified") \
+            if response.error_code == ErrorCode.cluster_authorization_failed \
+            else error_for_code(response.error_code, "AddPartitionsToTxn (verify only)")
         return {tp: error for tp in partitions}
     answered: dict[TopicPartition, KafkaError | None] = {}
     for transaction in response.results_by_transaction:
@@ -96,12 +100,19 @@ class TransactionVerifier:
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                      partitions: list[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
+        """Bounded as a whole (connecting and logging in included) by the
+        connections' request timeout; any failure is the coordinator not
+        answering: NETWORK_EXCEPTION, which the Produce answers retriable."""
         try:
             address = self._coordinator(transactional_id)
-            response = await self._nodes.request(address, verify_request(transactional_id, producer_id,
-                                                                         producer_epoch, partitions))
+            response = await asyncio.wait_for(self._nodes.request(address, verify_request(
+                transactional_id, producer_id, producer_epoch, partitions)),
+                timeout=self._nodes.request_timeout_ms / 1000)
         except KafkaError as error:
             return {tp: error for tp in partitions}
+        except Exception as error:   # out of time, the login's Ray call failed, an answer not read
+            failed = NetworkException(f"verifying with the transaction coordinator failed: {error!r}")
+            return {tp: failed for tp in partitions}
         return verify_answer(response, partitions)
 
     def _coordinator(self, transactional_id: str) -> tuple[str, int]:

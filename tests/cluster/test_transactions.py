@@ -344,8 +344,9 @@ def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_abor
     Ongoing, with the partition) and a transactional batch of a producer whose
     coordinator never added the partition (what a produce arriving after its
     transaction ended left behind before KIP-890: the leader now asks the
-    coordinator and refuses it INVALID_TXN_STATE, so it is written here without a
-    transactional id, which is not verified): both hold the partition's
+    coordinator and refuses it INVALID_TXN_STATE, and refuses it without a
+    transactional id too, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, but to a super
+    user, as which it is written here): both hold the partition's
     LSO, so a read_committed reader stops at the first. `rafka transactions` shows
     them as kafka-transactions.sh does; find-hanging reports only the second (the
     coordinator will end the first itself), from the leader and from a
@@ -353,6 +354,7 @@ def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_abor
     reads the record written between them."""
     from confluent_kafka import Producer
 
+    from rafka.actors.cluster_credential import cluster_login
     from rafka.core.records import ATTR_TRANSACTIONAL, RecordInput, encode_batch
     from rafka.protocol.connection import Connection
     from tests.core.test_protocol_partitions import produce_request
@@ -375,11 +377,11 @@ def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_abor
         producer_epoch=never_added.producer_epoch, base_sequence=0, attributes=ATTR_TRANSACTIONAL),
         topic=topic), transactional_id="hanging-never-added")
 
-    async def produce_at_the_leader(request):
+    async def produce_at_the_leader(request, login=None):
         codes = []
         for address in cluster.bootstrap_servers.split(","):   # only the leader's broker takes it
             host, port = address.rsplit(":", 1)
-            connection = await Connection.open(host, int(port))
+            connection = await Connection.open(host, int(port), sasl=login)
             try:
                 codes.append((await connection.request(request)).responses[0].partition_responses[0].error_code)
             finally:
@@ -387,8 +389,9 @@ def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_abor
         return codes
     refused = asyncio.run(produce_at_the_leader(late))   # KIP-890: the coordinator says it is not added
     assert refused.count(ErrorCode.invalid_txn_state) == 1 and ErrorCode.none not in refused, refused
-    unverified = dataclasses.replace(late, transactional_id=None)
-    assert asyncio.run(produce_at_the_leader(unverified)).count(0) == 1   # written once, at offset 2
+    unverified = dataclasses.replace(late, transactional_id=None)   # refused too, but to a super user
+    assert ErrorCode.transactional_id_authorization_failed in asyncio.run(produce_at_the_leader(unverified))
+    assert asyncio.run(produce_at_the_leader(unverified, asyncio.run(cluster_login()))).count(0) == 1   # at 2
     assert read_values(cluster.bootstrap_servers, topic, "read_committed", partitions=(0,)) == {0: []}
     opened = state_of(coordinator, "hanging-open")
     assert (opened.state, opened.topic_partitions) == ("Ongoing", frozenset({(topic, 0)}))

@@ -202,6 +202,16 @@ class ProtocolNode:
     def endpoint(self, topic: str, partition: int):
         return self.endpoints.get((topic, partition))
 
+    def append_unverified(self, topic: str, partition: int, records: bytes) -> int:
+        """Batches written straight into the partition's leader, as no Produce can
+        since KIP-890 (a transactional batch no coordinator knows of: what a
+        Produce that arrived after its transaction ended left behind before); the
+        base offset."""
+        async def append():
+            endpoint = self.endpoints[(topic, partition)]
+            return (await endpoint.acknowledged(endpoint.append(records, 1), 5_000)).base_offset
+        return self.call(append())
+
     async def verify_transaction(self, transactional_id, producer_id, producer_epoch, partitions) -> dict:
         """PartitionHost: KIP-890's question, asked of the one transaction coordinator
         here directly (a cluster's leaders ask over the wire:

@@ -199,12 +199,9 @@ def test_find_hanging__by_broker__only_partitions_with_a_replica_there__covered_
 # --- the tool on the in-process node, through rafka's Admin -----------------------------------
 
 def test_in_process__left_open_and_never_added__listed_found_and_aborted__the_lso_moves_past_both(tmp_path):
-    import dataclasses
-
     from rafka.client.producer import Producer
     from rafka.core.records import ATTR_TRANSACTIONAL, RecordInput, encode_batch
     from tests.core.protocol_node import ProtocolNode
-    from tests.core.test_protocol_partitions import exchange, produce_request
 
     with ProtocolNode(tmp_path, {"orders": 1}, edge=True) as node:
         admin = node.wire_admin(default_api_timeout_ms=20_000)
@@ -215,13 +212,10 @@ def test_in_process__left_open_and_never_added__listed_found_and_aborted__the_ls
             producer.begin_transaction()
             producer.send("orders", value=b"open", partition=0).result(timeout=20)
             # a transactional batch no coordinator added to a transaction (what a produce
-            # that arrived after its transaction ended left behind before KIP-890's
-            # verification; a request without a transactional id, as a coordinator's own
-            # writes go, is not verified)
-            (lost,) = exchange(node, dataclasses.replace(produce_request(encode_batch(
+            # that arrived after its transaction ended left behind before KIP-890)
+            assert node.append_unverified("orders", 0, encode_batch(
                 [RecordInput(b"lost", b"k", int(time.time() * 1000))], producer_id=4242, producer_epoch=0,
-                base_sequence=0, attributes=ATTR_TRANSACTIONAL)), transactional_id=None))
-            assert lost.responses[0].partition_responses[0].error_code == 0
+                base_sequence=0, attributes=ATTR_TRANSACTIONAL)) == 1
             log = node.endpoints[("orders", 0)].replica.log
             assert (log.last_stable_offset, log.high_watermark) == (0, 2)
             pid = producer.producer_id

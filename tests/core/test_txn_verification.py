@@ -68,13 +68,13 @@ def test_guard__a_marker_between_the_verification_and_the_append__the_batch_refu
         table.check_verified(header(7, sequence=1, base_offset=3), guard)
 
 
-def test_guard__dropped_when_not_verified__only_its_own__bounded_oldest_first(monkeypatch):
+def test_guard__kept_while_not_verified__bounded_oldest_first(monkeypatch):
+    """A verification that failed leaves the guard (another of the same producer may
+    be in flight with it, as Kafka's VerificationStateEntry stays); the table holds
+    at most MAX_VERIFICATION_GUARDS, the oldest going first."""
     table = ProducerStateTable()
     guard = table.start_verification(7)
-    table.end_verification(7, object())   # another verification's: kept
     assert table.start_verification(7) is guard
-    table.end_verification(7, guard)
-    assert table.start_verification(7) is not guard
     monkeypatch.setattr(producer_state, "MAX_VERIFICATION_GUARDS", 3)
     small = ProducerStateTable()
     guards = {pid: small.start_verification(pid) for pid in (1, 2, 3, 4)}
@@ -141,6 +141,45 @@ def test_produce__after_its_transaction_was_aborted__refused__no_transaction_lef
             assert log.last_stable_offset == log.log_end_offset == 4
         finally:
             producer.close(timeout=10)
+
+
+def test_produce__transactional_records_without_a_transactional_id__refused_unless_a_super_user(tmp_path):
+    """KafkaApis: transactional records need a transactional id (they would skip the
+    verification): TRANSACTIONAL_ID_AUTHORIZATION_FAILED, nothing written. rafka's
+    own writers (a super user: the coordinators' TxnOffsetCommit batches) may."""
+    with ProtocolNode(tmp_path, {"orders": 1}) as node:
+        (answer,) = exchange(node, transactional_produce(4242, 0, 0, None))
+        assert produced(answer) == (ErrorCode.transactional_id_authorization_failed, -1)
+        assert node.endpoints[("orders", 0)].replica.log.log_end_offset == 0
+
+
+def test_verify_failing_at_the_coordinator__retriable_for_the_producer__cluster_refusal_not_shown(tmp_path):
+    """protocol.txn_verification: a coordinator that cannot be reached (or whose
+    answer cannot be read) is NETWORK_EXCEPTION, which a Produce answers
+    NOT_ENOUGH_REPLICAS; the coordinator refusing the leader itself
+    (CLUSTER_AUTHORIZATION_FAILED) is INVALID_TXN_STATE, as Kafka hides it."""
+    import asyncio
+
+    from rafka.protocol.txn_verification import TransactionVerifier, verify_answer
+    from tests.core.helpers import orders_image
+
+    class Unreachable:
+        request_timeout_ms = 1_000
+
+        async def request(self, address, request):
+            raise OSError("connection refused")
+    image = orders_image()
+    verifier = TransactionVerifier(lambda: image, Unreachable())
+    verifier._coordinator = lambda transactional_id: ("127.0.0.1", 9)
+    answers = asyncio.run(verifier.verify("t", 1, 0, [("orders", 0)]))
+    assert type(answers[("orders", 0)]) is NetworkException
+    assert type(produce_error(answers[("orders", 0)])) is NotEnoughReplicas
+
+    @dataclasses.dataclass
+    class Refused:
+        error_code: ErrorCode = ErrorCode.cluster_authorization_failed
+        results_by_transaction: tuple = ()
+    assert type(verify_answer(Refused(), [("orders", 0)])[("orders", 0)]) is InvalidTxnState
 
 
 def test_produce__transaction_open_here__no_question_asked__first_batch_of_each_transaction_asks(tmp_path):

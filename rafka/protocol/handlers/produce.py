@@ -22,6 +22,12 @@ ProduceRequest.validateRecords), and what this handler does the same way:
     error (core.producer_state decides).
   * log_append_time is -1 (None on the wire) unless the topic stamps
     LogAppendTime.
+  * transactional records in a request without a transactional id:
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition, nothing written
+    (KafkaApis; decided with the rest of authorization, protocol.authorization,
+    so a broker's edge refuses it too), unless the caller is a super user
+    (rafka's own writers: a coordinator's TxnOffsetCommit batches go out so, and
+    are not verified here);
   * transaction verification (KIP-890 part 1, ReplicaManager.handleProduceAppend):
     a request with a transactional id whose batch is a producer's first
     transactional one here since its last marker asks the transaction
@@ -47,7 +53,6 @@ Caller: dispatch, through `route(host)`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 
 from rafka.protocol.entities import load_response_schema
@@ -183,25 +188,24 @@ async def _verified(host: PartitionHost, transactional_id: str, work, decision: 
         try:
             check_single_v2_batch(partition_data.records)
             header = read_header(partition_data.records, 0)
-            if not header.is_transactional or header.producer_id < 0:
-                continue
-            guard = endpoint.start_verification(header.producer_id)
         except Exception:
+            continue
+        if not header.is_transactional or header.producer_id < 0:
+            continue
+        try:
+            guard = endpoint.start_verification(header.producer_id)
+        except KafkaError:   # not the leader (any more): appended with no guard, `_append` refuses it
+            guards[tp] = None
             continue
         if guard is None:
             guards[tp] = None
         else:
-            asking.setdefault((header.producer_id, header.producer_epoch), {})[tp] = (endpoint, guard)
+            asking.setdefault((header.producer_id, header.producer_epoch), {})[tp] = guard
     for (producer_id, producer_epoch), partitions in asking.items():
         answers = await host.verify_transaction(transactional_id, producer_id, producer_epoch, list(partitions))
-        for tp, (endpoint, guard) in partitions.items():
+        for tp, guard in partitions.items():
             error = answers.get(tp)
-            if error is None:
-                guards[tp] = guard
-            else:
-                with contextlib.suppress(KafkaError):   # the replica moved on meanwhile: `_append` says so
-                    endpoint.end_verification(producer_id, guard)
-                guards[tp] = produce_error(error)
+            guards[tp] = guard if error is None else produce_error(error)
     return guards
 
 
