@@ -129,6 +129,14 @@ class CompletedTxn:
     last_stable_offset: int   # first offset of the earliest other open transaction, else last_offset + 1
 
 
+@dataclasses.dataclass(slots=True)
+class _Verification:
+    """A producer's verification in progress (Kafka's VerificationStateEntry)."""
+    guard: object
+    lowest_sequence: int
+    epoch: int
+
+
 def _new_batches() -> collections.deque:
     return collections.deque(maxlen=BATCHES_KEPT_PER_PRODUCER)
 
@@ -139,13 +147,26 @@ class ProducerStateTable:
         self._open_txns: dict[int, int] = {}                  # first offset -> producer id, in offset order
         self._unreplicated: collections.deque[CompletedTxn] = collections.deque()   # marker order
         self.map_end_offset = map_end_offset                  # the offset after the last batch applied
-        self._verification_guards: dict[int, object] = {}     # producer id -> its guard (the leader's)
+        self._verifications: dict[int, _Verification] = {}    # producer id -> its pending one (the leader's)
 
     # --- checks before an append (the leader) --------------------------------------
 
     def check(self, header: BatchHeader) -> AppendedBatch | None:
         """Validate a produced data batch. Returns the earlier append if it is a
-        duplicate, None if it is new and in order; raises otherwise."""
+        duplicate, None if it is new and in order; raises otherwise. While the
+        producer's verification is pending, a sequence above the lowest one a
+        verification started with is OUT_OF_ORDER_SEQUENCE (Kafka's
+        VerificationStateEntry): the batch before it, whose verification failed
+        retriable, must land first."""
+        duplicate = self._check(header)
+        if duplicate is None and self._verifications and header.base_sequence != NO_SEQUENCE:
+            verification = self._verifications.get(header.producer_id)
+            if verification is not None and header.base_sequence > verification.lowest_sequence:
+                raise OutOfOrderSequence(f"producer {header.producer_id} sent sequence {header.base_sequence} "
+                                         f"before {verification.lowest_sequence}, whose verification is pending")
+        return duplicate
+
+    def _check(self, header: BatchHeader) -> AppendedBatch | None:
         if header.producer_id == NO_PRODUCER_ID:
             return None
         entry = self._entries.get(header.producer_id)
@@ -176,17 +197,26 @@ class ProducerStateTable:
                                      f"(batches kept: {kept or 'none'})")
         return None
 
-    def start_verification(self, producer_id: int) -> object | None:
+    def start_verification(self, producer_id: int, sequence: int, epoch: int) -> object | None:
         """Kafka's maybeStartTransactionVerification: None while the producer's
         transaction is open here (its batches need no verification), else its
-        guard, made once and kept until its next transactional batch or marker."""
+        guard, made once and kept until its next transactional batch or marker;
+        the verification keeps the lowest sequence it was started with (of the
+        newest epoch), which `check` holds later sequences behind."""
         entry = self._entries.get(producer_id)
         if entry is not None and entry.current_txn_first_offset != NO_OFFSET:
             return None
-        guards = self._verification_guards
-        if producer_id not in guards and len(guards) >= MAX_VERIFICATION_GUARDS:
-            del guards[next(iter(guards))]   # the oldest: its append, if it ever comes, is refused
-        return guards.setdefault(producer_id, object())
+        verifications = self._verifications
+        verification = verifications.get(producer_id)
+        if verification is None:
+            if len(verifications) >= MAX_VERIFICATION_GUARDS:
+                del verifications[next(iter(verifications))]   # the oldest: its append, if it comes, is refused
+            verification = verifications[producer_id] = _Verification(object(), sequence, epoch)
+        elif epoch > verification.epoch:
+            verification.epoch, verification.lowest_sequence = epoch, sequence
+        elif epoch == verification.epoch:
+            verification.lowest_sequence = min(verification.lowest_sequence, sequence)
+        return verification.guard
 
     def check_verified(self, header: BatchHeader, guard: object | None) -> None:
         """A transactional batch appended with verification (its request named a
@@ -197,7 +227,8 @@ class ProducerStateTable:
         entry = self._entries.get(header.producer_id)
         if entry is not None and entry.current_txn_first_offset != NO_OFFSET:
             return
-        if guard is None or self._verification_guards.get(header.producer_id) is not guard:
+        verification = self._verifications.get(header.producer_id)
+        if guard is None or verification is None or verification.guard is not guard:
             raise InvalidTxnState(f"producer {header.producer_id}: the record was not part of an ongoing "
                                   f"transaction")
 
@@ -222,8 +253,8 @@ class ProducerStateTable:
         producer_id = header.producer_id
         if producer_id == NO_PRODUCER_ID:
             return None
-        if header.is_transactional and self._verification_guards:   # data or marker: the transaction moved
-            self._verification_guards.pop(producer_id, None)
+        if header.is_transactional and self._verifications:   # data or marker: the transaction moved
+            self._verifications.pop(producer_id, None)
         entry = self._entries.get(producer_id)
         if entry is None:
             entry = self._entries[producer_id] = ProducerEntry(header.producer_epoch, _new_batches())

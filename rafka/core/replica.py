@@ -240,12 +240,13 @@ class PartitionReplica:
         self.leader.maybe_advance_high_watermark()
         return ProduceResult(result.base_offset, result.last_offset, result.log_append_time_ms, False)
 
-    def start_verification(self, producer_id: int) -> object | None:
-        """The leader's: the guard a transactional Produce of `producer_id` appends
-        with once the coordinator verified it; None while the producer's
-        transaction is open here (core.producer_state)."""
+    def start_verification(self, producer_id: int, sequence: int, epoch: int) -> object | None:
+        """The leader's: the guard a transactional Produce of `producer_id` (its
+        batch's first sequence and epoch) appends with once the coordinator
+        verified it; None while the producer's transaction is open here
+        (core.producer_state)."""
         self._require_leader(self.leader_epoch)
-        return self.producers.start_verification(producer_id)
+        return self.producers.start_verification(producer_id, sequence, epoch)
 
     def append_txn_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                           leader_epoch: int | None = None) -> ProduceResult:

@@ -142,9 +142,9 @@ class HostedPartition:
     async def produce(self, records: bytes, acks: int, request_timeout_ms: int = 30_000) -> ProduceResult:
         return await self.acknowledged(self.append(records, acks), request_timeout_ms)
 
-    def start_verification(self, producer_id: int) -> object | None:
+    def start_verification(self, producer_id: int, sequence: int, epoch: int) -> object | None:
         """A transactional Produce's guard (core.replica.start_verification)."""
-        return self._replica().start_verification(producer_id)
+        return self._replica().start_verification(producer_id, sequence, epoch)
 
     def append(self, records: bytes, acks: int, verification_guard: object | None = UNVERIFIED) -> Appended:
         """A Produce's first part, done at once and in request order: the append."""

@@ -16,7 +16,7 @@ from rafka.client.producer import Producer
 from rafka.core import producer_state
 from rafka.core.errors import (ConcurrentTransactions, CoordinatorLoadInProgress, InvalidProducerEpoch,
                                InvalidProducerIdMapping, InvalidTxnState, NetworkException, NotEnoughReplicas,
-                               ProducerFenced, TransactionAbortable)
+                               OutOfOrderSequence, ProducerFenced, TransactionAbortable)
 from rafka.core.producer_state import ProducerStateTable
 from rafka.core.records import (ATTR_TRANSACTIONAL, EndTxnMarker, RecordInput, encode_batch, encode_end_txn_marker,
                                 read_header)
@@ -42,15 +42,15 @@ def marker(producer_id, *, base_offset, commit=False):
 
 def test_guard__one_per_producer__its_batch_needs_it__then_none_while_the_transaction_is_open():
     table = ProducerStateTable()
-    guard = table.start_verification(7)
-    assert table.start_verification(7) is guard   # a retry of the same batch: the same verification
+    guard = table.start_verification(7, 0, 0)
+    assert table.start_verification(7, 0, 0) is guard   # a retry of the same batch: the same verification
     for wrong in (None, object()):
         with pytest.raises(InvalidTxnState):
             table.check_verified(header(7), wrong)
     table.check_verified(header(7), guard)
     table.check_verified(header(8, transactional=False), None)   # not transactional: nothing to verify
     table.on_append(header(7))
-    assert table.start_verification(7) is None   # open here: no question to ask
+    assert table.start_verification(7, 0, 0) is None   # open here: no question to ask
     table.check_verified(header(7, sequence=1, base_offset=1), None)
 
 
@@ -61,7 +61,7 @@ def test_guard__a_marker_between_the_verification_and_the_append__the_batch_refu
     table = ProducerStateTable()
     table.on_append(header(7))
     table.on_append(*marker(7, base_offset=1))
-    guard = table.start_verification(7)
+    guard = table.start_verification(7, 0, 0)
     assert guard is not None
     table.on_append(*marker(7, base_offset=2))   # a marker again (the abort retried): the guard goes
     with pytest.raises(InvalidTxnState):
@@ -73,14 +73,34 @@ def test_guard__kept_while_not_verified__bounded_oldest_first(monkeypatch):
     be in flight with it, as Kafka's VerificationStateEntry stays); the table holds
     at most MAX_VERIFICATION_GUARDS, the oldest going first."""
     table = ProducerStateTable()
-    guard = table.start_verification(7)
-    assert table.start_verification(7) is guard
+    guard = table.start_verification(7, 0, 0)
+    assert table.start_verification(7, 0, 0) is guard
     monkeypatch.setattr(producer_state, "MAX_VERIFICATION_GUARDS", 3)
     small = ProducerStateTable()
-    guards = {pid: small.start_verification(pid) for pid in (1, 2, 3, 4)}
+    guards = {pid: small.start_verification(pid, 0, 0) for pid in (1, 2, 3, 4)}
     with pytest.raises(InvalidTxnState):
         small.check_verified(header(1), guards[1])   # the oldest went to make room
     small.check_verified(header(4), guards[4])
+
+
+def test_lowest_sequence__a_later_batch_waits_for_the_one_whose_verification_failed():
+    """Kafka's VerificationStateEntry: the producer's first batches here, sequences
+    0-4 and 5-9, are verified in turn; 0-4's verification fails (retriable) and
+    5-9's passes. 5-9 may not land first (0-4's retry would then be out of order
+    for good): OUT_OF_ORDER_SEQUENCE until 0-4 is in. A newer epoch starts over."""
+    table = ProducerStateTable()
+    guard = table.start_verification(7, 0, 0)
+    assert table.start_verification(7, 5, 0) is guard
+    with pytest.raises(OutOfOrderSequence):
+        table.check(header(7, sequence=5))
+    assert table.check(header(7, sequence=0)) is None
+    table.check_verified(header(7, sequence=0), guard)
+    table.on_append(header(7, sequence=0))   # in: the transaction is open, the verification done
+    assert table.check(header(7, sequence=1, base_offset=1)) is None
+    other = ProducerStateTable()
+    other.start_verification(8, 3, 0)
+    other.start_verification(8, 0, 1)   # bumped: the old epoch's sequences no longer count
+    assert other.check(header(8, epoch=1, sequence=0)) is None
 
 
 @pytest.mark.parametrize("error, answered", [

@@ -193,7 +193,7 @@ async def _verified(host: PartitionHost, transactional_id: str, work, decision: 
         if not header.is_transactional or header.producer_id < 0:
             continue
         try:
-            guard = endpoint.start_verification(header.producer_id)
+            guard = endpoint.start_verification(header.producer_id, header.base_sequence, header.producer_epoch)
         except KafkaError:   # not the leader (any more): appended with no guard, `_append` refuses it
             guards[tp] = None
             continue
