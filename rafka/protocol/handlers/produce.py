@@ -177,7 +177,7 @@ async def _verified(host: PartitionHost, transactional_id: str, work, decision: 
     a partition that will fail anyway (refused, not led here, a bad batch) is
     left to `_append`, which says why."""
     guards: dict = {}
-    asking: dict[tuple[int, int], dict] = {}   # (producer id, epoch) -> {partition: (endpoint, guard)}
+    asking: dict[tuple[int, int], dict] = {}   # (producer id, epoch) -> {partition: its guard}
     for topic, partition_data in work:
         if decision.refusal_of(ResourceType.TOPIC, topic) is not None:
             continue
