@@ -156,7 +156,8 @@ class GroupCoordinatorActor:
             return
         encoded = [(encode_key(key), encode_value(value)) for key, value in records]
         if isinstance(kind, TransactionalBatch):
-            await self.log.append(encoded, producer_id=kind.producer_id, producer_epoch=kind.producer_epoch)
+            await self.log.append(encoded, producer_id=kind.producer_id, producer_epoch=kind.producer_epoch,
+                                  transactional_id=kind.transactional_id)
         else:
             await self.log.append(encoded)
 
@@ -201,8 +202,9 @@ class GroupCoordinatorActor:
         return self.shard.fetch_offsets(group, partitions, require_stable=require_stable)
 
     async def commit_transactional_offsets(self, group: str, offsets: dict, **txn) -> dict:
-        """TxnOffsetCommit (CoordinatorShard.commit_transactional_offsets: producer_id,
-        producer_epoch, member_id, generation, group_instance_id)."""
+        """TxnOffsetCommit (CoordinatorShard.commit_transactional_offsets:
+        transactional_id, producer_id, producer_epoch, member_id, generation,
+        group_instance_id)."""
         self._require_loaded(group)
         return await self.shard.commit_transactional_offsets(group, offsets, **txn, on_queued=admit_next)
 

@@ -261,13 +261,19 @@ class CoordinatorShard:
                                group_instance_id=group_instance_id,
                                static_members=known.static_members if known else {}, transactional=transactional)
 
-    async def commit_transactional_offsets(self, group: str, offsets: dict, *, producer_id: int,
-                                           producer_epoch: int, member_id: str = "", generation: int = -1,
+    async def commit_transactional_offsets(self, group: str, offsets: dict, *, transactional_id: str,
+                                           producer_id: int, producer_epoch: int, member_id: str = "",
+                                           generation: int = -1,
                                            group_instance_id: str | None = None,
                                            on_queued: Callable[[], None] | None = None) -> dict:
         """Kafka's TxnOffsetCommit: offsets as commit_offsets', written as one
         transactional batch of the producer (its epoch fenced by the partition's
         leader: INVALID_PRODUCER_EPOCH) and pending until the transaction's marker.
+        The leader appends it only once the transaction coordinator says the
+        transaction holds this partition (KIP-890, the Produce carrying
+        `transactional_id`): a commit arriving after its transaction ended is
+        refused INVALID_TXN_STATE and leaves nothing pending (Kafka's
+        GroupCoordinator verifies before it writes; the refusal is the same).
         A group unknown here takes a commit naming no generation (a simple
         group's), else ILLEGAL_GENERATION (Kafka's validateTransactionalOffsetCommit);
         a known one checks membership as Kafka's transactional commit does (no
@@ -280,8 +286,8 @@ class CoordinatorShard:
             self._validate_commit(group, member_id, generation, group_instance_id, transactional=True)
             commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
             result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
-            written = self._writes.submit(result.records, TransactionalBatch(producer_id, producer_epoch)) \
-                if result.records else None
+            batch = TransactionalBatch(producer_id, producer_epoch, transactional_id)
+            written = self._writes.submit(result.records, batch) if result.records else None
         if on_queued is not None:
             on_queued()
         if written is not None:

@@ -45,9 +45,12 @@ from rafka.core.offset_store import Record
 class TransactionalBatch:
     """Records written for a producer's transaction (TxnOffsetCommit): a batch
     of their own, transactional, with the producer's id and epoch, so the
-    transaction's marker closes them."""
+    transaction's marker closes them; produced under its transactional id, so
+    the partition's leader verifies the transaction holds the partition
+    (KIP-890) before it appends them."""
     producer_id: int
     producer_epoch: int
+    transactional_id: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -177,8 +177,11 @@ def decide(context, body) -> Decision:
     and one rule the table cannot hold, Kafka's whatever the ACLs: a Produce with
     transactional records and no transactional id is refused whole
     (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaApis.handleProduceRequest), as it
-    would skip the leader's transaction verification (KIP-890); a super user's is
-    not (rafka's coordinators write their TxnOffsetCommit batches so)."""
+    would skip the leader's transaction verification (KIP-890). A super user's is
+    not, where Kafka refuses it too: rafka's own writers no longer need that (a
+    coordinator's TxnOffsetCommit batch carries its transactional id and is
+    verified), but it is how an operator, and the hanging-transactions test,
+    writes what a log from before KIP-890 can hold."""
     request_gate = gate(context)
     if request_gate.everything:
         return ALLOWED

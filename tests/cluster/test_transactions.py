@@ -74,6 +74,20 @@ def settle(coordinator, transactional_id, state):
                       what=f"{transactional_id} reaching {state}")
 
 
+async def ask_every_broker(cluster, request, login=None) -> list:
+    """`request`'s answer from each broker's node, in bootstrap order."""
+    from rafka.protocol.connection import Connection
+    answers = []
+    for address in cluster.bootstrap_servers.split(","):
+        host, port = address.rsplit(":", 1)
+        connection = await Connection.open(host, int(port), sasl=login)
+        try:
+            answers.append(await connection.request(request))
+        finally:
+            await connection.close()
+    return answers
+
+
 def committed_and_all(cluster, prefix):
     """(read_committed values, read_uncommitted values) of the records whose value starts with `prefix`."""
     def mine(values):
@@ -269,6 +283,33 @@ def test_send_offsets_to_transaction__visible_on_commit_not_on_abort__and_after_
         consumer.close()
 
 
+def test_txn_offset_commit__its_transaction_never_held_the_group__invalid_txn_state__nothing_pending(
+        cluster, coordinator):
+    """KIP-890 at the group coordinator: a TxnOffsetCommit whose transaction does not
+    hold the group's __consumer_offsets partition (its AddOffsetsToTxn never came,
+    or the transaction ended before the commit arrived) is written under its
+    transactional id, so that partition's leader asks the transaction coordinator
+    and refuses it INVALID_TXN_STATE. Before, it went in as a transactional batch no
+    coordinator knew of: the group's offset stayed pending for good
+    (UNSTABLE_OFFSET_COMMIT to every require_stable fetch)."""
+    from rafka.protocol.txn_requests import txn_offset_commit_request
+    group = "late-txn-offsets"
+    never_added = cluster.producer(transactional_id="late-offsets")
+    never_added.init_transactions()   # Empty at its coordinator: nothing added, nothing begun
+    request = txn_offset_commit_request("late-offsets", never_added.producer_id, never_added.producer_epoch,
+                                        group_id=group, generation_id=-1, member_id="", group_instance_id=None,
+                                        offsets={(TOPIC, 0): (3, -1, "")})
+    codes = [answer.topics[0].partitions[0].error_code for answer in asyncio.run(ask_every_broker(cluster, request))]
+    assert codes.count(ErrorCode.invalid_txn_state) == 1, codes   # the group's coordinator's broker
+    assert set(codes) <= {ErrorCode.invalid_txn_state, ErrorCode.not_coordinator}, codes
+    offsets_partitions = len(cluster.admin().describe_topics([OFFSETS_TOPIC])[OFFSETS_TOPIC]["partitions"])
+    group_coordinator = ray.get_actor(coordinator_actor_name(partition_for_group(group, offsets_partitions)),
+                                      namespace=NAMESPACE)
+    assert ray.get(group_coordinator.fetch_offsets.remote(group, [(TOPIC, 0)], require_stable=True),
+                   timeout=30) == {(TOPIC, 0): None}
+    never_added.close()
+
+
 # A transactional producer in a process of its own, killed (SIGKILL) inside its
 # transaction: it wrote to both partitions and never ends it.
 KILLED_PRODUCER = """
@@ -356,7 +397,6 @@ def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_abor
 
     from rafka.actors.cluster_credential import cluster_login
     from rafka.core.records import ATTR_TRANSACTIONAL, RecordInput, encode_batch
-    from rafka.protocol.connection import Connection
     from tests.core.test_protocol_partitions import produce_request
 
     topic = "txn-hanging"
@@ -377,21 +417,14 @@ def test_hanging_transactions__rafka_transactions_lists_describes_finds_and_abor
         producer_epoch=never_added.producer_epoch, base_sequence=0, attributes=ATTR_TRANSACTIONAL),
         topic=topic), transactional_id="hanging-never-added")
 
-    async def produce_at_the_leader(request, login=None):
-        codes = []
-        for address in cluster.bootstrap_servers.split(","):   # only the leader's broker takes it
-            host, port = address.rsplit(":", 1)
-            connection = await Connection.open(host, int(port), sasl=login)
-            try:
-                codes.append((await connection.request(request)).responses[0].partition_responses[0].error_code)
-            finally:
-                await connection.close()
-        return codes
-    refused = asyncio.run(produce_at_the_leader(late))   # KIP-890: the coordinator says it is not added
+    def produce_at_the_leader(request, login=None):   # only the leader's broker takes it
+        return [answer.responses[0].partition_responses[0].error_code
+                for answer in asyncio.run(ask_every_broker(cluster, request, login))]
+    refused = produce_at_the_leader(late)   # KIP-890: the coordinator says it is not added
     assert refused.count(ErrorCode.invalid_txn_state) == 1 and ErrorCode.none not in refused, refused
     unverified = dataclasses.replace(late, transactional_id=None)   # refused too, but to a super user
-    assert ErrorCode.transactional_id_authorization_failed in asyncio.run(produce_at_the_leader(unverified))
-    assert asyncio.run(produce_at_the_leader(unverified, asyncio.run(cluster_login()))).count(0) == 1   # at 2
+    assert ErrorCode.transactional_id_authorization_failed in produce_at_the_leader(unverified)
+    assert produce_at_the_leader(unverified, asyncio.run(cluster_login())).count(0) == 1   # at 2
     assert read_values(cluster.bootstrap_servers, topic, "read_committed", partitions=(0,)) == {0: []}
     opened = state_of(coordinator, "hanging-open")
     assert (opened.state, opened.topic_partitions) == ("Ongoing", frozenset({(topic, 0)}))

@@ -142,10 +142,10 @@ def test_shard__txn_commit__pending_unstable_then_committed_by_its_marker__reloa
         clock, partition = FakeClock(), TxnOffsetsPartition()
         shard = shard_on(partition, clock)
         answer = await shard.commit_transactional_offsets(G, {T0: (5, -1, ""), ("nope", 0): (1, -1, "")},
-                                                          producer_id=7, producer_epoch=2)
+                                                          transactional_id="t-7", producer_id=7, producer_epoch=2)
         assert answer[T0] is None and answer[("nope", 0)].kafka_name == "UNKNOWN_TOPIC_OR_PARTITION"
         written = OffsetValue(5, -1, "", clock.now_ms())
-        assert partition.log == [(TransactionalBatch(7, 2), [(OffsetKey(G, *T0), written)])]
+        assert partition.log == [(TransactionalBatch(7, 2, "t-7"), [(OffsetKey(G, *T0), written)])]
         assert shard.fetch_offsets(G, [T0]) == {T0: None}
         unstable = shard.fetch_offsets(G, [T0, T1], require_stable=True)
         assert isinstance(unstable[T0], UnstableOffsetCommit) and unstable[T1] is None
@@ -163,7 +163,8 @@ def test_shard__txn_commit__aborted__dropped_the_earlier_commit_stays__reload_ag
         clock, partition = FakeClock(), TxnOffsetsPartition()
         shard = shard_on(partition, clock)
         await shard.commit_offsets(G, {T0: (3, -1, "")})
-        await shard.commit_transactional_offsets(G, {T0: (9, -1, "")}, producer_id=7, producer_epoch=0)
+        await shard.commit_transactional_offsets(G, {T0: (9, -1, "")}, transactional_id="t-7", producer_id=7,
+                                                 producer_epoch=0)
         await shard.complete_transaction(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=False)
         assert shard.fetch_offsets(G, require_stable=True) == {T0: (3, -1, "")}
         assert state_of(reloaded(partition, clock)) == state_of(shard)
@@ -174,7 +175,8 @@ def test_shard__a_failed_marker_write__nothing_replayed_the_offsets_stay_pending
     async def scenario():
         clock, partition = FakeClock(), TxnOffsetsPartition()
         shard = shard_on(partition, clock)
-        await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, producer_id=7, producer_epoch=0)
+        await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7,
+                                                 producer_epoch=0)
         partition.fail_next = InvalidProducerEpoch("a newer epoch's marker is in the log")
         with pytest.raises(InvalidProducerEpoch):
             await shard.complete_transaction(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=True)
@@ -186,8 +188,8 @@ def test_shard__txn_commit_membership__as_kafkas_transactional_commit():
     async def scenario():
         shard = shard_on(TxnOffsetsPartition(), FakeClock())
         with pytest.raises(IllegalGeneration):   # a group unknown here, a generation named
-            await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, producer_id=7, producer_epoch=0,
-                                                     member_id="m-1", generation=3)
+            await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7,
+                                                     producer_epoch=0, member_id="m-1", generation=3)
         joined = await shard.join_group(G, "", client_id="c", client_host="h", protocol_type="consumer",
                                         protocols=[("range", b"")], session_timeout_ms=10_000,
                                         rebalance_timeout_ms=10_000)
@@ -197,15 +199,17 @@ def test_shard__txn_commit_membership__as_kafkas_transactional_commit():
                                             protocols=[("range", b"")], session_timeout_ms=10_000,
                                             rebalance_timeout_ms=10_000)
         # the group completes its rebalance (no sync yet): a member's transactional commit is taken
-        answer = await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, producer_id=7, producer_epoch=0,
-                                                          member_id=member_id, generation=joined["generation"])
+        answer = await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7,
+                                                          producer_epoch=0, member_id=member_id,
+                                                          generation=joined["generation"])
         assert answer == {T0: None}
         # naming no member (TxnOffsetCommit below v3) while the group has members: taken too
-        assert await shard.commit_transactional_offsets(G, {T1: (1, -1, "")}, producer_id=8,
+        assert await shard.commit_transactional_offsets(G, {T1: (1, -1, "")}, transactional_id="t-8", producer_id=8,
                                                         producer_epoch=0) == {T1: None}
         with pytest.raises(IllegalGeneration):
-            await shard.commit_transactional_offsets(G, {T0: (6, -1, "")}, producer_id=7, producer_epoch=0,
-                                                     member_id=member_id, generation=joined["generation"] + 1)
+            await shard.commit_transactional_offsets(G, {T0: (6, -1, "")}, transactional_id="t-7", producer_id=7,
+                                                     producer_epoch=0, member_id=member_id,
+                                                     generation=joined["generation"] + 1)
     asyncio.run(scenario())
 
 
@@ -287,6 +291,8 @@ def test_txn_offset_commit__every_version__pending_then_committed_by_the_marker(
         answer = await ask(TXN_COMMIT, version, **txn_commit_fields(version, {T0: 5, ("orders", 9): 1}))
         assert codes(answer) == {T0: ErrorCode.none, ("orders", 9): ErrorCode.unknown_topic_or_partition}
         assert host.shard.offsets.pending_partitions(G) == {T0}
+        # written under the request's transactional id: the partition's leader verifies it (KIP-890)
+        assert [kind for kind, _ in host.partition.log] == [TransactionalBatch(7, 0, "t")]
         module = module_of(load_request_schema(WRITE_MARKERS, 1))
         answer = await ask(WRITE_MARKERS, 1, markers=(module.WritableTxnMarker(
             producer_id=i64(7), producer_epoch=i16(0), transaction_result=True, coordinator_epoch=i32(1),
@@ -331,9 +337,10 @@ def test_write_txn_markers__offsets_partition_coordinator_loading__not_leader_or
 def test_offset_fetch__require_stable__unstable_offset_commit_per_partition_while_pending(version):
     async def scenario(ask, host):
         await host.shard.commit_offsets(G, {T1: (2, -1, "")})
-        await host.shard.commit_transactional_offsets(G, {T0: (5, -1, ""), T1: (6, -1, "")}, producer_id=7,
+        await host.shard.commit_transactional_offsets(G, {T0: (5, -1, ""), T1: (6, -1, "")}, transactional_id="t-7",
+                                                      producer_id=7, producer_epoch=0)
+        await host.shard.commit_transactional_offsets(G, {T1: (6, -1, "")}, transactional_id="t-8", producer_id=8,
                                                       producer_epoch=0)
-        await host.shard.commit_transactional_offsets(G, {T1: (6, -1, "")}, producer_id=8, producer_epoch=0)
         await host.shard.complete_transaction(producer_id=8, producer_epoch=0, coordinator_epoch=0, commit=True)
         module = module_of(load_request_schema(OFFSET_FETCH, version))
 

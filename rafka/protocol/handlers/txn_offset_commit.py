@@ -69,7 +69,8 @@ async def commit(host: GroupHost, request, context: RequestContext):
         else:
             try:
                 per_partition = await coordinator.commit_transactional_offsets(
-                    request.group_id, offsets, producer_id=int(request.producer_id),
+                    request.group_id, offsets, transactional_id=request.transactional_id,
+                    producer_id=int(request.producer_id),
                     producer_epoch=int(request.producer_epoch), member_id=getattr(request, "member_id", ""),
                     generation=int(getattr(request, "generation_id", -1)),
                     group_instance_id=getattr(request, "group_instance_id", None))
