@@ -61,7 +61,8 @@ from rafka.core.broker_identity import (BROKER_ID_LABEL, broker_log_dir, claim_p
                                         ensure_identity)
 from rafka.core.clock import SystemClock
 from rafka.core.config import TopicConfig
-from rafka.core.errors import InconsistentBrokerId, KafkaError, NotLeaderOrFollower, OffsetOutOfRange
+from rafka.core.errors import (InconsistentBrokerId, InvalidUpdateVersion, KafkaError, NotLeaderOrFollower,
+                               OffsetOutOfRange)
 from rafka.core.kafka_metrics import register_partition
 from rafka.core.metadata import uuid_as_id
 from rafka.core.records import iter_batches
@@ -495,7 +496,9 @@ class ReplicaActor:
         change is recorded in core before the call, so a follower being added holds
         the HW back while the controller may already count it. The controller's
         answer becomes the committed ISR; a refusal (a typed error: it applied
-        nothing) drops the change. A call that failed otherwise (the controller died
+        nothing) drops the change, and one for a stale partition epoch (a change
+        the controller made whose push this leader missed) reads the record it
+        missed (`_read_missed_isr`). A call that failed otherwise (the controller died
         or the answer was lost) may have been applied: the change stays in flight,
         holding the HW back, until the controller's record is read back."""
         try:
@@ -537,9 +540,11 @@ class ReplicaActor:
                 # refused (fenced, stale partition epoch, not the leader): nothing applied
                 logger.info("%s: ISR change to %s refused: %s", self.replica.name,
                             sorted(change.proposed_isr), error)
-                if self.replica.leader_epoch == change.leader_epoch and self.replica.role is Role.LEADER \
-                        and self.replica.isr_change_refused(change):
-                    self._notify()
+                if self.replica.leader_epoch == change.leader_epoch and self.replica.role is Role.LEADER:
+                    if self.replica.isr_change_refused(change):
+                        self._notify()
+                    if isinstance(error, InvalidUpdateVersion):
+                        await self._read_missed_isr(controller, change.leader_epoch)
                 continue
             except (ray.exceptions.RayError, KeyError, IndexError) as error:
                 logger.warning("%s: ISR change to %s: no answer (%s); reading the controller's record next",
@@ -550,6 +555,28 @@ class ReplicaActor:
                 if self.replica.isr_change_answered(change, isr=answer["isr"],
                                                     partition_epoch=answer["partition_epoch"]):
                     self._notify()
+
+    async def _read_missed_isr(self, controller, leader_epoch: int) -> None:
+        """The controller changed this partition's ISR at this leader's epoch and
+        its push (`apply_isr`, a bounded call) never came: a proposal at the older
+        partition epoch was refused INVALID_UPDATE_VERSION. Kafka's leader waits for
+        the newer partition state from the metadata log; rafka's reads the
+        controller's record and applies it, else every later proposal is refused
+        the same way and a follower the controller removed holds the HW back for
+        good. A failed read is retried at the next refusal."""
+        topic, partition = self.replica.topic, self.replica.partition
+        try:
+            snapshot = await controller.metadata_snapshot.remote()
+            record = snapshot["topics"][topic]["partitions"][partition]
+        except (ray.exceptions.RayError, KafkaError, KeyError, IndexError) as error:
+            logger.warning("%s: reading the controller's ISR record failed: %s", self.replica.name, error)
+            return
+        if (record["leader_epoch"] == leader_epoch == self.replica.leader_epoch
+                and self.replica.role is Role.LEADER):
+            logger.info("%s: applying the ISR %s at partition epoch %d it missed", self.replica.name,
+                        record["isr"], record["partition_epoch"])
+            if self.replica.apply_isr(record["isr"], record["partition_epoch"]):
+                self._notify()
 
     # --- follower side ------------------------------------------------------------
 

@@ -233,7 +233,8 @@ UnacceptableCredential = _error("UnacceptableCredential", 93, "UNACCEPTABLE_CRED
                                 "A SCRAM credential Kafka refuses: an empty user name, or iterations "
                                 "outside 4096-16384.")
 InvalidUpdateVersion = _error("InvalidUpdateVersion", 95, "INVALID_UPDATE_VERSION", False,
-                              "An UpdateFeatures request asked for a feature level that cannot be set.")
+                              "The version named is not the current one (an AlterPartition's partition "
+                              "epoch) or cannot be set (an UpdateFeatures' feature level).")
 
 InvalidReplicaAssignment = _error("InvalidReplicaAssignment", 39, "INVALID_REPLICA_ASSIGNMENT", False,
                                   "A replica assignment names a broker twice, or one that is not live.")

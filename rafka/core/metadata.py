@@ -75,9 +75,9 @@ from rafka.core.client_quotas import ClientQuotas, alteration_records, replayed
 from rafka.core.config import SET, ConfigOp, TopicConfig, altered_overrides
 from rafka.core.errors import (ElectionNotNeeded, EligibleLeadersNotAvailable, FencedLeaderEpoch, InvalidConfig,
                                InvalidPartitions, InvalidReplicaAssignment, InvalidReplicationFactor, InvalidRequest,
-                               InvalidTopic, KafkaError, LeaderNotAvailable, NoReassignmentInProgress,
-                               NotLeaderOrFollower, PreferredLeaderNotAvailable, ReassignmentInProgress,
-                               TopicAlreadyExists, UnknownServerError, UnknownTopicOrPartition)
+                               InvalidTopic, InvalidUpdateVersion, KafkaError, LeaderNotAvailable,
+                               NoReassignmentInProgress, NotLeaderOrFollower, PreferredLeaderNotAvailable,
+                               ReassignmentInProgress, TopicAlreadyExists, UnknownServerError, UnknownTopicOrPartition)
 from rafka.core.replica_pool import MAX_POOL_SIZE_PER_BROKER
 from rafka.core import scram_admin
 from rafka.core.scram import CLUSTER_MECHANISM, CLUSTER_USER, ScramCredential, make_credential, matches
@@ -838,7 +838,9 @@ class ClusterMetadata:
     def handle_alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
                          partition_epoch: int, new_isr: Iterable[int]) -> tuple[list[Record], PartitionState]:
         """A leader's ISR change, accepted only from the current leader at the current
-        leader and partition epochs (a stale leader is fenced)."""
+        leader and partition epochs (a stale leader is fenced; a leader that missed
+        a change the controller made is refused INVALID_UPDATE_VERSION, as Kafka's
+        ReplicationControlManager, and reads the record it missed)."""
         state = self.partition(topic, partition)
         if leader_epoch < state.leader_epoch:
             raise FencedLeaderEpoch(f"{topic}-{partition}: leader epoch {leader_epoch} is older than "
@@ -847,8 +849,8 @@ class ClusterMetadata:
             raise NotLeaderOrFollower(f"{topic}-{partition}: replica {leader} at epoch {leader_epoch} "
                                       f"is not the leader (leader {state.leader}, epoch {state.leader_epoch})")
         if partition_epoch != state.partition_epoch:
-            raise InvalidRequest(f"{topic}-{partition}: partition epoch {partition_epoch} is not "
-                                 f"the current {state.partition_epoch}")
+            raise InvalidUpdateVersion(f"{topic}-{partition}: partition epoch {partition_epoch} is not "
+                                       f"the current {state.partition_epoch}")
         isr = tuple(r for r in state.replicas if r in set(new_isr))
         if leader not in isr:
             raise InvalidRequest(f"{topic}-{partition}: the ISR must hold the leader {leader}")

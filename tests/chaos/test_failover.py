@@ -189,6 +189,34 @@ def test_follower_paused__leaves_isr_after_lag_time_and_rejoins_after_catching_u
     assert describe_replica("slow", 0, follower)["log_end_offset"] == 40
 
 
+def test_leader_missed_the_controllers_isr_change__its_refused_shrink_reads_it__the_hw_moves_on(cluster):
+    """The controller changed the ISR and its push to the leader (`apply_isr`, a call
+    bounded by leader_ping_timeout_ms) was lost: here the test makes the change
+    itself, in the leader's name, so the leader never hears of it. The leader's next
+    change (a paused follower leaving) names the old partition epoch and is refused
+    INVALID_UPDATE_VERSION; it then reads the controller's record and applies it.
+    Before, it dropped its change and proposed it again, refused each time, and the
+    paused follower held the HW: no acks=all write was acknowledged until it came
+    back."""
+    before = create(cluster, "unheard")
+    leader = before["leader"]
+    kept, stopped = [r for r in before["replicas"] if r != leader]
+    missed = ray.get(cluster.controller.alter_isr.remote("unheard", 0, leader, before["leader_epoch"],
+                                                         before["partition_epoch"], [leader, kept]), timeout=30)
+    assert missed["partition_epoch"] == before["partition_epoch"] + 1
+    assert stopped in ray.get(replica("unheard", 0, leader).describe.remote())["isr"]   # it did not hear
+
+    with cluster.producer(acks="all", linger_ms=1) as producer:
+        with paused(describe_replica("unheard", 0, stopped)["pid"]):
+            futures = [producer.send("unheard", b"u-%d" % i, partition=0) for i in range(10)]
+            wait_until(lambda: stopped not in ray.get(replica("unheard", 0, leader).describe.remote())["isr"],
+                       timeout_s=30, what="the leader applying the ISR it missed")
+            assert [f.result(timeout=30).offset for f in futures] == list(range(10))
+        wait_until(lambda: stopped in partition_state(cluster, "unheard", 0)["isr"], timeout_s=30,
+                   what="the resumed follower back in the controller's ISR")
+    assert describe_replica("unheard", 0, stopped)["log_end_offset"] == 10
+
+
 def test_acks_all__isr_below_min_isr__not_enough_replicas_and_not_visible(cluster):
     before = create(cluster, "thin")
     leader = replica("thin", 0, before["leader"])

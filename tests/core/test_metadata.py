@@ -3,7 +3,7 @@
 import pytest
 
 from rafka.core.errors import (FencedLeaderEpoch, InvalidConfig, InvalidPartitions,
-                               InvalidReplicationFactor, InvalidTopic, NotLeaderOrFollower,
+                               InvalidReplicationFactor, InvalidTopic, InvalidUpdateVersion, NotLeaderOrFollower,
                                TopicAlreadyExists, UnknownTopicOrPartition)
 from rafka.core.metadata import NO_LEADER, ClusterMetadata
 
@@ -120,6 +120,8 @@ def test_alter_isr__stale_leader_epoch_is_fenced():
         metadata.handle_alter_isr("orders", 0, 0, 0, state.partition_epoch, [0, 1])
     with pytest.raises(NotLeaderOrFollower):
         metadata.handle_alter_isr("orders", 0, 2, 1, state.partition_epoch, [2])
+    with pytest.raises(InvalidUpdateVersion):   # the leader missed a change: Kafka's code for it
+        metadata.handle_alter_isr("orders", 0, 1, 1, state.partition_epoch - 1, [1, 2, 0])
     records, new = metadata.handle_alter_isr("orders", 0, 1, 1, state.partition_epoch, [1, 2, 0])
     assert new.isr == (0, 1, 2) and new.partition_epoch == state.partition_epoch + 1
 
