@@ -27,13 +27,14 @@ min.insync.replicas, no leader) fails with COORDINATOR_NOT_AVAILABLE (Kafka's
 answer to its REQUEST_TIMED_OUT: core.errors.coordinator_append_error), a
 retriable error, and changes nothing in the cache.
 
-Transactions: TxnOffsetCommit records go out as the producer's transactional
-batch (`_append` with a TransactionalBatch), pending in the shard until the
-transaction's marker; the transaction coordinator's WriteTxnMarkers for this
-partition come to this actor's node (handlers.write_txn_markers), and the shard
-queues the marker behind its writes, which `_append` sends to the leader as
-WriteTxnMarkers (InternalPartition.append_marker). Loading replays the markers
-in the log (`replay_marker`).
+Transactions: a TxnOffsetCommit is verified with the transaction coordinator
+first (`_verify_transaction`, KIP-890), then its records go out as the producer's
+transactional batch (`_append` with a TransactionalBatch), pending in the shard
+until the transaction's marker; the transaction coordinator's WriteTxnMarkers for
+this partition come to this actor's node (handlers.write_txn_markers), and the
+shard queues the marker behind its writes, which `_append` sends to the leader as
+WriteTxnMarkers (InternalPartition.append_marker). Loading replays the markers in
+the log (`replay_marker`).
 
 Named `coordinator:<offsets partition>` in namespace `rafka`, detached,
 restartable, spread over the broker nodes. The partition's leader lookup, the
@@ -68,6 +69,7 @@ from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import decode_record, encode_key, encode_value, partition_for_group
 from rafka.core.write_queue import TransactionalBatch, TxnMarkerWrite, WriteKind
 from rafka.protocol.pipelining import admit_next
+from rafka.protocol.txn_verification import TransactionVerifier
 
 # A member's commits are batched into one append only as far as they are started
 # together: 16 per connection (a node's default is 5) lets a consumer's
@@ -94,6 +96,7 @@ class GroupCoordinatorActor:
         self.partition_count = offsets_partition_count
         self.clock = SystemClock()
         self._image_asked_ms = -IMAGE_ASK_INTERVAL_MS   # when the controller was last asked for an image
+        self._transaction_verifier: TransactionVerifier | None = None   # made at the first TxnOffsetCommit
         self.shard = CoordinatorShard(
             offsets=OffsetStore(offset_metadata_max_bytes=offset_metadata_max_bytes,
                                 offsets_retention_ms=int(offsets_retention_minutes * 60_000)),
@@ -107,7 +110,7 @@ class GroupCoordinatorActor:
             consumer_groups=ConsumerGroups(session_timeout_ms=group_consumer_session_timeout_ms,
                                            heartbeat_interval_ms=group_consumer_heartbeat_interval_ms,
                                            max_group_size=group_max_size),
-            topic_metadata=self._topic_metadata)
+            topic_metadata=self._topic_metadata, verify_transaction=self._verify_transaction)
         self.serving = NodeServing(coordinator_actor_name(offsets_partition), groups=self,
                                    list_groups=self.list_groups, allocate_producer_id=allocate_producer_id_from_controller,
                                    alter_topic_config=alter_topic_config_on_controller,
@@ -156,10 +159,20 @@ class GroupCoordinatorActor:
             return
         encoded = [(encode_key(key), encode_value(value)) for key, value in records]
         if isinstance(kind, TransactionalBatch):
-            await self.log.append(encoded, producer_id=kind.producer_id, producer_epoch=kind.producer_epoch,
-                                  transactional_id=kind.transactional_id)
+            await self.log.append(encoded, producer_id=kind.producer_id, producer_epoch=kind.producer_epoch)
         else:
             await self.log.append(encoded)
+
+    async def _verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int):
+        """KIP-890 before a TxnOffsetCommit (core.coordinator_shard._verified): does
+        the transaction hold this partition? The transaction coordinator's answer
+        (None, or its error as it gave it), asked over the partition's connections
+        (the cluster user's; bounded by offsets.commit.timeout.ms)."""
+        if self._transaction_verifier is None:
+            self._transaction_verifier = TransactionVerifier(lambda: self.serving.image, self.log.nodes)
+        partition = (OFFSETS_TOPIC, self.partition)
+        answers = await self._transaction_verifier.verify(transactional_id, producer_id, producer_epoch, [partition])
+        return answers[partition]
 
     async def _partitions_per_topic(self, topics: set[str]) -> dict[str, int]:
         """Partition counts of the topics of a commit (unknown ones are refused)."""

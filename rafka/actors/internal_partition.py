@@ -179,13 +179,13 @@ class InternalPartition:
     # --- writes -------------------------------------------------------------------------
 
     async def append(self, records: list[EncodedRecord], *, producer_id: int = NO_PRODUCER_ID,
-                     producer_epoch: int = NO_PRODUCER_EPOCH, transactional_id: str | None = None) -> None:
+                     producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
         """acks=all to the partition's leader, retried on retriable errors until
         the write timeout; returns once acknowledged. With a `producer_id`, one
         transactional batch of that producer (a TxnOffsetCommit's), without a
-        sequence (core.producer_state: a coordinator's write), produced under
-        its `transactional_id` (the leader verifies the transaction first:
-        INVALID_TXN_STATE, not retried, when it does not hold the partition)."""
+        sequence (core.producer_state: a coordinator's write) and without a
+        transactional id (the coordinator verified the transaction before it
+        queued the write: core.coordinator_shard)."""
         batch = encode_batch([RecordInput(value, key, self.clock.now_ms()) for key, value in records],
                              producer_id=producer_id, producer_epoch=producer_epoch,
                              attributes=ATTR_TRANSACTIONAL if producer_id != NO_PRODUCER_ID else 0)
@@ -193,8 +193,7 @@ class InternalPartition:
         async def produce(address, remaining_ms: int) -> None:
             producing.produce_answer(await self.nodes.request(address, producing.produce_request(
                 topic=self.topic, partition=self.partition, records=batch, acks=ACKS_ALL,
-                timeout_ms=remaining_ms, transactional_id=transactional_id)), topic=self.topic,
-                partition=self.partition)
+                timeout_ms=remaining_ms)), topic=self.topic, partition=self.partition)
         await self._write(produce)
 
     async def append_marker(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int,

@@ -51,7 +51,13 @@ Transactions (KIP-98, KIP-447): a TxnOffsetCommit is decided like a commit
 (membership checked as Kafka checks a transactional one) and written as its own
 transactional batch with the producer's id and epoch, so the partition's leader
 fences a zombie's (older epoch) and the transaction's marker closes it; its
-offsets stay pending (core.offset_store) until the marker. The marker comes here
+offsets stay pending (core.offset_store) until the marker. Before it is decided,
+a producer's first TxnOffsetCommit of a transaction here is verified with the
+transaction coordinator (KIP-890, Kafka's CoordinatorRuntime
+.scheduleTransactionalWriteOperation): outside every lock and the write queue, so
+a verification that waits or fails holds no other write; it is queued only if no
+marker of that producer was queued meanwhile (the verification guard: the
+transaction it verified may have ended). The marker comes here
 (`complete_transaction`: Kafka's coordinator writes the __consumer_offsets
 markers itself, KafkaApis.handleWriteTxnMarkersRequest), is queued behind the
 writes before it and replayed once acked; loading replays the markers in the
@@ -80,13 +86,14 @@ from collections.abc import Awaitable, Callable
 from rafka.core import consumer_group_records
 from rafka.core.consumer_group import ConsumerGroups, HeartbeatAnswer
 from rafka.core.errors import (CoordinatorNotAvailable, FencedInstanceId, GroupIdNotFound, GroupSubscribedToTopic,
-                               IllegalGeneration, InconsistentGroupProtocol, KafkaError, NonEmptyGroup,
+                               IllegalGeneration, InconsistentGroupProtocol, InvalidTxnState, KafkaError, NonEmptyGroup,
                                RebalanceInProgress, UnknownMemberId, UnknownTopicOrPartition, UnstableOffsetCommit,
                                coordinator_append_error)
 from rafka.core.group_manager import GroupManager
 from rafka.core.group_state import GroupState, validate_offset_commit
 from rafka.core.offset_store import BY_COMMIT, OffsetCommit, OffsetStore, Record, Retention
 from rafka.core.offsets_schema import GroupKey, OffsetKey
+from rafka.core.producer_state import MAX_VERIFICATION_GUARDS
 from rafka.core.records import NO_PRODUCER_ID
 from rafka.core.write_queue import Append, TransactionalBatch, TxnMarkerWrite, WriteKind, WriteQueue
 
@@ -95,6 +102,11 @@ logger = logging.getLogger(__name__)
 PartitionsPerTopic = Callable[[set[str]], Awaitable[dict[str, int]]]
 # {topic: (topic id, partition count)} of the given topics that exist (None: of every topic)
 TopicMetadataSource = Callable[[set[str] | None], Awaitable[dict]]
+# KIP-890: the transaction coordinator's answer whether (transactional id, producer
+# id, producer epoch)'s transaction holds this partition: None, or its error as the
+# coordinator gave it (TRANSACTION_ABORTABLE, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS,
+# NETWORK_EXCEPTION when it could not be asked, ...); never raises
+VerifyTransaction = Callable[[str, int, int], Awaitable[KafkaError | None]]
 
 
 @dataclasses.dataclass
@@ -140,10 +152,13 @@ class CoordinatorShard:
                  partitions_per_topic: PartitionsPerTopic, offsets_retention_check_interval_ms: int = 600_000,
                  join_poll_interval_ms: int = 100, max_queued_requests_per_group: int = 4_000,
                  consumer_groups: ConsumerGroups | None = None,
-                 topic_metadata: TopicMetadataSource | None = None) -> None:
+                 topic_metadata: TopicMetadataSource | None = None,
+                 verify_transaction: VerifyTransaction | None = None) -> None:
         """`consumer_groups`, `topic_metadata`: the new protocol's groups and where
         their subscribed topics' ids and partition counts come from (without
-        them, a ConsumerGroupHeartbeat finds no topic)."""
+        them, a ConsumerGroupHeartbeat finds no topic). `verify_transaction`: the
+        question to the transaction coordinator before a TxnOffsetCommit (without
+        it every transaction is taken as verified: a test's shard)."""
         self.offsets = offsets
         self.groups = groups
         self.consumer_groups = consumer_groups or ConsumerGroups()
@@ -155,6 +170,8 @@ class CoordinatorShard:
         self.join_poll_interval_ms = join_poll_interval_ms
         self.locks = GroupLocks(max_queued_requests_per_group=max_queued_requests_per_group)
         self._writes = WriteQueue(append, self._replay_write)
+        self._verify_transaction = verify_transaction
+        self._verification_guards: dict[int, object] = {}   # producer id -> its guard (oldest first)
         self._changed = asyncio.Event()
         self.offset_commits = 0   # partitions' offsets committed and acked (Kafka's offset-commit-count)
 
@@ -269,11 +286,12 @@ class CoordinatorShard:
         """Kafka's TxnOffsetCommit: offsets as commit_offsets', written as one
         transactional batch of the producer (its epoch fenced by the partition's
         leader: INVALID_PRODUCER_EPOCH) and pending until the transaction's marker.
-        The leader appends it only once the transaction coordinator says the
-        transaction holds this partition (KIP-890, the Produce carrying
-        `transactional_id`): a commit arriving after its transaction ended is
-        refused INVALID_TXN_STATE and leaves nothing pending (Kafka's
-        GroupCoordinator verifies before it writes; the refusal is the same).
+        A producer's first commit of a transaction here is decided only once the
+        transaction coordinator says its transaction holds this partition
+        (`_verified`): one arriving after its transaction ended is refused with
+        the coordinator's answer (TRANSACTION_ABORTABLE, which the handler turns
+        into INVALID_TXN_STATE below TxnOffsetCommit v4) and leaves nothing
+        pending.
         A group unknown here takes a commit naming no generation (a simple
         group's), else ILLEGAL_GENERATION (Kafka's validateTransactionalOffsetCommit);
         a known one checks membership as Kafka's transactional commit does (no
@@ -282,17 +300,45 @@ class CoordinatorShard:
         offsets, unknown = await self._split_unknown(offsets, on_queued)
         if not offsets:
             return unknown
+        guard = await self._verified(transactional_id, producer_id, producer_epoch)
         async with self.locks.hold(group):
+            if guard is not None and self._verification_guards.get(producer_id) is not guard:
+                raise InvalidTxnState(f"producer {producer_id}: its transaction ended while it was verified")
             self._validate_commit(group, member_id, generation, group_instance_id, transactional=True)
             commits = {tuple(tp): OffsetCommit(*value) for tp, value in offsets.items()}
             result = self.offsets.handle_commit(group, commits, self.clock.now_ms())
-            batch = TransactionalBatch(producer_id, producer_epoch, transactional_id)
-            written = self._writes.submit(result.records, batch) if result.records else None
+            written = self._writes.submit(result.records, TransactionalBatch(producer_id, producer_epoch)) \
+                if result.records else None
         if on_queued is not None:
             on_queued()
         if written is not None:
             await _appended(written)
         return {**result.response, **unknown}
+
+    async def _verified(self, transactional_id: str, producer_id: int, producer_epoch: int) -> object | None:
+        """The producer's verification guard, which its commit must still hold when
+        it is queued (a marker of the producer queued meanwhile drops it: the
+        transaction it was verified for may be the one that marker ends). The
+        transaction coordinator is asked whether the transaction holds this
+        partition (its answer raised when not) unless the transaction is open
+        here: offsets of it pending, and no marker of the producer unanswered.
+        A guard is kept until the producer's next marker is queued; at most
+        MAX_VERIFICATION_GUARDS (the oldest goes, and a commit holding it is
+        refused). None without a `verify_transaction` (a test's shard)."""
+        if self._verify_transaction is None:
+            return None
+        guards = self._verification_guards
+        guard = guards.get(producer_id)
+        if guard is None:
+            if len(guards) >= MAX_VERIFICATION_GUARDS:
+                del guards[next(iter(guards))]
+            guard = guards[producer_id] = object()
+        if producer_id in self.offsets.pending_by_producer and not self._writes.marker_unanswered(producer_id):
+            return guard
+        error = await self._verify_transaction(transactional_id, producer_id, producer_epoch)
+        if error is not None:
+            raise error
+        return guard
 
     async def complete_transaction(self, *, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                    commit: bool) -> None:
@@ -300,7 +346,10 @@ class CoordinatorShard:
         coordinator's WriteTxnMarkers for it), behind every write queued before,
         and replays it once acked: the producer's pending offsets become visible
         (COMMIT) or are dropped (ABORT). The partition's leader checks the epochs
-        (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)."""
+        (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED). A verification of
+        the producer under way loses its guard: what it verified may be what this
+        marker ends."""
+        self._verification_guards.pop(producer_id, None)
         await self._writes.submit([], TxnMarkerWrite(producer_id, producer_epoch, coordinator_epoch, commit))
 
     def fetch_offsets(self, group: str, partitions: list | None = None, *, require_stable: bool = False) -> dict:

@@ -25,6 +25,8 @@ Invariants:
   an append carries writes of one kind only: plain records, or one producer's
   transactional records (a TxnOffsetCommit: the batch carries the producer's id
   and epoch), or one transaction marker (alone: it is a control batch)
+  `marker_unanswered(producer_id)` holds from a marker's `submit` until its
+  append is answered
 
 Pure asyncio over an injected append (the actor's acks=all Produce, with its own
 retries until offsets.commit.timeout.ms). Caller: core.coordinator_shard only.
@@ -45,12 +47,10 @@ from rafka.core.offset_store import Record
 class TransactionalBatch:
     """Records written for a producer's transaction (TxnOffsetCommit): a batch
     of their own, transactional, with the producer's id and epoch, so the
-    transaction's marker closes them; produced under its transactional id, so
-    the partition's leader verifies the transaction holds the partition
-    (KIP-890) before it appends them."""
+    transaction's marker closes them (verified before they are queued:
+    core.coordinator_shard, KIP-890)."""
     producer_id: int
     producer_epoch: int
-    transactional_id: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +82,8 @@ class WriteQueue:
         self._in_flight = 0          # writes carried by the append in flight
         self._last: asyncio.Future | None = None
         self._appender: asyncio.Task | None = None
+        # producer id -> its markers queued or in flight (`marker_unanswered`)
+        self._markers_unanswered: collections.Counter[int] = collections.Counter()
 
     def submit(self, records: list[Record], kind: WriteKind = None) -> asyncio.Future:
         """Queues `records` behind every write submitted before; the future is done
@@ -94,12 +96,19 @@ class WriteQueue:
                                           f"__consumer_offsets, the most the coordinator keeps: retry")
         written = self._last = loop.create_future()
         self._queued.append((records, kind, written))
+        if isinstance(kind, TxnMarkerWrite):
+            self._markers_unanswered[kind.producer_id] += 1
         if self._appender is None:
             self._appender = loop.create_task(self._append_queued())
         # Shielded: a caller cancelled while waiting (its client went away) must not
         # cancel the write's own future, which `settled()` waits on until the write
         # is really answered.
         return asyncio.shield(written)
+
+    def marker_unanswered(self, producer_id: int) -> bool:
+        """Whether a marker of the producer is queued or in flight: its transaction
+        may be ending, though its offsets are still pending."""
+        return producer_id in self._markers_unanswered
 
     async def settled(self) -> None:
         """Returns once every write submitted so far was answered (acked or failed)."""
@@ -127,6 +136,10 @@ class WriteQueue:
                     continue
                 finally:
                     self._in_flight = 0
+                    if isinstance(kind, TxnMarkerWrite):
+                        self._markers_unanswered[kind.producer_id] -= 1
+                        if not self._markers_unanswered[kind.producer_id]:
+                            del self._markers_unanswered[kind.producer_id]
                 for write_records, _, written in batch:
                     self._replay(write_records, kind)
                     if not written.done():

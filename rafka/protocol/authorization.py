@@ -178,10 +178,10 @@ def decide(context, body) -> Decision:
     transactional records and no transactional id is refused whole
     (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaApis.handleProduceRequest), as it
     would skip the leader's transaction verification (KIP-890). A super user's is
-    not, where Kafka refuses it too: rafka's own writers no longer need that (a
-    coordinator's TxnOffsetCommit batch carries its transactional id and is
-    verified), but it is how an operator, and the hanging-transactions test,
-    writes what a log from before KIP-890 can hold."""
+    not, where Kafka refuses it too: a group coordinator writes its TxnOffsetCommit
+    batches so (its log is remote; it verified the transaction itself before
+    queueing them, core.coordinator_shard), and an operator can write what a log
+    from before KIP-890 can hold (the hanging-transactions test does)."""
     request_gate = gate(context)
     if request_gate.everything:
         return ALLOWED

@@ -17,8 +17,12 @@ a metadata refresh.
 Invariants: `verify` never raises: it answers every partition asked, None
 (verified) or its error; one request per call, bounded as a whole by the
 connections' request timeout (connecting and logging in included).
+A TxnOffsetCommit asks the same question for the group's `__consumer_offsets`
+partition before its coordinator decides it (core.coordinator_shard), and answers
+what `verification_error` says.
 Callers: protocol.handlers.produce (through its host's `verify_transaction`),
-actors.replica, tests.core.protocol_node.
+protocol.handlers.txn_offset_commit (`verification_error`), actors.replica,
+actors.coordinator, tests.core.protocol_node.
 """
 
 from __future__ import annotations
@@ -87,6 +91,19 @@ def produce_error(error: KafkaError) -> KafkaError:
     if isinstance(error, _RETRIABLE_HERE):
         return NotEnoughReplicas(f"Unable to verify the partition has been added to the transaction. "
                                  f"Underlying error: {error}")
+    return error
+
+
+def verification_error(error: BaseException, txn_offset_commit_version: int) -> BaseException:
+    """What a TxnOffsetCommit answers for a transaction the coordinator did not
+    verify (AddPartitionsToTxnManager for the group coordinator's writer): a
+    fenced producer INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE as it is from v4
+    (clients that abort on it) and INVALID_TXN_STATE below; anything else (other
+    errors included) as it is."""
+    if isinstance(error, ProducerFenced):
+        return InvalidProducerEpoch(str(error))
+    if isinstance(error, TransactionAbortable) and txn_offset_commit_version < 4:
+        return InvalidTxnState(f"the offsets' partition was not added to the transaction: {error}")
     return error
 
 

@@ -70,7 +70,7 @@ class LocalCoordinator:
     its own (one offsets partition)."""
 
     def __init__(self, partitions_per_topic, topic_metadata, *, consumer_session_timeout_ms: int = 45_000,
-                 consumer_heartbeat_interval_ms: int = 5_000) -> None:
+                 consumer_heartbeat_interval_ms: int = 5_000, verify_transaction=None) -> None:
         async def append(records, kind=None):   # acked at once: nothing to replicate to
             self.records += [(encode_offsets_key(key), encode_offsets_value(value)) for key, value in records]
         self.records: list[tuple[bytes, bytes | None]] = []   # what __consumer_offsets would hold, encoded
@@ -81,6 +81,7 @@ class LocalCoordinator:
                                     groups=GroupManager(group_initial_rebalance_delay_ms=0),
                                     clock=SystemClock(), append=append, partitions_per_topic=partitions_per_topic,
                                     join_poll_interval_ms=20, topic_metadata=topic_metadata,
+                                    verify_transaction=verify_transaction,
                                     consumer_groups=ConsumerGroups(session_timeout_ms=consumer_session_timeout_ms,
                                                                    heartbeat_interval_ms=consumer_heartbeat_interval_ms))
         self._new_shard = new_shard
@@ -212,6 +213,13 @@ class ProtocolNode:
             return (await endpoint.acknowledged(endpoint.append(records, 1), 5_000)).base_offset
         return self.call(append())
 
+    async def _verify_offsets_partition(self, transactional_id, producer_id, producer_epoch):
+        """The group coordinator's KIP-890 question (core.coordinator_shard) for its
+        one __consumer_offsets partition."""
+        offsets_partition = (OFFSETS_TOPIC, 0)
+        return (await self.verify_transaction(transactional_id, producer_id, producer_epoch,
+                                              [offsets_partition]))[offsets_partition]
+
     async def verify_transaction(self, transactional_id, producer_id, producer_epoch, partitions) -> dict:
         """PartitionHost: KIP-890's question, asked of the one transaction coordinator
         here directly (a cluster's leaders ask over the wire:
@@ -284,6 +292,7 @@ class ProtocolNode:
         apply(self.metadata.handle_create_topic(OFFSETS_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
         apply(self.metadata.handle_create_topic(TRANSACTION_STATE_TOPIC, 1, 1, None, [0], rng=random.Random(0))[0])
         self.coordinator = LocalCoordinator(self._partitions_per_topic, self._topic_metadata,
+                                            verify_transaction=self._verify_offsets_partition,
                                             **self.coordinator_options)
         self._ticker = asyncio.get_running_loop().create_task(self.coordinator.tick_forever())
         self.transactions = LocalTransactionCoordinator(allocate_block=self._allocate_producer_ids,

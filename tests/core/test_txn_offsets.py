@@ -15,8 +15,9 @@ from kio.static.primitive import i16, i32, i64
 
 from rafka.core.clock import FakeClock
 from rafka.core.coordinator_shard import CoordinatorShard
-from rafka.core.errors import (CoordinatorLoadInProgress, IllegalGeneration, InvalidProducerEpoch, RequestTimedOut,
-                               UnstableOffsetCommit)
+from rafka.core.errors import (ConcurrentTransactions, CoordinatorLoadInProgress, IllegalGeneration,
+                               InvalidProducerEpoch, InvalidTxnState, NetworkException, ProducerFenced,
+                               RequestTimedOut, TransactionAbortable, UnstableOffsetCommit)
 from rafka.core.group_manager import GroupManager
 from rafka.core.offset_store import OffsetStore
 from rafka.core.offsets_schema import OffsetKey, OffsetValue
@@ -114,10 +115,26 @@ async def partitions_per_topic(topics):
     return {t: 2 for t in topics if t == "orders"}
 
 
-def shard_on(partition, clock):
+def shard_on(partition, clock, verify_transaction=None):
     return CoordinatorShard(offsets=OffsetStore(), groups=GroupManager(group_initial_rebalance_delay_ms=0),
                             clock=clock, append=partition.append, partitions_per_topic=partitions_per_topic,
-                            join_poll_interval_ms=5)
+                            join_poll_interval_ms=5, verify_transaction=verify_transaction)
+
+
+class TransactionCoordinator:
+    """The shard's KIP-890 question: `answer` for every transaction (None: it holds
+    the partition), each question kept; while `hold` is set a question waits."""
+
+    def __init__(self, answer=None) -> None:
+        self.answer = answer
+        self.asked: list[tuple[str, int, int]] = []
+        self.hold: asyncio.Event | None = None
+
+    async def verify(self, transactional_id, producer_id, producer_epoch):
+        self.asked.append((transactional_id, producer_id, producer_epoch))
+        if self.hold is not None:
+            await self.hold.wait()
+        return self.answer
 
 
 def reloaded(partition, clock):
@@ -145,7 +162,7 @@ def test_shard__txn_commit__pending_unstable_then_committed_by_its_marker__reloa
                                                           transactional_id="t-7", producer_id=7, producer_epoch=2)
         assert answer[T0] is None and answer[("nope", 0)].kafka_name == "UNKNOWN_TOPIC_OR_PARTITION"
         written = OffsetValue(5, -1, "", clock.now_ms())
-        assert partition.log == [(TransactionalBatch(7, 2, "t-7"), [(OffsetKey(G, *T0), written)])]
+        assert partition.log == [(TransactionalBatch(7, 2), [(OffsetKey(G, *T0), written)])]
         assert shard.fetch_offsets(G, [T0]) == {T0: None}
         unstable = shard.fetch_offsets(G, [T0, T1], require_stable=True)
         assert isinstance(unstable[T0], UnstableOffsetCommit) and unstable[T1] is None
@@ -213,6 +230,129 @@ def test_shard__txn_commit_membership__as_kafkas_transactional_commit():
     asyncio.run(scenario())
 
 
+# --- KIP-890: the shard verifies a transaction before it decides its commit ---------------
+
+async def asked_once(coordinator):
+    """Until the commit under way has asked its question (a bounded wait)."""
+    for _ in range(100):
+        if coordinator.asked:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the commit never asked the transaction coordinator")
+
+
+def test_shard__verification__refused__nothing_written_nothing_pending__then_verified_once_per_transaction():
+    """A TxnOffsetCommit whose transaction does not hold the partition (its
+    AddOffsetsToTxn never came, or it ended) is refused with the coordinator's
+    answer, and writes nothing; once it does, the first commit of the transaction
+    asks and the next ones do not (the transaction is open here), until its marker."""
+    async def scenario():
+        clock, partition, coordinator = FakeClock(), TxnOffsetsPartition(), TransactionCoordinator()
+        shard = shard_on(partition, clock, coordinator.verify)
+        coordinator.answer = TransactionAbortable("__consumer_offsets-0 is not in the transaction")
+        with pytest.raises(TransactionAbortable):
+            await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7,
+                                                     producer_epoch=0)
+        assert partition.log == [] and shard.offsets.pending_partitions(G) == set()
+        assert shard.fetch_offsets(G, [T0], require_stable=True) == {T0: None}
+
+        coordinator.answer = None
+        for offset in (5, 6):
+            await shard.commit_transactional_offsets(G, {T0: (offset, -1, "")}, transactional_id="t-7",
+                                                     producer_id=7, producer_epoch=0)
+        assert coordinator.asked == [("t-7", 7, 0)] * 2   # the refused one, then the first of the two
+        await shard.complete_transaction(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=True)
+        await shard.commit_transactional_offsets(G, {T0: (9, -1, "")}, transactional_id="t-7", producer_id=7,
+                                                 producer_epoch=1)
+        assert coordinator.asked[-1] == ("t-7", 7, 1) and len(coordinator.asked) == 3   # a new transaction asks
+    asyncio.run(scenario())
+
+
+def test_shard__verification__its_transaction_ends_meanwhile__refused_behind_no_marker():
+    """The ABA: a commit's verification is answered for a transaction, whose marker
+    is queued before the commit is: the commit must not land after that marker (it
+    would open a transaction no coordinator knows of, its offsets pending for
+    good). Refused INVALID_TXN_STATE, nothing pending. The same for a producer
+    whose transaction is open here: a marker queued while its commit waits for the
+    group's lock ends it."""
+    async def scenario():
+        clock, partition, coordinator = FakeClock(), TxnOffsetsPartition(), TransactionCoordinator()
+        shard = shard_on(partition, clock, coordinator.verify)
+        coordinator.hold = asyncio.Event()
+        late = asyncio.create_task(shard.commit_transactional_offsets(
+            G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7, producer_epoch=0))
+        await asked_once(coordinator)
+        await shard.complete_transaction(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=False)
+        coordinator.hold.set()
+        with pytest.raises(InvalidTxnState):
+            await asyncio.wait_for(late, 5)
+        assert [kind for kind, _ in partition.log] == [TxnMarkerWrite(7, 0, 0, False)]
+        assert shard.offsets.pending_partitions(G) == set()
+
+        coordinator.hold = None
+        await shard.commit_transactional_offsets(G, {T1: (3, -1, "")}, transactional_id="t-8", producer_id=8,
+                                                 producer_epoch=0)
+        asked = len(coordinator.asked)
+        async with shard.locks.hold(G):   # the group busy: the open transaction's next commit waits for it
+            waiting = asyncio.create_task(shard.commit_transactional_offsets(
+                G, {T1: (4, -1, "")}, transactional_id="t-8", producer_id=8, producer_epoch=0))
+            await asyncio.sleep(0)
+            await shard.complete_transaction(producer_id=8, producer_epoch=0, coordinator_epoch=0, commit=True)
+        with pytest.raises(InvalidTxnState):
+            await waiting
+        assert len(coordinator.asked) == asked   # open here: no question was asked
+        assert shard.fetch_offsets(G, [T1], require_stable=True) == {T1: (3, -1, "")}
+    asyncio.run(scenario())
+
+
+def test_shard__verification__a_marker_unanswered__the_open_transaction_asks_again():
+    """Offsets of the producer pending but its marker still in the queue: the
+    transaction may be ending, so its next commit asks the coordinator (which
+    answers for the transaction it holds now)."""
+    async def scenario():
+        clock, partition, coordinator = FakeClock(), TxnOffsetsPartition(), TransactionCoordinator()
+        shard = shard_on(partition, clock, coordinator.verify)
+        await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7,
+                                                 producer_epoch=0)
+        partition_append, gate = partition.append, asyncio.Event()
+
+        async def slow_append(records, kind=None):
+            await gate.wait()
+            await partition_append(records, kind)
+        partition.append = slow_append
+        shard._writes._append = slow_append
+        marker = asyncio.create_task(shard.complete_transaction(producer_id=7, producer_epoch=0,
+                                                                coordinator_epoch=0, commit=True))
+        await asyncio.sleep(0)
+        coordinator.answer = ConcurrentTransactions("the transaction is in PrepareCommit")
+        with pytest.raises(ConcurrentTransactions):   # (queued behind the marker, it would wait for it)
+            await asyncio.wait_for(shard.commit_transactional_offsets(
+                G, {T0: (6, -1, "")}, transactional_id="t-7", producer_id=7, producer_epoch=0), 5)
+        assert len(coordinator.asked) == 2
+        gate.set()
+        await marker
+        assert shard.fetch_offsets(G, [T0], require_stable=True) == {T0: (5, -1, "")}
+    asyncio.run(scenario())
+
+
+def test_shard__verification_waiting__holds_no_other_groups_write():
+    """The question is asked outside the group's lock and the write queue (Kafka's
+    runtime verifies before it enqueues): a plain commit of another group goes
+    through while a TxnOffsetCommit waits for its coordinator."""
+    async def scenario():
+        clock, partition, coordinator = FakeClock(), TxnOffsetsPartition(), TransactionCoordinator()
+        shard = shard_on(partition, clock, coordinator.verify)
+        coordinator.hold = asyncio.Event()
+        waiting = asyncio.create_task(shard.commit_transactional_offsets(
+            G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7, producer_epoch=0))
+        await asked_once(coordinator)
+        assert await asyncio.wait_for(shard.commit_offsets("other", {T1: (2, -1, "")}), 5) == {T1: None}
+        assert await asyncio.wait_for(shard.commit_offsets(G, {T1: (2, -1, "")}), 5) == {T1: None}
+        coordinator.hold.set()
+        assert await waiting == {T0: None}
+    asyncio.run(scenario())
+
+
 # --- the wire ---------------------------------------------------------------------------
 
 TXN_COMMIT, OFFSET_FETCH, WRITE_MARKERS = 28, 9, 27
@@ -224,7 +364,8 @@ class Coordinator:
 
     def __init__(self) -> None:
         self.partition = TxnOffsetsPartition()
-        self.shard = shard_on(self.partition, FakeClock())
+        self.transactions = TransactionCoordinator()
+        self.shard = shard_on(self.partition, FakeClock(), self.transactions.verify)
         self.loading = False
         self._image = orders_image()
 
@@ -291,8 +432,6 @@ def test_txn_offset_commit__every_version__pending_then_committed_by_the_marker(
         answer = await ask(TXN_COMMIT, version, **txn_commit_fields(version, {T0: 5, ("orders", 9): 1}))
         assert codes(answer) == {T0: ErrorCode.none, ("orders", 9): ErrorCode.unknown_topic_or_partition}
         assert host.shard.offsets.pending_partitions(G) == {T0}
-        # written under the request's transactional id: the partition's leader verifies it (KIP-890)
-        assert [kind for kind, _ in host.partition.log] == [TransactionalBatch(7, 0, "t")]
         module = module_of(load_request_schema(WRITE_MARKERS, 1))
         answer = await ask(WRITE_MARKERS, 1, markers=(module.WritableTxnMarker(
             producer_id=i64(7), producer_epoch=i16(0), transaction_result=True, coordinator_epoch=i32(1),
@@ -330,6 +469,37 @@ def test_write_txn_markers__offsets_partition_coordinator_loading__not_leader_or
             producer_id=i64(7), producer_epoch=i16(0), transaction_result=False, coordinator_epoch=i32(1),
             topics=(module.WritableTxnMarkerTopic(name="__consumer_offsets", partition_indexes=(i32(0),)),)),))
         assert answer.markers[0].topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    run(scenario)
+
+
+VERIFICATION_ANSWERS = [   # (the coordinator's answer, TxnOffsetCommit's code below v4, from v4)
+    (TransactionAbortable("not in the transaction"), ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable),
+    (ProducerFenced("epoch 0 is not the current 1"), ErrorCode.invalid_producer_epoch,
+     ErrorCode.invalid_producer_epoch),
+    (ConcurrentTransactions("PrepareCommit"), ErrorCode.concurrent_transactions, ErrorCode.concurrent_transactions),
+    (NetworkException("not reachable"), ErrorCode.coordinator_load_in_progress,
+     ErrorCode.coordinator_load_in_progress),
+]
+
+
+@pytest.mark.parametrize("answer, before_v4, from_v4", VERIFICATION_ANSWERS,
+                         ids=[type(row[0]).__name__ for row in VERIFICATION_ANSWERS])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_txn_offset_commit__not_verified__kafkas_code_by_version__nothing_pending(version, answer, before_v4,
+                                                                                  from_v4):
+    """Kafka's CoordinatorPartitionWriter and AddPartitionsToTxnManager: a partition
+    the transaction does not hold is TRANSACTION_ABORTABLE only for clients that
+    abort on it (v4+), a fenced producer INVALID_PRODUCER_EPOCH, a coordinator not
+    reached COORDINATOR_LOAD_IN_PROGRESS (COORDINATOR_NOT_AVAILABLE below v2)."""
+    async def scenario(ask, host):
+        host.transactions.answer = answer
+        answer_ = await ask(TXN_COMMIT, version, **txn_commit_fields(version, {T0: 5}))
+        expected = from_v4 if version >= 4 else before_v4
+        if version < 2 and expected == ErrorCode.coordinator_load_in_progress:
+            expected = ErrorCode.coordinator_not_available
+        assert codes(answer_) == {T0: expected}
+        assert host.partition.log == [] and host.shard.offsets.pending_partitions(G) == set()
+        assert host.transactions.asked == [("t", 7, 0)]
     run(scenario)
 
 

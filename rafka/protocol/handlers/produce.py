@@ -26,9 +26,8 @@ ProduceRequest.validateRecords), and what this handler does the same way:
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition, nothing written
     (KafkaApis; decided with the rest of authorization, protocol.authorization,
     so a broker's edge refuses it too), unless the caller is a super user
-    (Kafka refuses it too: protocol.authorization.decide says why rafka does not);
-    a group coordinator's TxnOffsetCommit batch carries its transactional id and
-    is verified as any producer's;
+    (rafka's group coordinators write their TxnOffsetCommit batches so, verified
+    by the coordinator before it queued them; protocol.authorization.decide);
   * transaction verification (KIP-890 part 1, ReplicaManager.handleProduceAppend):
     a request with a transactional id whose batch is a producer's first
     transactional one here since its last marker asks the transaction

@@ -18,7 +18,15 @@ What Kafka answers, and these handlers the same way:
     UNKNOWN_TOPIC_OR_PARTITION as COORDINATOR_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
     as NOT_COORDINATOR, NETWORK_EXCEPTION as COORDINATOR_LOAD_IN_PROGRESS
     (CoordinatorOperationExceptionHelper); the leader's INVALID_PRODUCER_EPOCH (a
-    fenced producer) as it is.
+    fenced producer) as it is;
+  * a producer's first commit of a transaction on this partition is verified with
+    the transaction coordinator (KIP-890; core.coordinator_shard): a transaction
+    that does not hold the partition (its AddOffsetsToTxn never came, or it ended)
+    answers TRANSACTION_ABORTABLE from v4, INVALID_TXN_STATE below it, a fenced
+    producer INVALID_PRODUCER_EPOCH, the coordinator's other answers as they are
+    (CONCURRENT_TRANSACTIONS, retried by clients) and one that could not be asked
+    COORDINATOR_LOAD_IN_PROGRESS (Kafka's CoordinatorPartitionWriter with
+    AddPartitionsToTxnManager).
 Caller: node_table, through `route(groups)`.
 """
 
@@ -36,6 +44,7 @@ from rafka.protocol.dispatch import RequestContext, Route
 from rafka.protocol.entities import load_response_schema, make, module_of
 from rafka.protocol.handlers.group_offsets import GroupHost
 from rafka.protocol.handlers.partitions import error_code_of
+from rafka.protocol.txn_verification import verification_error
 
 API_KEY = 28
 MIN_VERSION, MAX_VERSION = 0, 4
@@ -74,8 +83,8 @@ async def commit(host: GroupHost, request, context: RequestContext):
                     producer_epoch=int(request.producer_epoch), member_id=getattr(request, "member_id", ""),
                     generation=int(getattr(request, "generation_id", -1)),
                     group_instance_id=getattr(request, "group_instance_id", None))
-            except Exception as error:   # a failed append, as Kafka's coordinator runtime answers it
-                code = error_code_of(coordinator_append_error(error))
+            except Exception as error:   # a failed verification or append, as Kafka's runtime answers it
+                code = error_code_of(coordinator_append_error(verification_error(error, version)))
     if version < 2 and code == ErrorCode.coordinator_load_in_progress:
         code = ErrorCode.coordinator_not_available
     response_type = load_response_schema(API_KEY, version)
