@@ -507,10 +507,10 @@ class PartitionLog:
         for segment in self._segments:
             yield from segment.batch_headers()
 
-    def offset_for_timestamp(self, target_ms: int, max_offset: int | None = None) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record whose timestamp is >= `target_ms`,
-        in offset order; None if no record at or after the log start (and below
-        `max_offset`, when given) has one."""
+    def offset_for_timestamp(self, target_ms: int, max_offset: int | None = None) -> tuple[int, int, int] | None:
+        """(offset, timestamp, its batch's leader epoch) of the first record whose
+        timestamp is >= `target_ms`, in offset order; None if no record at or after
+        the log start (and below `max_offset`, when given) has one."""
         for segment in self._segments:
             if segment.max_timestamp < target_ms or segment.next_offset <= self.log_start_offset:
                 continue
@@ -520,6 +520,17 @@ class PartitionLog:
                     return None
                 return found
         return None
+
+    def offset_of_max_timestamp(self, max_offset: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, its batch's leader epoch) of the first record with
+        the largest timestamp in the log (Kafka's MAX_TIMESTAMP: the first segment
+        holding it, its log start not considered), or None when the log is empty
+        or that record is at or past `max_offset`."""
+        holding = [segment for segment in self._segments if segment.size_bytes]
+        if not holding:
+            return None
+        found = max(holding, key=lambda segment: segment.max_timestamp).find_max_timestamp()
+        return found if found is not None and found[0] < max_offset else None
 
     # --- truncation ---------------------------------------------------------------
 

@@ -47,8 +47,8 @@ from rafka.core.replication import LeaderState, PendingIsrChange, follower_high_
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1   # Fetch's and ListOffsets' isolation_level
 DELETE_TO_HIGH_WATERMARK = -1   # DeleteRecords' offset -1 (Kafka's DeleteRecordsRequest.HIGH_WATERMARK)
-# ListOffsets' special timestamps (Kafka's ListOffsetsRequest.EARLIEST/LATEST_TIMESTAMP).
-EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest.EARLIEST/LATEST/MAX_TIMESTAMP).
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP = -2, -1, -3
 
 
 class Role(enum.Enum):
@@ -339,32 +339,40 @@ class PartitionReplica:
         return self._fetch_result(records, last_stable_offset=stable, aborted_transactions=aborted)
 
     def list_offset(self, *, timestamp_ms: int, leader_epoch: int | None = None,
-                    isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int] | None:
-        """ListOffsets as a consumer of `isolation_level` sees it: EARLIEST_TIMESTAMP
-        gives the log start offset, LATEST_TIMESTAMP the HW (read_committed: the
-        LSO), a timestamp the first offset below that bound whose record timestamp
-        is >= it (Kafka's Partition.fetchOffsetForTimestamp, lastFetchableOffset).
-        (offset, timestamp) or None.
+                    isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int, int] | None:
+        """ListOffsets as a consumer of `isolation_level` sees it (Kafka's
+        Partition.fetchOffsetForTimestamp and UnifiedLog.fetchOffsetByTimestamp):
+        (offset, timestamp, leader epoch) or None, the epoch -1 where Kafka has
+        none. EARLIEST_TIMESTAMP gives the log start offset (with the first
+        epoch's number when that epoch starts at or below it), LATEST_TIMESTAMP
+        the HW (read_committed: the LSO) with this leader's epoch,
+        MAX_TIMESTAMP the first record of the largest timestamp, a timestamp the
+        first record whose timestamp is >= it; each of the last two with its
+        batch's epoch, and None at or past that bound (lastFetchableOffset).
         A new leader whose HW has not reached the start of its epoch answers
-        OFFSET_NOT_AVAILABLE (retriable) where the HW would matter, as Kafka's
-        Partition.fetchOffsetForTimestamp: its HW may still be below the old
-        leader's, and "latest" must not move a consumer (or a coordinator loading
-        its partition) back."""
+        OFFSET_NOT_AVAILABLE (retriable) where the HW would matter, as Kafka's:
+        its HW may still be below the old leader's, and "latest" must not move a
+        consumer (or a coordinator loading its partition) back."""
         self._require_leader(self.leader_epoch if leader_epoch is None else leader_epoch)
+        log = self.log
         if timestamp_ms == EARLIEST_TIMESTAMP:
-            return self.log.log_start_offset, -1
-        if timestamp_ms != LATEST_TIMESTAMP and timestamp_ms < 0:
+            first = log.epochs.entries()[:1]
+            return log.log_start_offset, -1, first[0][0] if first and first[0][1] <= log.log_start_offset else -1
+        if timestamp_ms not in (LATEST_TIMESTAMP, MAX_TIMESTAMP) and timestamp_ms < 0:
             raise InvalidRequest(f"{self.name}: timestamp {timestamp_ms} is negative")
-        fetchable = (self.log.last_stable_offset if isolation_level == READ_COMMITTED
-                     else self.log.high_watermark)
-        found = (None if timestamp_ms == LATEST_TIMESTAMP
-                 else self.log.offset_for_timestamp(timestamp_ms, max_offset=fetchable))
-        if found is None and self.log.high_watermark < self.leader.leader_epoch_start_offset:
-            raise OffsetNotAvailable(f"{self.name}: the HW {self.log.high_watermark} has not reached the "
+        fetchable = log.last_stable_offset if isolation_level == READ_COMMITTED else log.high_watermark
+        if timestamp_ms == LATEST_TIMESTAMP:
+            found = None
+        elif timestamp_ms == MAX_TIMESTAMP:
+            found = log.offset_of_max_timestamp(max_offset=fetchable)
+        else:
+            found = log.offset_for_timestamp(timestamp_ms, max_offset=fetchable)
+        if found is None and log.high_watermark < self.leader.leader_epoch_start_offset:
+            raise OffsetNotAvailable(f"{self.name}: the HW {log.high_watermark} has not reached the "
                                      f"start offset {self.leader.leader_epoch_start_offset} of leader "
                                      f"epoch {self.leader_epoch} yet")
         if timestamp_ms == LATEST_TIMESTAMP:
-            return fetchable, -1
+            return fetchable, -1, self.leader_epoch
         return found
 
     def _fetch_result(self, records: bytes, *, last_stable_offset: int | None = None,

@@ -385,9 +385,9 @@ class Segment:
             batch = data[position:position + header.size_bytes]
             yield header, batch, decode_records(batch)
 
-    def find_offset_for_timestamp(self, target_ms: int, min_offset: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after `min_offset` whose
-        timestamp is >= `target_ms`, or None."""
+    def find_offset_for_timestamp(self, target_ms: int, min_offset: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, its batch's leader epoch) of the first record at or
+        after `min_offset` whose timestamp is >= `target_ms`, or None."""
         slot = bisect.bisect_left(self._time_timestamps, target_ms) - 1
         start_offset = max(min_offset, self._time_offsets[slot] if slot >= 0 else self.base_offset)
         found = self.find_batch(start_offset)
@@ -400,7 +400,23 @@ class Segment:
             for _, records in decode_batches(batch):
                 for record in records:
                     if record.offset >= min_offset and record.timestamp_ms >= target_ms:
-                        return record.offset, record.timestamp_ms
+                        return record.offset, record.timestamp_ms, header.partition_leader_epoch
+        return None
+
+    def find_max_timestamp(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, its batch's leader epoch) of the first record whose
+        timestamp is the segment's largest, in the first batch that holds it
+        (Kafka's offsetOfMaxTimestamp: under LogAppendTime, the batch's first
+        record), or None in an empty segment."""
+        found = self.find_batch(self.offset_of_max_timestamp) if self.size_bytes else None
+        if found is None:
+            return None
+        _, header = found
+        batch = self.read_position_range(found[0], found[0] + header.size_bytes)
+        for _, records in decode_batches(batch):
+            for record in records:
+                if record.timestamp_ms == header.max_timestamp:
+                    return record.offset, record.timestamp_ms, header.partition_leader_epoch
         return None
 
     # --- truncation, flushing, deletion -------------------------------------------

@@ -37,7 +37,7 @@ def test_delete_records__leader_moves_log_start__below_unreadable__earliest_answ
     requested, low_watermark = a.delete_records(3)
     assert (requested, a.log.log_start_offset) == (3, 3)
     assert low_watermark == 0                           # the followers have not heard yet
-    assert a.list_offset(timestamp_ms=EARLIEST_TIMESTAMP) == (3, -1)
+    assert a.list_offset(timestamp_ms=EARLIEST_TIMESTAMP) == (3, -1, 0)
     with pytest.raises(OffsetOutOfRange):
         a.fetch_for_consumer(fetch_offset=2, max_bytes=1 << 20)
     assert values_from(a, 3) == [b"3", b"4"]

@@ -164,7 +164,30 @@ def test_recovery__missing_indexes_are_rebuilt_and_lookups_still_work(tmp_path):
     log = open_log(tmp_path, **{"segment.bytes": 2_000, "index.interval.bytes": 100})
     assert all((tmp_path / p.name.replace(".log", ".index")).exists() for p in tmp_path.glob("*.log"))
     assert [r.offset for r in read_all(log, 37)] == list(range(37, 60))
-    assert log.offset_for_timestamp(10_041) == (41, 10_041)
+    assert log.offset_for_timestamp(10_041) == (41, 10_041, 0)
+
+
+def test_offset_of_max_timestamp__first_record_of_the_largest__its_epoch__none_past_the_bound(tmp_path):
+    """Kafka's MAX_TIMESTAMP (UnifiedLog.fetchOffsetByTimestamp): the first segment
+    holding the largest timestamp, the first batch there with it, and in that batch
+    the first record with it; the batch's leader epoch beside it."""
+    log = open_log(tmp_path, **{"segment.bytes": 250, "index.interval.bytes": 1})
+    assert log.offset_of_max_timestamp(max_offset=10) is None   # empty
+    for epoch, ts in enumerate([100, 900, 200, 900, 50]):
+        log.append_as_leader(batch(b"t%d" % ts, timestamp_ms=ts), leader_epoch=epoch)
+    assert log.segment_base_offsets() == [0, 3]   # a 900 in each: the first segment's
+    assert log.offset_of_max_timestamp(max_offset=5) == (1, 900, 1)
+    assert log.offset_of_max_timestamp(max_offset=1) is None   # at or past the bound (the HW)
+    log.append_as_leader(encode_batch([RecordInput(b"a", None, 10), RecordInput(b"b", None, 950),
+                                       RecordInput(b"c", None, 20)]), leader_epoch=5)
+    assert log.offset_of_max_timestamp(max_offset=8) == (6, 950, 5)   # the middle record of its batch
+
+
+def test_offset_of_max_timestamp__log_append_time__the_batchs_first_record(tmp_path):
+    clock = FakeClock(70_000)
+    log = open_log(tmp_path, clock, **{"message.timestamp.type": "LogAppendTime"})
+    log.append_as_leader(encode_batch([RecordInput(b"a", None, 10), RecordInput(b"b", None, 20)]), leader_epoch=3)
+    assert log.offset_of_max_timestamp(max_offset=2) == (0, 70_000, 3)
 
 
 def test_offset_for_timestamp__first_offset_at_or_after_target_and_none_past_end(tmp_path):
@@ -174,7 +197,7 @@ def test_offset_for_timestamp__first_offset_at_or_after_target_and_none_past_end
         log.append_as_leader(batch(b"t%d" % ts, timestamp_ms=ts), leader_epoch=0)
     assert len(log.segment_base_offsets()) > 2
     for target in range(0, 900, 25):
-        expected = next(((o, ts) for o, ts in enumerate(timestamps) if ts >= target), None)
+        expected = next(((o, ts, 0) for o, ts in enumerate(timestamps) if ts >= target), None)
         assert log.offset_for_timestamp(target) == expected, target
     assert log.offset_for_timestamp(801) is None
     assert log.offset_for_timestamp(750, max_offset=9) is None  # 800 is at offset 9

@@ -4,6 +4,8 @@ refused request."""
 
 import asyncio
 import datetime
+import importlib
+from types import SimpleNamespace
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -214,12 +216,53 @@ def test_list_offsets__earliest_latest_and_by_timestamp(node):
     def answer(response):
         (topic,) = response.topics
         (partition,) = topic.partitions
-        return partition.error_code, partition.offset, partition.timestamp
-    assert answer(earliest) == (ErrorCode.none, 0, -1)
-    assert answer(latest) == (ErrorCode.none, 3, -1)
-    assert answer(at) == (ErrorCode.none, 1, 1_001)
-    assert answer(after) == (ErrorCode.none, -1, -1)
-    assert answer(max_timestamp)[0] == ErrorCode.invalid_request
+        return partition.error_code, partition.offset, partition.timestamp, partition.leader_epoch
+    # with the leader epoch as Kafka's (v4+): the leader's for LATEST, the record's batch's, the first epoch's
+    assert answer(earliest) == (ErrorCode.none, 0, -1, 0)
+    assert answer(latest) == (ErrorCode.none, 3, -1, 0)
+    assert answer(at) == (ErrorCode.none, 1, 1_001, 0)
+    assert answer(after) == (ErrorCode.none, -1, -1, -1)
+    assert answer(max_timestamp) == (ErrorCode.none, 2, 1_002, 0)   # MAX_TIMESTAMP (v7): the newest record
+
+    node.endpoints[("orders", 0)].replica.become_leader(leader_epoch=2, replicas=[0], isr=[0], partition_epoch=1)
+    exchange(node, produce_request(encode_batch([RecordInput(b"d", b"k", 5_000)])))   # epoch 2, offset 3
+    at, latest, max_timestamp, before = exchange(node, list_request(4_000), list_request(-1), list_request(-3),
+                                                 list_request(1_002))
+    assert answer(at) == (ErrorCode.none, 3, 5_000, 2)
+    assert answer(latest) == (ErrorCode.none, 4, -1, 2)
+    assert answer(max_timestamp) == (ErrorCode.none, 3, 5_000, 2)
+    assert answer(before) == (ErrorCode.none, 2, 1_002, 0)
+
+
+def list_request_at(version, timestamp, partition=0):
+    module = importlib.import_module(f"kio.schema.list_offsets.v{version}.request")
+    epoch = {"current_leader_epoch": i32(-1)} if version >= 4 else {}
+    isolation = {"isolation_level": i8(0)} if version >= 2 else {}
+    return module.ListOffsetsRequest(replica_id=i32(-1), **isolation, topics=(module.ListOffsetsTopic(
+        name="orders", partitions=(module.ListOffsetsPartition(partition_index=i32(partition),
+                                                              timestamp=i64(timestamp), **epoch),)),))
+
+
+@pytest.mark.parametrize("version, timestamp, partition", [
+    (6, -3, 0), (1, -3, 0), (7, -4, 0), (7, -5, 0), (7, -7, 0), (7, -4, 9)])
+def test_list_offsets__a_timestamp_the_version_does_not_have__unsupported_version(node, version, timestamp,
+                                                                                   partition):
+    """Kafka's isListOffsetsTimestampUnsupported: MAX_TIMESTAMP needs v7, -4 and -5
+    need v8 and v9 (past rafka's v7), any other negative is none; whatever the
+    partition (one that does not exist included)."""
+    (answer,) = exchange(node, list_request_at(version, timestamp, partition))
+    assert [p.error_code for t in answer.topics for p in t.partitions] == [ErrorCode.unsupported_version]
+    assert [int(p.leader_epoch) for t in answer.topics for p in t.partitions if version >= 4] in ([-1], [])
+
+
+@pytest.mark.parametrize("version, expected", [(4, ErrorCode.leader_not_available),
+                                               (5, ErrorCode.offset_not_available)])
+def test_list_offsets__a_new_leaders_lagging_hw__offset_not_available_from_v5_only(version, expected):
+    """ReplicaManager.fetchOffset: only v5 and newer get OFFSET_NOT_AVAILABLE; older
+    clients get LEADER_NOT_AVAILABLE (both retriable)."""
+    from rafka.protocol.handlers.list_offsets import _as_kafka_answers
+    wanted = SimpleNamespace(timestamp=-1)
+    assert _as_kafka_answers(("orders", wanted, ErrorCode.offset_not_available, None), version)[2] == expected
 
 
 def test_list_offsets_v0__old_style_offsets_as_sarama_1_22_asks(node):

@@ -231,7 +231,7 @@ def test_leader_change__consumer_at_the_old_tail__waits_and_is_not_reset(tmp_pat
     with pytest.raises(OffsetNotAvailable):               # so would a timestamp found nowhere below the HW
         b.list_offset(timestamp_ms=0, leader_epoch=1)
     fetch(b, c), fetch(b, c)
-    assert b.list_offset(timestamp_ms=LATEST_TIMESTAMP, leader_epoch=1) == (2, -1)
+    assert b.list_offset(timestamp_ms=LATEST_TIMESTAMP, leader_epoch=1) == (2, -1, 1)
     b.append(records(b"z"), acks=ACKS_ALL)
     fetch(b, c), fetch(b, c)
     assert values(b.fetch_for_consumer(fetch_offset=position, max_bytes=1 << 20, leader_epoch=1).records) == [b"z"]

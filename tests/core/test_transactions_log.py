@@ -192,10 +192,10 @@ def test_read_committed_fetch__only_the_aborted_transactions_overlapping_what_is
 def test_list_offsets_latest__read_committed_the_lso_read_uncommitted_the_hw(tmp_path):
     replica = leader(tmp_path)
     scenario(replica)
-    assert replica.list_offset(timestamp_ms=LATEST_TIMESTAMP, isolation_level=READ_COMMITTED) == (6, -1)
-    assert replica.list_offset(timestamp_ms=LATEST_TIMESTAMP) == (8, -1)
+    assert replica.list_offset(timestamp_ms=LATEST_TIMESTAMP, isolation_level=READ_COMMITTED) == (6, -1, 1)
+    assert replica.list_offset(timestamp_ms=LATEST_TIMESTAMP) == (8, -1, 1)
     # by time: the first record at or after it, below the bound
-    assert replica.list_offset(timestamp_ms=NOW_MS, isolation_level=READ_COMMITTED) == (0, NOW_MS)
+    assert replica.list_offset(timestamp_ms=NOW_MS, isolation_level=READ_COMMITTED) == (0, NOW_MS, 1)
 
 
 def test_follower__replays_the_markers__the_same_lso_and_aborted_transactions_as_its_leader(tmp_path):
