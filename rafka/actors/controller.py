@@ -66,7 +66,8 @@ from rafka.core.actor_names import (CONTROLLER_NAME, OFFSETS_TOPIC, REPLICA_SHEL
                                     transaction_coordinator_actor_name)
 from rafka.core.broker_identity import BROKER_ID_LABEL
 from rafka.core.clock import SystemClock
-from rafka.core.cluster_image import EMPTY_IMAGE, ClusterImage, broker_view, build_image, named_controller
+from rafka.core.cluster_image import (EMPTY_IMAGE, IMAGE_FREE_RECORD_TYPES, ClusterImage, broker_view, build_image,
+                                     named_controller)
 from rafka.actors.replica import NAMESPACE, OFFLINE, STOPPED, UNASSIGNED, ReplicaActor
 from rafka.core.kafka_metrics import register_controller
 from rafka.core.metrics import Histogram
@@ -356,6 +357,8 @@ class ControllerActor:
             os.fsync(f.fileno())
         for record in records:
             self.metadata.replay(record)
+        if all(record["type"] in IMAGE_FREE_RECORD_TYPES for record in records):
+            return   # no image holds any of it: no new version to push everywhere
         self._metadata_version += len(records)
         self._image = build_image(self.metadata, self._metadata_version, super_users=self.super_users)
         if self._image.brokers:

@@ -215,6 +215,12 @@ EMPTY_IMAGE = ClusterImage(version=-1, cluster_id=None, controller_node=NO_LEADE
                            coordinator_nodes=())
 
 
+# Metadata record types `build_image` reads nothing of: a commit of only these makes
+# no new image (a transaction coordinator takes an epoch at every load; an image
+# version for it would be pushed to every actor of the cluster).
+IMAGE_FREE_RECORD_TYPES = frozenset({"transaction_coordinator_epoch"})
+
+
 def build_image(metadata: ClusterMetadata, version: int, *, super_users: frozenset[str] = frozenset()) -> ClusterImage:
     """`super_users`: the cluster's super.users setting (principals, `User:<name>`),
     beside rafka's own user."""

@@ -169,6 +169,20 @@ def test_transaction_coordinator_epoch__rises_on_every_load__at_least_the_leader
     assert restarted.transaction_coordinator_epochs == {0: 9, 1: 0}
 
 
+def test_image_free_records__the_image_reads_nothing_of_them():
+    """The controller makes no new image for a commit of only IMAGE_FREE_RECORD_TYPES
+    (a transaction coordinator's epoch at every load would otherwise push one to
+    every actor): build_image must then give the same image with or without them."""
+    from rafka.core.cluster_image import IMAGE_FREE_RECORD_TYPES, build_image
+    metadata, _ = started()
+    apply(metadata, metadata.handle_create_topic("orders", 2, 3, None, [0, 1, 2])[0])
+    before = build_image(metadata, 7)
+    records, _ = metadata.handle_next_transaction_coordinator_epoch(0, 3)
+    assert {record["type"] for record in records} <= IMAGE_FREE_RECORD_TYPES
+    apply(metadata, records)
+    assert build_image(metadata, 7) == before
+
+
 def test_broker_port__kept_across_restarts__a_record_only_when_it_changes__bad_input_changes_nothing():
     metadata, log = started()
     log += apply(metadata, metadata.handle_broker_port(1, 40_001))
