@@ -487,14 +487,14 @@ class PartitionLog:
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Whole batches from the one holding `offset`: up to `max_bytes` (at least
-        one batch, however large, so a consumer always progresses), none whose last
-        offset is >= `max_offset` (the HW, for consumers). b"" at the end.
-        OffsetOutOfRange outside [log start offset, LEO]."""
+        one batch, however large, so a consumer always progresses: a `max_bytes` of
+        0, which the Java consumer allows, reads that one, as Kafka's minOneMessage),
+        none whose last offset is >= `max_offset` (the HW, for consumers). b"" at
+        the end. OffsetOutOfRange outside [log start offset, LEO]."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRange(f"offset {offset} is outside [{self.log_start_offset}, "
                                    f"{self.log_end_offset}]")
-        if max_bytes <= 0:
-            raise ValueError("max_bytes must be positive")
+        max_bytes = max(1, max_bytes)
         index = max(0, bisect.bisect_right(self._bases, offset) - 1)
         for segment in self._segments[index:]:
             data = segment.read(offset, max_bytes, max_offset)

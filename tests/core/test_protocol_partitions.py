@@ -3,6 +3,7 @@ in-process node: Kafka's answer for each case, and the log unchanged by every
 refused request."""
 
 import asyncio
+import dataclasses
 import datetime
 import importlib
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from rafka.core.errors import NetworkException
-from rafka.core.records import RecordInput, encode_batch
+from rafka.core.records import RecordInput, decode_records, encode_batch
 from rafka.core.replica import EARLIEST_TIMESTAMP
 from rafka.protocol.connection import Connection
 from rafka.protocol.entities import load_request_schema, make, module_of
@@ -94,6 +95,19 @@ def test_produce_then_fetch__offsets_assigned_and_the_batch_read_back_as_sent(no
     assert (data.error_code, data.high_watermark, data.last_stable_offset, data.log_start_offset) == (
         ErrorCode.none, 3, 3, 0)
     assert answer.session_id == 0 and bytes(data.records)[:8] == (0).to_bytes(8, "big")
+
+
+def test_fetch__max_bytes_zero__the_first_batch_as_kafkas_min_one_message(node):
+    """The Java consumer allows fetch.max.bytes and max.partition.fetch.bytes of 0;
+    Kafka then returns the first batch (minOneMessage), so the consumer progresses."""
+    exchange(node, produce_request(batch(b"a", b"b")), produce_request(batch(b"c")))
+    zero = dataclasses.replace(fetch_request(0), max_bytes=i32(0))
+    zero = dataclasses.replace(zero, topics=(dataclasses.replace(zero.topics[0], partitions=(dataclasses.replace(
+        zero.topics[0].partitions[0], partition_max_bytes=i32(0)),)),))
+    (answer,) = exchange(node, zero)
+    data = fetched(answer)
+    assert data.error_code == ErrorCode.none
+    assert [r.offset for r in decode_records(bytes(data.records))] == [0, 1]   # the first batch, whole
 
 
 @pytest.mark.parametrize("records, code", [

@@ -5,7 +5,9 @@ leader change).
 What Kafka answers (KafkaApis.handleOffsetForLeaderEpochRequest, Partition
 .lastOffsetForLeaderEpoch), and what this handler does the same way:
   * (the largest epoch <= the requested one, the start offset of the next epoch
-    or the LEO); an epoch below every epoch in the log: (-1, -1) (UNDEFINED).
+    or the LEO); an epoch below every epoch in the log: (the requested epoch, the
+    first epoch's start offset); an undefined or unknown newer epoch, or no epoch
+    in the log: (-1, -1) (LeaderEpochFileCache.endOffsetFor).
   * current_leader_epoch as in Fetch: FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH,
     -1 skips the check; a partition not led here: NOT_LEADER_OR_FOLLOWER.
   * replica_id (v3+) changes nothing here. rafka's followers do not ask: their
