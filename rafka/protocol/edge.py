@@ -328,6 +328,8 @@ class EdgeDispatcher(Dispatcher):
         if not expect_response:
             return None
         answer = answers[0] if len(answers) == 1 else _merge(api_key, parsed.context.api_version, answers)
+        if api_key == FETCH_KEY and len(answers) > 1:
+            answer = _within_fetch_max_bytes(answer, int(body.max_bytes))
         if api_key in ITEMS_ANSWERED_HERE and len(answers) > 1:
             answer = _in_request_order(api_key, body, answer)
         if api_key in CONTROLLER_APIS:   # some of its items refused here, the rest relayed
@@ -734,6 +736,29 @@ def _has_data(answer) -> bool:
     """A Fetch answer with records or an error for some partition."""
     return answer is not None and any(p.error_code != 0 or (p.records is not None and len(p.records) > 0)
                                       for t in answer.responses for p in t.partitions)
+
+
+def _within_fetch_max_bytes(answer, max_bytes: int):
+    """A split Fetch's merged answer held to the request's max_bytes, as Kafka's one
+    budget for the whole request (ReplicaManager.readFromLog): each part was read
+    with the whole budget, so a partition whose records would take the total past
+    it answers none this time (its offsets as read; the client asks again), except
+    the first with records, which is whole however large (minOneMessage)."""
+    total = 0
+    topics, trimmed = [], False
+    for topic in answer.responses:
+        partitions = []
+        for partition in topic.partitions:
+            size = len(partition.records) if partition.records else 0
+            if size and total and total + size > max_bytes:
+                aborted = None if partition.aborted_transactions is None else ()
+                partition = dataclasses.replace(partition, records=b"", aborted_transactions=aborted)
+                trimmed = True
+            else:
+                total += size
+            partitions.append(partition)
+        topics.append(dataclasses.replace(topic, partitions=tuple(partitions)))
+    return dataclasses.replace(answer, responses=tuple(topics)) if trimmed else answer
 
 
 def _merge(api_key: int, version: int, answers: list):

@@ -106,6 +106,25 @@ def test_fetch_spanning_actors__answers_when_one_has_data_not_after_the_others_w
     assert {int(p.partition_index) for p in again.responses[0].partitions} == {0, 1}
 
 
+def test_fetch_spanning_actors__the_requests_max_bytes_bounds_the_whole_answer(node):
+    """Kafka's one budget per Fetch (ReplicaManager.readFromLog): each actor's part
+    was read with the whole max_bytes; merged, the first partition with records is
+    whole, and one that would take the total past max_bytes answers no records
+    this time (a librdkafka response past receive.message.max.bytes fails for good)."""
+    big = b"v" * 3_000
+    exchange(node, produce_request(batch(big)), produce_request(batch(big), partition=1))
+    request = fetch_request(0)
+    (topic,) = request.topics
+    request = dataclasses.replace(request, max_bytes=i32(4_000), topics=(dataclasses.replace(topic, partitions=(
+        topic.partitions[0], dataclasses.replace(topic.partitions[0], partition=i32(1)))),))
+    (answer,) = exchange(node, request)
+    sizes = {int(p.partition_index): len(p.records) for p in answer.responses[0].partitions}
+    assert sorted(sizes) == [0, 1] and sorted(sizes.values())[0] == 0 and sorted(sizes.values())[1] > 3_000
+    assert all(p.error_code == ErrorCode.none and int(p.high_watermark) == 1 for p in answer.responses[0].partitions)
+    (both,) = exchange(node, dataclasses.replace(request, max_bytes=i32(10_000)))
+    assert all(len(p.records) > 3_000 for p in both.responses[0].partitions)
+
+
 def test_partition_led_by_another_broker__not_leader_or_follower__and_no_leader_while_it_has_no_node(tmp_path):
     with ProtocolNode(tmp_path, {"orders": 4}, edge=True, brokers=2) as node:
         image = node.image()
