@@ -1290,6 +1290,15 @@ class ControllerActor:
 
     # --- ISR changes and elections ------------------------------------------------
 
+    async def partition_record(self, topic: str, partition: int) -> dict:
+        """One partition's committed record, for its leader reading back an ISR
+        change (actors.replica `_keep_isr`): {"topic_id", "leader", "leader_epoch",
+        "partition_epoch", "isr"}; UNKNOWN_TOPIC_OR_PARTITION if there is none."""
+        state = self.metadata.partition(topic, partition)
+        return {"topic_id": self.metadata.topic(topic).topic_id, "leader": state.leader,
+                "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch,
+                "isr": list(state.isr)}
+
     async def alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
                         partition_epoch: int, new_isr: list[int]) -> dict:
         async with self._lock:

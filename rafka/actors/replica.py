@@ -525,8 +525,7 @@ class ReplicaActor:
                         topic, partition, self.replica.replica_id, change.leader_epoch,
                         change.partition_epoch, sorted(change.proposed_isr))
                 else:
-                    snapshot = await controller.metadata_snapshot.remote()
-                    answer = snapshot["topics"][topic]["partitions"][partition]
+                    answer = await controller.partition_record.remote(topic, partition)
                     if answer["leader_epoch"] != change.leader_epoch:
                         # Deposed: the change stays in flight (holding the HW back)
                         # until the controller tells this replica its new role.
@@ -566,12 +565,12 @@ class ReplicaActor:
         good. A failed read is retried at the next refusal."""
         topic, partition = self.replica.topic, self.replica.partition
         try:
-            snapshot = await controller.metadata_snapshot.remote()
-            record = snapshot["topics"][topic]["partitions"][partition]
-        except (ray.exceptions.RayError, KafkaError, KeyError, IndexError) as error:
+            record = await controller.partition_record.remote(topic, partition)
+        except (ray.exceptions.RayError, KafkaError) as error:
             logger.warning("%s: reading the controller's ISR record failed: %s", self.replica.name, error)
             return
-        if (record["leader_epoch"] == leader_epoch == self.replica.leader_epoch
+        if (record["topic_id"] == self.topic_id and record["leader"] == self.replica.replica_id
+                and record["leader_epoch"] == leader_epoch == self.replica.leader_epoch
                 and self.replica.role is Role.LEADER):
             logger.info("%s: applying the ISR %s at partition epoch %d it missed", self.replica.name,
                         record["isr"], record["partition_epoch"])
