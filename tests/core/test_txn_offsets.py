@@ -232,11 +232,21 @@ def test_shard__txn_commit_membership__as_kafkas_transactional_commit():
 
 # --- KIP-890: the shard verifies a transaction before it decides its commit ---------------
 
-async def asked_once(coordinator):
-    """Until the commit under way has asked its question (a bounded wait)."""
+def verifying_shard():
+    """(partition, transaction coordinator, shard) of a shard that verifies."""
+    partition, coordinator = TxnOffsetsPartition(), TransactionCoordinator()
+    return partition, coordinator, shard_on(partition, FakeClock(), coordinator.verify)
+
+
+async def held_at_its_question(shard, coordinator):
+    """Producer 7's commit of T0, started and waiting for its question's answer
+    (until `coordinator.hold` is set): its task."""
+    coordinator.hold = asyncio.Event()
+    commit = asyncio.create_task(shard.commit_transactional_offsets(
+        G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7, producer_epoch=0))
     for _ in range(100):
         if coordinator.asked:
-            return
+            return commit
         await asyncio.sleep(0)
     raise AssertionError("the commit never asked the transaction coordinator")
 
@@ -247,8 +257,7 @@ def test_shard__verification__refused__nothing_written_nothing_pending__then_ver
     answer, and writes nothing; once it does, the first commit of the transaction
     asks and the next ones do not (the transaction is open here), until its marker."""
     async def scenario():
-        clock, partition, coordinator = FakeClock(), TxnOffsetsPartition(), TransactionCoordinator()
-        shard = shard_on(partition, clock, coordinator.verify)
+        partition, coordinator, shard = verifying_shard()
         coordinator.answer = TransactionAbortable("__consumer_offsets-0 is not in the transaction")
         with pytest.raises(TransactionAbortable):
             await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7,
@@ -276,12 +285,8 @@ def test_shard__verification__its_transaction_ends_meanwhile__refused_behind_no_
     whose transaction is open here: a marker queued while its commit waits for the
     group's lock ends it."""
     async def scenario():
-        clock, partition, coordinator = FakeClock(), TxnOffsetsPartition(), TransactionCoordinator()
-        shard = shard_on(partition, clock, coordinator.verify)
-        coordinator.hold = asyncio.Event()
-        late = asyncio.create_task(shard.commit_transactional_offsets(
-            G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7, producer_epoch=0))
-        await asked_once(coordinator)
+        partition, coordinator, shard = verifying_shard()
+        late = await held_at_its_question(shard, coordinator)
         await shard.complete_transaction(producer_id=7, producer_epoch=0, coordinator_epoch=0, commit=False)
         coordinator.hold.set()
         with pytest.raises(InvalidTxnState):
@@ -310,8 +315,7 @@ def test_shard__verification__a_marker_unanswered__the_open_transaction_asks_aga
     transaction may be ending, so its next commit asks the coordinator (which
     answers for the transaction it holds now)."""
     async def scenario():
-        clock, partition, coordinator = FakeClock(), TxnOffsetsPartition(), TransactionCoordinator()
-        shard = shard_on(partition, clock, coordinator.verify)
+        partition, coordinator, shard = verifying_shard()
         await shard.commit_transactional_offsets(G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7,
                                                  producer_epoch=0)
         partition_append, gate = partition.append, asyncio.Event()
@@ -340,12 +344,8 @@ def test_shard__verification_waiting__holds_no_other_groups_write():
     runtime verifies before it enqueues): a plain commit of another group goes
     through while a TxnOffsetCommit waits for its coordinator."""
     async def scenario():
-        clock, partition, coordinator = FakeClock(), TxnOffsetsPartition(), TransactionCoordinator()
-        shard = shard_on(partition, clock, coordinator.verify)
-        coordinator.hold = asyncio.Event()
-        waiting = asyncio.create_task(shard.commit_transactional_offsets(
-            G, {T0: (5, -1, "")}, transactional_id="t-7", producer_id=7, producer_epoch=0))
-        await asked_once(coordinator)
+        _, coordinator, shard = verifying_shard()
+        waiting = await held_at_its_question(shard, coordinator)
         assert await asyncio.wait_for(shard.commit_offsets("other", {T1: (2, -1, "")}), 5) == {T1: None}
         assert await asyncio.wait_for(shard.commit_offsets(G, {T1: (2, -1, "")}), 5) == {T1: None}
         coordinator.hold.set()
