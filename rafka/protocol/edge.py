@@ -329,7 +329,7 @@ class EdgeDispatcher(Dispatcher):
             return None
         answer = answers[0] if len(answers) == 1 else _merge(api_key, parsed.context.api_version, answers)
         if api_key == FETCH_KEY and len(answers) > 1:
-            answer = _within_fetch_max_bytes(answer, int(body.max_bytes))
+            answer = _within_fetch_max_bytes(answer, body)
         if api_key in ITEMS_ANSWERED_HERE and len(answers) > 1:
             answer = _in_request_order(api_key, body, answer)
         if api_key in CONTROLLER_APIS:   # some of its items refused here, the rest relayed
@@ -738,27 +738,37 @@ def _has_data(answer) -> bool:
                                       for t in answer.responses for p in t.partitions)
 
 
-def _within_fetch_max_bytes(answer, max_bytes: int):
-    """A split Fetch's merged answer held to the request's max_bytes, as Kafka's one
-    budget for the whole request (ReplicaManager.readFromLog): each part was read
-    with the whole budget, so a partition whose records would take the total past
-    it answers none this time (its offsets as read; the client asks again), except
-    the first with records, which is whole however large (minOneMessage)."""
+def _within_fetch_max_bytes(answer, body):
+    """A split Fetch's merged answer in the request's order and held to its
+    max_bytes, as Kafka's one budget for the whole request (ReplicaManager
+    .readFromLog): each part was read with the whole budget, so a partition whose
+    records would take the total past it answers none this time (its offsets as
+    read; the client asks again), except the first with records, which is whole
+    however large (minOneMessage). The request's order decides which (clients move
+    a partition that brought records to the end of their next request, as the Java
+    consumer and librdkafka do), not which actor answered first."""
+    max_bytes = int(body.max_bytes)
+    position = {(topic.topic, int(partition.partition)): index for index, (topic, partition) in
+                enumerate((topic, partition) for topic in body.topics for partition in topic.partitions)}
+
+    def at(topic, partition) -> int:
+        return position.get((topic.topic, int(partition.partition_index)), len(position))
+    ordered = sorted(((topic, partition) for topic in answer.responses for partition in topic.partitions),
+                     key=lambda pair: at(*pair))
     total = 0
-    topics, trimmed = [], False
-    for topic in answer.responses:
-        partitions = []
-        for partition in topic.partitions:
-            size = len(partition.records) if partition.records else 0
-            if size and total and total + size > max_bytes:
-                aborted = None if partition.aborted_transactions is None else ()
-                partition = dataclasses.replace(partition, records=b"", aborted_transactions=aborted)
-                trimmed = True
-            else:
-                total += size
-            partitions.append(partition)
-        topics.append(dataclasses.replace(topic, partitions=tuple(partitions)))
-    return dataclasses.replace(answer, responses=tuple(topics)) if trimmed else answer
+    topics: list = []   # (the topic's entry, its partitions), in the request's order
+    for topic, partition in ordered:
+        if not topics or topics[-1][0].topic != topic.topic:
+            topics.append((topic, []))
+        size = len(partition.records) if partition.records else 0
+        if size and total and total + size > max_bytes:
+            aborted = None if partition.aborted_transactions is None else ()
+            partition = dataclasses.replace(partition, records=b"", aborted_transactions=aborted)
+        else:
+            total += size
+        topics[-1][1].append(partition)
+    return dataclasses.replace(answer, responses=tuple(dataclasses.replace(topic, partitions=tuple(partitions))
+                                                       for topic, partitions in topics))
 
 
 def _merge(api_key: int, version: int, answers: list):

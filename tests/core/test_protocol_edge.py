@@ -117,10 +117,16 @@ def test_fetch_spanning_actors__the_requests_max_bytes_bounds_the_whole_answer(n
     (topic,) = request.topics
     request = dataclasses.replace(request, max_bytes=i32(4_000), topics=(dataclasses.replace(topic, partitions=(
         topic.partitions[0], dataclasses.replace(topic.partitions[0], partition=i32(1)))),))
-    (answer,) = exchange(node, request)
-    sizes = {int(p.partition_index): len(p.records) for p in answer.responses[0].partitions}
-    assert sorted(sizes) == [0, 1] and sorted(sizes.values())[0] == 0 and sorted(sizes.values())[1] > 3_000
-    assert all(p.error_code == ErrorCode.none and int(p.high_watermark) == 1 for p in answer.responses[0].partitions)
+    (topic,) = request.topics
+    reversed_request = dataclasses.replace(request, topics=(dataclasses.replace(
+        topic, partitions=tuple(reversed(topic.partitions))),))
+    answer, reversed_answer = exchange(node, request, reversed_request)
+    for fetched, first in ((answer, 0), (reversed_answer, 1)):   # the request's order decides, not the actors'
+        sizes = [(int(p.partition_index), len(p.records)) for p in fetched.responses[0].partitions]
+        assert [index for index, _ in sizes] == [first, 1 - first], sizes
+        assert sizes[0][1] > 3_000 and sizes[1][1] == 0, sizes
+        assert all(p.error_code == ErrorCode.none and int(p.high_watermark) == 1
+                   for p in fetched.responses[0].partitions)
     (both,) = exchange(node, dataclasses.replace(request, max_bytes=i32(10_000)))
     assert all(len(p.records) > 3_000 for p in both.responses[0].partitions)
 
